@@ -1,0 +1,114 @@
+"""Task data: the in-memory image dataset record, the task-data entry point and the batched train augmentation.
+
+Every dataset is held in memory as one normalized float tensor, so batching needs no DataLoader workers and
+the GPU-preload path is a plain copy. `load_task_data` picks the source by name; the CIFAR-10 module (which
+imports torchvision, about 1.7 s) is only imported when CIFAR-10 is asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+VALID_DATASETS: tuple[str, ...] = ("synthetic", "cifar10")
+VALID_SPLITS: tuple[str, ...] = ("train", "val", "test")
+
+# Per-channel normalization of CIFAR-10 (also applied to the synthetic task, so both look alike to a host).
+CIFAR10_MEAN: tuple[float, float, float] = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD: tuple[float, float, float] = (0.2470, 0.2435, 0.2616)
+
+IMAGE_SHAPE: tuple[int, int, int] = (3, 32, 32)
+AUGMENT_PADDING = 4
+
+
+class DataDirectoryError(ValueError):
+    """A dataset directory that is missing or incomplete; the message names `--data-dir`."""
+
+
+@dataclass(frozen=True)
+class ImageDataset:
+    """A whole split in memory: normalized float32 images [N, 3, 32, 32] and int64 labels [N].
+
+    `augment` says whether this split is meant to be augmented during training (True for "train").
+    """
+
+    images: Tensor
+    labels: Tensor
+    num_classes: int
+    name: str
+    augment: bool
+
+    def __post_init__(self) -> None:
+        if self.images.dim() != 4 or tuple(self.images.shape[1:]) != IMAGE_SHAPE:
+            raise ValueError(f"{self.name}: images must be [N, 3, 32, 32], got {list(self.images.shape)}")
+        if self.images.dtype != torch.float32:
+            raise ValueError(f"{self.name}: images must be float32, got {self.images.dtype}")
+        if self.labels.dtype != torch.int64 or self.labels.shape != self.images.shape[:1]:
+            raise ValueError(
+                f"{self.name}: labels must be int64 [{self.images.shape[0]}], "
+                f"got {self.labels.dtype} {list(self.labels.shape)}"
+            )
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+
+def check_split(split: str) -> str:
+    """Validate a split name; "val" and "test" both mean held-out data."""
+    if split not in VALID_SPLITS:
+        raise ValueError(f"unknown split {split!r}: choose one of {', '.join(VALID_SPLITS)}")
+    return split
+
+
+def load_task_data(
+    dataset: str, *, split: str, n_samples: int | None, seed: int, data_dir: str | None = None
+) -> ImageDataset:
+    """Load one split of a task's data set.
+
+    - "synthetic": generated from (seed, split); `n_samples` None means the default size of the split.
+    - "cifar10": read from `data_dir` (required); "val" and "test" both read the test batch; `n_samples` keeps
+      the first n samples of the split; `seed` is not used.
+    """
+    check_split(split)
+    if n_samples is not None and n_samples < 1:
+        raise ValueError(f"n_samples must be positive, got {n_samples}")
+    if dataset == "synthetic":
+        from esper.data.synthetic import SYNTHETIC_DEFAULT_SIZES, make_synthetic
+
+        n = SYNTHETIC_DEFAULT_SIZES[split] if n_samples is None else n_samples
+        return make_synthetic(n, seed=seed, split=split)
+    if dataset == "cifar10":
+        if data_dir is None:
+            raise DataDirectoryError(
+                "CIFAR-10 is read from a local copy: pass --data-dir pointing at a folder containing "
+                "cifar-10-batches-py"
+            )
+        from esper.data.cifar import load_cifar10
+
+        return load_cifar10(data_dir, train=split == "train", n_samples=n_samples)
+    raise ValueError(f"unknown dataset {dataset!r}: choose one of {', '.join(VALID_DATASETS)}")
+
+
+def augment_batch(x: Tensor, generator: torch.Generator) -> Tensor:
+    """The standard CIFAR train augmentation, batched: RandomCrop(32, padding=4) then a horizontal flip (p=0.5).
+
+    Runs on `x`'s device in two gathers with no host sync; every random draw comes from `generator`, which must
+    live on the same device as `x`. Padding is zero, i.e. the channel mean of normalized data.
+    """
+    batch, channels, height, width = x.shape
+    pad = AUGMENT_PADDING
+    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
+    device = x.device
+    offsets = torch.randint(0, 2 * pad + 1, (2, batch), generator=generator, device=device)
+    flip = torch.rand(batch, generator=generator, device=device) < 0.5
+    rows = offsets[0].unsqueeze(1) + torch.arange(height, device=device)  # [B, H]
+    cols_ascending = torch.arange(width, device=device)
+    cols = offsets[1].unsqueeze(1) + torch.where(
+        flip.unsqueeze(1), cols_ascending.flip(0), cols_ascending
+    )  # [B, W]
+    row_index = rows.view(batch, 1, height, 1).expand(batch, channels, height, width + 2 * pad)
+    picked_rows = padded.gather(2, row_index)
+    col_index = cols.view(batch, 1, 1, width).expand(batch, channels, height, width)
+    return picked_rows.gather(3, col_index)
