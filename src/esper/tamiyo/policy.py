@@ -1,0 +1,197 @@
+"""The factored recurrent actor-critic: an LSTM trunk, eight masked action heads and one value head (JAN).
+
+Network (brief 1.10): blueprint indices [K, S] -> `nn.Embedding(14, 4)` per slot, concatenated to the Obs V3
+vector -> Linear(hidden_dim) -> LayerNorm -> ReLU -> 1-layer `nn.LSTM` (batch_first, lstm_hidden_dim) -> per
+head Linear(h -> 256) -> ReLU -> Linear(256 -> n) (the blueprint head is h -> 512 -> 256 -> 13) and one value
+head Linear(h -> 256) -> ReLU -> Linear(256 -> 1).
+
+Three verbs, as in Stable-Baselines3's policies:
+- `get_action` samples one factored action per env for one step (the op first, then the slot under the op's
+  `slot_by_op` row, then the other heads), without gradients and without host syncs;
+- `evaluate_actions` re-scores stored actions over whole [K, T] sequences for the PPO update, running the LSTM
+  from the stored initial state (one episode per env per round, so no mid-sequence resets);
+- `predict_values` gives V(s) for the bootstrap of a truncated last step.
+
+Parameters are initialised under a forked global RNG seeded from `seed`, so building a policy is deterministic
+and does not disturb anyone else's random stream.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from esper.leyline import ACTION_HEAD_NAMES, head_sizes
+from esper.tamiyo.distributions import MaskedCategorical
+from esper.tamiyo.features import BLUEPRINT_EMBED_DIM, NUM_BLUEPRINT_EMBEDDINGS
+
+Hidden = tuple[torch.Tensor, torch.Tensor]
+
+HEAD_HIDDEN_DIM = 256
+POLICY_OUTPUT_GAIN = 0.01  # near-uniform initial policy
+VALUE_OUTPUT_GAIN = 1.0
+# Sampling order: the op decides which slots are valid, the remaining heads follow in contract order.
+SAMPLING_ORDER: tuple[str, ...] = ("op", "slot", *(h for h in ACTION_HEAD_NAMES if h not in ("op", "slot")))
+
+
+@dataclass
+class PolicyStep:
+    """One batched `get_action` result; every tensor stays on the policy's device."""
+
+    actions: dict[str, torch.Tensor]  # [K] int64 per head, ACTION_HEAD_NAMES order
+    log_probs: dict[str, torch.Tensor]  # [K] float32 per head
+    values: torch.Tensor  # [K]
+    hidden: Hidden  # LSTM state after this step, ([1, K, H], [1, K, H])
+    op_probs: torch.Tensor  # [K, 6]
+    entropies: dict[str, torch.Tensor]  # [K] normalized entropy per head
+
+
+def _mlp(sizes: list[int], output_gain: float) -> nn.Sequential:
+    """Linears with ReLU between; orthogonal init (gain sqrt 2, `output_gain` for the last), zero bias."""
+    layers: list[nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+        linear = nn.Linear(fan_in, fan_out)
+        is_last = i == len(sizes) - 2
+        nn.init.orthogonal_(linear.weight, gain=output_gain if is_last else math.sqrt(2.0))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not is_last:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def slot_mask_for_op(slot_by_op: torch.Tensor, op: torch.Tensor) -> torch.Tensor:
+    """Pick each env's `slot_by_op` row for its op: [..., 6, S] and [...] -> [..., S]."""
+    index = op.long()[..., None, None].expand(*op.shape, 1, slot_by_op.shape[-1])
+    return slot_by_op.gather(-2, index).squeeze(-2)
+
+
+class FactoredRecurrentActorCritic(nn.Module):
+    """LSTM actor-critic over the factored action space (8 heads) with a single value head."""
+
+    def __init__(
+        self,
+        state_dim: int,
+        num_slots: int,
+        *,
+        hidden_dim: int = 512,
+        lstm_hidden_dim: int = 512,
+        head_hidden_dim: int = HEAD_HIDDEN_DIM,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.state_dim = state_dim
+        self.num_slots = num_slots
+        self.hidden_dim = hidden_dim
+        self.lstm_hidden_dim = lstm_hidden_dim
+        self.head_sizes = head_sizes(num_slots)
+        input_dim = state_dim + BLUEPRINT_EMBED_DIM * num_slots
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.blueprint_embedding = nn.Embedding(NUM_BLUEPRINT_EMBEDDINGS, BLUEPRINT_EMBED_DIM)
+            trunk_linear = nn.Linear(input_dim, hidden_dim)
+            nn.init.orthogonal_(trunk_linear.weight, gain=math.sqrt(2.0))
+            nn.init.zeros_(trunk_linear.bias)
+            self.trunk = nn.Sequential(trunk_linear, nn.LayerNorm(hidden_dim), nn.ReLU())
+            self.lstm = nn.LSTM(hidden_dim, lstm_hidden_dim, num_layers=1, batch_first=True)
+            self._init_lstm()
+            self.heads = nn.ModuleDict(
+                {name: self._build_head(name, n, head_hidden_dim) for name, n in self.head_sizes.items()}
+            )
+            self.value_head = _mlp([lstm_hidden_dim, head_hidden_dim, 1], VALUE_OUTPUT_GAIN)
+
+    def _build_head(self, name: str, size: int, head_hidden_dim: int) -> nn.Sequential:
+        if name == "blueprint":
+            widths = [self.lstm_hidden_dim, 2 * head_hidden_dim, head_hidden_dim, size]
+        else:
+            widths = [self.lstm_hidden_dim, head_hidden_dim, size]
+        return _mlp(widths, POLICY_OUTPUT_GAIN)
+
+    def _init_lstm(self) -> None:
+        """Orthogonal weights, zero biases except the forget gate's input bias of 1 (remember by default)."""
+        h = self.lstm_hidden_dim
+        with torch.no_grad():
+            for name, param in self.lstm.named_parameters():
+                if name.startswith("weight"):
+                    nn.init.orthogonal_(param)
+                else:
+                    param.zero_()
+                if name.startswith("bias_ih"):
+                    param[h : 2 * h].fill_(1.0)  # gate order i, f, g, o
+
+    def initial_hidden(self, batch: int, device: torch.device | str) -> Hidden:
+        """Zero LSTM state for `batch` envs: ([1, batch, H], [1, batch, H])."""
+        shape = (1, batch, self.lstm_hidden_dim)
+        return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
+
+    def _encode(self, obs: torch.Tensor, blueprint_idx: torch.Tensor) -> torch.Tensor:
+        """Obs [..., D] and blueprint indices [..., S] -> trunk features [..., hidden_dim]."""
+        embedded = self.blueprint_embedding(blueprint_idx.long()).flatten(-2)
+        return self.trunk(torch.cat([obs, embedded], dim=-1))
+
+    @torch.no_grad()
+    def get_action(
+        self,
+        obs: torch.Tensor,
+        blueprint_idx: torch.Tensor,
+        masks: dict[str, torch.Tensor],
+        hidden: Hidden,
+        *,
+        generator: torch.Generator | None,
+        deterministic: bool = False,
+    ) -> PolicyStep:
+        """Sample (or, when `deterministic`, take the mode of) one factored action per env for one step."""
+        out, new_hidden = self.lstm(self._encode(obs, blueprint_idx).unsqueeze(1), hidden)
+        features = out.squeeze(1)
+        actions: dict[str, torch.Tensor] = {}
+        log_probs: dict[str, torch.Tensor] = {}
+        entropies: dict[str, torch.Tensor] = {}
+        op_probs = torch.empty(0)
+        for name in SAMPLING_ORDER:
+            mask = slot_mask_for_op(masks["slot_by_op"], actions["op"]) if name == "slot" else masks[name]
+            dist = MaskedCategorical(self.heads[name](features), mask)
+            action = dist.mode() if deterministic else dist.sample(generator)
+            actions[name] = action
+            log_probs[name] = dist.log_prob(action)
+            entropies[name] = dist.entropy()
+            if name == "op":
+                op_probs = dist.probs
+        values = self.value_head(features).squeeze(-1)
+        return PolicyStep(
+            actions={name: actions[name] for name in ACTION_HEAD_NAMES},
+            log_probs={name: log_probs[name] for name in ACTION_HEAD_NAMES},
+            values=values,
+            hidden=(new_hidden[0], new_hidden[1]),
+            op_probs=op_probs,
+            entropies={name: entropies[name] for name in ACTION_HEAD_NAMES},
+        )
+
+    @torch.no_grad()
+    def predict_values(self, obs: torch.Tensor, blueprint_idx: torch.Tensor, hidden: Hidden) -> torch.Tensor:
+        """V(s) for one step of K envs ([K]), e.g. the bootstrap value of a truncated last step."""
+        out, _ = self.lstm(self._encode(obs, blueprint_idx).unsqueeze(1), hidden)
+        return self.value_head(out.squeeze(1)).squeeze(-1)
+
+    def evaluate_actions(
+        self,
+        obs: torch.Tensor,
+        blueprint_idx: torch.Tensor,
+        masks: dict[str, torch.Tensor],
+        actions: dict[str, torch.Tensor],
+        hidden0: Hidden,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
+        """Re-score stored [K, T] actions: (log_probs [K, T], normalized entropies [K, T], values [K, T])."""
+        out, _ = self.lstm(self._encode(obs, blueprint_idx), hidden0)
+        log_probs: dict[str, torch.Tensor] = {}
+        entropies: dict[str, torch.Tensor] = {}
+        for name in ACTION_HEAD_NAMES:
+            mask = slot_mask_for_op(masks["slot_by_op"], actions["op"]) if name == "slot" else masks[name]
+            dist = MaskedCategorical(self.heads[name](out), mask)
+            log_probs[name] = dist.log_prob(actions[name])
+            entropies[name] = dist.entropy()
+        values = self.value_head(out).squeeze(-1)
+        return log_probs, entropies, values
