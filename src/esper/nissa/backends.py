@@ -1,0 +1,91 @@
+"""Telemetry backends: a JSONL directory writer (one complete line per event) and an in-memory list."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Protocol
+
+from esper.leyline import TelemetryEvent, TelemetryEventType
+
+EVENTS_FILE = "events.jsonl"
+
+
+class TelemetryPathError(ValueError):
+    """The telemetry directory cannot be created or written; the message names `--telemetry-dir`."""
+
+
+class TelemetryBackend(Protocol):
+    def write(self, event: TelemetryEvent) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class InMemoryBackend:
+    """Keeps every event in a list, in delivery order (for tests)."""
+
+    def __init__(self) -> None:
+        self.events: list[TelemetryEvent] = []
+
+    def write(self, event: TelemetryEvent) -> None:
+        self.events.append(event)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def of_type(self, event_type: TelemetryEventType) -> list[TelemetryEvent]:
+        return [event for event in self.events if event.event_type is event_type]
+
+
+def _unique_run_dir(root: Path, run_name: str) -> Path:
+    candidate = root / run_name
+    suffix = 1
+    while candidate.exists():
+        candidate = root / f"{run_name}_{suffix:03d}"
+        suffix += 1
+    return candidate
+
+
+class DirectoryBackend:
+    """Writes `root/<run-name>/events.jsonl`, one JSON object per line.
+
+    Each event is encoded in full and written with a single `os.write` on an O_APPEND descriptor, so a run
+    killed at any moment (SIGKILL included) leaves only complete lines: there is no user-space buffer to lose
+    and no line is ever written in two pieces.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], run_name: str) -> None:
+        root_path = Path(root)
+        try:
+            root_path.mkdir(parents=True, exist_ok=True)
+            self.run_dir = _unique_run_dir(root_path, run_name)
+            self.run_dir.mkdir()
+            self.path = self.run_dir / EVENTS_FILE
+            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as error:
+            raise TelemetryPathError(
+                f"cannot write telemetry under {str(root)!r} ({error.strerror}): pass --telemetry-dir a writable folder"
+            ) from None
+
+    def write(self, event: TelemetryEvent) -> None:
+        if self._fd is None:
+            raise RuntimeError(f"{self.path} is closed")
+        line = (json.dumps(event.to_json_dict(), sort_keys=False, allow_nan=False) + "\n").encode()
+        written = os.write(self._fd, line)
+        while written < len(line):  # regular files take the whole line at once; a short write is finished here
+            written += os.write(self._fd, line[written:])
+
+    def flush(self) -> None:
+        pass  # nothing is buffered in user space
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None

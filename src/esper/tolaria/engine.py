@@ -1,0 +1,290 @@
+"""The execution engine: per-env streams and AMP, the train pass, fused validation and one batched transfer.
+
+This is the hardware side of the trainer. The RL loop hands it env runtimes and batches and gets back plain
+Python numbers once per epoch; it never touches streams, scalers or autocast itself.
+
+Synchronization rules (the hot path):
+- every batch, each env's stream waits on the default stream (the batch iterator's non-blocking copies run
+  there) before the env trains on it;
+- losses and correct counts accumulate as device tensors; nothing is read on the host mid-epoch;
+- at the epoch boundary the default stream waits on every env stream (no host sync), and the accumulators of
+  all envs on a device come to the host in ONE transfer. The sync count per epoch therefore does not grow with
+  the number of envs (the original synchronized each env stream separately).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from esper.kasmina.model import MorphogeneticModel
+from esper.tolaria.governor import TolariaGovernor
+from tripwire.sync import hot_path
+
+# Accumulator columns of the train pass: loss sum, correct count, sample count.
+TRAIN_STAT_COLUMNS = 3
+
+
+class AmpMode(str, Enum):
+    """`--amp`: off, or autocast in bf16 (no scaler) / fp16 (one GradScaler per env) on CUDA."""
+
+    OFF = "off"
+    AUTO = "auto"
+    BF16 = "bfloat16"
+    FP16 = "float16"
+
+
+def resolve_amp_dtype(mode: AmpMode, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for `mode` on `device`; None means full precision (always the case on CPU)."""
+    if mode is AmpMode.OFF or device.type != "cuda":
+        return None
+    if mode is AmpMode.BF16:
+        return torch.bfloat16
+    if mode is AmpMode.FP16:
+        return torch.float16
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+@dataclass
+class EnvRuntime:
+    """One env's hardware-side state: its model, optimizers, stream, scaler and governor."""
+
+    env_id: int
+    device: torch.device
+    model: MorphogeneticModel
+    host_optimizer: torch.optim.Optimizer
+    governor: TolariaGovernor
+    stream: torch.cuda.Stream | None = None
+    scaler: torch.amp.GradScaler | None = None
+    amp_dtype: torch.dtype | None = None
+    slot_ids: tuple[str, ...] = field(default_factory=tuple)
+    poison_next_batch: bool = False  # fault injection: the next train batch's loss becomes NaN
+
+    def reset_optimizer_state(self) -> None:
+        """Drop momentum after a rollback (the governor restores weights; the caller clears optimizer state)."""
+        self.host_optimizer.state.clear()
+        for slot in self.model.seed_slots.values():
+            optimizer = slot.seed_optimizer(0.0, 0.0) if slot.seed_trainable else None
+            if optimizer is not None:
+                optimizer.state.clear()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Optimizer-side constants the engine applies to every env."""
+
+    seed_lr: float = 0.01
+    seed_momentum: float = 0.9
+    max_grad_norm: float = 1.0
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    """The counterfactual configurations of one env: one row of alphas per config over `slot_ids`.
+
+    Row 0 is the main configuration (current alphas). With no named slots the plan has a single config and
+    validation is a plain forward pass.
+    """
+
+    slot_ids: tuple[str, ...]
+    alphas: tuple[tuple[float, ...], ...]
+
+    @property
+    def num_configs(self) -> int:
+        return max(1, len(self.alphas))
+
+
+@dataclass
+class TrainAccumulators:
+    """Device-side per-env accumulators of one train pass."""
+
+    stats: Tensor  # [3]: loss sum, correct, samples
+    seed_grad_norms: Tensor  # [num_slots]: sum of per-batch seed gradient norms
+    host_grad_norm: Tensor  # [1]: sum of per-batch host gradient norms
+    batches: int = 0
+
+
+def stream_context(env: EnvRuntime) -> contextlib.AbstractContextManager[object]:
+    """Run on the env's stream when it has one (CUDA), else in the current context."""
+    if env.stream is None:
+        return contextlib.nullcontext()
+    return torch.cuda.stream(env.stream)
+
+
+def autocast_context(env: EnvRuntime) -> contextlib.AbstractContextManager[object]:
+    if env.amp_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=env.device.type, dtype=env.amp_dtype)
+
+
+def _wait_for_default_stream(env: EnvRuntime, tensors: Sequence[Tensor]) -> None:
+    """Make the env stream wait for the loader's copies and tell the allocator the env stream uses them."""
+    if env.stream is None:
+        return
+    env.stream.wait_stream(torch.cuda.default_stream(env.device))
+    for tensor in tensors:
+        tensor.record_stream(env.stream)
+
+
+def join_streams(envs: Sequence[EnvRuntime]) -> None:
+    """Make each device's default stream wait for every env stream on it (no host sync)."""
+    for env in envs:
+        if env.stream is not None:
+            torch.cuda.default_stream(env.device).wait_stream(env.stream)
+
+
+def _trainable_seed_parameters(model: MorphogeneticModel) -> list[tuple[int, list[nn.Parameter]]]:
+    out: list[tuple[int, list[nn.Parameter]]] = []
+    for index, slot in enumerate(model.seed_slots.values()):
+        if slot.seed_trainable:
+            out.append((index, slot.seed_parameters()))
+    return out
+
+
+class VectorizedEngine:
+    """Trains and validates every env's model on shared batches, keeping all results on the device."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+
+    def new_accumulators(self, env: EnvRuntime) -> TrainAccumulators:
+        num_slots = len(env.model.seed_slots)
+        return TrainAccumulators(
+            stats=torch.zeros(TRAIN_STAT_COLUMNS, device=env.device),
+            seed_grad_norms=torch.zeros(max(1, num_slots), device=env.device),
+            host_grad_norm=torch.zeros(1, device=env.device),
+        )
+
+    def train_batch(self, env: EnvRuntime, acc: TrainAccumulators, inputs: Tensor, targets: Tensor) -> None:
+        """One optimizer step of one env on one batch; results stay on the device."""
+        model = env.model
+        model.train()
+        seeds = _trainable_seed_parameters(model)
+        seed_optimizers = [
+            opt
+            for slot in model.seed_slots.values()
+            if slot.seed_trainable
+            and (opt := slot.seed_optimizer(self.config.seed_lr, self.config.seed_momentum)) is not None
+        ]
+        env.host_optimizer.zero_grad(set_to_none=True)
+        for opt in seed_optimizers:
+            opt.zero_grad(set_to_none=True)
+        with autocast_context(env):
+            logits = model(inputs)
+            loss = F.cross_entropy(logits, targets)
+        if env.poison_next_batch:
+            loss = loss * float("nan")
+            env.poison_next_batch = False
+        if env.scaler is not None:
+            env.scaler.scale(loss).backward()
+            env.scaler.unscale_(env.host_optimizer)
+            for opt in seed_optimizers:
+                env.scaler.unscale_(opt)
+        else:
+            loss.backward()
+        host_norm = nn.utils.clip_grad_norm_(model.host_parameters(), self.config.max_grad_norm)
+        acc.host_grad_norm.add_(host_norm.detach().to(acc.host_grad_norm.dtype))
+        for index, params in seeds:
+            with_grad = [p for p in params if p.grad is not None]
+            if with_grad:
+                norm = nn.utils.clip_grad_norm_(with_grad, self.config.max_grad_norm)
+                acc.seed_grad_norms[index].add_(norm.detach().to(acc.seed_grad_norms.dtype))
+        if env.scaler is not None:
+            env.scaler.step(env.host_optimizer)
+            for opt in seed_optimizers:
+                env.scaler.step(opt)
+            env.scaler.update()
+        else:
+            env.host_optimizer.step()
+            for opt in seed_optimizers:
+                opt.step()
+        batch_size = targets.shape[0]
+        with torch.no_grad():
+            correct = (logits.argmax(dim=1) == targets).sum()
+            acc.stats[0].add_(loss.detach().float() * batch_size)
+            acc.stats[1].add_(correct)
+            acc.stats[2].add_(batch_size)
+        acc.batches += 1
+
+    def train_pass(
+        self, envs: Sequence[EnvRuntime], batches: Iterable[Sequence[tuple[Tensor, Tensor]]]
+    ) -> list[TrainAccumulators]:
+        """One full training epoch for every env over the shared batches (batch-first iteration)."""
+        accs = [self.new_accumulators(env) for env in envs]
+        with hot_path("train_pass"):
+            for per_env in batches:
+                for env, acc, (inputs, targets) in zip(envs, accs, per_env):
+                    _wait_for_default_stream(env, (inputs, targets))
+                    with stream_context(env):
+                        self.train_batch(env, acc, inputs, targets)
+            join_streams(envs)
+        return accs
+
+    def validate_batch(self, env: EnvRuntime, plan: FusedPlan, acc: Tensor, inputs: Tensor, targets: Tensor) -> None:
+        """Fused validation of every counterfactual config of one env on one batch (one forward pass)."""
+        n_cfg = plan.num_configs
+        batch = targets.shape[0]
+        model = env.model
+        with torch.inference_mode(), autocast_context(env):
+            if not plan.slot_ids:
+                logits = model(inputs)
+            else:
+                table = torch.tensor(plan.alphas, dtype=inputs.dtype, device=inputs.device)
+                overrides = {
+                    slot_id: table[:, j].repeat_interleave(batch).view(n_cfg * batch, 1, 1, 1)
+                    for j, slot_id in enumerate(plan.slot_ids)
+                }
+                logits = model.fused_forward(inputs.repeat(n_cfg, 1, 1, 1), overrides)
+            repeated = targets.repeat(n_cfg)
+            losses = F.cross_entropy(logits.float(), repeated, reduction="none").view(n_cfg, batch)
+            correct = (logits.argmax(dim=1) == repeated).view(n_cfg, batch)
+            acc[:, 0].add_(losses.sum(dim=1))
+            acc[:, 1].add_(correct.sum(dim=1))
+            acc[:, 2].add_(batch)
+
+    def validate(
+        self,
+        envs: Sequence[EnvRuntime],
+        batches: Iterable[Sequence[tuple[Tensor, Tensor]]],
+        plans: Sequence[FusedPlan],
+    ) -> list[Tensor]:
+        """Fused validation for every env; returns per env a [num_configs, 3] device tensor."""
+        accs = [torch.zeros(plan.num_configs, TRAIN_STAT_COLUMNS, device=env.device) for env, plan in zip(envs, plans)]
+        for env in envs:
+            env.model.eval()
+        with hot_path("fused_validation"):
+            for per_env in batches:
+                for env, plan, acc, (inputs, targets) in zip(envs, plans, accs, per_env):
+                    _wait_for_default_stream(env, (inputs, targets))
+                    with stream_context(env):
+                        self.validate_batch(env, plan, acc, inputs, targets)
+            join_streams(envs)
+        for env in envs:
+            env.model.train()
+        return accs
+
+
+def gather_rows(rows: Sequence[Tensor]) -> list[list[float]]:
+    """Bring 1-D device tensors of any lengths to the host in one transfer per device; returns Python lists."""
+    if not rows:
+        return []
+    lengths = [int(r.numel()) for r in rows]
+    by_device: dict[torch.device, list[int]] = {}
+    for index, row in enumerate(rows):
+        by_device.setdefault(row.device, []).append(index)
+    out: list[list[float]] = [[] for _ in rows]
+    with hot_path("epoch_transfer"):
+        for indices in by_device.values():
+            flat = torch.cat([rows[i].reshape(-1).float() for i in indices]).cpu().tolist()
+            offset = 0
+            for i in indices:
+                out[i] = flat[offset : offset + lengths[i]]
+                offset += lengths[i]
+    return out
+
