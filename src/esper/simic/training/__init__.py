@@ -1,0 +1,1 @@
+"""simic.training: the vectorized training loop, split into small modules (see vectorized_trainer.py)."""

@@ -1,0 +1,149 @@
+"""Per-epoch batch glue: packing engine results for one transfer, and building every env's observation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from esper.kasmina.slot import SeedSlot
+from esper.leyline import CNN_BLUEPRINTS, TEMPO_EPOCHS, AlphaMode, SeedStage
+from esper.simic.training.counterfactual_eval import CounterfactualLayout, CounterfactualResult, attribute
+from esper.simic.training.parallel_env_state import ParallelEnvState
+from esper.simic.training.policy_client import ObservationBatch
+from esper.tamiyo.features import SlotObservation, batch_features, build_features
+from esper.tamiyo.heuristic import EnvView
+from esper.tamiyo.masks import SlotMaskState, compute_action_masks, stack_masks
+from esper.tolaria.engine import TrainAccumulators
+
+VANISHING_GRAD_NORM = 1e-6
+EXPLODING_GRAD_NORM = 10.0
+ALLOWED_BLUEPRINTS = frozenset(CNN_BLUEPRINTS)
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    """One env's epoch results on the host."""
+
+    train_loss: float
+    train_acc: float
+    seed_grad_norms: tuple[float, ...]
+    host_grad_norm: float
+    counterfactual: CounterfactualResult
+
+
+def pack_epoch_row(train: TrainAccumulators, val: Tensor) -> Tensor:
+    """Flatten one env's device accumulators into a single row for the batched transfer."""
+    batches = max(train.batches, 1)
+    return torch.cat(
+        [train.stats, train.seed_grad_norms / batches, train.host_grad_norm / batches, val.reshape(-1)]
+    )
+
+
+def unpack_epoch_row(row: list[float], num_slots: int, layout: CounterfactualLayout) -> EpochStats:
+    loss_sum, correct, count = row[0], row[1], max(row[2], 1.0)
+    width = max(1, num_slots)
+    grads = tuple(row[3 : 3 + num_slots])
+    host_grad = row[3 + width]
+    return EpochStats(
+        train_loss=loss_sum / count,
+        train_acc=100.0 * correct / count,
+        seed_grad_norms=grads,
+        host_grad_norm=host_grad,
+        counterfactual=attribute(layout, row[4 + width :]),
+    )
+
+
+def slot_observation(slot: SeedSlot, env: ParallelEnvState) -> SlotObservation:
+    """The policy's view of one slot (the Obs V3 per-slot inputs)."""
+    state = slot.state
+    if state is None:
+        return SlotObservation.empty()
+    controller = slot.alpha_controller
+    grad_norm = state.grad_norm
+    return SlotObservation(
+        is_active=slot.is_active,
+        stage=slot.stage,
+        alpha=float(slot.alpha),
+        contribution=state.contribution,
+        contribution_velocity=state.contribution_velocity,
+        tempo=TEMPO_EPOCHS[state.tempo] / 8.0,
+        alpha_target=state.alpha_target,
+        alpha_mode=controller.mode,
+        alpha_steps_total=controller.steps_total,
+        alpha_steps_done=controller.steps_done,
+        time_to_target=controller.time_to_target,
+        alpha_velocity=controller.velocity,
+        alpha_algorithm=state.algorithm,
+        interaction_sum=env.interaction_sums.get(slot.slot_id, 0.0),
+        grad_norm=grad_norm,
+        grad_health=state.grad_health,
+        vanishing=grad_norm is not None and grad_norm < VANISHING_GRAD_NORM,
+        exploding=grad_norm is not None and grad_norm > EXPLODING_GRAD_NORM,
+        prev_grad_health=state.grad_health,
+        epochs_in_stage=state.epochs_in_stage,
+        counterfactual_age=env.counterfactual_age.get(slot.slot_id, 0),
+        seed_age=state.age_epochs,
+        blueprint_index=int(state.blueprint),
+    )
+
+
+def mask_state(slot: SeedSlot) -> SlotMaskState:
+    state = slot.state
+    return SlotMaskState(
+        stage=slot.stage,
+        age=0 if state is None else state.age_epochs,
+        alpha_mode=slot.alpha_controller.mode if state is not None else AlphaMode.HOLD,
+        enabled=True,
+    )
+
+
+def stage_counts(slots: Sequence[SeedSlot]) -> tuple[int, int, int]:
+    stages = [slot.stage for slot in slots]
+    return (
+        stages.count(SeedStage.TRAINING),
+        stages.count(SeedStage.BLENDING),
+        stages.count(SeedStage.HOLDING),
+    )
+
+
+def build_observations(
+    envs: Sequence[ParallelEnvState], *, max_seeds: int | None, device: torch.device
+) -> ObservationBatch:
+    """Features, blueprint indices and masks of every env, moved to the policy device in one go each."""
+    rows: list[list[float]] = []
+    blueprints: list[list[int]] = []
+    masks = []
+    per_env_observations: list[tuple[SlotObservation, ...]] = []
+    for env in envs:
+        assert env.signals is not None, "signals are updated before observations are built"
+        slots = list(env.model.seed_slots.values())
+        observations = [slot_observation(slot, env) for slot in slots]
+        per_env_observations.append(tuple(observations))
+        rows.append(build_features(env.signals, observations, env.last_action, stage_counts(slots)))
+        blueprints.append([obs.blueprint_index for obs in observations])
+        env_masks = compute_action_masks(
+            [mask_state(slot) for slot in slots],
+            max_seeds=max_seeds,
+            seeds_used=env.seeds_germinated,
+            allowed_blueprints=ALLOWED_BLUEPRINTS,
+        )
+        masks.append(env_masks)
+    host_masks = stack_masks(masks, torch.device("cpu"))
+    op_rows = host_masks["op"].tolist()
+    slot_rows = host_masks["slot_by_op"].tolist()
+    views = [
+        EnvView(
+            signals=env.signals,
+            slots=per_env_observations[i],
+            op_mask=tuple(op_rows[i]),
+            slot_by_op=tuple(tuple(row) for row in slot_rows[i]),
+        )
+        for i, env in enumerate(envs)
+        if env.signals is not None
+    ]
+    features, blueprint_idx = batch_features(rows, blueprints, device)
+    device_masks = {key: value.to(device) for key, value in host_masks.items()}
+    return ObservationBatch(features=features, blueprint_idx=blueprint_idx, masks=device_masks, views=views)

@@ -1,0 +1,101 @@
+"""Checkpoints: atomic save (temp file, fsync, rename) and safe load (`torch.load(weights_only=True)`).
+
+A checkpoint holds the controller (policy, optimizer, both normalizers, sampling generator), the trainer's
+rolling accuracy, the round counter and the layout it was saved with; resuming with another env count or slot
+layout is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHECKPOINT_FORMAT = "esper-checkpoint"
+CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message is one line naming the file and what to do."""
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """What must match between the run that saved a checkpoint and the run that resumes it."""
+
+    n_envs: int
+    slot_ids: tuple[str, ...]
+    task: str
+    controller: str
+
+
+def save_checkpoint(path: str | Path, *, layout: CheckpointLayout, rounds_completed: int, state: dict[str, Any]) -> None:
+    """Write atomically: a crash mid-save leaves the previous checkpoint (or none), never a partial one."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "rounds_completed": rounds_completed,
+        "n_envs": layout.n_envs,
+        "slot_ids": list(layout.slot_ids),
+        "task": layout.task,
+        "controller": layout.controller,
+        "state": state,
+    }
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path, *, layout: CheckpointLayout) -> tuple[int, dict[str, Any]]:
+    """Load and validate a checkpoint; returns (rounds_completed, state). Errors are one-line CheckpointErrors."""
+    source = Path(path)
+    if not source.is_file():
+        raise CheckpointError(f"checkpoint {source} does not exist: pass an existing file to --resume")
+    try:
+        payload = torch.load(source, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint {source} holds objects weights_only loading refuses ({first[:160]}): "
+            "only checkpoints written by --save can be resumed"
+        ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint {source} is truncated or corrupted ({reason}): resume from an intact file or start without --resume"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"checkpoint {source} is not an esper checkpoint: pass a file written by --save")
+    if payload.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {source} has format version {payload.get('version')}, this trainer reads {CHECKPOINT_VERSION}"
+        )
+    saved = CheckpointLayout(
+        n_envs=int(payload["n_envs"]),
+        slot_ids=tuple(payload["slot_ids"]),
+        task=str(payload["task"]),
+        controller=str(payload["controller"]),
+    )
+    if saved != layout:
+        raise CheckpointError(
+            f"checkpoint {source} was saved with {saved.n_envs} envs, slots {','.join(saved.slot_ids)}, task "
+            f"{saved.task}, controller {saved.controller}; this run has {layout.n_envs} envs, slots "
+            f"{','.join(layout.slot_ids)}, task {layout.task}, controller {layout.controller}: resume with the same "
+            "--envs, --slots and --task"
+        )
+    return int(payload["rounds_completed"]), payload["state"]

@@ -1,0 +1,1 @@
+"""Telemetry emitters of the vectorized loop (typed inputs in, TelemetryEvents out)."""

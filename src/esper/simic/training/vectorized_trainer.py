@@ -1,0 +1,233 @@
+"""VectorizedPPOTrainer: the round / epoch loop, reading top to bottom.
+
+Per epoch: train pass -> fused validation -> one batched transfer -> signals and governor -> observations ->
+one batched policy call -> action execution and rewards -> slot ticks -> buffer. After the last epoch of a
+round: normalizer update and PPO update (inside the client), round telemetry, checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from esper.leyline import BatchSummary, SlotConfig
+from esper.nissa.hub import TelemetryHub
+from esper.simic.agent.ppo import PPOMetrics
+from esper.simic.rewards import RewardConfig, RewardMode
+from esper.simic.training import action_execution as actions
+from esper.simic.training.batch_ops import EpochStats, build_observations, pack_epoch_row, unpack_epoch_row
+from esper.simic.training.config import TrainingConfig
+from esper.simic.training.counterfactual_eval import CounterfactualLayout, build_layout
+from esper.simic.training.env_factory import EnvFactory
+from esper.simic.training.parallel_env_state import ParallelEnvState
+from esper.simic.training.policy_client import PolicyClient
+from esper.simic.training.telemetry import emitters
+from esper.tolaria.batches import SharedBatchIterator
+from esper.tolaria.engine import VectorizedEngine, gather_rows
+from tripwire.timing import CUDATimer
+
+ROLLING_WINDOW = 5
+
+
+@dataclass
+class TrainingResult:
+    """What a run returns: per-round summaries and the last PPO metrics."""
+
+    rounds: list[BatchSummary] = field(default_factory=list)
+    ppo_metrics: list[PPOMetrics] = field(default_factory=list)
+    final_state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainerParts:
+    """The explicit dependency surface of the trainer (built by vectorized.train_ppo_vectorized)."""
+
+    config: TrainingConfig
+    slot_config: SlotConfig
+    hub: TelemetryHub
+    engine: VectorizedEngine
+    env_factory: EnvFactory
+    policy: PolicyClient
+    train_batches: Callable[[int, int], SharedBatchIterator]  # (round, epoch) -> iterator
+    val_batches: Callable[[int, int], SharedBatchIterator]
+    policy_device: torch.device
+    reward_mode: RewardMode
+    reward_config: RewardConfig
+    save_checkpoint: Callable[[int, dict[str, Any]], None]  # (rounds completed, trainer state) -> None
+    start_round: int = 0
+    trainer_state: dict[str, Any] = field(default_factory=dict)  # restored on resume
+    on_epoch: Callable[[int, int], None] | None = None  # progress hook: (round, epoch)
+
+
+class VectorizedPPOTrainer:
+    """Runs rounds of K parallel episodes and one policy update per round."""
+
+    def __init__(self, parts: TrainerParts) -> None:
+        self.parts = parts
+        self.config = parts.config
+        self.result = TrainingResult()
+        self.round_accuracies: list[float] = list(parts.trainer_state.get("round_accuracies", []))
+
+    def run(self) -> TrainingResult:
+        for round_idx in range(self.parts.start_round, self.config.n_episodes):
+            self.run_round(round_idx)
+            self.parts.save_checkpoint(round_idx + 1, {"round_accuracies": list(self.round_accuracies)})
+        self.parts.hub.flush()
+        return self.result
+
+    def run_round(self, round_idx: int) -> None:
+        envs = self.parts.env_factory.create(round_idx, self.config.n_envs)
+        self.parts.policy.begin_round(len(envs))
+        timer = CUDATimer(self.parts.policy_device)
+        epoch_ms: list[float] = []
+        for epoch in range(1, self.config.max_epochs + 1):
+            timer.start()
+            self.run_epoch(envs, round_idx, epoch)
+            epoch_ms.append(timer.stop())
+            if self.parts.on_epoch is not None:
+                self.parts.on_epoch(round_idx, epoch)
+        self.finish_round(envs, round_idx, epoch_ms)
+
+    def run_epoch(self, envs: list[ParallelEnvState], round_idx: int, epoch: int) -> None:
+        parts = self.parts
+        runtimes = [env.runtime for env in envs]
+        self.arm_faults(envs, round_idx, epoch)
+        train = parts.engine.train_pass(runtimes, parts.train_batches(round_idx, epoch))
+        layouts = [build_layout(env.model) for env in envs]
+        val = parts.engine.validate(runtimes, parts.val_batches(round_idx, epoch), [lay.plan for lay in layouts])
+        rows = gather_rows([pack_epoch_row(t, v) for t, v in zip(train, val)])
+        stats = [self.absorb_epoch(env, row, layout, epoch) for env, row, layout in zip(envs, rows, layouts)]
+        rolled_back = [self.check_governor(env, epoch) for env in envs]
+        obs = build_observations(envs, max_seeds=self.config.max_seeds, device=parts.policy_device)
+        decided = parts.policy.act(obs)
+        ctx = self.execution_context(round_idx, epoch)
+        rewards, effective_ops, dones = [], [], []
+        for env, stat, rollback in zip(envs, stats, rolled_back):
+            env.lifecycle.epoch = epoch
+            outcome = actions.execute_action(env, decided.heads[env.env_id], ctx)
+            reward = -env.runtime.governor.death_penalty if rollback else outcome.reward
+            if rollback:
+                env.episode_rewards[-1] = reward
+            rewards.append(reward)
+            effective_ops.append(int(outcome.effective_op))
+            dones.append(rollback)
+            for slot in env.model.seed_slots.values():
+                slot.step_epoch()
+            emitters.emit_epoch_completed(parts.hub, env, epoch, stat)
+            emitters.emit_last_action(parts.hub, env, epoch, outcome, decided)
+            emitters.emit_counterfactual_matrix(parts.hub, env, epoch, stat)
+        parts.policy.record(epoch - 1, effective_ops, rewards, dones)
+        if epoch == self.config.max_epochs:
+            parts.policy.bootstrap(build_observations(envs, max_seeds=self.config.max_seeds, device=parts.policy_device))
+
+    def arm_faults(self, envs: Sequence[ParallelEnvState], round_idx: int, epoch: int) -> None:
+        """Fault injection for reliability tests: poison env 0's loss at the configured epoch of round 0."""
+        if round_idx == 0 and self.config.inject_nan_epoch == epoch:
+            envs[0].runtime.poison_next_batch = True
+
+    def absorb_epoch(self, env: ParallelEnvState, row: list[float], layout: CounterfactualLayout, epoch: int) -> EpochStats:
+        """Write one env's host-side epoch results into its state, its slots and its signal tracker."""
+        stats = unpack_epoch_row(row, len(env.model.seed_slots), layout)
+        result = stats.counterfactual
+        env.train_loss, env.train_acc = stats.train_loss, stats.train_acc
+        env.val_acc, env.val_loss = result.val_acc, result.val_loss
+        env.all_off_acc, env.committed_acc = result.all_off_acc, result.committed_acc
+        env.interaction_sums = dict(result.interaction_sums)
+        env.acc_history.append(result.val_acc)
+        for index, (slot_id, slot) in enumerate(env.model.seed_slots.items()):
+            if slot.state is None:
+                continue
+            if slot_id in result.contributions:
+                slot.record_contribution(result.contributions[slot_id])
+                env.counterfactual_age[slot_id] = 0
+            else:
+                env.counterfactual_age[slot_id] = env.counterfactual_age.get(slot_id, 0) + 1
+            if slot.seed_trainable:
+                slot.record_grad_norm(stats.seed_grad_norms[index])
+        env.signals = env.signal_tracker.update(epoch, result.val_loss, result.val_acc)
+        if env.signal_tracker.initiated_now:
+            emitters.emit_tamiyo_initiated(self.parts.hub, env, epoch)
+        return stats
+
+    def check_governor(self, env: ParallelEnvState, epoch: int) -> bool:
+        """Governor vital signs; on panic roll back to the last snapshot and prune live seeds."""
+        governor = env.runtime.governor
+        verdict = governor.check_vital_signs(env.val_loss)
+        if not verdict.panic:
+            governor.maybe_snapshot(epoch)
+            return False
+        env.lifecycle.epoch = epoch
+        report = governor.execute_rollback(epoch, verdict.reason)
+        env.runtime.reset_optimizer_state()
+        env.rollbacks += 1
+        emitters.emit_governor_rollback(self.parts.hub, env, epoch, verdict.reason, report.pruned_seed_ids)
+        return True
+
+    def execution_context(self, round_idx: int, epoch: int) -> actions.ExecutionContext:
+        return actions.ExecutionContext(
+            round_idx=round_idx,
+            epoch=epoch,
+            max_epochs=self.config.max_epochs,
+            run_seed=self.config.seed,
+            slot_config=self.parts.slot_config,
+            reward_mode=self.parts.reward_mode,
+            reward_config=self.parts.reward_config,
+            max_seeds=self.config.max_seeds,
+        )
+
+    def finish_round(self, envs: list[ParallelEnvState], round_idx: int, epoch_ms: list[float]) -> None:
+        """Episode outcomes, the policy update, round telemetry and throughput."""
+        hub = self.parts.hub
+        for env in envs:
+            emitters.emit_episode_outcome(hub, env, round_idx)
+        metrics = self.parts.policy.end_round()
+        if metrics is not None:
+            emitters.emit_ppo_round(hub, metrics, round_idx)
+            self.result.ppo_metrics.append(metrics)
+        summary = self.summarize(envs, round_idx, sum(epoch_ms) / 1000.0)
+        previous = rolling_mean(self.round_accuracies[:-1])
+        thresholds = (self.config.plateau_threshold, self.config.improvement_threshold)
+        emitters.emit_round_summary(hub, summary, previous, thresholds, envs)
+        emitters.emit_throughput(hub, round_idx, self.throughput(epoch_ms))
+        self.result.rounds.append(summary)
+
+    def summarize(self, envs: Sequence[ParallelEnvState], round_idx: int, seconds: float) -> BatchSummary:
+        finals = tuple(env.val_acc for env in envs)
+        totals = tuple(env.total_reward for env in envs)
+        mean_final = sum(finals) / len(finals)
+        self.round_accuracies.append(mean_final)
+        env_epochs = len(envs) * self.config.max_epochs
+        return BatchSummary(
+            round_idx=round_idx,
+            episodes_completed=(round_idx + 1) * len(envs),
+            mean_reward=sum(totals) / len(totals),
+            mean_final_accuracy=mean_final,
+            rolling_accuracy=rolling_mean(self.round_accuracies) or 0.0,
+            env_final_accuracies=finals,
+            env_total_rewards=totals,
+            rollbacks=sum(env.rollbacks for env in envs),
+            train_time_s=seconds,
+            env_epochs_per_s=env_epochs / seconds if seconds > 0 else 0.0,
+        )
+
+    def throughput(self, epoch_ms: Sequence[float]) -> dict[str, Any]:
+        n_envs = self.config.n_envs
+        step_ms = sum(epoch_ms) / max(len(epoch_ms), 1)
+        return {
+            "timer": "cuda_event" if self.parts.policy_device.type == "cuda" else "perf_counter",
+            "epochs": len(epoch_ms),
+            "step_time_ms": step_ms,
+            "fps": 1000.0 / step_ms if step_ms > 0 else 0.0,
+            "env_epochs_per_s": 1000.0 * n_envs / step_ms if step_ms > 0 else 0.0,
+            "samples_per_s": 1000.0 * n_envs * self.config.train_samples / step_ms if step_ms > 0 else 0.0,
+        }
+
+
+
+def rolling_mean(values: Sequence[float]) -> float | None:
+    """Mean of the last ROLLING_WINDOW values, None when there are none."""
+    window = list(values)[-ROLLING_WINDOW:]
+    return sum(window) / len(window) if window else None
