@@ -1,0 +1,305 @@
+"""Torch hooks behind `SyncCounter`: a function mode, a dispatch mode and temporary patches.
+
+- `_ExplicitSyncMode` (a `TorchFunctionMode`) classifies explicit host pulls: `.item()`, `.cpu()`,
+  `.tolist()`, `.numpy()`, `np.asarray(t)`, `bool/float/int/complex/operator.index(t)`, printing a
+  tensor, `x in t`, `.to("cpu")` / `.to(device=...)` / `.to(cpu_tensor)`, and `cpu_t.copy_(cuda_t)`.
+- `_ImplicitSyncMode` (a `TorchDispatchMode`) catches aten ops tagged `data_dependent_output` or
+  `dynamic_output_shape` (`nonzero`, `unique`, `masked_select`, `bincount`, `equal`,
+  `_local_scalar_dense` reached from inside torch, boolean-mask `index`, `repeat_interleave` without
+  `output_size`, `one_hot` without `num_classes`). Syncs already counted explicitly are not counted
+  twice: the explicit hook suppresses recording while the call it counted runs.
+- `torch.cuda.synchronize`, `torch.accelerator.synchronize`, `torch.cuda.Stream.synchronize` and
+  `torch.cuda.Event.synchronize` are replaced while a counter is active and restored on exit (also
+  when the body raised).
+- Tensor dunders that do not route through function modes in the running torch (probed once; in
+  torch 2.14 all of `__bool__/__float__/__int__/__index__/__complex__` do) are wrapped on
+  `torch.Tensor` while active, then restored.
+
+Reading failures: an event's kind names the hook that saw it; `implicit:<op>` names the aten op.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tripwire import sync
+
+_ROUTING_PROBES: dict[str, Callable[[torch.Tensor], object]] = {
+    "__bool__": bool,
+    "__float__": float,
+    "__int__": int,
+    "__index__": operator.index,
+    "__complex__": complex,
+}
+_DUNDER_KINDS = {"__bool__": "bool", "__float__": "float", "__int__": "int", "__index__": "index"}
+_DUNDER_KINDS["__complex__"] = "complex"
+
+_SIMPLE_KINDS: dict[Any, str] = {
+    torch.Tensor.item: "item",
+    torch.Tensor.cpu: "cpu",
+    torch.Tensor.tolist: "tolist",
+    torch.Tensor.numpy: "numpy",
+    torch.Tensor.__array__: "numpy",
+    torch.Tensor.__bool__: "bool",
+    torch.Tensor.is_nonzero: "bool",
+    torch.is_nonzero: "bool",
+    torch.Tensor.__float__: "float",
+    torch.Tensor.__int__: "int",
+    torch.Tensor.__index__: "index",
+    torch.Tensor.__complex__: "complex",
+    torch.Tensor.__format__: "format",
+    torch.Tensor.__repr__: "format",
+    torch.Tensor.__contains__: "contains",
+}
+
+_MASK_DTYPES = (torch.bool, torch.uint8)
+_NO_IMPLICIT = "-"
+_implicit_cache: dict[Any, str] = {}
+_routed_dunders: frozenset[str] | None = None
+_dispatch_installed = False
+
+
+@dataclass
+class Installation:
+    """What one `SyncCounter.__enter__` installed, so its `__exit__` removes exactly that."""
+
+    function_mode: TorchFunctionMode | None = None
+    dispatch_mode: TorchDispatchMode | None = None
+    restores: list[tuple[Any, str, bool, Any]] = field(default_factory=list)
+
+
+def _device_type(value: object) -> str | None:
+    """The device type a `.to()` argument names, or None when it names no device."""
+    if isinstance(value, torch.device):
+        return value.type
+    if isinstance(value, str):
+        return torch.device(value).type
+    if isinstance(value, torch.Tensor):
+        return value.device.type
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "cuda"
+    return None
+
+
+def _to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Kind of a `Tensor.to(...)` call: `to_cpu`/`to_cpu_nonblocking` for a CPU target, else None."""
+    target = _device_type(kwargs["device"]) if kwargs.get("device") is not None else None
+    non_blocking = bool(kwargs.get("non_blocking", False))
+    for arg in args[1:]:
+        if target is None and not isinstance(arg, (bool, torch.dtype)):
+            target = _device_type(arg)
+        elif isinstance(arg, bool):
+            non_blocking = non_blocking or arg
+            break
+    if target != "cpu":
+        return None
+    return "to_cpu_nonblocking" if non_blocking else "to_cpu"
+
+
+def _copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Kind of `dst.copy_(src)`: `copy_to_cpu` when a CPU tensor receives accelerator data."""
+    destination, source = args[0], args[1] if len(args) > 1 else kwargs.get("src")
+    if not isinstance(source, torch.Tensor) or destination.device.type != "cpu":
+        return None
+    if source.device.type in ("cpu", "meta"):
+        return None
+    non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+    return "copy_to_cpu_nonblocking" if non_blocking else "copy_to_cpu"
+
+
+def _call_counted(kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Record `kind`, then run `func` with recording suppressed so nothing inside counts twice."""
+    sync.deliver(kind)
+    local = sync._LOCAL
+    local.suppress += 1
+    try:
+        return func(*args, **kwargs)
+    finally:
+        local.suppress -= 1
+
+
+class _ExplicitSyncMode(TorchFunctionMode):
+    """Function mode recording explicit host pulls (see the module docstring)."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        kind = _SIMPLE_KINDS.get(func)
+        if kind is None:
+            if func is torch.Tensor.to:
+                kind = _to_kind(args, kwargs)
+            elif func is torch.Tensor.copy_:
+                kind = _copy_kind(args, kwargs)
+            if kind is None:
+                return func(*args, **kwargs)
+        return _call_counted(kind, func, args, kwargs)
+
+
+def _static_implicit_kind(func: Any) -> str:
+    """Per-op part of the implicit classification (cached): a kind, `mask`, `rep`, `onehot` or `-`."""
+    tags = getattr(func, "tags", ())
+    if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
+        return _NO_IMPLICIT
+    name = func._schema.name.split("::", 1)[-1]
+    if name == "index":
+        return "mask"
+    if name == "repeat_interleave":
+        return "rep"
+    if name == "one_hot":
+        return "onehot"
+    return f"implicit:{name}"
+
+
+def _implicit_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Kind of an aten call that must read device data to size or produce its output, else None."""
+    static = _implicit_cache.get(func)
+    if static is None:
+        static = _implicit_cache[func] = _static_implicit_kind(func)
+    if static == _NO_IMPLICIT:
+        return None
+    if static == "mask":
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        masked = any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
+        return "implicit:index(mask)" if masked else None
+    if static == "rep":
+        return None if kwargs.get("output_size") is not None else "implicit:repeat_interleave"
+    if static == "onehot":
+        classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+        return "implicit:one_hot" if classes == -1 else None
+    return static
+
+
+class _ImplicitSyncMode(TorchDispatchMode):
+    """Dispatch mode recording data-dependent aten ops (see the module docstring)."""
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        kind = _implicit_kind(func, args, kwargs)
+        if kind is not None:
+            sync.deliver(kind, implicit=True)
+        return func(*args, **kwargs)
+
+
+class _RoutingProbe(TorchFunctionMode):
+    """Records which tensor dunders reach function modes in this torch build."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        self.seen.add(getattr(func, "__name__", ""))
+        return func(*args, **(kwargs or {}))
+
+
+def routed_dunders() -> frozenset[str]:
+    """Names of the scalar-conversion dunders that route through function modes (probed once)."""
+    global _routed_dunders
+    if _routed_dunders is None:
+        probe = _RoutingProbe()
+        value = torch.ones((), dtype=torch.int64)
+        with probe:
+            for convert in _ROUTING_PROBES.values():
+                convert(value)
+        _routed_dunders = frozenset(name for name in _ROUTING_PROBES if name in probe.seen)
+    return _routed_dunders
+
+
+def _counted_call(kind: str, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Replacement body for a patched sync function."""
+    return _call_counted(kind, original, args, kwargs)
+
+
+def _counted_method(self: Any, kind: str, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Replacement body for a patched sync method (bound through `functools.partialmethod`)."""
+    return _call_counted(kind, original, (self, *args), kwargs)
+
+
+def _patch(installation: Installation, owner: Any, name: str, replacement: Any) -> None:
+    """Replace `owner.name`, remembering how to restore it."""
+    had_own = name in vars(owner)
+    installation.restores.append((owner, name, had_own, vars(owner).get(name)))
+    setattr(owner, name, replacement)
+
+
+def _patch_sync_functions(installation: Installation) -> None:
+    """Patch the explicit synchronize entry points and any unrouted dunders."""
+    _patch(installation, torch.cuda, "synchronize", functools.partial(_counted_call, "cuda_synchronize",
+                                                                       torch.cuda.synchronize))
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "synchronize"):
+        replacement = functools.partial(_counted_call, "accelerator_synchronize", accelerator.synchronize)
+        _patch(installation, accelerator, "synchronize", replacement)
+    for owner, kind in ((torch.cuda.Stream, "stream_synchronize"), (torch.cuda.Event, "event_synchronize")):
+        method = functools.partialmethod(_counted_method, kind, owner.synchronize)
+        _patch(installation, owner, "synchronize", method)
+    for name in sorted(set(_DUNDER_KINDS) - routed_dunders()):
+        method = functools.partialmethod(_counted_method, _DUNDER_KINDS[name], getattr(torch.Tensor, name))
+        _patch(installation, torch.Tensor, name, method)
+
+
+def install(*, implicit: bool) -> Installation:
+    """Install what is not yet installed: modes on this thread, patches process-wide."""
+    global _dispatch_installed
+    installation = Installation()
+    try:
+        if not sync._STATE.counters:
+            sync._set_skip_prefixes((os.path.dirname(torch.__file__) + os.sep, sync._TRIPWIRE_DIR))
+            routed_dunders()
+            _patch_sync_functions(installation)
+            installation.function_mode = _ExplicitSyncMode()
+            installation.function_mode.__enter__()
+        if implicit and not _dispatch_installed:
+            installation.dispatch_mode = _ImplicitSyncMode()
+            installation.dispatch_mode.__enter__()
+            _dispatch_installed = True
+    except BaseException:
+        uninstall(installation)
+        raise
+    return installation
+
+
+def uninstall(installation: Installation) -> None:
+    """Undo `install` in reverse order; patches are restored even if popping a mode fails."""
+    global _dispatch_installed
+    try:
+        if installation.dispatch_mode is not None:
+            _dispatch_installed = False
+            installation.dispatch_mode.__exit__(None, None, None)
+        if installation.function_mode is not None:
+            installation.function_mode.__exit__(None, None, None)
+    finally:
+        for owner, name, had_own, original in reversed(installation.restores):
+            if had_own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+        installation.restores.clear()

@@ -1,0 +1,358 @@
+"""Sync-point accounting: count host synchronizations per named hot-path region, with call sites.
+
+Mark hot-path code with `hot_path("name")` (a context manager or decorator). While a `SyncCounter` is
+active, every host synchronization is recorded as a `SyncEvent(kind, region, site, function)`:
+
+- `region` is the INNERMOST enclosing `hot_path` name (`"<outside>"` when in none), so wrapping a
+  region in a new outer region during a refactor does not move its budget; the full nesting is kept
+  in `SyncEvent.region_path` (`"epoch/train_pass"`) for messages.
+- `site` is `file:line` of the first frame outside torch and tripwire (relative to the working
+  directory when under it) and `function` that frame's qualified name.
+- `kind` says what synced: `item`, `cpu`, `tolist`, `numpy`, `bool`, `float`, `int`, `index`,
+  `complex`, `format` (printing a tensor), `contains`, `to_cpu`, `to_cpu_nonblocking`,
+  `copy_to_cpu`, `cuda_synchronize`, `accelerator_synchronize`, `stream_synchronize`,
+  `event_synchronize`, `timer_sync` (a `tripwire.timing.CUDATimer` reading its end event; it counts,
+  because it is a real sync) and `implicit:<op>` for ops whose output size or value depends on data
+  (`nonzero`, boolean-mask indexing, `unique`, `_local_scalar_dense`, ...; see `_sync_hooks`).
+
+Counts are device-independent: on CPU these are "would-sync" sites (`.item()` on a CPU tensor counts
+the same as on CUDA), so one budget serves CPU CI and GPU runs. With no counter active, entering a
+region costs one global check: no torch mode is pushed and no stack is walked.
+
+Limits: tensor-method syncs are seen on the thread that entered the counter (torch function modes
+are thread-local); patched `synchronize` functions are seen on every thread. A reference taken
+before the counter started (`sync = torch.cuda.synchronize`) bypasses the patch.
+
+Budgets (`SyncBudget`, `check_budget`, `write_budget`) live in `tripwire.budget` and are re-exported
+here; see that module for how to read a budget failure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections import Counter
+from contextlib import ContextDecorator
+from dataclasses import dataclass
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, Any
+
+from tripwire.budget import (
+    BudgetReport,
+    RegionProblem,
+    ScalingReport,
+    SiteCount,
+    SyncBudget,
+    check_budget,
+    check_scaling,
+    write_budget,
+)
+
+if TYPE_CHECKING:
+    from tripwire._sync_hooks import Installation
+
+__all__ = [
+    "OUTSIDE",
+    "BudgetReport",
+    "RegionProblem",
+    "ScalingReport",
+    "SiteCount",
+    "SyncBudget",
+    "SyncCounter",
+    "SyncEvent",
+    "check_budget",
+    "check_scaling",
+    "hot_path",
+    "ignore_syncs",
+    "record_sync",
+    "sync_kind",
+    "write_budget",
+]
+
+OUTSIDE = "<outside>"
+_TRIPWIRE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+@dataclass(frozen=True)
+class SyncEvent:
+    """One host synchronization: what synced, in which region, from which call site."""
+
+    kind: str
+    region: str
+    site: str
+    function: str
+    region_path: str = OUTSIDE
+
+
+class _GlobalState:
+    """Process-wide switches read on the hot path; plain attributes, so a check is one lookup."""
+
+    def __init__(self) -> None:
+        self.active = 0  # number of active SyncCounters (all threads)
+        self.pushed = 0  # hot_path entries currently on some thread's region stack
+        self.counters: list[SyncCounter] = []
+        self.root = ""
+        self.skip_prefixes: tuple[str, ...] = (_TRIPWIRE_DIR,)
+
+
+class _ThreadState(threading.local):
+    """Per-thread region stack, suppression depth and relabelling."""
+
+    def __init__(self) -> None:
+        self.regions: list[tuple[hot_path, str]] = []
+        self.suppress = 0
+        self.label: str | None = None
+
+
+_STATE = _GlobalState()
+_LOCAL = _ThreadState()
+
+
+class hot_path(ContextDecorator):  # noqa: N801 - reads as a function at call sites
+    """Name a hot-path region: `with hot_path("train_pass"):` or `@hot_path("train_pass")`.
+
+    Names must be non-empty and contain no "/" (the separator of `SyncEvent.region_path`).
+    An instance may be kept at module level and re-entered, recursively too.
+    """
+
+    def __init__(self, name: str) -> None:
+        if not name or "/" in name:
+            raise ValueError(f"hot_path name must be non-empty and contain no '/': {name!r}")
+        self.name = name
+
+    def __enter__(self) -> hot_path:
+        if _STATE.active:
+            _LOCAL.regions.append((self, self.name))
+            _STATE.pushed += 1
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if _STATE.pushed:
+            regions = _LOCAL.regions
+            if regions and regions[-1][0] is self:
+                regions.pop()
+                _STATE.pushed -= 1
+
+
+class ignore_syncs(ContextDecorator):  # noqa: N801
+    """Do not record syncs made inside (test bookkeeping such as digests; never trainer code)."""
+
+    def __enter__(self) -> None:
+        _LOCAL.suppress += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        _LOCAL.suppress -= 1
+
+
+class sync_kind(ContextDecorator):  # noqa: N801
+    """Record every sync made inside under `kind` (e.g. the timer's end-event wait as `timer_sync`)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._previous: list[str | None] = []
+
+    def __enter__(self) -> None:
+        self._previous.append(_LOCAL.label)
+        _LOCAL.label = self.kind
+
+    def __exit__(self, *exc_info: object) -> None:
+        _LOCAL.label = self._previous.pop()
+
+
+def record_sync(kind: str) -> None:
+    """Record a sync tripwire cannot see (C extensions, custom kernels, CPU timer fallbacks)."""
+    if _STATE.active:
+        deliver(kind)
+
+
+def deliver(kind: str, *, implicit: bool = False) -> None:
+    """Record one sync of `kind` at the current call site to every active counter (hook entry)."""
+    local = _LOCAL
+    if local.suppress:
+        return
+    if local.label is not None:
+        kind = local.label
+    site, function = _call_site()
+    regions = local.regions
+    region = regions[-1][1] if regions else OUTSIDE
+    path = "/".join(name for _, name in regions) if regions else OUTSIDE
+    event = SyncEvent(kind, region, site, function, path)
+    for counter in list(_STATE.counters):
+        if implicit and not counter.implicit:
+            continue
+        counter.events.append(event)
+
+
+def _call_site() -> tuple[str, str]:
+    """`(file:line, function)` of the innermost frame outside torch and tripwire."""
+    frame: FrameType | None = sys._getframe(1)
+    prefixes = _STATE.skip_prefixes
+    while frame is not None and frame.f_code.co_filename.startswith(prefixes):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>", "<unknown>"
+    return f"{relative_path(frame.f_code.co_filename)}:{frame.f_lineno}", frame.f_code.co_qualname
+
+
+def relative_path(filename: str) -> str:
+    """`filename` relative to the counter's root directory when under it, else unchanged."""
+    root = _STATE.root
+    if root and filename.startswith(root):
+        return filename[len(root) :]
+    return filename
+
+
+class SyncCounter:
+    """Record every host sync while active (`with SyncCounter() as counter:`); counters may nest.
+
+    `implicit` (default on) also records data-dependent ops found by dispatch tags (`nonzero`, mask
+    indexing, ...). `cuda_cross_check` additionally runs under `torch.cuda.set_sync_debug_mode("warn")`
+    and counts torch's own sync warnings into `cuda_sync_warnings`; without CUDA it is skipped and
+    `cross_check_note` says why.
+    """
+
+    def __init__(self, *, implicit: bool = True, cuda_cross_check: bool = False) -> None:
+        self.implicit = implicit
+        self.cuda_cross_check = cuda_cross_check
+        self.events: list[SyncEvent] = []
+        self.cuda_sync_warnings: int | None = None
+        self.cuda_warning_sites: Counter[str] = Counter()
+        self.cross_check_note = ""
+        self._installation: Installation | None = None
+        self._warning_log: list[warnings.WarningMessage] | None = None
+        self._warning_guard: warnings.catch_warnings | None = None
+        self._previous_debug_mode: int | None = None
+
+    def __enter__(self) -> SyncCounter:
+        from tripwire import _sync_hooks
+
+        if not _STATE.counters:
+            _STATE.root = os.getcwd() + os.sep
+        self._installation = _sync_hooks.install(implicit=self.implicit)
+        _STATE.counters.append(self)
+        _STATE.active += 1
+        if self.cuda_cross_check:
+            self._start_cross_check()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        from tripwire import _sync_hooks
+
+        try:
+            if self.cuda_cross_check:
+                self._stop_cross_check()
+        finally:
+            _STATE.active -= 1
+            _STATE.counters.remove(self)
+            installation, self._installation = self._installation, None
+            if installation is not None:
+                _sync_hooks.uninstall(installation)
+
+    def _start_cross_check(self) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            self.cross_check_note = "cuda_cross_check skipped: torch.cuda.is_available() is False"
+            return
+        self._previous_debug_mode = torch.cuda.get_sync_debug_mode()
+        self._warning_guard = warnings.catch_warnings(record=True)
+        self._warning_log = self._warning_guard.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def _stop_cross_check(self) -> None:
+        if self._warning_guard is None or self._warning_log is None:
+            return
+        import torch
+
+        torch.cuda.set_sync_debug_mode(self._previous_debug_mode or 0)
+        self._warning_guard.__exit__(None, None, None)
+        recorded, self._warning_log, self._warning_guard = self._warning_log, None, None
+        self.cuda_sync_warnings = 0
+        for message in recorded:
+            if "synchronizing CUDA operation" in str(message.message):
+                self.cuda_sync_warnings += 1
+                self.cuda_warning_sites[f"{relative_path(message.filename)}:{message.lineno}"] += 1
+            else:
+                warnings.warn_explicit(message.message, message.category, message.filename, message.lineno)
+
+    @property
+    def total(self) -> int:
+        """Number of syncs recorded."""
+        return len(self.events)
+
+    def counts_by_region(self, *, by_path: bool = False) -> dict[str, int]:
+        """Syncs per region (innermost name, or the full "outer/inner" path), sorted by region."""
+        counts = Counter(event.region_path if by_path else event.region for event in self.events)
+        return dict(sorted(counts.items()))
+
+    def counts_by_kind(self, region: str | None = None) -> dict[str, int]:
+        """Syncs per kind, over all regions or one."""
+        counts = Counter(e.kind for e in self.events if region is None or e.region == region)
+        return dict(sorted(counts.items()))
+
+    def sites(self, region: str) -> Counter[str]:
+        """Syncs per call site (`file:line`) within `region`."""
+        return Counter(event.site for event in self.events if event.region == region)
+
+    def sites_by_region(self) -> dict[str, Counter[str]]:
+        """`sites(region)` for every region that synced."""
+        return {region: self.sites(region) for region in self.counts_by_region()}
+
+    def site_details(self, region: str) -> dict[str, tuple[str, Counter[str]]]:
+        """Per call site in `region`: (function, syncs per kind); used by budget reports."""
+        details: dict[str, tuple[str, Counter[str]]] = {}
+        for event in self.events:
+            if event.region == region:
+                details.setdefault(event.site, (event.function, Counter()))[1][event.kind] += 1
+        return details
+
+    def clear(self) -> None:
+        """Forget the events recorded so far (e.g. after warm-up); the counter stays active."""
+        self.events.clear()
+
+    def format(self) -> str:
+        """A per-region table of counts and call sites, for logs and failure messages."""
+        if not self.events:
+            return "no host syncs recorded"
+        lines = [f"{self.total} host syncs recorded:"]
+        for region, count in self.counts_by_region().items():
+            lines.append(f"  region {region!r}: {count}")
+            for site, (function, kinds) in sorted(self.site_details(region).items()):
+                kind_text = ", ".join(f"{k}×{n}" for k, n in sorted(kinds.items()))
+                lines.append(f"    {site} in {function}  [{kind_text}]")
+        if self.cuda_sync_warnings is not None:
+            lines.append(f"  cuda sync-debug warnings: {self.cuda_sync_warnings}")
+        if self.cross_check_note:
+            lines.append(f"  {self.cross_check_note}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"SyncCounter(total={self.total}, regions={self.counts_by_region()})"
+
+
+def _set_skip_prefixes(prefixes: tuple[str, ...]) -> None:
+    """Set the directories whose frames are never a call site (hook installer use)."""
+    _STATE.skip_prefixes = prefixes
+
+
+def _current_regions() -> list[str]:
+    """The current thread's region names, outermost first (tests and diagnostics)."""
+    return [name for _, name in _LOCAL.regions]
+
+
+def _active_counters() -> list[Any]:
+    """Active counters, outermost first (diagnostics)."""
+    return list(_STATE.counters)
