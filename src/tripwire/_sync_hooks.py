@@ -252,8 +252,12 @@ def _patch(installation: Installation, owner: Any, name: str, replacement: Any) 
 
 def _patch_sync_functions(installation: Installation) -> None:
     """Patch the explicit synchronize entry points and any unrouted dunders."""
-    _patch(installation, torch.cuda, "synchronize", functools.partial(_counted_call, "cuda_synchronize",
-                                                                       torch.cuda.synchronize))
+    _patch(
+        installation,
+        torch.cuda,
+        "synchronize",
+        functools.partial(_counted_call, "cuda_synchronize", torch.cuda.synchronize),
+    )
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None and hasattr(accelerator, "synchronize"):
         replacement = functools.partial(_counted_call, "accelerator_synchronize", accelerator.synchronize)

@@ -177,7 +177,9 @@ def check_budget(
         counts = counter_or_counts.counts_by_region()
     else:
         source, counts = None, dict(counter_or_counts)
-    over, unbudgeted, under = [], [], []
+    over: list[RegionProblem] = []
+    unbudgeted: list[RegionProblem] = []
+    under: list[RegionProblem] = []
     for region in sorted(set(counts) | set(budget.regions)):
         count, allowed = counts.get(region, 0), budget.regions.get(region)
         if allowed is not None and count == allowed:

@@ -148,5 +148,6 @@ def rng_digest(generator: torch.Generator | None = None, *, include_cuda: bool |
     except ImportError:  # pragma: no cover - numpy ships with torch wheels
         return digests
     kind, keys, pos, has_gauss, cached = numpy.random.get_state(legacy=True)
-    digests["numpy.random"] = value_digest([kind, keys.tobytes().hex(), int(pos), int(has_gauss), float(cached)])
+    key_bytes = numpy.asarray(keys).tobytes().hex()
+    digests["numpy.random"] = value_digest([kind, key_bytes, int(pos), int(has_gauss), float(cached)])
     return digests

@@ -110,7 +110,7 @@ _STATE = _GlobalState()
 _LOCAL = _ThreadState()
 
 
-class hot_path(ContextDecorator):  # noqa: N801 - reads as a function at call sites
+class hot_path(ContextDecorator):
     """Name a hot-path region: `with hot_path("train_pass"):` or `@hot_path("train_pass")`.
 
     Names must be non-empty and contain no "/" (the separator of `SyncEvent.region_path`).
@@ -141,7 +141,7 @@ class hot_path(ContextDecorator):  # noqa: N801 - reads as a function at call si
                 _STATE.pushed -= 1
 
 
-class ignore_syncs(ContextDecorator):  # noqa: N801
+class ignore_syncs(ContextDecorator):
     """Do not record syncs made inside (test bookkeeping such as digests; never trainer code)."""
 
     def __enter__(self) -> None:
@@ -151,7 +151,7 @@ class ignore_syncs(ContextDecorator):  # noqa: N801
         _LOCAL.suppress -= 1
 
 
-class sync_kind(ContextDecorator):  # noqa: N801
+class sync_kind(ContextDecorator):
     """Record every sync made inside under `kind` (e.g. the timer's end-event wait as `timer_sync`)."""
 
     def __init__(self, kind: str) -> None:

@@ -105,9 +105,7 @@ def augment_batch(x: Tensor, generator: torch.Generator) -> Tensor:
     flip = torch.rand(batch, generator=generator, device=device) < 0.5
     rows = offsets[0].unsqueeze(1) + torch.arange(height, device=device)  # [B, H]
     cols_ascending = torch.arange(width, device=device)
-    cols = offsets[1].unsqueeze(1) + torch.where(
-        flip.unsqueeze(1), cols_ascending.flip(0), cols_ascending
-    )  # [B, W]
+    cols = offsets[1].unsqueeze(1) + torch.where(flip.unsqueeze(1), cols_ascending.flip(0), cols_ascending)  # [B, W]
     row_index = rows.view(batch, 1, height, 1).expand(batch, channels, height, width + 2 * pad)
     picked_rows = padded.gather(2, row_index)
     col_index = cols.view(batch, 1, 1, width).expand(batch, channels, height, width)

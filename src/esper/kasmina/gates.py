@@ -89,9 +89,7 @@ def _g5_failures(state: SeedState, permissive: bool) -> list[str]:
     return failures
 
 
-def evaluate_gate(
-    state: SeedState, target: SeedStage, controller: AlphaController, *, permissive: bool
-) -> GateResult:
+def evaluate_gate(state: SeedState, target: SeedStage, controller: AlphaController, *, permissive: bool) -> GateResult:
     """Evaluate the gate guarding `state.stage -> target`; the move itself must be in `ADVANCE_TARGETS`."""
     if ADVANCE_TARGETS.get(state.stage) != target:
         return refuse(target, f"{state.stage.name} -> {target.name} is not a gated advance")

@@ -36,9 +36,7 @@ class CNNHost(nn.Module):
     def __init__(self, spec: TaskSpec, *, init_seed: int | None = None) -> None:
         super().__init__()
         if spec.num_pool_layers > spec.n_blocks:
-            raise ValueError(
-                f"task {spec.name!r}: pool_layers={spec.num_pool_layers} exceeds n_blocks={spec.n_blocks}"
-            )
+            raise ValueError(f"task {spec.name!r}: pool_layers={spec.num_pool_layers} exceeds n_blocks={spec.n_blocks}")
         self.spec = spec
         self.num_blocks = spec.n_blocks
         self.num_pool_layers = spec.num_pool_layers
@@ -52,9 +50,7 @@ class CNNHost(nn.Module):
     def _build(self, spec: TaskSpec) -> None:
         channels = [spec.block_channels(i) for i in range(spec.n_blocks)]
         in_channels = [spec.in_channels, *channels[:-1]]
-        self.blocks = nn.ModuleList(
-            ConvBlock(cin, cout, spec.kernel_size) for cin, cout in zip(in_channels, channels)
-        )
+        self.blocks = nn.ModuleList(ConvBlock(cin, cout, spec.kernel_size) for cin, cout in zip(in_channels, channels))
         self.pool = nn.MaxPool2d(2)
         self.classifier = nn.Linear(channels[-1], spec.num_classes)
 

@@ -21,6 +21,21 @@ _HOST_PREFIX = "host."
 _SLOTS_PREFIX = "seed_slots."
 
 
+class SlotDict(nn.ModuleDict):
+    """An `nn.ModuleDict` of SeedSlots, typed so callers need no casts."""
+
+    def __getitem__(self, key: str) -> SeedSlot:
+        slot = super().__getitem__(key)
+        assert isinstance(slot, SeedSlot)
+        return slot
+
+    def values(self) -> list[SeedSlot]:  # type: ignore[override]
+        return [self[key] for key in self.keys()]
+
+    def items(self) -> list[tuple[str, SeedSlot]]:  # type: ignore[override]
+        return [(key, self[key]) for key in self.keys()]
+
+
 class MorphogeneticModel(nn.Module):
     """A host plus one SeedSlot per enabled slot id."""
 
@@ -42,11 +57,9 @@ class MorphogeneticModel(nn.Module):
             )
         self.host = host
         self.slot_config = config
-        self.seed_slots = nn.ModuleDict(
+        self.seed_slots = SlotDict(
             {
-                slot_id: SeedSlot(
-                    slot_id, legal[slot_id], permissive_gates=permissive_gates, on_event=on_event
-                )
+                slot_id: SeedSlot(slot_id, legal[slot_id], permissive_gates=permissive_gates, on_event=on_event)
                 for slot_id in config.slot_ids
             }
         )
@@ -65,9 +78,7 @@ class MorphogeneticModel(nn.Module):
 
     def slot(self, slot_id: str) -> SeedSlot:
         """The SeedSlot for `slot_id` (typed access to `seed_slots`)."""
-        slot = self.seed_slots[slot_id]
-        assert isinstance(slot, SeedSlot)
-        return slot
+        return self.seed_slots[slot_id]
 
     def slots(self) -> list[SeedSlot]:
         """All slots, in SlotConfig (row-major) order."""
@@ -123,9 +134,7 @@ class MorphogeneticModel(nn.Module):
     # ------------------------------------------------------------------ snapshot / rollback
 
     def _snapshot_keys(self) -> list[str]:
-        fossilized = [
-            f"{_SLOTS_PREFIX}{slot.slot_id}." for slot in self.slots() if slot.stage == SeedStage.FOSSILIZED
-        ]
+        fossilized = [f"{_SLOTS_PREFIX}{slot.slot_id}." for slot in self.slots() if slot.stage == SeedStage.FOSSILIZED]
         return [
             key
             for key in self.state_dict()

@@ -168,9 +168,7 @@ class SeedSlot(nn.Module):
     ) -> None:
         """Plant a new seed (DORMANT -> GERMINATED), initialised deterministically from `init_seed`."""
         if self.state is not None:
-            raise LifecycleError(
-                f"slot {self.slot_id} is {self.stage.name}: germinate needs an empty (DORMANT) slot"
-            )
+            raise LifecycleError(f"slot {self.slot_id} is {self.stage.name}: germinate needs an empty (DORMANT) slot")
         if not seed_id:
             raise LifecycleError(f"slot {self.slot_id}: G0 failed, a seed_id is required")
         if not 0.0 < alpha_target <= 1.0:
@@ -379,9 +377,7 @@ class SeedSlot(nn.Module):
         elif new_stage == SeedStage.DORMANT:
             self._clear()
         self._sync_requires_grad()
-        self._emit(
-            TelemetryEventType.SEED_STAGE_CHANGED, state.seed_id, stage_changed_payload(state, self.alpha)
-        )
+        self._emit(TelemetryEventType.SEED_STAGE_CHANGED, state.seed_id, stage_changed_payload(state, self.alpha))
         if new_stage == SeedStage.FOSSILIZED:
             payload = fossilized_payload(state, self.seed_param_count, self.alpha)
             self._emit(TelemetryEventType.SEED_FOSSILIZED, state.seed_id, payload)

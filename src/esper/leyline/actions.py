@@ -186,9 +186,7 @@ def head_sizes(num_slots: int) -> dict[str, int]:
 HEAD_RELEVANCE_BY_OP: dict[LifecycleOp, frozenset[str]] = {
     LifecycleOp.WAIT: frozenset({"op"}),
     LifecycleOp.GERMINATE: frozenset({"op", "slot", "blueprint", "style", "tempo", "alpha_target"}),
-    LifecycleOp.SET_ALPHA_TARGET: frozenset(
-        {"op", "slot", "style", "alpha_target", "alpha_speed", "alpha_curve"}
-    ),
+    LifecycleOp.SET_ALPHA_TARGET: frozenset({"op", "slot", "style", "alpha_target", "alpha_speed", "alpha_curve"}),
     LifecycleOp.PRUNE: frozenset({"op", "slot", "alpha_speed", "alpha_curve"}),
     LifecycleOp.FOSSILIZE: frozenset({"op", "slot"}),
     LifecycleOp.ADVANCE: frozenset({"op", "slot"}),

@@ -138,7 +138,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from esper.simic.training.config import ConfigError
     from esper.tolaria.devices import DeviceError
 
-    return (ConfigError, SlotIdError, UnknownTaskError, DeviceError, CheckpointError, DataDirectoryError, TelemetryPathError)
+    return (
+        ConfigError,
+        SlotIdError,
+        UnknownTaskError,
+        DeviceError,
+        CheckpointError,
+        DataDirectoryError,
+        TelemetryPathError,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

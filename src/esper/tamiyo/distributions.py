@@ -35,9 +35,7 @@ class MaskedCategorical:
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
         """One draw per row (int64, shape = logits.shape[:-1]), via Gumbel-max on the masked logits."""
-        uniform = torch.rand(
-            self.logits.shape, generator=generator, device=self.logits.device, dtype=torch.float32
-        )
+        uniform = torch.rand(self.logits.shape, generator=generator, device=self.logits.device, dtype=torch.float32)
         gumbel = -torch.log(-torch.log(uniform.clamp_min(_TINY)))
         scores = (self.log_probs_all + gumbel).masked_fill(~self.mask, float("-inf"))
         return scores.argmax(dim=-1)
@@ -51,9 +49,7 @@ class MaskedCategorical:
 
     def entropy(self) -> torch.Tensor:
         """Entropy over the valid values divided by log(#valid); 0 where a single value is valid."""
-        p_log_p = torch.where(
-            self.mask, self.probs * self.log_probs_all, torch.zeros_like(self.log_probs_all)
-        )
+        p_log_p = torch.where(self.mask, self.probs * self.log_probs_all, torch.zeros_like(self.log_probs_all))
         raw = -p_log_p.sum(dim=-1)
         num_valid = self.mask.sum(dim=-1)
         max_entropy = torch.log(num_valid.clamp_min(2).to(raw.dtype))

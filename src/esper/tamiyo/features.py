@@ -116,9 +116,7 @@ class SlotObservation:
 
     def __post_init__(self) -> None:
         if not 0 <= self.blueprint_index < NUM_BLUEPRINT_EMBEDDINGS:
-            raise ValueError(
-                f"blueprint_index must be in [0, {NUM_BLUEPRINT_EMBEDDINGS}), got {self.blueprint_index}"
-            )
+            raise ValueError(f"blueprint_index must be in [0, {NUM_BLUEPRINT_EMBEDDINGS}), got {self.blueprint_index}")
 
     @classmethod
     def empty(cls) -> SlotObservation:
@@ -205,9 +203,7 @@ def _base_features(
 def _slot_features(slot: SlotObservation, max_epochs: int) -> list[float]:
     stage_one_hot = [0.0] * NUM_STAGES
     stage_one_hot[STAGE_ONEHOT_INDEX[slot.stage]] = 1.0
-    contribution = (
-        NOT_MEASURED if slot.contribution is None else _clip1(slot.contribution / _CONTRIBUTION_SCALE_PP)
-    )
+    contribution = NOT_MEASURED if slot.contribution is None else _clip1(slot.contribution / _CONTRIBUTION_SCALE_PP)
     algorithm = NOT_MEASURED if slot.alpha_algorithm is None else (int(slot.alpha_algorithm) - 1) / 2.0
     grad_norm = NOT_MEASURED if slot.grad_norm is None else min(_symlog(slot.grad_norm), _GRAD_NORM_CAP)
     freshness = NOT_MEASURED if slot.counterfactual_age < 0 else FRESHNESS_GAMMA**slot.counterfactual_age
@@ -246,13 +242,10 @@ def batch_features(
     obs = torch.tensor(rows, dtype=torch.float32)
     blueprints = torch.tensor(blueprint_indices, dtype=torch.int64)
     if obs.ndim != 2 or blueprints.ndim != 2:
-        raise ValueError(
-            f"expected 2-D batches, got obs {tuple(obs.shape)} and blueprints {blueprints.shape}"
-        )
+        raise ValueError(f"expected 2-D batches, got obs {tuple(obs.shape)} and blueprints {blueprints.shape}")
     if obs.shape[1] != state_dim(blueprints.shape[1]):
         raise ValueError(
-            f"rows are {obs.shape[1]} wide but {blueprints.shape[1]} slots need "
-            f"{state_dim(blueprints.shape[1])}"
+            f"rows are {obs.shape[1]} wide but {blueprints.shape[1]} slots need {state_dim(blueprints.shape[1])}"
         )
     return obs.to(device), blueprints.to(device)
 

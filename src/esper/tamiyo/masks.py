@@ -148,9 +148,7 @@ def stack_masks(per_env: Sequence[dict[str, torch.Tensor]], device: torch.device
     for env, masks in enumerate(per_env):
         for key in MASK_KEYS:
             if tuple(masks[key].shape) != shapes[key]:
-                raise ValueError(
-                    f"env {env} mask {key!r} is {tuple(masks[key].shape)}, env 0's is {shapes[key]}"
-                )
+                raise ValueError(f"env {env} mask {key!r} is {tuple(masks[key].shape)}, env 0's is {shapes[key]}")
     # Flatten every env's masks into one row, move the [K, total] block once, then split it back into views.
     flat = torch.stack([torch.cat([masks[key].reshape(-1) for key in MASK_KEYS]) for masks in per_env])
     flat = flat.to(device)

@@ -93,9 +93,7 @@ class SignalTracker:
             return
         improvement = prev - val_loss
         is_stable_epoch = (
-            improvement >= 0.0
-            and improvement / prev < STABILIZATION_THRESHOLD
-            and val_loss < prev * DIVERGENCE_FACTOR
+            improvement >= 0.0 and improvement / prev < STABILIZATION_THRESHOLD and val_loss < prev * DIVERGENCE_FACTOR
         )
         self._stable_count = self._stable_count + 1 if is_stable_epoch else 0
         if self._stable_count >= STABILIZATION_EPOCHS:

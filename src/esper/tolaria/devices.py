@@ -24,7 +24,9 @@ def resolve_device(text: str) -> torch.device:
         raise DeviceError(f"device {text!r} requested but CUDA is not available here: pass --device cpu")
     index = 0 if device.index is None else device.index
     if index >= torch.cuda.device_count():
-        raise DeviceError(f"device {text!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        raise DeviceError(
+            f"device {text!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
     return torch.device("cuda", index)
 
 

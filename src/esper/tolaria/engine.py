@@ -287,4 +287,3 @@ def gather_rows(rows: Sequence[Tensor]) -> list[list[float]]:
                 out[i] = flat[offset : offset + lengths[i]]
                 offset += lengths[i]
     return out
-

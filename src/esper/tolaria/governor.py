@@ -56,9 +56,7 @@ class RollbackReport:
 class TolariaGovernor:
     """One per env: snapshot, vital signs and rollback of a `MorphogeneticModel`."""
 
-    def __init__(
-        self, model: MorphogeneticModel, *, num_classes: int, death_penalty: float = DEATH_PENALTY
-    ) -> None:
+    def __init__(self, model: MorphogeneticModel, *, num_classes: int, death_penalty: float = DEATH_PENALTY) -> None:
         self.model = model
         self.chance_loss = math.log(num_classes)
         self.death_penalty = death_penalty

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -140,7 +141,11 @@ def test_ratio_penalty_needs_contribution_above_one() -> None:
 
 def test_ratio_penalty_is_not_negated_for_prune() -> None:
     value = component(
-        "ratio_penalty", op=LifecycleOp.PRUNE, target_stage=SeedStage.BLENDING, contribution=8.0, total_improvement=1.0
+        "ratio_penalty",
+        op=LifecycleOp.PRUNE,
+        target_stage=SeedStage.BLENDING,
+        contribution=8.0,
+        total_improvement=1.0,
     )
     assert value == pytest.approx(-0.06)
 
@@ -239,7 +244,10 @@ def test_pbrs_caps_the_time_in_stage_bonus() -> None:
 
 
 def test_pbrs_gives_empty_slots_no_potential() -> None:
-    layout = (slot(SeedStage.DORMANT, SeedStage.DORMANT, 5, 6), slot(SeedStage.EMBARGOED, SeedStage.EMBARGOED, 1, 2))
+    layout = (
+        slot(SeedStage.DORMANT, SeedStage.DORMANT, 5, 6),
+        slot(SeedStage.EMBARGOED, SeedStage.EMBARGOED, 1, 2),
+    )
     assert component("pbrs", slots=layout) == 0.0
 
 
@@ -263,7 +271,7 @@ def test_pbrs_discounted_sum_telescopes_over_a_trajectory() -> None:
         (SeedStage.FOSSILIZED, 0),
     ]
     discounted = 0.0
-    for t, ((before, e_before), (after, e_after)) in enumerate(zip(stages, stages[1:])):
+    for t, ((before, e_before), (after, e_after)) in enumerate(itertools.pairwise(stages)):
         layout = (slot(before, after, e_before, e_after),)
         discounted += 0.995**t * component("pbrs", slots=layout)
     assert discounted == pytest.approx(0.3 * (0.995 ** (len(stages) - 1) * 6.0 - 0.0))

@@ -50,8 +50,7 @@ class RolloutBuffer:
         self.obs = torch.zeros(*kt, state_dim, device=dev)
         self.blueprint_idx = torch.zeros(*kt, num_slots, dtype=torch.int64, device=dev)
         self.masks = {
-            key: torch.zeros(*kt, *shape, dtype=torch.bool, device=dev)
-            for key, shape in mask_shapes(num_slots).items()
+            key: torch.zeros(*kt, *shape, dtype=torch.bool, device=dev) for key, shape in mask_shapes(num_slots).items()
         }
         self.actions = {name: torch.zeros(kt, dtype=torch.int64, device=dev) for name in ACTION_HEAD_NAMES}
         self.log_probs = {name: torch.zeros(kt, device=dev) for name in ACTION_HEAD_NAMES}
@@ -104,9 +103,7 @@ class RolloutBuffer:
             name for name in ACTION_HEAD_NAMES if name not in actions or name not in log_probs
         ]
         if missing:
-            raise KeyError(
-                f"add() is missing {missing}: every mask and every head's action and log-prob is stored"
-            )
+            raise KeyError(f"add() is missing {missing}: every mask and every head's action and log-prob is stored")
         self.obs[:, step].copy_(obs)
         self.blueprint_idx[:, step].copy_(blueprint_idx)
         for key in MASK_KEYS:

@@ -250,9 +250,7 @@ class PPOAgent:
         stopped = torch.zeros((), dtype=torch.bool, device=self.device)
         params = [p for p in self.policy.parameters() if p.requires_grad]
         for _epoch in range(cfg.ppo_epochs):
-            log_probs, entropies, values = self.policy.evaluate_actions(
-                obs, blueprint_idx, masks, actions, hidden0
-            )
+            log_probs, entropies, values = self.policy.evaluate_actions(obs, blueprint_idx, masks, actions, hidden0)
             # ---- policy loss: clipped surrogate per head, summed; entropy bonus per head ----
             policy_loss = zero
             entropy_bonus = zero

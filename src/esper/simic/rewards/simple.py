@@ -39,8 +39,6 @@ def compute_sparse_reward(inputs: RewardInputs, config: RewardConfig) -> RewardB
     """
     sparse = 0.0
     if inputs.is_terminal:
-        base = inputs.committed_acc / 100.0 - config.param_penalty_weight * (
-            inputs.fossil_params / config.param_budget
-        )
+        base = inputs.committed_acc / 100.0 - config.param_penalty_weight * (inputs.fossil_params / config.param_budget)
         sparse = config.sparse_scale * clip(base, -1.0, 1.0)
     return make_breakdown({"sparse": sparse})

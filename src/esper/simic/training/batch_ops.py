@@ -37,9 +37,7 @@ class EpochStats:
 def pack_epoch_row(train: TrainAccumulators, val: Tensor) -> Tensor:
     """Flatten one env's device accumulators into a single row for the batched transfer."""
     batches = max(train.batches, 1)
-    return torch.cat(
-        [train.stats, train.seed_grad_norms / batches, train.host_grad_norm / batches, val.reshape(-1)]
-    )
+    return torch.cat([train.stats, train.seed_grad_norms / batches, train.host_grad_norm / batches, val.reshape(-1)])
 
 
 def unpack_epoch_row(row: list[float], num_slots: int, layout: CounterfactualLayout) -> EpochStats:

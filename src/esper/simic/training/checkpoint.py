@@ -35,7 +35,9 @@ class CheckpointLayout:
     controller: str
 
 
-def save_checkpoint(path: str | Path, *, layout: CheckpointLayout, rounds_completed: int, state: dict[str, Any]) -> None:
+def save_checkpoint(
+    path: str | Path, *, layout: CheckpointLayout, rounds_completed: int, state: dict[str, Any]
+) -> None:
     """Write atomically: a crash mid-save leaves the previous checkpoint (or none), never a partial one."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +79,8 @@ def load_checkpoint(path: str | Path, *, layout: CheckpointLayout) -> tuple[int,
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as exc:
         reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
-            f"checkpoint {source} is truncated or corrupted ({reason}): resume from an intact file or start without --resume"
+            f"checkpoint {source} is truncated or corrupted ({reason}): "
+            "resume from an intact file or start without --resume"
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"checkpoint {source} is not an esper checkpoint: pass a file written by --save")

@@ -78,7 +78,9 @@ class TrainingConfig:
                 raise ConfigError(f"{flag} must be a positive integer, got {value}")
         for name in ("ppo_updates_per_batch", "lstm_hidden_dim", "hidden_dim"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"{_FLAG_NAMES.get(name, name)} must be a positive integer, got {getattr(self, name)}")
+                raise ConfigError(
+                    f"{_FLAG_NAMES.get(name, name)} must be a positive integer, got {getattr(self, name)}"
+                )
         if self.max_seeds is not None and self.max_seeds < 1:
             raise ConfigError(f"--max-seeds must be a positive integer, got {self.max_seeds}")
         if self.entropy_anneal_episodes < 0:
@@ -102,7 +104,9 @@ class TrainingConfig:
         known = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(known))
         if unknown:
-            raise ConfigError(f"unknown config key(s) {', '.join(map(repr, unknown))}: valid keys are {', '.join(known)}")
+            raise ConfigError(
+                f"unknown config key(s) {', '.join(map(repr, unknown))}: valid keys are {', '.join(known)}"
+            )
         hints = typing.get_type_hints(cls)
         values = dataclasses.asdict(base) if base is not None else {}
         for key, value in data.items():

@@ -13,10 +13,10 @@ from esper.leyline import SlotConfig, TaskSpec
 from esper.leyline.seeding import derive_seed
 from esper.nissa.hub import TelemetryHub
 from esper.simic.rewards import EscrowLedger, RewardMode
+from esper.simic.training.parallel_env_state import LifecycleForwarder, ParallelEnvState
 from esper.tamiyo.signals import SignalTracker
 from esper.tolaria.engine import AmpMode, EnvRuntime, resolve_amp_dtype
 from esper.tolaria.governor import TolariaGovernor
-from esper.simic.training.parallel_env_state import LifecycleForwarder, ParallelEnvState
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,7 @@ class LifecycleForwarder:
         self.epoch = 0
         self.fossilized: list[str] = []
 
-    def __call__(
-        self, event_type: TelemetryEventType, slot_id: str, seed_id: str | None, data: dict[str, Any]
-    ) -> None:
+    def __call__(self, event_type: TelemetryEventType, slot_id: str, seed_id: str | None, data: dict[str, Any]) -> None:
         if event_type is TelemetryEventType.SEED_FOSSILIZED:
             self.fossilized.append(slot_id)
         if self.hub.enabled_for(event_type):

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from esper.data.datasets import load_task_data
 from esper.kasmina.host import CNNHost
 from esper.leyline import SlotConfig, TaskSpec, TelemetryLevel, get_task_spec
 from esper.leyline.seeding import derive_seed
@@ -18,11 +19,10 @@ from esper.simic.rewards import RewardConfig, parse_reward_mode
 from esper.simic.training.checkpoint import CheckpointLayout, load_checkpoint, save_checkpoint
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.env_factory import EnvFactory
-from esper.simic.training.progress import ProgressDisplay
 from esper.simic.training.policy_client import HeuristicClient, PolicyClient, PPOClient
+from esper.simic.training.progress import ProgressDisplay
 from esper.simic.training.telemetry import emitters
 from esper.simic.training.vectorized_trainer import TrainerParts, TrainingResult, VectorizedPPOTrainer
-from esper.data.datasets import load_task_data
 from esper.tamiyo.features import state_dim
 from esper.tamiyo.policy import FactoredRecurrentActorCritic
 from esper.tolaria.batches import SharedBatchIterator
@@ -42,7 +42,13 @@ def train_ppo_vectorized(
 ) -> TrainingResult:
     """Train a PPO (or heuristic) controller over `n_envs` parallel envs for `n_episodes` rounds."""
     config = TrainingConfig.from_dict(
-        {"n_episodes": n_episodes, "n_envs": n_envs, "max_epochs": max_epochs, "slots": list(slots), **overrides}
+        {
+            "n_episodes": n_episodes,
+            "n_envs": n_envs,
+            "max_epochs": max_epochs,
+            "slots": list(slots),
+            **overrides,
+        }
     )
     return run_training(config, controller=controller, hub=hub)
 
@@ -51,7 +57,10 @@ def _policy_network(config: TrainingConfig, num_slots: int, device: torch.device
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(config.seed, "policy"))
         policy = FactoredRecurrentActorCritic(
-            state_dim(num_slots), num_slots, hidden_dim=config.hidden_dim, lstm_hidden_dim=config.lstm_hidden_dim
+            state_dim(num_slots),
+            num_slots,
+            hidden_dim=config.hidden_dim,
+            lstm_hidden_dim=config.lstm_hidden_dim,
         )
     return policy.to(device)
 
@@ -75,7 +84,11 @@ def build_policy_client(config: TrainingConfig, controller: str, num_slots: int,
         ppo_epochs=config.ppo_updates_per_batch,
     )
     agent = PPOAgent(
-        _policy_network(config, num_slots, device), ppo, n_envs=config.n_envs, n_steps=config.max_epochs, device=device
+        _policy_network(config, num_slots, device),
+        ppo,
+        n_envs=config.n_envs,
+        n_steps=config.max_epochs,
+        device=device,
     )
     generator = torch.Generator(device=device)
     generator.manual_seed(derive_seed(config.seed, "sampling"))
@@ -99,7 +112,11 @@ class BatchSource:
 def _batch_source(config: TrainingConfig, task: TaskSpec, split: str, devices: list[torch.device]) -> BatchSource:
     per_env = config.train_samples if split == "train" else config.val_samples
     dataset = load_task_data(
-        task.dataset, split=split, n_samples=per_env * config.n_envs, seed=config.seed, data_dir=config.data_dir
+        task.dataset,
+        split=split,
+        n_samples=per_env * config.n_envs,
+        seed=config.seed,
+        data_dir=config.data_dir,
     )
     generator = torch.Generator()
     iterator = SharedBatchIterator(
@@ -166,7 +183,11 @@ class RunCheckpointer:
 
 
 def run_training(
-    config: TrainingConfig, *, controller: str = "ppo", hub: TelemetryHub | None = None, progress: bool = False
+    config: TrainingConfig,
+    *,
+    controller: str = "ppo",
+    hub: TelemetryHub | None = None,
+    progress: bool = False,
 ) -> TrainingResult:
     """Build every part of a run from its config, run the trainer, close what it opened."""
     torch.manual_seed(derive_seed(config.seed, "global"))

@@ -121,14 +121,18 @@ class VectorizedPPOTrainer:
             emitters.emit_counterfactual_matrix(parts.hub, env, epoch, stat)
         parts.policy.record(epoch - 1, effective_ops, rewards, dones)
         if epoch == self.config.max_epochs:
-            parts.policy.bootstrap(build_observations(envs, max_seeds=self.config.max_seeds, device=parts.policy_device))
+            parts.policy.bootstrap(
+                build_observations(envs, max_seeds=self.config.max_seeds, device=parts.policy_device)
+            )
 
     def arm_faults(self, envs: Sequence[ParallelEnvState], round_idx: int, epoch: int) -> None:
         """Fault injection for reliability tests: poison env 0's loss at the configured epoch of round 0."""
         if round_idx == 0 and self.config.inject_nan_epoch == epoch:
             envs[0].runtime.poison_next_batch = True
 
-    def absorb_epoch(self, env: ParallelEnvState, row: list[float], layout: CounterfactualLayout, epoch: int) -> EpochStats:
+    def absorb_epoch(
+        self, env: ParallelEnvState, row: list[float], layout: CounterfactualLayout, epoch: int
+    ) -> EpochStats:
         """Write one env's host-side epoch results into its state, its slots and its signal tracker."""
         stats = unpack_epoch_row(row, len(env.model.seed_slots), layout)
         result = stats.counterfactual
@@ -224,7 +228,6 @@ class VectorizedPPOTrainer:
             "env_epochs_per_s": 1000.0 * n_envs / step_ms if step_ms > 0 else 0.0,
             "samples_per_s": 1000.0 * n_envs * self.config.train_samples / step_ms if step_ms > 0 else 0.0,
         }
-
 
 
 def rolling_mean(values: Sequence[float]) -> float | None:

@@ -146,7 +146,9 @@ def emit_counterfactual_matrix(hub: TelemetryHub, env: ParallelEnvState, epoch: 
     )
 
 
-def emit_governor_rollback(hub: TelemetryHub, env: ParallelEnvState, epoch: int, reason: str, pruned: Sequence[str]) -> None:
+def emit_governor_rollback(
+    hub: TelemetryHub, env: ParallelEnvState, epoch: int, reason: str, pruned: Sequence[str]
+) -> None:
     emit(
         hub,
         TelemetryEventType.GOVERNOR_ROLLBACK,
@@ -159,7 +161,13 @@ def emit_governor_rollback(hub: TelemetryHub, env: ParallelEnvState, epoch: int,
 
 
 def emit_tamiyo_initiated(hub: TelemetryHub, env: ParallelEnvState, epoch: int) -> None:
-    emit(hub, TelemetryEventType.TAMIYO_INITIATED, {"val_accuracy": env.val_acc}, env_id=env.env_id, epoch=epoch)
+    emit(
+        hub,
+        TelemetryEventType.TAMIYO_INITIATED,
+        {"val_accuracy": env.val_acc},
+        env_id=env.env_id,
+        epoch=epoch,
+    )
 
 
 def emit_reward_hacking(hub: TelemetryHub, env: ParallelEnvState, epoch: int, outcome: ActionOutcome) -> None:
@@ -215,7 +223,13 @@ def anomaly_types(metrics: PPOMetrics) -> list[TelemetryEventType]:
 
 def emit_ppo_round(hub: TelemetryHub, metrics: PPOMetrics, round_idx: int) -> None:
     for event_type in anomaly_types(metrics):
-        emit(hub, event_type, {"explained_variance": metrics.explained_variance}, epoch=round_idx, severity="warning")
+        emit(
+            hub,
+            event_type,
+            {"explained_variance": metrics.explained_variance},
+            epoch=round_idx,
+            severity="warning",
+        )
     emit(hub, TelemetryEventType.PPO_UPDATE_COMPLETED, dataclasses.asdict(metrics), epoch=round_idx)
 
 
@@ -256,4 +270,9 @@ def emit_round_summary(
 
 
 def emit_throughput(hub: TelemetryHub, round_idx: int, timing: Mapping[str, Any]) -> None:
-    emit(hub, TelemetryEventType.ANALYTICS_SNAPSHOT, {"kind": AnalyticsKind.THROUGHPUT.value, **timing}, epoch=round_idx)
+    emit(
+        hub,
+        TelemetryEventType.ANALYTICS_SNAPSHOT,
+        {"kind": AnalyticsKind.THROUGHPUT.value, **timing},
+        epoch=round_idx,
+    )
