@@ -106,9 +106,17 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+# `data` keys that carry wall-clock measurements (PPO update time, round time, throughput): the only payload
+# values that differ between two runs with the same seed. Determinism checks drop them.
+WALL_CLOCK_DATA_KEYS: frozenset[str] = frozenset(
+    {"update_time_ms", "train_time_s", "env_epochs_per_s", "step_time_ms", "fps", "samples_per_s"}
+)
+
+
 @dataclass(frozen=True)
 class TelemetryEvent:
-    """One telemetry event. `event_id` and `timestamp` are the only fields that vary between equal runs.
+    """One telemetry event. Between equal runs only `event_id`, `timestamp` and the wall-clock measurements
+    named in `WALL_CLOCK_DATA_KEYS` differ.
 
     `env_id` is -1 for run-level events; `epoch` is the inner epoch for per-epoch events and the round
     index for per-round events.

@@ -22,7 +22,7 @@ from esper.simic.training.env_factory import EnvFactory
 from esper.simic.training.policy_client import HeuristicClient, PolicyClient, PPOClient
 from esper.simic.training.progress import ProgressDisplay
 from esper.simic.training.telemetry import emitters
-from esper.simic.training.vectorized_trainer import TrainerParts, TrainingResult, VectorizedPPOTrainer
+from esper.simic.training.vectorized_trainer import TrainerParts, TrainingResult, VectorizedPPOTrainer, weights_copy
 from esper.tamiyo.features import state_dim
 from esper.tamiyo.policy import FactoredRecurrentActorCritic
 from esper.tolaria.batches import SharedBatchIterator
@@ -241,6 +241,8 @@ def run_training(
         )
         result = VectorizedPPOTrainer(parts).run()
         result.final_state = {"config": dataclasses.asdict(config)}
+        if isinstance(client, PPOClient):
+            result.final_weights.update(weights_copy("policy.", client.agent.policy))
         return result
     finally:
         display.close()

@@ -34,11 +34,14 @@ ROLLING_WINDOW = 5
 
 @dataclass
 class TrainingResult:
-    """What a run returns: per-round summaries and the last PPO metrics."""
+    """What a run returns: per-round summaries, the PPO metrics and the final weights."""
 
     rounds: list[BatchSummary] = field(default_factory=list)
     ppo_metrics: list[PPOMetrics] = field(default_factory=list)
     final_state: dict[str, Any] = field(default_factory=dict)
+    # CPU copies of the last round's env models ("env{i}.<name>") and the policy ("policy.<name>"), so that
+    # determinism and resume checks can compare runs bitwise.
+    final_weights: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -70,12 +73,15 @@ class VectorizedPPOTrainer:
         self.config = parts.config
         self.result = TrainingResult()
         self.round_accuracies: list[float] = list(parts.trainer_state.get("round_accuracies", []))
+        self.last_envs: list[ParallelEnvState] = []
 
     def run(self) -> TrainingResult:
         for round_idx in range(self.parts.start_round, self.config.n_episodes):
             self.run_round(round_idx)
             self.parts.save_checkpoint(round_idx + 1, {"round_accuracies": list(self.round_accuracies)})
         self.parts.hub.flush()
+        for env in self.last_envs:
+            self.result.final_weights.update(weights_copy(f"env{env.env_id}.", env.model))
         return self.result
 
     def run_round(self, round_idx: int) -> None:
@@ -90,6 +96,7 @@ class VectorizedPPOTrainer:
             if self.parts.on_epoch is not None:
                 self.parts.on_epoch(round_idx, epoch)
         self.finish_round(envs, round_idx, epoch_ms)
+        self.last_envs = envs
 
     def run_epoch(self, envs: list[ParallelEnvState], round_idx: int, epoch: int) -> None:
         parts = self.parts
@@ -228,6 +235,11 @@ class VectorizedPPOTrainer:
             "env_epochs_per_s": 1000.0 * n_envs / step_ms if step_ms > 0 else 0.0,
             "samples_per_s": 1000.0 * n_envs * self.config.train_samples / step_ms if step_ms > 0 else 0.0,
         }
+
+
+def weights_copy(prefix: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Detached CPU clones of `module`'s state dict, keys prefixed with `prefix`."""
+    return {f"{prefix}{name}": value.detach().to("cpu", copy=True) for name, value in module.state_dict().items()}
 
 
 def rolling_mean(values: Sequence[float]) -> float | None:
