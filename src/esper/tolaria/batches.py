@@ -5,6 +5,7 @@ shuffling), cuts them into `n_envs` equal chunks with `tensor_split` and places 
 The original spent ~9.5 s of a 16 s run starting DataLoader worker processes for an in-memory dataset;
 here there are none.
 
+- Batches are channels_last (the host runs channels_last: ~1.7x faster convolutions and pooling on CPU).
 - CPU path: the batch is gathered (and augmented) on the host, then copied with `non_blocking=True`
   (from pinned memory when the target is CUDA).
 - `gpu_preload`: the whole split is copied once to every device used; each step gathers on the device.
@@ -95,6 +96,7 @@ class SharedBatchIterator:
         images = self.dataset.images[index]
         if self.augment:
             images = augment_batch(images, self.generator)
+        images = images.contiguous(memory_format=torch.channels_last)
         labels = self.dataset.labels[index]
         out: list[EnvBatch] = []
         for device, x, y in zip(self.devices, images.tensor_split(self.n_envs), labels.tensor_split(self.n_envs)):
@@ -110,6 +112,6 @@ class SharedBatchIterator:
             local = chunk.to(device, non_blocking=True)
             x = images.index_select(0, local)
             if self.augment:
-                x = augment_batch(x, self._device_generators[device])
+                x = augment_batch(x, self._device_generators[device]).contiguous(memory_format=torch.channels_last)
             out.append((x, labels.index_select(0, local)))
         return out
