@@ -63,6 +63,18 @@ def tests(session: nox.Session) -> None:
     run_in_env(session, "python", "-m", "pytest", "-q", *session.posargs)
 
 
+SEEDS_COMMAND = (
+    "ppo --preset cifar_baseline --task cifar_baseline --rounds 1 --envs 1 --episode-length 5 --telemetry-dir telemetry"
+)
+
+
+@nox.session
+def train(session: nox.Session) -> None:
+    """Run the trainer on the built-in synthetic task (default: the seeds' validation command); posargs replace it."""
+    args = session.posargs or SEEDS_COMMAND.split()
+    run_in_env(session, "python", "-m", "esper.scripts.train", *args)
+
+
 @nox.session(tags=["ci"])
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, mypy on src/, and the import-linter contracts."""

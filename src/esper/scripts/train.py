@@ -31,6 +31,7 @@ SHARED_FIELDS = {
     "val_samples": "val_samples",
     "batch_size": "batch_size",
     "data_dir": "data_dir",
+    "dataset": "dataset",
     "gpu_preload": "gpu_preload",
     "save": "save_path",
     "resume": "resume_path",
@@ -89,6 +90,7 @@ def _add_shared(parser: argparse.ArgumentParser) -> None:
     add("--train-samples", type=_positive_int, help="training samples per env per epoch")
     add("--val-samples", type=_positive_int, help="validation samples per env per epoch")
     add("--batch-size", type=_positive_int, help="batch size per env")
+    add("--dataset", choices=["synthetic", "cifar10"], help="task data (default synthetic; cifar10 needs --data-dir)")
     add("--data-dir", help="folder holding cifar-10-batches-py (task data cifar10)")
     add("--gpu-preload", action="store_true", default=None, help="keep the dataset on the device")
     add("--save", help="write a checkpoint here after every round (atomic)")

@@ -37,6 +37,7 @@ class TrainingConfig:
     val_samples: int = 200  # per env per epoch
     batch_size: int = 50  # per env
     data_dir: str | None = None
+    dataset: str | None = None  # "synthetic" or "cifar10"; None means the task's own
     # PPO
     lr: float = 3e-4
     clip_ratio: float = 0.2
@@ -85,6 +86,8 @@ class TrainingConfig:
             raise ConfigError(f"--max-seeds must be a positive integer, got {self.max_seeds}")
         if self.entropy_anneal_episodes < 0:
             raise ConfigError(f"--entropy-anneal-episodes must be >= 0, got {self.entropy_anneal_episodes}")
+        if self.dataset is not None and self.dataset not in ("synthetic", "cifar10"):
+            raise ConfigError(f"unknown --dataset {self.dataset!r}: choose synthetic or cifar10")
         if not self.slots:
             raise ConfigError("--slots needs at least one slot id, e.g. --slots r0c1")
 

@@ -22,7 +22,13 @@ from esper.simic.training.env_factory import EnvFactory
 from esper.simic.training.policy_client import HeuristicClient, PolicyClient, PPOClient
 from esper.simic.training.progress import ProgressDisplay
 from esper.simic.training.telemetry import emitters
-from esper.simic.training.vectorized_trainer import TrainerParts, TrainingResult, VectorizedPPOTrainer, weights_copy
+from esper.simic.training.vectorized_trainer import (
+    TrainerParts,
+    TrainingProbe,
+    TrainingResult,
+    VectorizedPPOTrainer,
+    weights_copy,
+)
 from esper.tamiyo.features import state_dim
 from esper.tamiyo.policy import FactoredRecurrentActorCritic
 from esper.tolaria.batches import SharedBatchIterator
@@ -38,6 +44,7 @@ def train_ppo_vectorized(
     slots: list[str],
     controller: str = "ppo",
     hub: TelemetryHub | None = None,
+    probe: TrainingProbe | None = None,
     **overrides: Any,
 ) -> TrainingResult:
     """Train a PPO (or heuristic) controller over `n_envs` parallel envs for `n_episodes` rounds."""
@@ -50,7 +57,7 @@ def train_ppo_vectorized(
             **overrides,
         }
     )
-    return run_training(config, controller=controller, hub=hub)
+    return run_training(config, controller=controller, hub=hub, probe=probe)
 
 
 def _policy_network(config: TrainingConfig, num_slots: int, device: torch.device) -> FactoredRecurrentActorCritic:
@@ -111,8 +118,9 @@ class BatchSource:
 
 def _batch_source(config: TrainingConfig, task: TaskSpec, split: str, devices: list[torch.device]) -> BatchSource:
     per_env = config.train_samples if split == "train" else config.val_samples
+    dataset_name = config.dataset or task.dataset
     dataset = load_task_data(
-        task.dataset,
+        dataset_name,
         split=split,
         n_samples=per_env * config.n_envs,
         seed=config.seed,
@@ -127,7 +135,7 @@ def _batch_source(config: TrainingConfig, task: TaskSpec, split: str, devices: l
         shuffle=split == "train",
         drop_last=split == "train",
         generator=generator,
-        augment=split == "train" and task.dataset == "cifar10",
+        augment=split == "train" and dataset_name == "cifar10",
         gpu_preload=config.gpu_preload,
     )
     return BatchSource(iterator, generator, config.seed, split)
@@ -188,6 +196,7 @@ def run_training(
     controller: str = "ppo",
     hub: TelemetryHub | None = None,
     progress: bool = False,
+    probe: TrainingProbe | None = None,
 ) -> TrainingResult:
     """Build every part of a run from its config, run the trainer, close what it opened."""
     torch.manual_seed(derive_seed(config.seed, "global"))
@@ -238,6 +247,7 @@ def run_training(
             start_round=start_round,
             trainer_state={} if resumed_state is None else dict(resumed_state.get("trainer", {})),
             on_epoch=display.advance,
+            probe=probe,
         )
         result = VectorizedPPOTrainer(parts).run()
         result.final_state = {"config": dataclasses.asdict(config)}
