@@ -91,16 +91,27 @@ def _device_type(value: object) -> str | None:
 
 
 def _to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """Kind of a `Tensor.to(...)` call: `to_cpu`/`to_cpu_nonblocking` for a CPU target, else None."""
-    target = _device_type(kwargs["device"]) if kwargs.get("device") is not None else None
+    """Kind of a `Tensor.to(...)` call: `to_cpu`/`to_cpu_nonblocking` for a host-bound copy, else None.
+
+    A copy counts when it really leaves an accelerator (source not on the CPU), or when the target is
+    spelled as the string "cpu" (a deliberate move to the host, which would sync on CUDA; counted on CPU
+    too so CPU-only CI sees it). A move to a `torch.device` the tensor is already on (an env's device on a
+    CPU run, or torch's own `.to(device)` calls inside e.g. `clip_grad_norm_`) is a no-op and does not count.
+    """
+    raw_target: object = kwargs.get("device")
     non_blocking = bool(kwargs.get("non_blocking", False))
     for arg in args[1:]:
-        if target is None and not isinstance(arg, (bool, torch.dtype)):
-            target = _device_type(arg)
+        if raw_target is None and not isinstance(arg, (bool, torch.dtype)):
+            raw_target = arg
         elif isinstance(arg, bool):
             non_blocking = non_blocking or arg
             break
+    target = _device_type(raw_target) if raw_target is not None else None
     if target != "cpu":
+        return None
+    source = args[0]
+    leaves_device = isinstance(source, torch.Tensor) and source.device.type not in ("cpu", "meta")
+    if not (leaves_device or isinstance(raw_target, str)):
         return None
     return "to_cpu_nonblocking" if non_blocking else "to_cpu"
 
