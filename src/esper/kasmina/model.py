@@ -142,13 +142,15 @@ class MorphogeneticModel(nn.Module):
         ]
 
     def snapshot_state(self) -> dict[str, Tensor]:
-        """CPU clones of the host's parameters and buffers and of every FOSSILIZED seed's state.
+        """Clones, on the model's own device, of the host's parameters and buffers and of every FOSSILIZED seed.
 
-        Called at the epoch boundary (the copies to CPU are deliberate syncs there, never per batch).
+        The original copied snapshots to (pinned) host memory, one blocking device-to-host copy per tensor
+        per env; these hosts are a few thousand parameters, so a device-side clone costs no memory worth
+        saving and needs no host sync at all. The clone is queued on the current stream like any other op.
         """
         keep = set(self._snapshot_keys())
         state = self.state_dict()
-        return {key: state[key].detach().to("cpu", copy=True) for key in state if key in keep}
+        return {key: state[key].detach().clone() for key in state if key in keep}
 
     def load_snapshot(self, state: Mapping[str, Tensor]) -> None:
         """Restore a `snapshot_state()` in place (non-strict: live seeds keep their current weights)."""

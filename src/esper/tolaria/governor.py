@@ -7,7 +7,7 @@ Panic rules, checked once per epoch on the fused validation loss (`check_vital_s
 - statistical: loss above the absolute threshold (12), above mean + 6 sigma and above 3 x mean of the
   rolling window (20 samples, at least 10), for 3 consecutive epochs. Anomalous values never enter the window.
 
-Snapshots (host plus fossilized seeds, CPU copies) are taken every SNAPSHOT_EVERY epochs and after each
+Snapshots (host plus fossilized seeds, cloned on the model's device: no host sync) are taken every SNAPSHOT_EVERY epochs and after each
 fossilization. A rollback restores the last snapshot, prunes every live seed and reports what it pruned;
 the caller clears optimizer state and emits GOVERNOR_ROLLBACK.
 """
@@ -50,7 +50,7 @@ class RollbackReport:
     epoch: int
     reason: str
     snapshot_epoch: int
-    pruned_seed_ids: tuple[str, ...]
+    pruned_seed_ids: tuple[str, ...]  # the seeds' own ids (SeedState.seed_id), not their slot ids
 
 
 class TolariaGovernor:
@@ -68,7 +68,7 @@ class TolariaGovernor:
         self.snapshot(0)
 
     def snapshot(self, epoch: int) -> None:
-        """Copy host and fossilized state to the CPU (one deliberate sync, at the epoch boundary)."""
+        """Clone host and fossilized state on the model's device (no host sync)."""
         self._snapshot = self.model.snapshot_state()
         self.snapshot_epoch = epoch
 
@@ -113,6 +113,7 @@ class TolariaGovernor:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         self.model.load_snapshot(self._snapshot)
-        pruned = self.model.prune_live_seeds(reason="governor_rollback")
+        seed_ids = {slot.slot_id: slot.state.seed_id for slot in self.model.slots() if slot.state is not None}
+        pruned_slots = self.model.prune_live_seeds(reason="governor_rollback")
         self.rollbacks += 1
-        return RollbackReport(epoch, reason, self.snapshot_epoch, tuple(pruned))
+        return RollbackReport(epoch, reason, self.snapshot_epoch, tuple(seed_ids[slot_id] for slot_id in pruned_slots))
