@@ -7,9 +7,9 @@ Panic rules, checked once per epoch on the fused validation loss (`check_vital_s
 - statistical: loss above the absolute threshold (12), above mean + 6 sigma and above 3 x mean of the
   rolling window (20 samples, at least 10), for 3 consecutive epochs. Anomalous values never enter the window.
 
-Snapshots (host plus fossilized seeds, cloned on the model's device: no host sync) are taken every SNAPSHOT_EVERY epochs and after each
-fossilization. A rollback restores the last snapshot, prunes every live seed and reports what it pruned;
-the caller clears optimizer state and emits GOVERNOR_ROLLBACK.
+Snapshots (host plus fossilized seeds, cloned on the model's device: no host sync) are taken every
+SNAPSHOT_EVERY epochs and after each fossilization. A rollback restores the last snapshot, prunes every live
+seed and reports what it pruned; the caller clears optimizer state and emits GOVERNOR_ROLLBACK.
 """
 
 from __future__ import annotations
