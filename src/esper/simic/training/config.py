@@ -15,6 +15,15 @@ class ConfigError(ValueError):
     """A bad configuration value; the message is one line naming the key and the fix."""
 
 
+# Allowed values of the string-valued keys. Spelled out here so that loading a config needs no torch; tests
+# keep them equal to RewardMode, AmpMode and TelemetryLevel.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "reward_mode": ("shaped", "escrow", "simplified", "sparse"),
+    "amp": ("off", "auto", "bfloat16", "float16"),
+    "telemetry_level": ("off", "minimal", "normal", "debug"),
+}
+
+
 @dataclass
 class TrainingConfig:
     """The full configuration of a run; `to_train_kwargs()` maps it 1:1 onto `train_ppo_vectorized`."""
@@ -90,6 +99,10 @@ class TrainingConfig:
             raise ConfigError(f"unknown --dataset {self.dataset!r}: choose synthetic or cifar10")
         if not self.slots:
             raise ConfigError("--slots needs at least one slot id, e.g. --slots r0c1")
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
 
     @property
     def chunk_length(self) -> int:

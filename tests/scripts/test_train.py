@@ -1,0 +1,164 @@
+"""The train CLI: flags reach TrainingConfig, --config-json is strict, and bad input exits 2 in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from esper.leyline import TelemetryLevel
+from esper.scripts import train
+from esper.simic.rewards import RewardMode
+from esper.simic.training import vectorized
+from esper.simic.training.config import CHOICES, PRESETS, TrainingConfig
+from esper.simic.training.vectorized_trainer import TrainingResult
+from esper.tolaria.engine import AmpMode
+
+
+def config_for(*argv: str) -> TrainingConfig:
+    args = train.build_parser().parse_args(list(argv))
+    config = train.config_from_args(args)
+    assert isinstance(config, TrainingConfig)
+    return config
+
+
+class RecordingRun:
+    """Stands in for run_training: records what main() passes and returns an empty result."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[TrainingConfig, str]] = []
+
+    def __call__(self, config: TrainingConfig, *, controller: str, **_: Any) -> TrainingResult:
+        self.calls.append((config, controller))
+        return TrainingResult()
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> RecordingRun:
+    recorder = RecordingRun()
+    monkeypatch.setattr(vectorized, "run_training", recorder)
+    return recorder
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    """Exit code and stderr of main(): argparse errors exit, errors found after parsing return 2."""
+    try:
+        code = train.main(list(argv))
+    except SystemExit as exited:
+        code = int(str(exited.code))
+    return code, capsys.readouterr().err
+
+
+def assert_one_line_usage_error(code: int, err: str, *needles: str) -> None:
+    assert code == 2
+    assert err.startswith("train: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err
+
+
+def test_episode_length_sets_max_epochs_and_the_chunk_length() -> None:
+    config = config_for("ppo", "--episode-length", "7")
+
+    assert (config.max_epochs, config.chunk_length) == (7, 7)
+
+
+def test_loop_and_ppo_flags_reach_the_config() -> None:
+    config = config_for(
+        "ppo", "--rounds", "2", "--envs", "3", "--episode-length", "4", "--ppo-epochs", "5",
+        "--memory-size", "6", "--entropy-anneal-episodes", "7", "--max-seeds", "9",
+    )  # fmt: skip
+
+    got = (config.n_episodes, config.n_envs, config.max_epochs, config.ppo_updates_per_batch)
+    got += (config.lstm_hidden_dim, config.entropy_anneal_episodes, config.max_seeds)
+    assert got == (2, 3, 4, 5, 6, 7, 9)
+
+
+def test_preset_values_apply_and_explicit_flags_override_them() -> None:
+    config = config_for("ppo", "--preset", "cifar_baseline_stable", "--rounds", "3")
+
+    assert config.n_episodes == 3
+    assert config.clip_ratio == PRESETS["cifar_baseline_stable"]["clip_ratio"]
+
+
+def test_config_json_sits_between_the_preset_and_the_flags(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"n_envs": 6, "entropy_coef": 0.2, "slots": ["r0c0", "r0c2"]}))
+
+    config = config_for("ppo", "--preset", "cifar_baseline", "--config-json", str(path), "--envs", "2")
+
+    assert (config.n_envs, config.entropy_coef, config.slots) == (2, 0.2, ["r0c0", "r0c2"])
+
+
+def test_main_hands_the_config_and_controller_to_the_run(
+    recorded: RecordingRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = run_main(capsys, "heuristic", "--rounds", "2", "--envs", "3", "--episode-length", "4", "--quiet")
+
+    assert code == 0
+    [(config, controller)] = recorded.calls
+    assert (controller, config.n_episodes, config.n_envs, config.max_epochs) == ("heuristic", 2, 3, 4)
+
+
+@pytest.mark.parametrize(
+    ("document", "needle"),
+    [
+        ({"n_envs": 2, "bogus_key": 1}, "unknown config key(s) 'bogus_key'"),
+        ({"n_envs": "four"}, "'n_envs' must be an integer"),
+        ({"lr": True}, "'lr' must be a number"),
+        ({"slots": "r0c1"}, "'slots' must be a list of str"),
+        ([1, 2], "config must be a JSON object"),
+    ],
+)
+def test_config_json_errors_exit_2_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], document: Any, needle: str
+) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(document))
+
+    assert_one_line_usage_error(*run_main(capsys, "ppo", "--config-json", str(path)), needle)
+
+
+def test_config_json_that_is_not_json_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.json"
+    path.write_text("{not json")
+
+    assert_one_line_usage_error(*run_main(capsys, "ppo", "--config-json", str(path)), "is not valid JSON")
+
+
+def test_missing_config_json_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert_one_line_usage_error(
+        *run_main(capsys, "ppo", "--config-json", str(tmp_path / "absent.json")), "cannot read --config-json"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["ppo", "--preset", "nope"], "unknown preset 'nope'"),
+        (["ppo", "--task", "nope", "--quiet"], "nope"),
+        (["ppo", "--slots", "r9x9", "--quiet"], "r9x9"),
+        (["ppo", "--device", "tpu", "--quiet"], "tpu"),
+        (["ppo", "--reward-mode", "nope"], "invalid choice: 'nope'"),
+        (["ppo", "--envs", "0"], "expected a positive integer, got 0"),
+        (["heuristic", "--ppo-epochs", "2"], "unrecognized arguments"),
+    ],
+)
+def test_bad_flags_exit_2_without_a_traceback(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+    assert_one_line_usage_error(*run_main(capsys, *argv), needle)
+
+
+@pytest.mark.parametrize("key", sorted(CHOICES))
+def test_bad_choice_in_config_json_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({key: "nope"}))
+
+    assert_one_line_usage_error(*run_main(capsys, "ppo", "--config-json", str(path)), "got 'nope'")
+
+
+def test_config_choices_match_the_enums_they_stand_for() -> None:
+    assert CHOICES["reward_mode"] == tuple(mode.value for mode in RewardMode)
+    assert CHOICES["amp"] == tuple(mode.value for mode in AmpMode)
+    assert CHOICES["telemetry_level"] == tuple(level.name.lower() for level in TelemetryLevel)
