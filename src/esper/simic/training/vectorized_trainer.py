@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -44,6 +44,18 @@ class TrainingResult:
     final_weights: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+class TrainingProbe(Protocol):
+    """Optional observer (tests record trajectories with it); called only at epoch and round boundaries."""
+
+    def after_train_pass(self, round_idx: int, epoch: int, envs: Sequence[ParallelEnvState]) -> None: ...
+
+    def after_actions(
+        self, round_idx: int, epoch: int, heads: Sequence[Sequence[int]], rewards: Sequence[float]
+    ) -> None: ...
+
+    def after_update(self, round_idx: int, policy: PolicyClient) -> None: ...
+
+
 @dataclass
 class TrainerParts:
     """The explicit dependency surface of the trainer (built by vectorized.train_ppo_vectorized)."""
@@ -63,6 +75,7 @@ class TrainerParts:
     start_round: int = 0
     trainer_state: dict[str, Any] = field(default_factory=dict)  # restored on resume
     on_epoch: Callable[[int, int], None] | None = None  # progress hook: (round, epoch)
+    probe: TrainingProbe | None = None  # observer hook; None costs one attribute check per epoch
 
 
 class VectorizedPPOTrainer:
@@ -106,6 +119,8 @@ class VectorizedPPOTrainer:
         layouts = [build_layout(env.model) for env in envs]
         val = parts.engine.validate(runtimes, parts.val_batches(round_idx, epoch), [lay.plan for lay in layouts])
         rows = gather_rows([pack_epoch_row(t, v) for t, v in zip(train, val)])
+        if parts.probe is not None:  # after the epoch's one transfer, so a probe adds no sync inside the pass
+            parts.probe.after_train_pass(round_idx, epoch, envs)
         stats = [self.absorb_epoch(env, row, layout, epoch) for env, row, layout in zip(envs, rows, layouts)]
         rolled_back = [self.check_governor(env, epoch) for env in envs]
         obs = build_observations(envs, max_seeds=self.config.max_seeds, device=parts.policy_device)
@@ -126,6 +141,8 @@ class VectorizedPPOTrainer:
             emitters.emit_epoch_completed(parts.hub, env, epoch, stat)
             emitters.emit_last_action(parts.hub, env, epoch, outcome, decided)
             emitters.emit_counterfactual_matrix(parts.hub, env, epoch, stat)
+        if parts.probe is not None:
+            parts.probe.after_actions(round_idx, epoch, [decided.heads[env.env_id] for env in envs], rewards)
         parts.policy.record(epoch - 1, effective_ops, rewards, dones)
         if epoch == self.config.max_epochs:
             parts.policy.bootstrap(
@@ -195,6 +212,8 @@ class VectorizedPPOTrainer:
         for env in envs:
             emitters.emit_episode_outcome(hub, env, round_idx)
         metrics = self.parts.policy.end_round()
+        if self.parts.probe is not None:
+            self.parts.probe.after_update(round_idx, self.parts.policy)
         if metrics is not None:
             emitters.emit_ppo_round(hub, metrics, round_idx)
             self.result.ppo_metrics.append(metrics)
