@@ -1,20 +1,76 @@
 """tripwire's pytest plugin (registered through the `pytest11` entry point).
 
-Fixtures: `sync_counter` (a running `SyncCounter` for the test's duration). Marker: `gpu` (skips with a
+Fixtures: `sync_counter` (a running `SyncCounter` for the test's duration), `trajectory` (a
+`TrajectoryRecorder` stamped with this process's determinism context), `telemetry_counts` (reduce events
+and assert them against a syrupy snapshot under the baselines directory), `tripwire_goldens` (the
+`GoldenStore` for budgets and trajectories) and `gate_log` (rows for the end-of-run guardrail table).
+
+Options: `--tripwire-update` rewrites sync budgets and trajectory goldens; it and syrupy's
+`--snapshot-update` are refused (a usage error) when the `CI` environment variable is set. Ini option
+`tripwire_baselines` (default `baselines`) names the baselines directory. Marker: `gpu` (skips with a
 stated reason where CUDA is not available).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tripwire.context import capture_context
+from tripwire.goldens import GoldenStore
 from tripwire.sync import SyncCounter
+from tripwire.telemetry import TelemetryCounts, reduce_events
+from tripwire.trajectory import TrajectoryRecorder
+
+UPDATE_FLAGS = {"--snapshot-update": "update_snapshots", "--tripwire-update": "tripwire_update"}
+
+
+@dataclass
+class GateLog:
+    """Rows of (check, subject, status, detail) printed as a table at the end of the run."""
+
+    rows: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+    def add(self, check: str, subject: str, status: str, detail: str = "") -> None:
+        self.rows.append((check, subject, status, detail))
+
+
+_GATE_LOG = GateLog()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tripwire")
+    group.addoption(
+        "--tripwire-update",
+        action="store_true",
+        default=False,
+        help="rewrite sync budgets and trajectory goldens from this run (refused when CI is set)",
+    )
+    parser.addini("tripwire_baselines", "directory holding tripwire's goldens", default="baselines")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with a reason where there is none")
+    active = [flag for flag, dest in UPDATE_FLAGS.items() if getattr(config.option, dest, False)]
+    if active and os.environ.get("CI"):
+        raise pytest.UsageError(
+            f"{' and '.join(active)} refused: CI is set, and goldens are never rewritten in CI; "
+            "regenerate them locally with `nox -s baselines` and commit the diff"
+        )
+    try:
+        from tripwire.snapshot import set_snapshot_directory
+    except ImportError:  # pragma: no cover - syrupy is a test dependency
+        return
+    set_snapshot_directory(_baselines_dir(config) / "telemetry")
+
+
+def _baselines_dir(config: pytest.Config) -> Path:
+    return Path(config.rootpath) / str(config.getini("tripwire_baselines"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -25,8 +81,69 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
 
 
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Print the guardrail table: one row per check the gate ran."""
+    if not _GATE_LOG.rows:
+        return
+    rows = [("check", "scenario", "status", "detail"), *_GATE_LOG.rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    terminalreporter.section("tripwire guardrails")
+    for row in rows:
+        cells = [row[i].ljust(widths[i]) for i in range(3)]
+        terminalreporter.write_line(f"{cells[0]}  {cells[1]}  {cells[2]}  {row[3][:100]}")
+    _GATE_LOG.rows.clear()
+
+
 @pytest.fixture
 def sync_counter() -> Iterator[SyncCounter]:
     """A SyncCounter active for the whole test; read its counts after the code under test ran."""
     with SyncCounter() as counter:
         yield counter
+
+
+@pytest.fixture
+def trajectory() -> TrajectoryRecorder:
+    """A trajectory recorder stamped with this process's determinism context (CPU)."""
+    return TrajectoryRecorder(context=capture_context())
+
+
+class TelemetryCountsHelper:
+    """Reduce events and compare them to this test's syrupy snapshot under `<baselines>/telemetry/`."""
+
+    def __init__(self, snapshot: Any) -> None:
+        from tripwire.snapshot import TelemetrySnapshotExtension
+
+        self.snapshot = snapshot.use_extension(TelemetrySnapshotExtension)
+
+    def reduce(self, events: Any, **options: Any) -> TelemetryCounts:
+        return reduce_events(events, **options)
+
+    def check(self, events: Any, *, name: str | None = None, **options: Any) -> TelemetryCounts:
+        """Reduce `events` and assert the snapshot matches (a missing snapshot fails)."""
+        counts = events if isinstance(events, TelemetryCounts) else reduce_events(events, **options)
+        target = self.snapshot(name=name) if name else self.snapshot
+        assert target == counts.to_snapshot()
+        return counts
+
+
+@pytest.fixture
+def telemetry_counts(snapshot: Any) -> TelemetryCountsHelper:
+    """`telemetry_counts.check(events)` reduces events and asserts them against the stored snapshot."""
+    return TelemetryCountsHelper(snapshot)
+
+
+@pytest.fixture(scope="session")
+def tripwire_goldens(pytestconfig: pytest.Config) -> GoldenStore:
+    """The GoldenStore for sync budgets and trajectories (`update` follows `--tripwire-update`)."""
+    return GoldenStore(_baselines_dir(pytestconfig), update=bool(pytestconfig.getoption("tripwire_update")))
+
+
+@pytest.fixture(scope="session")
+def gate_log() -> GateLog:
+    """Add rows (check, scenario, status, detail) to the table printed at the end of the run."""
+    return _GATE_LOG
+
+
+def as_event_dicts(events: Any) -> list[Mapping[str, Any]]:
+    """Events as wire dicts: objects with `to_json_dict()` are converted, dicts pass through."""
+    return [e.to_json_dict() if hasattr(e, "to_json_dict") else e for e in events]

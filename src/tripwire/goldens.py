@@ -1,0 +1,107 @@
+"""Golden files under one baselines directory: check against them, or regenerate them on purpose.
+
+Layout (every file is reviewed in diffs):
+
+    baselines/telemetry/<test module>/<test name>.json     event-count snapshots (syrupy, `tripwire.snapshot`)
+    baselines/sync_budgets/<scenario>.json                 per-region sync budgets with call sites
+    baselines/trajectories/<scenario>/<context key>.json   trajectory digests, one file per determinism context
+
+Trajectory goldens are keyed by determinism context (`tripwire.context`): a machine whose context has no
+golden SKIPS the comparison with the differing settings as the reason, instead of failing falsely.
+Updating is explicit (`pytest --tripwire-update`, or `nox -s baselines`) and refused when `CI` is set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tripwire.budget import BudgetReport, SyncBudget, check_budget, write_budget
+from tripwire.context import capture_context, context_key, mismatches
+from tripwire.errors import GoldenFileError, SyncBudgetExceeded
+from tripwire.sync import SyncCounter
+from tripwire.trajectory import Trajectory, compare_trajectories
+
+UPDATE_COMMAND = "nox -s baselines (or pytest --tripwire-update --snapshot-update), then review and commit baselines/"
+
+
+@dataclass(frozen=True)
+class GoldenOutcome:
+    """What a golden check did: `passed`, `updated` or `skipped`, with a one-line detail."""
+
+    status: str
+    detail: str = ""
+
+
+@dataclass
+class GoldenStore:
+    """Checks and (when `update`) rewrites the goldens of one baselines directory."""
+
+    root: Path
+    update: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def budget_path(self, scenario: str) -> Path:
+        return self.root / "sync_budgets" / f"{scenario}.json"
+
+    def trajectory_dir(self, scenario: str) -> Path:
+        return self.root / "trajectories" / scenario
+
+    def _shown(self, path: Path) -> str:
+        """`path` relative to the baselines directory's parent (the repository root), for messages."""
+        try:
+            return str(path.relative_to(self.root.parent))
+        except ValueError:
+            return str(path)
+
+    def check_sync_budget(self, scenario: str, counter: SyncCounter, context: dict[str, Any]) -> GoldenOutcome:
+        """Compare the counter with the scenario's budget; over budget or unbudgeted raises with call sites."""
+        path = self.budget_path(scenario)
+        if self.update:
+            write_budget(path, counter.counts_by_region(), counter.sites_by_region(), _budget_context(context))
+            return GoldenOutcome("updated", f"wrote {self._shown(path)}")
+        try:
+            budget = SyncBudget.load(path)
+        except GoldenFileError as error:
+            raise SyncBudgetExceeded(f"{error}; create it with {UPDATE_COMMAND}") from None
+        report: BudgetReport = check_budget(counter, budget)
+        if not report.ok:
+            raise SyncBudgetExceeded(f"scenario {scenario!r}: {report.format()}")
+        if report.under:
+            note = f"scenario {scenario!r}: {report.format()}"
+            self.notes.append(note)
+            return GoldenOutcome("passed", note.splitlines()[-1].strip())
+        return GoldenOutcome("passed", f"{counter.total} syncs within budget")
+
+    def check_trajectory(self, scenario: str, trajectory: Trajectory) -> GoldenOutcome:
+        """Compare with the golden for this determinism context; skip with the reason when there is none."""
+        context = trajectory.context or capture_context()
+        folder = self.trajectory_dir(scenario)
+        path = folder / f"{context_key(context)}.json"
+        if self.update:
+            trajectory.context = dict(context)
+            trajectory.save(path)
+            return GoldenOutcome("updated", f"wrote {self._shown(path)}")
+        if not path.exists():
+            return GoldenOutcome("skipped", self._missing_reason(folder, context))
+        golden = Trajectory.load(path)
+        report = compare_trajectories(golden, trajectory, source=str(path))
+        report.raise_if_diverged()
+        return GoldenOutcome("passed", f"{len(trajectory)} checkpoints bitwise equal")
+
+    def _missing_reason(self, folder: Path, context: dict[str, Any]) -> str:
+        """Why no golden applies here: the settings that differ from each recorded context."""
+        others = sorted(folder.glob("*.json")) if folder.is_dir() else []
+        if not others:
+            return f"no trajectory golden in {folder}: record one with {UPDATE_COMMAND}"
+        reasons = []
+        for other in others:
+            recorded = Trajectory.load(other).context
+            reasons.append(f"{other.name} differs in " + "; ".join(mismatches(recorded, context) or ["<nothing?>"]))
+        return "determinism context has no golden here (" + " | ".join(reasons) + ")"
+
+
+def _budget_context(context: dict[str, Any]) -> dict[str, Any]:
+    """The part of the context recorded in a budget file (counts do not depend on thread count or ISA)."""
+    return {key: context[key] for key in ("device", "torch") if key in context}
