@@ -8,7 +8,7 @@ round: normalizer update and PPO update (inside the client), round telemetry, ch
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -131,8 +131,9 @@ class VectorizedPPOTrainer:
             env.lifecycle.epoch = epoch
             outcome = actions.execute_action(env, decided.heads[env.env_id], ctx)
             reward = -env.runtime.governor.death_penalty if rollback else outcome.reward
-            if rollback:
+            if rollback:  # the penalty replaces the action's reward everywhere: buffer, episode total, telemetry
                 env.episode_rewards[-1] = reward
+                outcome = replace(outcome, reward=reward, reward_components={"governor_rollback": reward})
             rewards.append(reward)
             effective_ops.append(int(outcome.effective_op))
             dones.append(rollback)
