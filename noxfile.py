@@ -54,7 +54,10 @@ def run_in_env(session: nox.Session, *args: str, env: dict[str, str] | None = No
     merged = project_env(session)
     if env:
         merged.update(env)
-    session.run(*args, env=merged, external=True)
+    # nox resolves the program with its own PATH, not `env`'s: name the environment's executable explicitly.
+    program = BIN / args[0]
+    command = (str(program), *args[1:]) if program.exists() else args
+    session.run(*command, env=merged, external=True)
 
 
 @nox.session(tags=["ci"])
@@ -81,3 +84,42 @@ def lint(session: nox.Session) -> None:
     run_in_env(session, "ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
     run_in_env(session, "ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
     run_in_env(session, "mypy", "src")
+
+
+GATE_PATHS = ("tests/guardrails", "tests/meta", "tests/test_import_isolation.py")
+
+
+def _existing(paths: tuple[str, ...]) -> list[str]:
+    return [path for path in paths if (ROOT / path).exists()]
+
+
+@nox.session(tags=["ci"])
+def guardrails(session: nox.Session) -> None:
+    """The refactor gate: canonical scenarios vs goldens (telemetry, sync budgets, trajectories) and contracts."""
+    run_in_env(session, "lint-imports", "--no-cache", env=PINNED_ENV)
+    run_in_env(
+        session, "python", "-m", "pytest", "-q", "--tb=short", *_existing(GATE_PATHS), *session.posargs, env=PINNED_ENV
+    )
+
+
+@nox.session(default=False)
+def baselines(session: nox.Session) -> None:
+    """Regenerate the goldens on purpose (snapshots, sync budgets, trajectories) and show what changed."""
+    if os.environ.get("CI"):
+        session.error("refused: CI is set; goldens are regenerated locally and reviewed in the diff, never in CI")
+    run_in_env(
+        session,
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "--tb=short",
+        "tests/guardrails",
+        "--snapshot-update",
+        "--tripwire-update",
+        *session.posargs,
+        env=PINNED_ENV,
+    )
+    session.run("git", "status", "--short", "--", "baselines/", external=True)
+    session.run("git", "diff", "--stat", "--", "baselines/", external=True)
+    session.run("git", "--no-pager", "diff", "--", "baselines/", external=True)

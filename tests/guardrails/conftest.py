@@ -1,0 +1,53 @@
+"""Session fixtures for the gate: each canonical scenario runs once per session and is shared by its checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from guardrail_scenarios import SCENARIOS, ScenarioRun, run_scenario
+
+
+@pytest.fixture(scope="session")
+def guardrail_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("guardrails")
+
+
+@pytest.fixture(scope="session")
+def resume_checkpoint(guardrail_dir: Path) -> Path:
+    return guardrail_dir / "after_round_1.pt"
+
+
+@pytest.fixture(scope="session")
+def run_a_baseline(guardrail_dir: Path, resume_checkpoint: Path) -> ScenarioRun:
+    """Scenario (a); it also saves the checkpoint scenario (d) resumes from (saving emits no telemetry)."""
+    return run_scenario(SCENARIOS["a_baseline"], guardrail_dir, "--save", str(resume_checkpoint))
+
+
+@pytest.fixture(scope="session")
+def run_b_lifecycle(guardrail_dir: Path) -> ScenarioRun:
+    return run_scenario(SCENARIOS["b_lifecycle"], guardrail_dir)
+
+
+@pytest.fixture(scope="session")
+def run_c_rollback(guardrail_dir: Path) -> ScenarioRun:
+    return run_scenario(SCENARIOS["c_rollback"], guardrail_dir)
+
+
+@pytest.fixture(scope="session")
+def run_d_resume(guardrail_dir: Path, resume_checkpoint: Path, run_a_baseline: ScenarioRun) -> ScenarioRun:
+    """Scenario (d): resume (a)'s checkpoint and run the second round."""
+    return run_scenario(SCENARIOS["d_resume"], guardrail_dir, "--resume", str(resume_checkpoint))
+
+
+@pytest.fixture(scope="session")
+def run_continuous(guardrail_dir: Path) -> ScenarioRun:
+    """(d)'s two rounds without a break: its round 0 repeats (a) in-process, its round 1 is what (d) resumed."""
+    return run_scenario(SCENARIOS["d_resume"].with_args(name="d_continuous"), guardrail_dir)
+
+
+@pytest.fixture
+def scenario_run(request: pytest.FixtureRequest) -> ScenarioRun:
+    """The session's run of the scenario named by the test's `scenario` parameter."""
+    run: ScenarioRun = request.getfixturevalue(f"run_{request.param}")
+    return run

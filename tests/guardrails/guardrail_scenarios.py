@@ -1,0 +1,139 @@
+"""The gate's canonical scenarios: CLI command lines run in-process with a trajectory probe and a sync counter.
+
+Each scenario is a `python -m esper.scripts.train ...` argument list (so it can be replayed by hand) plus,
+where the CLI has no flag for it, extra TrainingConfig keys passed as a `--config-json` file. Running one
+returns its telemetry events (wire dicts), its trajectory (digests at every epoch/round checkpoint) and
+the SyncCounter that watched it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from esper.nissa import InMemoryBackend, TelemetryHub
+from esper.scripts.train import build_parser, config_from_args
+from esper.simic.training.parallel_env_state import ParallelEnvState
+from esper.simic.training.policy_client import PolicyClient
+from esper.simic.training.vectorized import run_training
+from tripwire.context import capture_context
+from tripwire.sync import SyncCounter
+from tripwire.trajectory import Trajectory, TrajectoryRecorder
+
+LIFECYCLE = ("heuristic", "--task", "cifar_baseline", "--envs", "4", "--slots", "r0c0", "r0c1", "r0c2")
+HOT_REGIONS = ("train_pass", "fused_validation", "epoch_transfer", "action_transfer")  # budgeted even at 0
+SIZES = ("--train-samples", "200", "--val-samples", "100", "--batch-size", "25", "--quiet")
+SMALL = ("--train-samples", "100", "--val-samples", "50", "--batch-size", "25", "--quiet")
+PPO_A = ("ppo", "--preset", "cifar_baseline", "--task", "cifar_baseline", "--envs", "1", "--episode-length", "5")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One canonical run: CLI arguments, extra config keys, and the lifecycle events it must show."""
+
+    name: str
+    argv: tuple[str, ...]
+    config_json: dict[str, Any] = field(default_factory=dict)
+    must_occur: tuple[str, ...] = ()
+
+    def with_args(self, *extra: str, name: str | None = None) -> Scenario:
+        """The same scenario with more CLI arguments (later flags win)."""
+        return Scenario(name or self.name, (*self.argv, *extra), dict(self.config_json), self.must_occur)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "a_baseline": Scenario("a_baseline", (*PPO_A, "--rounds", "1", *SIZES)),
+    "b_lifecycle": Scenario(
+        "b_lifecycle",
+        (*LIFECYCLE, "--rounds", "2", "--episode-length", "8", "--seed", "42", *SIZES),
+        must_occur=("SEED_GERMINATED", "SEED_FOSSILIZED", "SEED_PRUNED"),
+    ),
+    "c_rollback": Scenario(
+        "c_rollback",
+        (*PPO_A, "--rounds", "1", *SIZES),
+        config_json={"inject_nan_epoch": 3},
+        must_occur=("GOVERNOR_ROLLBACK",),
+    ),
+    "d_resume": Scenario("d_resume", (*PPO_A, "--rounds", "2", *SIZES), must_occur=("CHECKPOINT_LOADED",)),
+}
+
+
+class TrajectoryProbe:
+    """The trainer's `TrainingProbe`: digests env weights, actions, rewards and the updated policy."""
+
+    def __init__(self, recorder: TrajectoryRecorder) -> None:
+        self.recorder = recorder
+
+    def after_train_pass(self, round_idx: int, epoch: int, envs: Sequence[ParallelEnvState]) -> None:
+        for position, env in enumerate(envs):
+            state = {"model": env.model.state_dict(), "optimizer": env.runtime.host_optimizer.state_dict()}
+            self.recorder.record(f"r{round_idx}/e{epoch}/env{position}/train", state)
+
+    def after_actions(
+        self, round_idx: int, epoch: int, heads: Sequence[Sequence[int]], rewards: Sequence[float]
+    ) -> None:
+        for position, (env_heads, reward) in enumerate(zip(heads, rewards)):
+            self.recorder.record(f"r{round_idx}/e{epoch}/env{position}/actions", [int(h) for h in env_heads])
+            self.recorder.record(f"r{round_idx}/e{epoch}/env{position}/reward", float(reward))
+
+    def after_update(self, round_idx: int, policy: PolicyClient) -> None:
+        self.recorder.record(f"r{round_idx}/policy", policy.state_dict())
+        self.recorder.record(f"r{round_idx}/rng", torch.get_rng_state())
+
+
+@dataclass
+class ScenarioRun:
+    """What one run produced."""
+
+    scenario: Scenario
+    events: list[dict[str, Any]]
+    trajectory: Trajectory
+    counter: SyncCounter
+
+    def count(self, event_type: str) -> int:
+        return sum(1 for event in self.events if event["event_type"] == event_type)
+
+
+def scenario_config(scenario: Scenario, workdir: Path, *extra: str) -> tuple[Any, str]:
+    """(TrainingConfig, controller) exactly as the CLI would build them for this scenario."""
+    argv = [*scenario.argv, *extra]
+    if scenario.config_json:
+        workdir.mkdir(parents=True, exist_ok=True)
+        path = workdir / f"{scenario.name}.config.json"
+        path.write_text(json.dumps(scenario.config_json), encoding="utf-8")
+        argv += ["--config-json", str(path)]
+    args = build_parser().parse_args(argv)
+    return config_from_args(args), args.command
+
+
+def run_scenario(
+    scenario: Scenario, workdir: Path, *extra: str, recorder: TrajectoryRecorder | None = None
+) -> ScenarioRun:
+    """Run in-process under a SyncCounter with a trajectory probe; events are kept in memory."""
+    config, controller = scenario_config(scenario, workdir, *extra)
+    hub = TelemetryHub()
+    backend = InMemoryBackend()
+    hub.add_backend(backend)
+    recorder = recorder or TrajectoryRecorder(context=capture_context(config.device))
+    with SyncCounter() as counter:
+        run_training(config, controller=controller, hub=hub, probe=TrajectoryProbe(recorder))
+    hub.close()
+    return ScenarioRun(scenario, [event.to_json_dict() for event in backend.events], recorder.trajectory, counter)
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python guardrail_scenarios.py NAME OUT.json [extra CLI args]`: run a scenario, write its trajectory."""
+    name, out, *extra = argv
+    run = run_scenario(SCENARIOS[name], Path(out).parent, *extra)
+    run.trajectory.save(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,53 @@
+"""Self-consistency: the same run twice in-process, across two processes, and across a save/resume."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from guardrail_scenarios import ScenarioRun
+
+from tripwire.pytest_plugin import GateLog
+from tripwire.trajectory import Trajectory, compare_trajectories
+
+pytestmark = pytest.mark.guardrail
+
+RUNNER = Path(__file__).with_name("guardrail_scenarios.py")
+
+
+def test_repeat_run_in_process_is_bitwise_identical(
+    run_a_baseline: ScenarioRun, run_continuous: ScenarioRun, gate_log: GateLog
+) -> None:
+    # The continuous two-round run starts with exactly (a)'s round: same config except the round count.
+    report = compare_trajectories(run_a_baseline.trajectory, run_continuous.trajectory.select("r0/"))
+    gate_log.add("same run twice", "a_baseline", "passed" if report.ok else "FAILED", report.format().splitlines()[0])
+    report.raise_if_diverged()
+
+
+def test_resumed_round_equals_uninterrupted_round(
+    run_d_resume: ScenarioRun, run_continuous: ScenarioRun, gate_log: GateLog
+) -> None:
+    report = compare_trajectories(run_continuous.trajectory.select("r1/"), run_d_resume.trajectory)
+    gate_log.add(
+        "resume == continuous", "d_resume", "passed" if report.ok else "FAILED", report.format().splitlines()[0]
+    )
+    report.raise_if_diverged()
+
+
+def test_second_process_reproduces_the_run_bitwise(
+    run_a_baseline: ScenarioRun, guardrail_dir: Path, gate_log: GateLog
+) -> None:
+    out = guardrail_dir / "a_baseline.subprocess.json"
+    env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), "a_baseline", str(out)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, f"scenario runner failed:\n{done.stderr[-2000:]}"
+    other = Trajectory.load(out)
+    assert other.context == run_a_baseline.trajectory.context, "the child process saw another determinism context"
+    report = compare_trajectories(run_a_baseline.trajectory, other, source="second process")
+    gate_log.add("two processes", "a_baseline", "passed" if report.ok else "FAILED", report.format().splitlines()[0])
+    report.raise_if_diverged()

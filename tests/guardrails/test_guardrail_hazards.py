@@ -1,0 +1,169 @@
+"""Each guardrail catches its hazard: inject it (monkeypatch, or a patched copy of src/) and read the failure.
+
+Every injected run is compared through the same `GoldenStore` code the gate uses, against goldens written
+from the session's clean run into a temporary directory, so these tests hold on any machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from guardrail_scenarios import HOT_REGIONS, SCENARIOS, ScenarioRun, run_scenario
+
+import esper.simic.training.vectorized as vectorized_module
+from esper.simic.rewards import RewardConfig
+from esper.simic.training.vectorized import BatchSource
+from esper.simic.training.vectorized_trainer import VectorizedPPOTrainer
+from esper.tolaria.engine import VectorizedEngine
+from tripwire.errors import SyncBudgetExceeded, TrajectoryDivergence
+from tripwire.goldens import GoldenStore
+from tripwire.pytest_plugin import GateLog
+from tripwire.snapshot import TelemetrySnapshotExtension
+from tripwire.telemetry import diff_counts, reduce_events
+
+pytestmark = pytest.mark.guardrail
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().relative_to(ROOT).as_posix()
+TWO_ENVS = SCENARIOS["a_baseline"].with_args("--envs", "2", "--train-samples", "100", name="a_two_envs")
+
+_TRAIN_BATCH = VectorizedEngine.train_batch
+_BATCH_SOURCE_CALL = BatchSource.__call__
+_RUN_EPOCH = VectorizedPPOTrainer.run_epoch
+
+
+def _train_batch_with_item(self: VectorizedEngine, env: Any, acc: Any, inputs: Any, targets: Any) -> None:
+    """Hazard: a per-env `.item()` inside the train pass (a debugging print left in)."""
+    _TRAIN_BATCH(self, env, acc, inputs, targets)
+    acc.stats[0].item()
+
+
+def _batch_source_with_extra_draw(self: BatchSource, round_idx: int, epoch: int) -> Any:
+    """Hazard: one more draw from the batch generator before the shuffle consumes it."""
+    iterator = _BATCH_SOURCE_CALL(self, round_idx, epoch)
+    torch.randint(0, 2, (1,), generator=self.generator)
+    return iterator
+
+
+def _run_epoch_reversed(self: VectorizedPPOTrainer, envs: list[Any], round_idx: int, epoch: int) -> None:
+    """Hazard: the env loop walks the envs in reverse order."""
+    _RUN_EPOCH(self, list(reversed(envs)), round_idx, epoch)
+
+
+@dataclass(frozen=True)
+class CheaperGermination(RewardConfig):
+    """Hazard: one reward constant changed (germination cost -0.02 -> -0.03)."""
+
+    germinate_cost: float = -0.03
+
+
+def golden_store(tmp_path: Path, name: str, clean: ScenarioRun) -> GoldenStore:
+    """A store whose goldens were written from the clean run (update mode), reopened for checking."""
+    writer = GoldenStore(tmp_path / "baselines", update=True)
+    writer.check_sync_budget(name, clean.counter, clean.trajectory.context, HOT_REGIONS)
+    writer.check_trajectory(name, clean.trajectory)
+    return GoldenStore(tmp_path / "baselines", update=False)
+
+
+def test_extra_item_in_per_env_loop_fails_the_budget_naming_region_and_site(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_a_baseline: ScenarioRun, gate_log: GateLog
+) -> None:
+    store = golden_store(tmp_path, "a_baseline", run_a_baseline)
+    monkeypatch.setattr(VectorizedEngine, "train_batch", _train_batch_with_item)
+    hazard = run_scenario(SCENARIOS["a_baseline"], tmp_path)
+    with pytest.raises(SyncBudgetExceeded) as failure:
+        store.check_sync_budget("a_baseline", hazard.counter, hazard.trajectory.context)
+    message = str(failure.value)
+    assert "region 'train_pass': 40 syncs, budget 0 (+40)" in message  # 8 batches x 5 epochs
+    assert f"NEW {HERE}:" in message and "in _train_batch_with_item  ×40  [item×40]" in message
+    gate_log.add("hazard: .item() in env loop", "a_baseline", "caught", message.splitlines()[1].strip())
+
+
+def test_changed_rng_consumption_names_the_first_diverging_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_a_baseline: ScenarioRun, gate_log: GateLog
+) -> None:
+    store = golden_store(tmp_path, "a_baseline", run_a_baseline)
+    monkeypatch.setattr(BatchSource, "__call__", _batch_source_with_extra_draw)
+    hazard = run_scenario(SCENARIOS["a_baseline"], tmp_path)
+    with pytest.raises(TrajectoryDivergence) as failure:
+        store.check_trajectory("a_baseline", hazard.trajectory)
+    message = str(failure.value)
+    assert "diverged at checkpoint 1 of 17, 'r0/e1/env0/train'" in message
+    assert "first tensor: 'model." in message
+    gate_log.add("hazard: RNG order", "a_baseline", "caught", message.splitlines()[0])
+
+
+def test_dropped_or_duplicated_event_is_named_in_the_snapshot_diff(
+    run_a_baseline: ScenarioRun, gate_log: GateLog
+) -> None:
+    events = run_a_baseline.events
+    pruned = next(i for i, e in enumerate(events) if e["event_type"] == "SEED_PRUNED")
+    epoch = next(i for i, e in enumerate(events) if e["event_type"] == "EPOCH_COMPLETED")
+    dropped = events[:pruned] + events[pruned + 1 :]
+    duplicated = [*events[: epoch + 1], events[epoch], *events[epoch + 1 :]]
+    extension = TelemetrySnapshotExtension()
+    golden = extension.serialize(reduce_events(events).to_snapshot())
+    for changed, expected in ((dropped, "SEED_PRUNED: 1 -> 0 (-1)"), (duplicated, "EPOCH_COMPLETED: 5 -> 6 (+1)")):
+        now = extension.serialize(reduce_events(changed).to_snapshot())
+        assert not extension.matches(serialized_data=now, snapshot_data=golden)
+        diff = "\n".join(extension.diff_lines(now, golden))
+        assert diff.startswith("telemetry changed (golden -> now):") and expected in diff
+        gate_log.add("hazard: event count", "a_baseline", "caught", expected)
+
+
+def test_reordered_env_loop_diverges_in_trajectory_and_event_order(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gate_log: GateLog
+) -> None:
+    clean = run_scenario(TWO_ENVS, tmp_path)
+    store = golden_store(tmp_path, "a_two_envs", clean)
+    monkeypatch.setattr(VectorizedPPOTrainer, "run_epoch", _run_epoch_reversed)
+    hazard = run_scenario(TWO_ENVS, tmp_path)
+    with pytest.raises(TrajectoryDivergence) as failure:
+        store.check_trajectory("a_two_envs", hazard.trajectory)
+    assert "'r0/e1/env0/train'" in str(failure.value).splitlines()[0]
+    order = diff_counts(reduce_events(clean.events).to_snapshot(), reduce_events(hazard.events).to_snapshot())
+    assert any(line.startswith("order of round 0 changed at position") for line in order), order
+    gate_log.add("hazard: env loop order", "a_two_envs", "caught", str(failure.value).splitlines()[0])
+
+
+def test_changed_reward_constant_diverges_first_at_a_reward(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_a_baseline: ScenarioRun, gate_log: GateLog
+) -> None:
+    store = golden_store(tmp_path, "a_baseline", run_a_baseline)
+    monkeypatch.setattr(vectorized_module, "RewardConfig", CheaperGermination)
+    hazard = run_scenario(SCENARIOS["a_baseline"], tmp_path)
+    with pytest.raises(TrajectoryDivergence) as failure:
+        store.check_trajectory("a_baseline", hazard.trajectory)
+    head = str(failure.value).splitlines()[0]
+    assert head.split(", ")[1].startswith("'r0/e") and "/reward'" in head, head
+    gate_log.add("hazard: reward constant", "a_baseline", "caught", head)
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    """A copy of src/ and pyproject.toml (the import-linter config) to break on purpose."""
+    shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def test_import_back_into_vectorized_breaks_the_named_contract(tmp_path: Path, gate_log: GateLog) -> None:
+    tree = _copy_tree(tmp_path)
+    batch_ops = tree / "src/esper/simic/training/batch_ops.py"
+    batch_ops.write_text(
+        batch_ops.read_text() + "\nfrom esper.simic.training import vectorized  # noqa: E402,F401\n", encoding="utf-8"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--no-cache"], cwd=tree, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert "extracted training modules never import simic.training.vectorized BROKEN" in done.stdout
+    assert "esper.simic.training.batch_ops -> esper.simic.training.vectorized" in done.stdout
+    gate_log.add("hazard: import into vectorized", "src copy", "caught", "contract 'extracted-modules' BROKEN")
