@@ -1,0 +1,134 @@
+"""Fixtures of the benchmark suite: the device under test, the calibration workload, a telemetry hub, hazards.
+
+- The device comes from `TRIPWIRE_BENCH_DEVICE` (set by `python -m tripwire.bench --device`; default cpu).
+- `ESPER_BENCH_SLOWDOWN=train_pass:0.20` is a hazard for proving the gate: it makes every
+  `VectorizedEngine.train_pass` call spin for 20 % of its own duration afterwards (proportional busy work).
+  Only this suite reads it; the trainer itself has no such hook.
+- The machine info saved with the results gains the torch version, thread count, device and GPU name.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from esper.nissa import TelemetryHub
+from esper.tolaria.engine import EnvRuntime, TrainAccumulators, VectorizedEngine
+from tripwire.bench_fixture import CalibrationWorkload
+
+DEVICE_ENV = "TRIPWIRE_BENCH_DEVICE"
+SLOWDOWN_ENV = "ESPER_BENCH_SLOWDOWN"
+_ORIGINAL_TRAIN_PASS = VectorizedEngine.train_pass
+
+
+def bench_device_name() -> str:
+    return os.environ.get(DEVICE_ENV, "cpu")
+
+
+def parse_slowdown(text: str) -> float:
+    """`train_pass:0.20` -> 0.20; anything else is a one-line error naming the variable."""
+    target, _, fraction = text.partition(":")
+    try:
+        value = float(fraction)
+    except ValueError:
+        value = -1.0
+    if target != "train_pass" or not 0.0 < value < 10.0:
+        raise pytest.UsageError(f"{SLOWDOWN_ENV}={text!r}: expected train_pass:<fraction>, e.g. train_pass:0.20")
+    return value
+
+
+class SlowedTrainPass:
+    """`VectorizedEngine.train_pass` followed by a busy wait of `fraction` times its own duration."""
+
+    def __init__(self, fraction: float) -> None:
+        self.fraction = fraction
+
+    def __get__(self, engine: VectorizedEngine | None, owner: type | None = None) -> Any:
+        return self if engine is None else functools.partial(self, engine)
+
+    def __call__(self, engine: VectorizedEngine, envs: Sequence[EnvRuntime], batches: Any) -> list[TrainAccumulators]:
+        start = time.perf_counter()
+        result = _ORIGINAL_TRAIN_PASS(engine, envs, batches)
+        deadline = time.perf_counter() + (time.perf_counter() - start) * self.fraction
+        while time.perf_counter() < deadline:
+            pass
+        return result
+
+
+def cpu_model() -> str:
+    """The CPU model from /proc/cpuinfo (Linux), else platform.processor(); py-cpuinfo is not needed."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def pytest_benchmark_generate_machine_info(config: pytest.Config) -> dict[str, Any]:
+    """pytest-benchmark's machine info without its py-cpuinfo dependency (the CPU model is read directly)."""
+    uname = platform.uname()
+    return {
+        "node": uname.node,
+        "processor": uname.processor,
+        "machine": uname.machine,
+        "python_compiler": platform.python_compiler(),
+        "python_implementation": platform.python_implementation(),
+        "python_version": platform.python_version(),
+        "release": uname.release,
+        "system": uname.system,
+        "cpu": {"brand_raw": cpu_model(), "count": os.cpu_count()},
+    }
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    device = bench_device_name()
+    gpu = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else ""
+    machine_info["tripwire"] = {
+        "torch": torch.__version__,
+        "threads": str(torch.get_num_threads()),
+        "device": device,
+        "gpu": gpu,
+        "slowdown": os.environ.get(SLOWDOWN_ENV, ""),
+    }
+
+
+@pytest.fixture(scope="session")
+def bench_device() -> str:
+    device = bench_device_name()
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        pytest.skip(f"{DEVICE_ENV}={device} but torch.cuda.is_available() is False on this machine")
+    return device
+
+
+@pytest.fixture(scope="session")
+def calibration(bench_device: str) -> CalibrationWorkload:
+    return CalibrationWorkload(bench_device)
+
+
+@pytest.fixture(scope="session")
+def hub() -> Iterator[TelemetryHub]:
+    telemetry = TelemetryHub()
+    yield telemetry
+    telemetry.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def injected_slowdown() -> Iterator[float]:
+    text = os.environ.get(SLOWDOWN_ENV, "")
+    if not text:
+        yield 0.0
+        return
+    fraction = parse_slowdown(text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(VectorizedEngine, "train_pass", SlowedTrainPass(fraction))
+        yield fraction

@@ -1,0 +1,253 @@
+"""The reference trainer's benchmark workloads, built exactly as `run_training` builds a run.
+
+`build_parts(config)` runs `esper.simic.training.vectorized.run_training` with the trainer class swapped for one
+that keeps the assembled `TrainerParts` instead of training, so every workload uses the trainer's own
+construction (seeding, data, envs, engine, policy client) with no copy of it here. Each workload is a
+`tripwire.bench_fixture.Workload`: `prepare()` is untimed, `run()` is what a round times.
+
+Sizes: GATE (256 train / 64 val samples per env, batch 32) keeps the gated rounds short; ORIGINAL is the workload
+the original was measured on (cifar_baseline, 1000 train / 200 val samples per env per epoch, batch 50 per env).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from unittest import mock
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from esper.kasmina.slot import SeedSlot
+from esper.leyline import BlueprintAction, GerminationStyle, TempoAction, get_task_spec
+from esper.nissa import TelemetryHub
+from esper.simic.training import vectorized
+from esper.simic.training.batch_ops import build_observations
+from esper.simic.training.config import TrainingConfig
+from esper.simic.training.counterfactual_eval import build_layout
+from esper.simic.training.parallel_env_state import ParallelEnvState
+from esper.simic.training.policy_client import ObservationBatch, PPOClient
+from esper.simic.training.vectorized_trainer import TrainerParts, TrainingResult, VectorizedPPOTrainer
+from esper.tolaria.engine import EnvRuntime, FusedPlan
+from tripwire.bench_fixture import Workload
+from tripwire.bench_ops import OpCounter
+from tripwire.sync import SyncCounter
+
+
+@dataclass(frozen=True)
+class Size:
+    """Data per env per epoch."""
+
+    train_samples: int
+    val_samples: int
+    batch_size: int
+
+
+GATE = Size(train_samples=256, val_samples=64, batch_size=32)
+ORIGINAL = Size(train_samples=1000, val_samples=200, batch_size=50)
+EPISODE_LENGTH = 5
+
+
+def bench_config(n_envs: int, size: Size, *, device: str = "cpu", max_epochs: int = EPISODE_LENGTH) -> TrainingConfig:
+    return TrainingConfig(
+        n_episodes=1,
+        n_envs=n_envs,
+        max_epochs=max_epochs,
+        task="cifar_baseline",
+        train_samples=size.train_samples,
+        val_samples=size.val_samples,
+        batch_size=size.batch_size,
+        device=device,
+        seed=42,
+    )
+
+
+class _PartsCapture(VectorizedPPOTrainer):
+    """A trainer whose run() only hands its assembled parts back (see build_parts)."""
+
+    captured: list[TrainerParts] = []  # noqa: RUF012 - a one-slot mailbox, emptied by build_parts
+
+    def run(self) -> TrainingResult:
+        _PartsCapture.captured.append(self.parts)
+        return self.result
+
+
+def build_parts(config: TrainingConfig, hub: TelemetryHub) -> TrainerParts:
+    """The TrainerParts `run_training(config)` would train with (deterministic from config.seed)."""
+    with mock.patch.object(vectorized, "VectorizedPPOTrainer", _PartsCapture):
+        vectorized.run_training(config, controller="ppo", hub=hub)
+    return _PartsCapture.captured.pop()
+
+
+def blend_seed(slot: SeedSlot, init_seed: int) -> None:
+    """Germinate a conv_light seed and walk it into BLENDING with alpha > 0, so validation runs 2 configs."""
+    slot.germinate(
+        BlueprintAction.CONV_LIGHT,
+        f"bench-{init_seed}",
+        style=GerminationStyle.LINEAR_ADD,
+        tempo=TempoAction.FAST,
+        alpha_target=1.0,
+        init_seed=init_seed,
+    )
+    slot.advance_stage()
+    slot.step_epoch()
+    slot.advance_stage()
+    slot.step_epoch()
+
+
+class _TrainerWorkload:
+    """Base: the parts of a run, fresh envs on demand."""
+
+    def __init__(self, config: TrainingConfig, hub: TelemetryHub) -> None:
+        self.config = config
+        self.parts = build_parts(config, hub)
+        self.envs: list[ParallelEnvState] = []
+
+    def fresh_envs(self) -> list[ParallelEnvState]:
+        self.envs = self.parts.env_factory.create(0, self.config.n_envs)
+        return self.envs
+
+    def begin_rollout(self) -> None:
+        """Start a round on the policy with an empty rollout buffer (the PPO update would have emptied it)."""
+        policy = self.parts.policy
+        if isinstance(policy, PPOClient):
+            policy.agent.buffer.reset()
+        policy.begin_round(self.config.n_envs)
+
+    def observe(self) -> ObservationBatch:
+        """Every env's observation after a first epoch's signals (loss 2.3, accuracy 10 %)."""
+        for env in self.envs:
+            env.signals = env.signal_tracker.update(1, 2.3, 10.0)
+        return build_observations(self.envs, max_seeds=self.config.max_seeds, device=self.parts.policy_device)
+
+    @property
+    def runtimes(self) -> list[EnvRuntime]:
+        return [env.runtime for env in self.envs]
+
+
+class EpochWorkload(_TrainerWorkload):
+    """One full trainer epoch (`VectorizedPPOTrainer.run_epoch`).
+
+    `episodes=False`: every round is epoch 1 of fresh envs. `episodes=True`: rounds walk through whole episodes
+    (epochs 1..max_epochs, the last with the bootstrap call), fresh envs at each episode start, which is what the
+    trainer's own throughput telemetry averages over.
+    """
+
+    def __init__(self, config: TrainingConfig, hub: TelemetryHub, *, episodes: bool = False) -> None:
+        super().__init__(config, hub)
+        self.trainer = VectorizedPPOTrainer(self.parts)
+        self.episodes = episodes
+        self.epoch = 0
+
+    def prepare(self) -> None:
+        if not self.episodes or self.epoch in (0, self.config.max_epochs):
+            self.fresh_envs()
+            self.begin_rollout()
+            self.epoch = 0
+
+    def run(self) -> None:
+        self.epoch += 1
+        self.trainer.run_epoch(self.envs, 0, self.epoch)
+
+
+class TrainPassWorkload(_TrainerWorkload):
+    """The engine's train pass alone, every env over the epoch's shared batches."""
+
+    def prepare(self) -> None:
+        self.fresh_envs()
+
+    def run(self) -> None:
+        self.parts.engine.train_pass(self.runtimes, self.parts.train_batches(0, 1))
+
+
+class ValidationWorkload(_TrainerWorkload):
+    """Fused counterfactual validation with a blending seed in every env (2 alpha configs per forward)."""
+
+    plans: list[FusedPlan]
+
+    def prepare(self) -> None:
+        for env in self.fresh_envs():
+            for index, slot in enumerate(env.model.seed_slots.values()):
+                blend_seed(slot, init_seed=7 + index)
+        self.plans = [build_layout(env.model).plan for env in self.envs]
+
+    def run(self) -> None:
+        self.parts.engine.validate(self.runtimes, self.parts.val_batches(0, 1), self.plans)
+
+
+class PolicyCallWorkload(_TrainerWorkload):
+    """One batched policy call (`PPOClient.act`) for every env's observation."""
+
+    obs: ObservationBatch
+
+    def prepare(self) -> None:
+        self.fresh_envs()
+        self.begin_rollout()
+        self.obs = self.observe()
+
+    def run(self) -> None:
+        self.parts.policy.act(self.obs)
+
+
+class PPOUpdateWorkload(_TrainerWorkload):
+    """One PPO update over a full round's rollout (every env, every epoch), via `PPOClient.end_round`."""
+
+    def prepare(self) -> None:
+        envs = self.fresh_envs()
+        policy = self.parts.policy
+        self.begin_rollout()
+        obs = self.observe()
+        for step in range(self.config.max_epochs):
+            decided = policy.act(obs)
+            ops = [heads[0] for heads in decided.heads]
+            rewards = [0.1 * (step + 1) - 0.05 * env for env in range(len(envs))]
+            policy.record(step, ops, rewards, [False] * len(envs))
+        policy.bootstrap(obs)
+
+    def run(self) -> None:
+        self.parts.policy.end_round()
+
+
+class PlainLoopWorkload(_TrainerWorkload):
+    """The plain-PyTorch reference: the same hosts and batches, no controller, no seeds: train + validate."""
+
+    def prepare(self) -> None:
+        task = get_task_spec(self.config.task)
+        self.hosts = [env.model.host for env in self.fresh_envs()]
+        self.optimizers = [
+            torch.optim.SGD(
+                host.parameters(), lr=task.host_lr, momentum=task.momentum, weight_decay=task.weight_decay, foreach=True
+            )
+            for host in self.hosts
+        ]
+
+    def run(self) -> None:
+        stats: list[Tensor] = [torch.zeros(2, device=env.device) for env in self.runtimes]
+        for host in self.hosts:
+            host.train()
+        for per_env in self.parts.train_batches(0, 1):
+            for host, optimizer, (inputs, targets) in zip(self.hosts, self.optimizers, per_env):
+                optimizer.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(host(inputs), targets)
+                loss.backward()
+                optimizer.step()
+        for host in self.hosts:
+            host.eval()
+        with torch.inference_mode():
+            for per_env in self.parts.val_batches(0, 1):
+                for host, stat, (inputs, targets) in zip(self.hosts, stats, per_env):
+                    logits = host(inputs)
+                    stat[0] += F.cross_entropy(logits, targets, reduction="sum")
+                    stat[1] += (logits.argmax(dim=1) == targets).sum()
+        torch.cat(stats).cpu()
+
+
+def measure_proxies(workload: Workload, counted: Workload, label: str) -> dict[str, int]:
+    """Host syncs and aten ops of one `run()`, each on its own freshly built (hence identical) workload."""
+    workload.prepare()
+    with SyncCounter() as syncs:
+        workload.run()
+    counted.prepare()
+    with OpCounter() as ops:
+        counted.run()
+    return {f"syncs_per_{label}": syncs.total, f"aten_ops_per_{label}": ops.total}

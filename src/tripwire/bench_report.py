@@ -1,0 +1,112 @@
+"""Renders a benchmark comparison: a terminal table, a markdown table (CI summaries) and a JSON report.
+
+Columns: benchmark, metric, baseline, now, change, p, threshold, verdict. `baseline` and `now` are raw medians
+in the metric's unit on each run's own machine; `change` is computed on calibration-normalized values, which is
+what the gate judges (so it can differ from now/baseline when the machines differ).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from tripwire.bench_gate import Comparison, Row
+
+HEADERS = ("benchmark", "metric", "baseline", "now", "change", "p", "threshold", "verdict")
+
+
+def _number(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "count":
+        return str(int(value))
+    if abs(value) >= 100:
+        return f"{value:,.1f} {unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _cells(row: Row) -> tuple[str, ...]:
+    change = "-" if row.change is None else f"{100.0 * row.change:+.1f}%"
+    p_value = "-" if row.p_value is None else f"{row.p_value:.2g}"
+    if row.unit == "count":
+        threshold = "exact"
+    else:
+        threshold = "-" if row.threshold is None else f"{100.0 * row.threshold:.0f}%"
+    verdict = row.verdict.value + (f" ({row.note})" if row.note and row.verdict.fails else "")
+    return (
+        row.benchmark,
+        row.metric,
+        _number(row.baseline, row.unit),
+        _number(row.now, row.unit),
+        change,
+        p_value,
+        threshold,
+        verdict,
+    )
+
+
+def summary_line(comparison: Comparison) -> str:
+    failures = comparison.failures()
+    gated = sum(1 for row in comparison.rows if row.unit != "count")
+    if not failures:
+        return f"bench gate: PASS ({gated} benchmarks, {len(comparison.rows) - gated} exact proxies)"
+    names = ", ".join(f"{row.benchmark} {row.metric} {row.verdict.value}" for row in failures)
+    return f"bench gate: FAIL ({len(failures)} of {len(comparison.rows)} rows): {names}"
+
+
+def context_lines(comparison: Comparison) -> list[str]:
+    base, now = comparison.baseline_context, comparison.current_context
+    lines = []
+    for key in ("cpu", "gpu", "torch"):
+        if base.get(key) or now.get(key):
+            same = "" if base.get(key) == now.get(key) else "  (differs: timings are compared as calibration ratios)"
+            lines.append(f"{key}: baseline {base.get(key) or '-'} | now {now.get(key) or '-'}{same}")
+    return lines
+
+
+def render_text(comparison: Comparison) -> str:
+    table = [HEADERS, *(_cells(row) for row in comparison.rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
+    out = []
+    for index, line in enumerate(table):
+        out.append("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+        if index == 0:
+            out.append("  ".join("-" * width for width in widths))
+    out.extend(context_lines(comparison))
+    out.append(summary_line(comparison))
+    return "\n".join(out)
+
+
+def render_markdown(comparison: Comparison) -> str:
+    lines = ["### Benchmark gate", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    for row in comparison.rows:
+        cells = list(_cells(row))
+        cells[0] = f"`{cells[0]}`"
+        if row.verdict.fails:
+            cells[-1] = f"**{cells[-1]}**"
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    lines.append("")
+    lines.extend(f"- {line}" for line in context_lines(comparison))
+    lines.append(f"\n**{summary_line(comparison)}**")
+    return "\n".join(lines) + "\n"
+
+
+def report_json(comparison: Comparison) -> dict[str, Any]:
+    rows = []
+    for row in comparison.rows:
+        data = asdict(row)
+        data["verdict"] = row.verdict.value
+        data["fails"] = row.verdict.fails
+        rows.append(data)
+    return {
+        "passed": not comparison.failed,
+        "summary": summary_line(comparison),
+        "baseline_context": comparison.baseline_context,
+        "current_context": comparison.current_context,
+        "rows": rows,
+    }
+
+
+def dumps_json(comparison: Comparison) -> str:
+    return json.dumps(report_json(comparison), indent=2, sort_keys=True) + "\n"
