@@ -1,9 +1,14 @@
-"""Progress display for long runs: a rich progress bar on a terminal, nothing otherwise."""
+"""Progress display for long runs: a rich progress bar on a terminal, nothing otherwise.
+
+The bar is drawn on stderr, the stream whose terminal check enables it, so `train ... > results.txt` keeps the
+bar on the terminal and the redirected stdout free of control characters.
+"""
 
 from __future__ import annotations
 
 import sys
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 
@@ -18,6 +23,7 @@ class ProgressDisplay:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeRemainingColumn(),
+                console=Console(stderr=True),
                 transient=True,
             )
             self.task = self.progress.add_task("train", total=total, round=0)
