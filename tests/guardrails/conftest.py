@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +15,22 @@ from guardrail_scenarios import SCENARIOS, ScenarioRun, run_scenario
 @pytest.fixture(scope="session")
 def guardrail_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("guardrails")
+
+
+RUNNER = Path(__file__).with_name("guardrail_scenarios.py")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def second_process(guardrail_dir: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """Scenario (a) in a child process, started first so it runs beside the in-process scenarios."""
+    out = guardrail_dir / "a_baseline.subprocess.json"
+    env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
+    command = [sys.executable, str(RUNNER), "a_baseline", str(out)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    yield child, out
+    if child.poll() is None:
+        child.kill()
+    child.communicate()
 
 
 @pytest.fixture(scope="session")

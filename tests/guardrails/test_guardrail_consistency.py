@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,6 @@ from tripwire.pytest_plugin import GateLog
 from tripwire.trajectory import Trajectory, compare_trajectories
 
 pytestmark = pytest.mark.guardrail
-
-RUNNER = Path(__file__).with_name("guardrail_scenarios.py")
 
 
 def test_repeat_run_in_process_is_bitwise_identical(
@@ -38,14 +34,11 @@ def test_resumed_round_equals_uninterrupted_round(
 
 
 def test_second_process_reproduces_the_run_bitwise(
-    run_a_baseline: ScenarioRun, guardrail_dir: Path, gate_log: GateLog
+    run_a_baseline: ScenarioRun, second_process: tuple[subprocess.Popen[str], Path], gate_log: GateLog
 ) -> None:
-    out = guardrail_dir / "a_baseline.subprocess.json"
-    env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
-    done = subprocess.run(
-        [sys.executable, str(RUNNER), "a_baseline", str(out)], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert done.returncode == 0, f"scenario runner failed:\n{done.stderr[-2000:]}"
+    child, out = second_process
+    _, stderr = child.communicate(timeout=300)
+    assert child.returncode == 0, f"scenario runner failed:\n{stderr[-2000:]}"
     other = Trajectory.load(out)
     assert other.context == run_a_baseline.trajectory.context, "the child process saw another determinism context"
     report = compare_trajectories(run_a_baseline.trajectory, other, source="second process")
