@@ -50,7 +50,7 @@ class EnvFactory:
                 host, self.slot_config.slot_ids, permissive_gates=self.permissive_gates, on_event=lifecycle
             )
         # channels_last on every device: on CPU it makes the host's conv/pool/BN step ~1.7x faster
-        model = model.to(device=device, memory_format=torch.channels_last)
+        model = model.to(device).to(memory_format=torch.channels_last)
         host_optimizer = torch.optim.SGD(
             model.host_parameters(),
             lr=self.task.host_lr,
