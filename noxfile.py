@@ -128,3 +128,16 @@ def baselines(session: nox.Session) -> None:
     session.run("git", "status", "--short", "--", "baselines/", external=True)
     session.run("git", "diff", "--stat", "--", "baselines/", external=True)
     session.run("git", "--no-pager", "diff", "--", "baselines/", external=True)
+
+
+@nox.session(default=False, tags=["perf"])
+def bench(session: nox.Session) -> None:
+    """Throughput benchmarks; `-- --compare baselines/` gates on the committed baseline, `-- --save` records one."""
+    env = {**os.environ, **project_env(session), **PINNED_ENV}
+    command = [str(BIN / "python"), "-m", "tripwire.bench", "--suite", "benchmarks", *session.posargs]
+    session.log(" ".join(command[1:]))
+    code = subprocess.run(command, env=env, cwd=ROOT, check=False).returncode
+    if code == 2:  # a usage error or a missing/corrupted baseline: keep the tool's exit code (nox would say 1)
+        raise SystemExit(2)
+    if code:
+        session.error(f"bench failed (exit {code}): see the table above and build/bench/bench-report.md")

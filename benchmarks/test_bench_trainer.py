@@ -37,8 +37,8 @@ THRESHOLDS = {
     "fused_validation": 0.10,
     "policy_call": 0.15,
     "ppo_update": 0.15,
-    "plain_loop": 0.10,
-    "original_workload": 0.10,
+    "plain_loop": 0.15,
+    "original_workload": 0.15,
 }
 
 
@@ -110,8 +110,8 @@ def test_original_workload(
     benchmark: Any, n_envs: int, bench_device: str, calibration: CalibrationWorkload, hub: TelemetryHub
 ) -> None:
     """The original's measured workload: cifar_baseline, 1000 train samples/env/epoch, batch 50/env, whole
-    5-epoch episodes (two of them, one round per epoch), as the trainer's throughput telemetry averages them."""
+    5-epoch episode (one round per epoch), as the trainer's throughput telemetry averages them."""
     config = bench_config(n_envs, ORIGINAL, device=bench_device)
     units = {"env_epochs": float(n_envs), "samples": float(n_envs * ORIGINAL.train_samples)}
-    spec = BenchSpec(units, "env_epochs_per_s", THRESHOLDS["original_workload"], rounds=10, warmup=0)
+    spec = BenchSpec(units, "env_epochs_per_s", THRESHOLDS["original_workload"], rounds=5, warmup=0)
     measure(benchmark, EpochWorkload(config, hub, episodes=True), spec, calibration)

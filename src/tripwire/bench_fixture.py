@@ -64,7 +64,7 @@ class BenchSpec:
 class CalibrationWorkload:
     """A fixed plain-PyTorch workload (small conv net, SGD step) timed next to every round as a machine yardstick."""
 
-    def __init__(self, device: torch.device | str = "cpu", *, steps: int = 2, batch: int = 32) -> None:
+    def __init__(self, device: torch.device | str = "cpu", *, steps: int = 1, batch: int = 32) -> None:
         self.device = torch.device(device)
         self.steps = steps
         generator = torch.Generator().manual_seed(1234)

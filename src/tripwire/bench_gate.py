@@ -2,8 +2,9 @@
 
 For every benchmark the gate compares the per-round values of the baseline and of the current run:
 
-1. Normalize: each round's time is divided by the median calibration time measured in the same run, so values
-   are in "calibration units" and a baseline recorded on one machine gates on another. Throughput metrics
+1. Normalize: each round's time is divided by the run's calibration time (the median of every calibration pass
+   interleaved with that run's rounds), so values are in "calibration units" and a baseline recorded on one
+   machine gates on another. Throughput metrics
    (`<unit>_per_s`, higher is better) are gated directly as units per calibration unit.
 2. Effect: `change` = median(now) / median(baseline) - 1, signed so that the table reads naturally
    (+ means slower for time, faster for throughput).
@@ -88,9 +89,17 @@ def raw_values(record: BenchRecord) -> list[float]:
     return [1000.0 * amount / ms for ms in record.samples_ms]
 
 
-def normalized_values(record: BenchRecord) -> list[float]:
-    """Per-round values in calibration units: time / median calibration, or units per calibration time."""
-    calibration = statistics.median(record.calibration_ms)
+def run_calibration_ms(run: BenchRun) -> float:
+    """The run's machine yardstick: the median of every calibration pass of every benchmark in it.
+
+    One figure per run (not per benchmark): a single calibration pass is as noisy as any short timing on a
+    loaded machine, and normalizing each benchmark by its own few passes would add that noise back in.
+    """
+    return statistics.median([ms for record in run.records.values() for ms in record.calibration_ms])
+
+
+def normalized_values(record: BenchRecord, calibration: float) -> list[float]:
+    """Per-round values in calibration units: time / calibration, or units per calibration time."""
     if record.metric == TIME_METRIC:
         return [ms / calibration for ms in record.samples_ms]
     amount = record.units[record.metric.removesuffix("_per_s")]
@@ -102,9 +111,9 @@ def min_p_value(n: int, m: int) -> float:
     return 1.0 / math.comb(n + m, n)
 
 
-def compare_record(base: BenchRecord, now: BenchRecord) -> Row:
+def compare_record(base: BenchRecord, now: BenchRecord, base_calibration: float, now_calibration: float) -> Row:
     """Gate one benchmark's gated metric (threshold and alpha come from the current run's code)."""
-    before, after = normalized_values(base), normalized_values(now)
+    before, after = normalized_values(base, base_calibration), normalized_values(now, now_calibration)
     change = statistics.median(after) / statistics.median(before) - 1.0
     worse_side = "less" if now.higher_is_better else "greater"
     better_side = "greater" if now.higher_is_better else "less"
@@ -160,6 +169,7 @@ def compare_proxies(base: BenchRecord, now: BenchRecord, name: str) -> list[Row]
 def compare_runs(baseline: BenchRun, current: BenchRun) -> Comparison:
     """Compare every benchmark of `current` against `baseline` (gated metric first, then its proxies)."""
     rows: list[Row] = []
+    base_calibration, now_calibration = run_calibration_ms(baseline), run_calibration_ms(current)
     for name in sorted(set(baseline.records) | set(current.records)):
         base, now = baseline.records.get(name), current.records.get(name)
         if base is None and now is not None:
@@ -171,6 +181,6 @@ def compare_runs(baseline: BenchRun, current: BenchRun) -> Comparison:
             note = "in the baseline but not run: was it renamed, skipped or deleted?"
             rows.append(Row(name, base.metric, metric_unit(base), None, None, None, None, None, Verdict.MISSING, note))
         elif base is not None and now is not None:
-            rows.append(compare_record(base, now))
+            rows.append(compare_record(base, now, base_calibration, now_calibration))
             rows.extend(compare_proxies(base, now, name))
     return Comparison(tuple(rows), dict(baseline.context), dict(current.context))

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from bench_helpers import record, run
 
-from tripwire.bench_gate import Verdict, compare_record, compare_runs, min_p_value
+from tripwire.bench_gate import Row, Verdict, compare_runs, min_p_value
+from tripwire.bench_store import BenchRecord
+
+
+def gated_row(base: BenchRecord, now: BenchRecord) -> Row:
+    """The gated-metric row of comparing one benchmark (each side its own run, calibrated by its own passes)."""
+    return compare_runs(run(base), run(now)).rows[0]
 
 
 def test_identical_runs_pass_with_every_row_ok() -> None:
@@ -14,46 +20,46 @@ def test_identical_runs_pass_with_every_row_ok() -> None:
 
 
 def test_twenty_percent_slower_rounds_fail_as_a_throughput_regression() -> None:
-    row = compare_record(record(), record(scale=1.25))
+    row = gated_row(record(), record(scale=1.25))
     assert row.verdict is Verdict.REGRESSION
     assert row.change is not None and abs(row.change - (1 / 1.25 - 1)) < 1e-9
     assert row.p_value is not None and row.p_value < 0.01
 
 
 def test_slower_time_metric_fails_as_a_regression() -> None:
-    row = compare_record(record(metric="time_ms"), record(metric="time_ms", scale=1.25))
+    row = gated_row(record(metric="time_ms"), record(metric="time_ms", scale=1.25))
     assert row.verdict is Verdict.REGRESSION
     assert row.change is not None and row.change > 0.2
 
 
 def test_a_change_below_the_threshold_passes_even_when_significant() -> None:
-    row = compare_record(record(threshold=0.10), record(threshold=0.10, scale=1.05))
+    row = gated_row(record(threshold=0.10), record(threshold=0.10, scale=1.05))
     assert row.p_value is not None and row.p_value < 0.01
     assert row.verdict is Verdict.OK
 
 
 def test_a_large_change_that_is_not_significant_is_reported_as_noise_and_passes() -> None:
     noisy = (60.0, 180.0, 70.0, 170.0, 65.0, 175.0, 90.0, 190.0, 75.0, 160.0)
-    row = compare_record(record(), record(samples=noisy))
+    row = gated_row(record(), record(samples=noisy))
     assert row.verdict is Verdict.NOISE
     assert not row.verdict.fails
 
 
 def test_a_significantly_faster_run_is_improved_and_passes() -> None:
-    row = compare_record(record(), record(scale=0.7))
+    row = gated_row(record(), record(scale=0.7))
     assert row.verdict is Verdict.IMPROVED
     assert not row.verdict.fails
 
 
 def test_a_uniformly_slower_machine_is_cancelled_by_the_calibration() -> None:
-    row = compare_record(record(), record(scale=2.0, calibration_scale=2.0))
+    row = gated_row(record(), record(scale=2.0, calibration_scale=2.0))
     assert row.verdict is Verdict.OK
     assert row.change is not None and abs(row.change) < 1e-9
     assert row.now is not None and row.baseline is not None and row.now < 0.6 * row.baseline
 
 
 def test_too_few_rounds_to_reach_alpha_never_fail_and_say_so() -> None:
-    row = compare_record(record(samples=(100.0, 100.0, 100.0)), record(samples=(150.0, 150.0, 150.0)))
+    row = gated_row(record(samples=(100.0, 100.0, 100.0)), record(samples=(150.0, 150.0, 150.0)))
     assert min_p_value(3, 3) > 0.01
     assert row.verdict is Verdict.NOISE
     assert "too few rounds" in row.note

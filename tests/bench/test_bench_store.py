@@ -40,7 +40,7 @@ def test_a_corrupted_baseline_is_refused_naming_the_file_and_the_fix(tmp_path: P
 
 
 def test_a_missing_baseline_says_how_to_record_one(tmp_path: Path) -> None:
-    with pytest.raises(BaselineError, match="no benchmark baseline for this device.*--save"):
+    with pytest.raises(BaselineError, match=r"no benchmark baseline for this device.*--save"):
         read_baseline(tmp_path / "bench" / "cuda.json")
 
 
