@@ -273,6 +273,28 @@ def test_end_round_runs_one_update_and_clears_the_buffer(client: PPOClient) -> N
     assert result.epochs == 1
 
 
+def test_kl_early_stop_on_the_round_path_still_clears_the_buffer_and_counts_the_update() -> None:
+    config = TrainingConfig.from_dict(
+        {
+            "n_envs": K,
+            "max_epochs": STEPS,
+            "hidden_dim": 16,
+            "lstm_hidden_dim": 16,
+            "ppo_updates_per_batch": 3,
+            "target_kl": 1e-9,
+            "lr": 0.05,
+        }
+    )
+    eager = build_policy_client(config, "ppo", SLOTS, torch.device("cpu"))
+    assert isinstance(eager, PPOClient)
+
+    result = play_round(eager)
+
+    assert result.early_stopped and not result.skipped
+    assert eager.agent.buffer.step_count == 0
+    assert eager.agent.update_count == 1
+
+
 def test_bootstrap_stores_the_deterministic_value_of_the_post_action_state(client: PPOClient) -> None:
     client.begin_round(K)
     for step in range(STEPS):
