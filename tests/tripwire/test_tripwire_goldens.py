@@ -1,0 +1,93 @@
+"""tripwire.goldens and tripwire.context: goldens keyed by determinism context; budgets fail with call sites."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tripwire.context import capture_context, context_key, mismatches
+from tripwire.errors import SyncBudgetExceeded, TrajectoryDivergence
+from tripwire.goldens import GoldenStore
+from tripwire.sync import SyncCounter, hot_path
+from tripwire.trajectory import TrajectoryRecorder
+
+
+def recorded(value: float, context: dict[str, object]) -> TrajectoryRecorder:
+    recorder = TrajectoryRecorder(context=context)
+    recorder.record("r0/e1/env0/train", {"w": torch.full((3,), value)})
+    return recorder
+
+
+def syncs(n: int) -> SyncCounter:
+    values = torch.arange(float(n))
+    with SyncCounter() as counter, hot_path("epoch_transfer"):
+        for index in range(n):
+            values[index].item()
+    return counter
+
+
+def test_context_records_what_bitwise_results_depend_on() -> None:
+    context = capture_context("cpu")
+    assert context["torch"] == torch.__version__ and context["device"] == "cpu"
+    assert context["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert context["threads"] == torch.get_num_threads()
+    assert "deterministic_algorithms" in context
+
+
+def test_context_key_changes_with_any_setting() -> None:
+    context = capture_context("cpu")
+    assert context_key(context) != context_key({**context, "threads": context["threads"] + 1})
+    assert mismatches(context, {**context, "threads": 99}) == [f"threads: {context['threads']!r} -> 99"]
+
+
+def test_updated_trajectory_golden_then_passes(tmp_path: Path) -> None:
+    context = capture_context("cpu")
+    GoldenStore(tmp_path, update=True).check_trajectory("s", recorded(1.0, context).trajectory)
+    outcome = GoldenStore(tmp_path).check_trajectory("s", recorded(1.0, context).trajectory)
+    assert outcome.status == "passed"
+
+
+def test_changed_value_under_the_same_context_fails(tmp_path: Path) -> None:
+    context = capture_context("cpu")
+    GoldenStore(tmp_path, update=True).check_trajectory("s", recorded(1.0, context).trajectory)
+    with pytest.raises(TrajectoryDivergence, match="'r0/e1/env0/train'"):
+        GoldenStore(tmp_path).check_trajectory("s", recorded(2.0, context).trajectory)
+
+
+def test_other_context_skips_and_names_the_differing_setting(tmp_path: Path) -> None:
+    context = capture_context("cpu")
+    GoldenStore(tmp_path, update=True).check_trajectory("s", recorded(1.0, context).trajectory)
+    other = {**context, "cpu_capability": "AVX2"}
+    outcome = GoldenStore(tmp_path).check_trajectory("s", recorded(2.0, other).trajectory)
+    assert outcome.status == "skipped"
+    assert f"cpu_capability: {context['cpu_capability']!r} -> 'AVX2'" in outcome.detail
+
+
+def test_no_golden_at_all_skips_with_the_update_command(tmp_path: Path) -> None:
+    outcome = GoldenStore(tmp_path).check_trajectory("s", recorded(1.0, capture_context()).trajectory)
+    assert outcome.status == "skipped" and "nox -s baselines" in outcome.detail
+
+
+def test_missing_budget_file_fails(tmp_path: Path) -> None:
+    with pytest.raises(SyncBudgetExceeded, match=r"a\.json: sync budget file does not exist"):
+        GoldenStore(tmp_path).check_sync_budget("a", syncs(1), {})
+
+
+def test_over_budget_names_region_and_new_call_site(tmp_path: Path) -> None:
+    GoldenStore(tmp_path, update=True).check_sync_budget("a", syncs(0), {}, regions=("epoch_transfer",))
+    with pytest.raises(SyncBudgetExceeded) as failure:
+        GoldenStore(tmp_path).check_sync_budget("a", syncs(3), {})
+    message = str(failure.value)
+    assert "region 'epoch_transfer': 3 syncs, budget 0 (+3)" in message
+    assert "NEW tests/tripwire/test_tripwire_goldens.py:" in message and "in syncs  ×3  [item×3]" in message
+
+
+def test_under_budget_passes_and_says_it_can_be_tightened(tmp_path: Path) -> None:
+    GoldenStore(tmp_path, update=True).check_sync_budget("a", syncs(3), {})
+    store = GoldenStore(tmp_path)
+    outcome = store.check_sync_budget("a", syncs(1), {})
+    assert outcome.status == "passed"
+    assert "budget can be tightened for region 'epoch_transfer' from 3 to 1" in outcome.detail
+    assert store.notes and "tightened" in store.notes[0]

@@ -1,0 +1,73 @@
+"""tripwire.trajectory: recorded checkpoints compare bitwise and a divergence names the first checkpoint and tensor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tripwire.errors import GoldenFileError, TrajectoryDivergence, TripwireError
+from tripwire.trajectory import Trajectory, TrajectoryRecorder, compare_trajectories
+
+
+def record(weights: list[torch.Tensor], rewards: list[float]) -> Trajectory:
+    recorder = TrajectoryRecorder(context={"device": "cpu"})
+    for epoch, (weight, reward) in enumerate(zip(weights, rewards), start=1):
+        recorder.record(f"e{epoch}/train", {"model": {"w": weight, "b": torch.zeros(2)}})
+        recorder.record(f"e{epoch}/reward", reward)
+    return recorder.trajectory
+
+
+def test_identical_runs_compare_equal() -> None:
+    weights = [torch.arange(4.0), torch.ones(4)]
+    report = compare_trajectories(record(weights, [0.5, 1.0]), record([w.clone() for w in weights], [0.5, 1.0]))
+    assert report.ok and report.format() == "trajectory identical over 4 checkpoints"
+
+
+def test_first_diverging_checkpoint_and_tensor_are_named() -> None:
+    golden = record([torch.arange(4.0), torch.ones(4)], [0.5, 1.0])
+    changed = record([torch.arange(4.0), torch.ones(4) * 2], [0.5, 1.5])
+    report = compare_trajectories(golden, changed)
+    assert (report.first_index, report.first_name, report.first_tensor) == (3, "e2/train", "model.w")
+    assert report.later_divergences == 1
+    assert report.format().startswith("trajectory diverged at checkpoint 3 of 4, 'e2/train' (1 later")
+    with pytest.raises(TrajectoryDivergence, match=r"first tensor: 'model\.w'"):
+        report.raise_if_diverged()
+
+
+def test_negative_zero_is_a_bitwise_change() -> None:
+    report = compare_trajectories(record([torch.zeros(2)], [0.0]), record([torch.tensor([0.0, -0.0])], [0.0]))
+    assert report.first_name == "e1/train" and report.first_tensor == "model.w"
+
+
+def test_missing_and_reordered_checkpoints_are_reported_as_structure() -> None:
+    golden = record([torch.ones(1), torch.ones(1)], [0.0, 0.0])
+    shorter = Trajectory(golden.checkpoints[:3])
+    assert compare_trajectories(golden, shorter).structure == "checkpoint 'e2/reward' is missing now"
+    swapped = Trajectory([golden.checkpoints[1], golden.checkpoints[0], *golden.checkpoints[2:]])
+    assert (
+        "golden has checkpoint 'e1/train' here, the run recorded 'e1/reward'"
+        in compare_trajectories(golden, swapped).format()
+    )
+
+
+def test_a_checkpoint_name_can_be_recorded_once() -> None:
+    recorder = TrajectoryRecorder()
+    recorder.record("e1/train", torch.ones(1))
+    with pytest.raises(TripwireError, match="'e1/train' recorded twice"):
+        recorder.record("e1/train", torch.ones(1))
+
+
+def test_saved_golden_reloads_and_matches_the_full_digests(tmp_path: Path) -> None:
+    trajectory = record([torch.randn(8, generator=torch.Generator().manual_seed(0))], [0.25])
+    loaded = Trajectory.load(trajectory.save(tmp_path / "golden.json"))
+    assert loaded.context == {"device": "cpu"} and loaded.names() == ["e1/train", "e1/reward"]
+    assert compare_trajectories(loaded, trajectory).ok
+
+
+def test_malformed_golden_names_its_path(tmp_path: Path) -> None:
+    path = tmp_path / "golden.json"
+    path.write_text('{"format": "something-else"}', encoding="utf-8")
+    with pytest.raises(GoldenFileError, match=r"golden\.json: not a trajectory golden"):
+        Trajectory.load(path)
