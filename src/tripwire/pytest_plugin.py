@@ -17,15 +17,16 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tripwire.context import capture_context
-from tripwire.goldens import GoldenStore
 from tripwire.sync import SyncCounter
 from tripwire.telemetry import TelemetryCounts, reduce_events
-from tripwire.trajectory import TrajectoryRecorder
+
+if TYPE_CHECKING:  # torch-importing modules load lazily, so merely having the plugin installed costs no torch import
+    from tripwire.goldens import GoldenStore
+    from tripwire.trajectory import TrajectoryRecorder
 
 UPDATE_FLAGS = {"--snapshot-update": "update_snapshots", "--tripwire-update": "tripwire_update"}
 
@@ -104,6 +105,9 @@ def sync_counter() -> Iterator[SyncCounter]:
 @pytest.fixture
 def trajectory() -> TrajectoryRecorder:
     """A trajectory recorder stamped with this process's determinism context (CPU)."""
+    from tripwire.context import capture_context
+    from tripwire.trajectory import TrajectoryRecorder
+
     return TrajectoryRecorder(context=capture_context())
 
 
@@ -135,6 +139,8 @@ def telemetry_counts(snapshot: Any) -> TelemetryCountsHelper:
 @pytest.fixture(scope="session")
 def tripwire_goldens(pytestconfig: pytest.Config) -> GoldenStore:
     """The GoldenStore for sync budgets and trajectories (`update` follows `--tripwire-update`)."""
+    from tripwire.goldens import GoldenStore
+
     return GoldenStore(_baselines_dir(pytestconfig), update=bool(pytestconfig.getoption("tripwire_update")))
 
 

@@ -1,0 +1,63 @@
+"""The pytest plugin end to end, in a throwaway project: snapshots under baselines/, missing/unused fail, CI lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Plugins the throwaway project does not use (hypothesis alone takes ~1.5 s to import).
+FAST = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:benchmark")
+
+TEST_FILE = """
+EVENTS = [{"event_type": "TRAINING_STARTED", "env_id": -1}, {"event_type": "EPOCH_COMPLETED", "env_id": 0}]
+
+
+def test_counts(telemetry_counts):
+    telemetry_counts.check(EVENTS)
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (tmp_path / "test_counts.py").write_text(TEST_FILE, encoding="utf-8")
+    return tmp_path
+
+
+def pytest_in(project: Path, *args: str, ci: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "CI"}
+    if ci:
+        env["CI"] = "true"
+    command = [sys.executable, "-m", "pytest", "-q", *FAST, *args]
+    return subprocess.run(command, cwd=project, capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_missing_snapshot_fails_then_update_writes_it_under_baselines(project: Path) -> None:
+    missing = pytest_in(project)
+    assert missing.returncode == 1 and "1 snapshot failed" in missing.stdout
+    written = pytest_in(project, "--snapshot-update")
+    assert written.returncode == 0, written.stdout
+    golden = project / "baselines" / "telemetry" / "test_counts" / "test_counts.json"
+    assert json.loads(golden.read_text())["by_type"] == {"EPOCH_COMPLETED": 1, "TRAINING_STARTED": 1}
+    assert not (project / "__snapshots__").exists()
+    assert pytest_in(project).returncode == 0
+
+
+def test_unused_snapshot_fails(project: Path) -> None:
+    assert pytest_in(project, "--snapshot-update").returncode == 0
+    stale = project / "baselines" / "telemetry" / "test_counts" / "test_removed.json"
+    stale.write_text("{}\n", encoding="utf-8")
+    done = pytest_in(project)
+    assert done.returncode == 1 and "1 snapshot unused" in done.stdout
+
+
+@pytest.mark.parametrize("flag", ["--snapshot-update", "--tripwire-update"])
+def test_updating_goldens_is_refused_under_ci(project: Path, flag: str) -> None:
+    done = pytest_in(project, flag, ci=True)
+    assert done.returncode == 4
+    assert f"{flag} refused: CI is set" in done.stderr
