@@ -131,13 +131,17 @@ def test_progress_display_is_silent_off_a_terminal(
     assert len(result.stdout.splitlines()) == 1
 
 
+# One subprocess per kind of bad input (each pays ~2-4 s of torch import); the variants below run in-process.
 BAD_INPUT: dict[str, tuple[list[str], str]] = {
     "unknown-task": (["--task", "cifar_nope"], "unknown task 'cifar_nope'"),
     "slot-early": (["--slots", "early"], "early"),
-    "slot-r9c9": (["--slots", "r9c9"], "r9c9"),
     "device-tpu": (["--device", "tpu"], "tpu"),
-    "device-cuda7": (["--device", "cuda:7"], "cuda:7"),
     "unwritable-telemetry-dir": (["--telemetry-dir", "{blocker}/out"], "--telemetry-dir"),
+}
+MORE_BAD_INPUT: dict[str, tuple[list[str], str]] = {
+    "slot-r9c9": (["--slots", "r9c9"], "r9c9"),
+    "device-cuda7": (["--device", "cuda:7"], "cuda:7"),
+    "slot-r0c9": (["--slots", "r0c9"], "r0c9"),
 }
 
 
@@ -176,6 +180,20 @@ def test_bad_input_is_a_one_line_error_with_exit_code_2(case: str, usage_errors:
     assert len(lines) == 1, stderr
     assert lines[0].startswith("train: error:")
     assert BAD_INPUT[case][1] in lines[0]
+
+
+@pytest.mark.parametrize("case", list(MORE_BAD_INPUT))
+def test_more_bad_input_is_a_one_line_error_with_exit_code_2(case: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from esper.scripts.train import main
+
+    args, needle = MORE_BAD_INPUT[case]
+    returncode = main(["heuristic", "--rounds", "1", "--envs", "1", "--episode-length", "1", *SMALL, *args])
+    captured = capsys.readouterr()
+    assert returncode == 2
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("train: error:")
+    assert needle in lines[0]
 
 
 class FakeTerminal(io.StringIO):
