@@ -40,8 +40,15 @@ class GatedBackend(InMemoryBackend):
 
 
 class FailingBackend(InMemoryBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
     def write(self, event: TelemetryEvent) -> None:
         raise OSError("disk full")
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def _event(i: int) -> TelemetryEvent:
@@ -133,6 +140,17 @@ def test_a_failing_backend_error_is_raised_not_swallowed() -> None:
     with pytest.raises(RuntimeError, match="telemetry backend failed: disk full"):
         hub.flush()
     hub.close()
+
+
+def test_close_after_a_backend_failure_still_stops_the_worker_and_closes_backends() -> None:
+    hub = TelemetryHub()
+    backend = FailingBackend()
+    hub.add_backend(backend)
+    hub.emit(_event(0))
+    with pytest.raises(RuntimeError, match="disk full"):
+        hub.close()
+    assert backend.closed
+    assert not hub._worker.is_alive()
 
 
 def test_emit_after_close_is_an_error() -> None:

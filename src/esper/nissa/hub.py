@@ -85,14 +85,17 @@ class TelemetryHub:
             backend.flush()
 
     def close(self) -> None:
+        """Deliver what is queued, stop the worker, close every backend (even after a failure), then re-raise it."""
         if self._closed:
             return
-        self.flush()
-        self._closed = True
-        self._queue.put(_STOP)
-        self._worker.join()
-        for backend in self.backends:
-            backend.close()
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            self._queue.put(_STOP)
+            self._worker.join()
+            for backend in self.backends:
+                backend.close()
         self._raise_pending()
 
     def __enter__(self) -> TelemetryHub:
