@@ -28,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from tripwire.errors import GoldenFileError
 
-UPDATE_HINT = "if intended, regenerate with `pytest --tripwire-update` (refused under CI) and commit the diff"
+UPDATE_HINT = "if intended, regenerate with `nox -s baselines` (refused under CI) and commit the diff"
 
 
 @runtime_checkable

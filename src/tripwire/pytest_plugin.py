@@ -124,6 +124,7 @@ class TelemetryCountsHelper:
 
     def check(self, events: Any, *, name: str | None = None, **options: Any) -> TelemetryCounts:
         """Reduce `events` and assert the snapshot matches (a missing snapshot fails)."""
+        __tracebackhide__ = True
         counts = events if isinstance(events, TelemetryCounts) else reduce_events(events, **options)
         target = self.snapshot(name=name) if name else self.snapshot
         assert target == counts.to_snapshot()

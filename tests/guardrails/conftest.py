@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from guardrail_scenarios import SCENARIOS, ScenarioRun, run_scenario
+from guardrail_scenarios import SCENARIOS, TWO_ENVS, ScenarioRun, run_scenario
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +64,12 @@ def run_d_resume(guardrail_dir: Path, resume_checkpoint: Path, run_a_baseline: S
 def run_continuous(guardrail_dir: Path) -> ScenarioRun:
     """(d)'s two rounds without a break: its round 0 repeats (a) in-process, its round 1 is what (d) resumed."""
     return run_scenario(SCENARIOS["d_resume"].with_args(name="d_continuous"), guardrail_dir)
+
+
+@pytest.fixture(scope="session")
+def run_a_two_envs(guardrail_dir: Path) -> ScenarioRun:
+    """(a) with two envs: the sync-scaling check and the env-order hazard compare against it."""
+    return run_scenario(TWO_ENVS, guardrail_dir)
 
 
 @pytest.fixture

@@ -64,6 +64,9 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+TWO_ENVS = SCENARIOS["a_baseline"].with_args("--envs", "2", "--train-samples", "100", name="a_two_envs")
+
+
 class TrajectoryProbe:
     """The trainer's `TrainingProbe`: digests env weights, actions, rewards and the updated policy."""
 

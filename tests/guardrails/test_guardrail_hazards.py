@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from guardrail_scenarios import HOT_REGIONS, SCENARIOS, ScenarioRun, run_scenario
+from guardrail_scenarios import HOT_REGIONS, SCENARIOS, TWO_ENVS, ScenarioRun, run_scenario
 
 import esper.simic.training.vectorized as vectorized_module
 from esper.simic.rewards import RewardConfig
@@ -33,7 +33,6 @@ pytestmark = pytest.mark.guardrail
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().relative_to(ROOT).as_posix()
-TWO_ENVS = SCENARIOS["a_baseline"].with_args("--envs", "2", "--train-samples", "100", name="a_two_envs")
 
 _TRAIN_BATCH = VectorizedEngine.train_batch
 _BATCH_SOURCE_CALL = BatchSource.__call__
@@ -120,9 +119,9 @@ def test_dropped_or_duplicated_event_is_named_in_the_snapshot_diff(
 
 
 def test_reordered_env_loop_diverges_in_trajectory_and_event_order(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gate_log: GateLog
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_a_two_envs: ScenarioRun, gate_log: GateLog
 ) -> None:
-    clean = run_scenario(TWO_ENVS, tmp_path)
+    clean = run_a_two_envs
     store = golden_store(tmp_path, "a_two_envs", clean)
     monkeypatch.setattr(VectorizedPPOTrainer, "run_epoch", _run_epoch_reversed)
     hazard = run_scenario(TWO_ENVS, tmp_path)

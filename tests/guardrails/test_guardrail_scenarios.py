@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from guardrail_scenarios import HOT_REGIONS, SCENARIOS, ScenarioRun
 
+from tripwire.budget import check_scaling
 from tripwire.goldens import GoldenStore
 from tripwire.pytest_plugin import GateLog, TelemetryCountsHelper
 
@@ -48,3 +49,13 @@ def test_scenario_shows_its_lifecycle_events(scenario_run: ScenarioRun, gate_log
     missing = [event_type for event_type, n in seen.items() if n == 0]
     assert not missing, f"scenario {scenario_run.scenario.name!r} no longer shows {', '.join(missing)} (seen: {seen})"
     gate_log.add("lifecycle", scenario_run.scenario.name, "passed", ", ".join(f"{k}={v}" for k, v in seen.items()))
+
+
+def test_hot_path_syncs_do_not_grow_with_the_number_of_envs(
+    run_a_baseline: ScenarioRun, run_a_two_envs: ScenarioRun, gate_log: GateLog
+) -> None:
+    runs = {"1 env": run_a_baseline.counter, "2 envs": run_a_two_envs.counter}
+    hot = {scale: {r: n for r, n in c.counts_by_region().items() if r in HOT_REGIONS} for scale, c in runs.items()}
+    report = check_scaling(hot)
+    gate_log.add("sync scaling", "a_baseline x envs", "passed" if report.ok else "FAILED", report.format())
+    assert report.ok, report.format()

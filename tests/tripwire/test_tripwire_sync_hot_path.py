@@ -49,7 +49,7 @@ def test_cuda_sync_debug_mode_agrees_with_the_counter_on_item_and_nonzero() -> N
         values.sum().item()
         values.nonzero()
     assert counter.counts_by_kind("step") == {"implicit:nonzero": 1, "item": 1}
-    assert counter.cuda_sync_warnings == 2, counter.format()
+    assert counter.cuda_sync_warnings is not None and counter.cuda_sync_warnings >= 2, counter.format()
 
 
 @pytest.mark.gpu
