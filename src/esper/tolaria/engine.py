@@ -139,6 +139,22 @@ def join_streams(envs: Sequence[EnvRuntime]) -> None:
             torch.cuda.default_stream(env.device).wait_stream(env.stream)
 
 
+def alpha_table(plan: FusedPlan, device: torch.device) -> Tensor | None:
+    """The plan's alphas as a [num_configs, num_slots] float32 tensor on `device` (None without named slots).
+
+    Copied from pinned memory without blocking: `torch.tensor(alphas, device=cuda)` is a blocking host-to-device
+    copy, which synchronizes the stream; done per env per batch it was a per-env sync inside fused validation.
+    """
+    return _copy_alphas(plan, device) if plan.slot_ids else None
+
+
+def _copy_alphas(plan: FusedPlan, device: torch.device) -> Tensor:
+    table = torch.tensor(plan.alphas, dtype=torch.float32)
+    if device.type == "cuda":
+        table = table.pin_memory()
+    return table.to(device, non_blocking=True)
+
+
 def _trainable_seed_parameters(model: MorphogeneticModel) -> list[tuple[int, list[nn.Parameter]]]:
     out: list[tuple[int, list[nn.Parameter]]] = []
     for index, slot in enumerate(model.seed_slots.values()):
@@ -226,8 +242,19 @@ class VectorizedEngine:
             join_streams(envs)
         return accs
 
-    def validate_batch(self, env: EnvRuntime, plan: FusedPlan, acc: Tensor, inputs: Tensor, targets: Tensor) -> None:
-        """Fused validation of every counterfactual config of one env on one batch (one forward pass)."""
+    def validate_batch(
+        self,
+        env: EnvRuntime,
+        plan: FusedPlan,
+        acc: Tensor,
+        inputs: Tensor,
+        targets: Tensor,
+        table: Tensor | None = None,
+    ) -> None:
+        """Fused validation of every counterfactual config of one env on one batch (one forward pass).
+
+        `table` is `alpha_table(plan, device)`, built once per pass; it is built here when not given.
+        """
         n_cfg = plan.num_configs
         batch = targets.shape[0]
         model = env.model
@@ -235,9 +262,9 @@ class VectorizedEngine:
             if not plan.slot_ids:
                 logits = model(inputs)
             else:
-                table = torch.tensor(plan.alphas, dtype=inputs.dtype, device=inputs.device)
+                alphas = (table if table is not None else _copy_alphas(plan, inputs.device)).to(dtype=inputs.dtype)
                 overrides = {
-                    slot_id: table[:, j].repeat_interleave(batch).view(n_cfg * batch, 1, 1, 1)
+                    slot_id: alphas[:, j].view(n_cfg, 1).expand(n_cfg, batch).reshape(n_cfg * batch, 1, 1, 1)
                     for j, slot_id in enumerate(plan.slot_ids)
                 }
                 logits = model.fused_forward(inputs.repeat(n_cfg, 1, 1, 1), overrides)
@@ -256,14 +283,15 @@ class VectorizedEngine:
     ) -> list[Tensor]:
         """Fused validation for every env; returns per env a [num_configs, 3] device tensor."""
         accs = [torch.zeros(plan.num_configs, TRAIN_STAT_COLUMNS, device=env.device) for env, plan in zip(envs, plans)]
+        tables = [alpha_table(plan, env.device) for env, plan in zip(envs, plans)]
         for env in envs:
             env.model.eval()
         with hot_path("fused_validation"):
             for per_env in batches:
-                for env, plan, acc, (inputs, targets) in zip(envs, plans, accs, per_env):
-                    _wait_for_default_stream(env, (inputs, targets))
+                for env, plan, acc, table, (inputs, targets) in zip(envs, plans, accs, tables, per_env):
+                    _wait_for_default_stream(env, (inputs, targets) if table is None else (inputs, targets, table))
                     with stream_context(env):
-                        self.validate_batch(env, plan, acc, inputs, targets)
+                        self.validate_batch(env, plan, acc, inputs, targets, table)
             join_streams(envs)
         for env in envs:
             env.model.train()
