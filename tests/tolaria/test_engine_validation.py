@@ -92,6 +92,17 @@ def test_fused_validation_configs_really_differ() -> None:
     assert len(set(losses)) == len(CONFIGS)
 
 
+def test_fused_validation_leaves_batchnorm_statistics_and_train_mode_as_they_were() -> None:
+    cpu = torch.device("cpu")
+    env = _runtime(cpu)
+    env.model.train()
+    before = {k: v.clone() for k, v in env.model.state_dict().items() if "running" in k or "num_batches" in k}
+    VectorizedEngine(EngineConfig()).validate([env], _batches(cpu), [FusedPlan(SLOTS, CONFIGS)])
+    after = env.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert env.model.training
+
+
 def test_alpha_table_holds_the_plan_row_by_row() -> None:
     table = alpha_table(FusedPlan(SLOTS, CONFIGS), torch.device("cpu"))
     assert table is not None
