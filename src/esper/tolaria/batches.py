@@ -11,7 +11,10 @@ here there are none.
 - `gpu_preload`: the whole split is copied once to every device used; each step gathers on the device.
   Augmentation then runs on the device with a device generator seeded from the iterator's generator.
 
-Re-seeding the generator before an iteration makes that iteration's order reproducible on its own.
+Re-seeding the generator before an iteration makes that iteration's order reproducible on its own. With
+`gpu_preload` and augmentation, the device generators are seeded from the generator's last seed (reading its
+state would be a host sync), so the caller must re-seed before every epoch, as the trainer's BatchSource does,
+or each epoch repeats the same crops and flips.
 """
 
 from __future__ import annotations
