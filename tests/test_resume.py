@@ -125,10 +125,11 @@ def test_resume_with_a_different_layout_is_refused_in_one_line(
     assert "resume with the same --envs, --slots and --task" in str(caught.value)
 
 
-def test_cli_resume_with_other_env_count_exits_2_without_traceback(
-    straight_and_resumed: dict[str, Any], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("change", [["--envs", "3"], ["--slots", "r0c0", "r0c1"]])
+def test_cli_resume_with_another_layout_exits_2_without_traceback(
+    straight_and_resumed: dict[str, Any], capsys: pytest.CaptureFixture[str], change: list[str]
 ) -> None:
-    argv = ["ppo", "--task", "cifar_baseline", "--envs", "3", "--rounds", "2", "--episode-length", "3"]
+    argv = ["ppo", "--task", "cifar_baseline", "--envs", "2", "--rounds", "2", "--episode-length", "3", *change]
     argv += ["--resume", str(straight_and_resumed["ckpt"]), "--quiet", "--telemetry-level", "off"]
 
     code = train.main(argv)
