@@ -1,8 +1,9 @@
 """Fixtures of the benchmark suite: the device under test, the calibration workload, a telemetry hub, hazards.
 
 - The device comes from `TRIPWIRE_BENCH_DEVICE` (set by `python -m tripwire.bench --device`; default cpu).
-- `ESPER_BENCH_SLOWDOWN=train_pass:0.20` is a hazard for proving the gate: it makes every
-  `VectorizedEngine.train_pass` call spin for 20 % of its own duration afterwards (proportional busy work).
+- `ESPER_BENCH_SLOWDOWN=train_pass:0.20` is a hazard for proving the gate: after every
+  `VectorizedEngine.train_pass` call it busy-spins until the process has used 20 % more CPU time than the pass
+  itself did (proportional busy work: the pass costs 1.2x, in CPU time and at least as much in wall time).
   Only this suite reads it; the trainer itself has no such hook.
 - The machine info saved with the results gains the torch version, thread count, device and GPU name.
 """
@@ -45,7 +46,7 @@ def parse_slowdown(text: str) -> float:
 
 
 class SlowedTrainPass:
-    """`VectorizedEngine.train_pass` followed by a busy wait of `fraction` times its own duration."""
+    """`VectorizedEngine.train_pass` followed by busy work of `fraction` times its own CPU time."""
 
     def __init__(self, fraction: float) -> None:
         self.fraction = fraction
@@ -54,10 +55,10 @@ class SlowedTrainPass:
         return self if engine is None else functools.partial(self, engine)
 
     def __call__(self, engine: VectorizedEngine, envs: Sequence[EnvRuntime], batches: Any) -> list[TrainAccumulators]:
-        start = time.perf_counter()
+        start = time.process_time()
         result = _ORIGINAL_TRAIN_PASS(engine, envs, batches)
-        deadline = time.perf_counter() + (time.perf_counter() - start) * self.fraction
-        while time.perf_counter() < deadline:
+        deadline = time.process_time() + (time.process_time() - start) * self.fraction
+        while time.process_time() < deadline:
             pass
         return result
 

@@ -5,8 +5,9 @@ perf_counter on CPU), records env-epochs/s and samples/s next to the time, and c
 the gated metric, a threshold (the smallest relative change that counts) and, where the workload is
 deterministic, exact proxies (host syncs and aten ops per run) measured on a freshly built copy.
 
-Thresholds were set from A/A runs on a shared 2-core machine (docs/benchmarks.md): each sits above the largest
-A/A change seen for that benchmark, with the Mann-Whitney test guarding against single-run flukes.
+Thresholds were set from A/A runs on a 2-core machine shared with three other jobs (docs/benchmarks.md): on CPU
+the gate judges process CPU time normalized by an interleaved calibration, whose A/A residual reached ~10 %, so
+each threshold sits above that, with the Mann-Whitney test guarding against one-run flukes.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from workloads import (
 
 ENVS = [pytest.param(n, id=f"{n}env") for n in (1, 2, 4)]
 THRESHOLDS = {
-    "epoch": 0.10,
-    "train_pass": 0.10,
-    "fused_validation": 0.10,
-    "policy_call": 0.15,
-    "ppo_update": 0.15,
+    "epoch": 0.15,
+    "train_pass": 0.12,
+    "fused_validation": 0.15,
+    "policy_call": 0.20,
+    "ppo_update": 0.20,
     "plain_loop": 0.15,
-    "original_workload": 0.15,
+    "original_workload": 0.20,
 }
 
 
@@ -59,7 +60,7 @@ def test_train_pass(benchmark: Any, bench_device: str, calibration: CalibrationW
     config = bench_config(2, GATE, device=bench_device)
     proxies = measure_proxies(TrainPassWorkload(config, hub), TrainPassWorkload(config, hub), "pass")
     units = {"env_epochs": 2.0, "samples": float(2 * GATE.train_samples)}
-    spec = BenchSpec(units, "samples_per_s", THRESHOLDS["train_pass"], rounds=10, proxies=proxies)
+    spec = BenchSpec(units, "samples_per_s", THRESHOLDS["train_pass"], rounds=15, proxies=proxies)
     measure(benchmark, TrainPassWorkload(config, hub), spec, calibration)
 
 
@@ -98,10 +99,10 @@ def test_ppo_update(benchmark: Any, bench_device: str, calibration: CalibrationW
 def test_plain_loop(
     benchmark: Any, n_envs: int, bench_device: str, calibration: CalibrationWorkload, hub: TelemetryHub
 ) -> None:
-    """The plain-PyTorch reference loop on the original's workload: same hosts and batches, no controller."""
-    config = bench_config(n_envs, ORIGINAL, device=bench_device)
-    units = {"env_epochs": float(n_envs), "samples": float(n_envs * ORIGINAL.train_samples)}
-    spec = BenchSpec(units, "env_epochs_per_s", THRESHOLDS["plain_loop"], rounds=5)
+    """The plain-PyTorch reference loop: the same hosts and batches as test_epoch, no controller, no seeds."""
+    config = bench_config(n_envs, GATE, device=bench_device)
+    units = {"env_epochs": float(n_envs), "samples": float(n_envs * GATE.train_samples)}
+    spec = BenchSpec(units, "env_epochs_per_s", THRESHOLDS["plain_loop"], rounds=10)
     measure(benchmark, PlainLoopWorkload(config, hub), spec, calibration)
 
 

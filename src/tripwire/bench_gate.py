@@ -2,9 +2,9 @@
 
 For every benchmark the gate compares the per-round values of the baseline and of the current run:
 
-1. Normalize: each round's time is divided by the run's calibration time (the median of every calibration pass
-   interleaved with that run's rounds), so values are in "calibration units" and a baseline recorded on one
-   machine gates on another. Throughput metrics
+1. Normalize: each round's time (on the record's gated clock: process CPU time on CPU, CUDA-event time on a GPU)
+   is divided by the median calibration pass interleaved with that benchmark's rounds, so values are in
+   "calibration units" and a baseline recorded on one machine gates on another. Throughput metrics
    (`<unit>_per_s`, higher is better) are gated directly as units per calibration unit.
 2. Effect: `change` = median(now) / median(baseline) - 1, signed so that the table reads naturally
    (+ means slower for time, faster for throughput).
@@ -84,26 +84,23 @@ def metric_unit(record: BenchRecord) -> str:
 def raw_values(record: BenchRecord) -> list[float]:
     """Per-round values of the gated metric in its own unit (ms, or units per second)."""
     if record.metric == TIME_METRIC:
-        return list(record.samples_ms)
+        return list(record.gated_ms)
     amount = record.units[record.metric.removesuffix("_per_s")]
-    return [1000.0 * amount / ms for ms in record.samples_ms]
+    return [1000.0 * amount / ms for ms in record.gated_ms]
 
 
-def run_calibration_ms(run: BenchRun) -> float:
-    """The run's machine yardstick: the median of every calibration pass of every benchmark in it.
+def normalized_values(record: BenchRecord) -> list[float]:
+    """Per-round values in calibration units: time / calibration, or units per calibration time.
 
-    One figure per run (not per benchmark): a single calibration pass is as noisy as any short timing on a
-    loaded machine, and normalizing each benchmark by its own few passes would add that noise back in.
+    The calibration is the median of the passes interleaved with this benchmark's own rounds, so it was measured
+    under the same load as the work. (One figure per run was tried and was worse: on a shared 2-core runner the
+    load changes within a run, and the benchmarks that ran in a busy minute moved 20-35 % against it.)
     """
-    return statistics.median([ms for record in run.records.values() for ms in record.calibration_ms])
-
-
-def normalized_values(record: BenchRecord, calibration: float) -> list[float]:
-    """Per-round values in calibration units: time / calibration, or units per calibration time."""
+    calibration = statistics.median(record.gated_calibration_ms)
     if record.metric == TIME_METRIC:
-        return [ms / calibration for ms in record.samples_ms]
+        return [ms / calibration for ms in record.gated_ms]
     amount = record.units[record.metric.removesuffix("_per_s")]
-    return [amount * calibration / ms for ms in record.samples_ms]
+    return [amount * calibration / ms for ms in record.gated_ms]
 
 
 def min_p_value(n: int, m: int) -> float:
@@ -111,9 +108,9 @@ def min_p_value(n: int, m: int) -> float:
     return 1.0 / math.comb(n + m, n)
 
 
-def compare_record(base: BenchRecord, now: BenchRecord, base_calibration: float, now_calibration: float) -> Row:
+def compare_record(base: BenchRecord, now: BenchRecord) -> Row:
     """Gate one benchmark's gated metric (threshold and alpha come from the current run's code)."""
-    before, after = normalized_values(base, base_calibration), normalized_values(now, now_calibration)
+    before, after = normalized_values(base), normalized_values(now)
     change = statistics.median(after) / statistics.median(before) - 1.0
     worse_side = "less" if now.higher_is_better else "greater"
     better_side = "greater" if now.higher_is_better else "less"
@@ -132,11 +129,11 @@ def compare_record(base: BenchRecord, now: BenchRecord, base_calibration: float,
         note = f"too few rounds ({len(before)} vs {len(after)}) to reach p < {now.alpha}; add rounds"
         if verdict is Verdict.REGRESSION:
             verdict = Verdict.NOISE
-    if base.metric != now.metric:
-        note = f"gated metric changed from {base.metric} to {now.metric}"
+    if base.metric != now.metric or base.clock != now.clock:
+        note = f"gated metric changed from {base.metric} ({base.clock}) to {now.metric} ({now.clock})"
     return Row(
         benchmark=now.name,
-        metric=now.metric,
+        metric=f"{now.metric} ({now.clock})",
         unit=metric_unit(now),
         baseline=statistics.median(raw_values(base)),
         now=statistics.median(raw_values(now)),
@@ -169,7 +166,6 @@ def compare_proxies(base: BenchRecord, now: BenchRecord, name: str) -> list[Row]
 def compare_runs(baseline: BenchRun, current: BenchRun) -> Comparison:
     """Compare every benchmark of `current` against `baseline` (gated metric first, then its proxies)."""
     rows: list[Row] = []
-    base_calibration, now_calibration = run_calibration_ms(baseline), run_calibration_ms(current)
     for name in sorted(set(baseline.records) | set(current.records)):
         base, now = baseline.records.get(name), current.records.get(name)
         if base is None and now is not None:
@@ -181,6 +177,6 @@ def compare_runs(baseline: BenchRun, current: BenchRun) -> Comparison:
             note = "in the baseline but not run: was it renamed, skipped or deleted?"
             rows.append(Row(name, base.metric, metric_unit(base), None, None, None, None, None, Verdict.MISSING, note))
         elif base is not None and now is not None:
-            rows.append(compare_record(base, now, base_calibration, now_calibration))
+            rows.append(compare_record(base, now))
             rows.extend(compare_proxies(base, now, name))
     return Comparison(tuple(rows), dict(baseline.context), dict(current.context))

@@ -47,10 +47,22 @@ class BenchRecord:
     alpha: float
     proxies: dict[str, int] = field(default_factory=dict)
     timer: str = "perf_counter"
+    clock: str = "wall"  # which samples the gate judges: "wall" (samples_ms) or "cpu" (cpu_ms)
+    cpu_ms: tuple[float, ...] = ()
+    calibration_cpu_ms: tuple[float, ...] = ()
 
     @property
     def higher_is_better(self) -> bool:
         return self.metric != TIME_METRIC
+
+    @property
+    def gated_ms(self) -> tuple[float, ...]:
+        """Per-round times on the gated clock."""
+        return self.cpu_ms if self.clock == "cpu" else self.samples_ms
+
+    @property
+    def gated_calibration_ms(self) -> tuple[float, ...]:
+        return self.calibration_cpu_ms if self.clock == "cpu" else self.calibration_ms
 
 
 @dataclass(frozen=True)
@@ -89,12 +101,23 @@ def _record_from_payload(name: str, payload: dict[str, Any], where: str) -> Benc
             alpha=float(payload["alpha"]),
             proxies={str(k): int(v) for k, v in payload.get("proxies", {}).items()},
             timer=str(payload.get("timer", "perf_counter")),
+            clock=str(payload.get("clock", "wall")),
+            cpu_ms=tuple(float(v) for v in payload.get("cpu_ms", ())),
+            calibration_cpu_ms=tuple(float(v) for v in payload.get("calibration_cpu_ms", ())),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BaselineError(f"{where}: benchmark {name!r} has a missing or malformed field ({exc!r})") from None
-    values = record.samples_ms + record.calibration_ms
-    if len(record.samples_ms) < 3 or not record.calibration_ms or not all(math.isfinite(v) and v > 0 for v in values):
-        raise BaselineError(f"{where}: benchmark {name!r} needs >= 3 positive finite samples and a calibration")
+    if record.clock not in ("wall", "cpu"):
+        raise BaselineError(f"{where}: benchmark {name!r} has an unknown clock {record.clock!r}")
+    values = record.gated_ms + record.gated_calibration_ms
+    if (
+        len(record.gated_ms) < 3
+        or not record.gated_calibration_ms
+        or not all(math.isfinite(v) and v > 0 for v in values)
+    ):
+        raise BaselineError(
+            f"{where}: benchmark {name!r} needs >= 3 positive finite {record.clock}-clock samples and a calibration"
+        )
     if record.metric != TIME_METRIC and record.metric.removesuffix("_per_s") not in record.units:
         raise BaselineError(f"{where}: benchmark {name!r} gates {record.metric!r} but has no such unit")
     return record
@@ -140,8 +163,8 @@ def _checksum(body: dict[str, Any]) -> str:
 def _record_payload(record: BenchRecord) -> dict[str, Any]:
     payload = asdict(record)
     payload.pop("name")
-    payload["samples_ms"] = [round(v, 6) for v in record.samples_ms]
-    payload["calibration_ms"] = [round(v, 6) for v in record.calibration_ms]
+    for key in ("samples_ms", "calibration_ms", "cpu_ms", "calibration_cpu_ms"):
+        payload[key] = [round(v, 6) for v in getattr(record, key)]
     return payload
 
 

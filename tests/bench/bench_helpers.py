@@ -21,8 +21,14 @@ def record(
     threshold: float = 0.10,
     proxies: dict[str, int] | None = None,
     samples: tuple[float, ...] = BASE_SAMPLES,
+    clock: str = "wall",
+    cpu_scale: float | None = None,
 ) -> BenchRecord:
-    """A record whose round times are `samples * scale` and calibration `CALIBRATION * calibration_scale`."""
+    """A record whose round times are `samples * scale` and calibration `CALIBRATION * calibration_scale`.
+
+    CPU-clock times are the same samples scaled by `cpu_scale` (default: `scale`), calibration likewise.
+    """
+    cpu = scale if cpu_scale is None else cpu_scale
     return BenchRecord(
         name=name,
         samples_ms=tuple(s * scale for s in samples),
@@ -32,6 +38,9 @@ def record(
         threshold=threshold,
         alpha=0.01,
         proxies=dict(proxies or {}),
+        clock=clock,
+        cpu_ms=tuple(s * cpu for s in samples),
+        calibration_cpu_ms=tuple(c * calibration_scale for c in CALIBRATION[: len(samples)]),
     )
 
 
@@ -53,6 +62,9 @@ def pytest_benchmark_json(path: Path, *records: BenchRecord, device: str = "cpu"
             "threshold": rec.threshold,
             "alpha": rec.alpha,
             "proxies": rec.proxies,
+            "clock": rec.clock,
+            "cpu_ms": list(rec.cpu_ms),
+            "calibration_cpu_ms": list(rec.calibration_cpu_ms),
         }
         benchmarks.append(
             {"name": rec.name, "fullname": f"benchmarks/x.py::{rec.name}", "extra_info": {"tripwire": payload}}

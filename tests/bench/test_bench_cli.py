@@ -44,7 +44,7 @@ def test_the_comparison_writes_markdown_and_json_reports(tmp_path: Path, baselin
     gate(tmp_path, baselines, record("test_epoch[2env]", scale=1.25), record("b"))
     markdown = (tmp_path / "out" / "bench-report.md").read_text()
     report = json.loads((tmp_path / "out" / "bench-report.json").read_text())
-    assert "| `test_epoch[2env]` | env_epochs_per_s |" in markdown and "**REGRESSION" in markdown
+    assert "| `test_epoch[2env]` | env_epochs_per_s (wall) |" in markdown and "**REGRESSION" in markdown
     assert report["passed"] is False
     assert [row["benchmark"] for row in report["rows"] if row["fails"]] == ["test_epoch[2env]"]
 

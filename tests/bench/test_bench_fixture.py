@@ -46,7 +46,9 @@ def test_measure_records_one_sample_and_one_calibration_per_round() -> None:
     payload = benchmark.extra_info["tripwire"]
     assert (workload.prepared, workload.ran) == (5, 5)
     assert len(payload["samples_ms"]) == 4 and len(payload["calibration_ms"]) == 4
+    assert len(payload["cpu_ms"]) == 4 and len(payload["calibration_cpu_ms"]) == 4
     assert payload["timer"] == "perf_counter" and payload["metric"] == "env_epochs_per_s"
+    assert payload["clock"] == "cpu"
     assert benchmark.extra_info["env_epochs_per_s"] == pytest.approx(2000.0 / benchmark.extra_info["time_ms"])
 
 

@@ -71,7 +71,7 @@ def test_a_changed_exact_proxy_fails_even_when_time_is_unchanged() -> None:
     comparison = compare_runs(run(base), run(now))
     verdicts = {row.metric: row.verdict for row in comparison.rows}
     assert verdicts == {
-        "env_epochs_per_s": Verdict.OK,
+        "env_epochs_per_s (wall)": Verdict.OK,
         "syncs_per_epoch": Verdict.CHANGED,
         "aten_ops_per_epoch": Verdict.OK,
     }
@@ -86,3 +86,11 @@ def test_a_benchmark_missing_from_the_current_run_fails() -> None:
 def test_a_benchmark_absent_from_the_baseline_fails_as_new() -> None:
     comparison = compare_runs(run(record("a")), run(record("a"), record("c")))
     assert [(row.benchmark, row.verdict) for row in comparison.failures()] == [("c", Verdict.NEW)]
+
+
+def test_the_cpu_clock_gates_cpu_time_and_ignores_wall_time_swings() -> None:
+    loaded_neighbours = gated_row(record(clock="cpu"), record(clock="cpu", scale=2.0, cpu_scale=1.0))
+    slower_code = gated_row(record(clock="cpu"), record(clock="cpu", scale=1.0, cpu_scale=1.25))
+    assert loaded_neighbours.verdict is Verdict.OK
+    assert slower_code.verdict is Verdict.REGRESSION
+    assert slower_code.metric == "env_epochs_per_s (cpu)"
