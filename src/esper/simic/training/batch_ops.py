@@ -16,6 +16,7 @@ from esper.simic.training.policy_client import ObservationBatch
 from esper.tamiyo.features import SlotObservation, batch_features, build_features
 from esper.tamiyo.heuristic import EnvView
 from esper.tamiyo.masks import SlotMaskState, compute_action_masks, stack_masks
+from esper.tamiyo.signals import TrainingSignals
 from esper.tolaria.engine import TrainAccumulators
 
 VANISHING_GRAD_NORM = 1e-6
@@ -115,8 +116,10 @@ def build_observations(
     blueprints: list[list[int]] = []
     masks = []
     per_env_observations: list[tuple[SlotObservation, ...]] = []
+    env_signals: list[TrainingSignals] = []
     for env in envs:
         assert env.signals is not None, "signals are updated before observations are built"
+        env_signals.append(env.signals)
         slots = list(env.model.seed_slots.values())
         observations = [slot_observation(slot, env) for slot in slots]
         per_env_observations.append(tuple(observations))
@@ -134,13 +137,12 @@ def build_observations(
     slot_rows = host_masks["slot_by_op"].tolist()
     views = [
         EnvView(
-            signals=env.signals,
+            signals=signals,
             slots=per_env_observations[i],
             op_mask=tuple(op_rows[i]),
             slot_by_op=tuple(tuple(row) for row in slot_rows[i]),
         )
-        for i, env in enumerate(envs)
-        if env.signals is not None
+        for i, signals in enumerate(env_signals)
     ]
     features, blueprint_idx = batch_features(rows, blueprints, device)
     device_masks = {key: value.to(device) for key, value in host_masks.items()}
