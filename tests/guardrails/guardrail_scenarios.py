@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,17 @@ def scenario_config(scenario: Scenario, workdir: Path, *extra: str) -> tuple[Any
     return config_from_args(args), args.command
 
 
+@contextmanager
+def single_threaded() -> Iterator[None]:
+    """Scenarios run on one intra-op thread (as under the gate's OMP_NUM_THREADS=1), whatever the caller set."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def run_scenario(
     scenario: Scenario, workdir: Path, *extra: str, recorder: TrajectoryRecorder | None = None
 ) -> ScenarioRun:
@@ -123,9 +135,10 @@ def run_scenario(
     hub = TelemetryHub()
     backend = InMemoryBackend()
     hub.add_backend(backend)
-    recorder = recorder or TrajectoryRecorder(context=capture_context(config.device))
-    with SyncCounter() as counter:
-        run_training(config, controller=controller, hub=hub, probe=TrajectoryProbe(recorder))
+    with single_threaded():
+        recorder = recorder or TrajectoryRecorder(context=capture_context(config.device))
+        with SyncCounter() as counter:
+            run_training(config, controller=controller, hub=hub, probe=TrajectoryProbe(recorder))
     hub.close()
     return ScenarioRun(scenario, [event.to_json_dict() for event in backend.events], recorder.trajectory, counter)
 
