@@ -128,9 +128,9 @@ def single_threaded() -> Iterator[None]:
 
 
 def run_scenario(
-    scenario: Scenario, workdir: Path, *extra: str, recorder: TrajectoryRecorder | None = None
+    scenario: Scenario, workdir: Path, *extra: str, recorder: TrajectoryRecorder | None = None, probe: bool = True
 ) -> ScenarioRun:
-    """Run in-process under a SyncCounter with a trajectory probe; events are kept in memory."""
+    """Run in-process under a SyncCounter with a trajectory probe (unless `probe=False`); events stay in memory."""
     config, controller = scenario_config(scenario, workdir, *extra)
     hub = TelemetryHub()
     backend = InMemoryBackend()
@@ -138,7 +138,8 @@ def run_scenario(
     with single_threaded():
         recorder = recorder or TrajectoryRecorder(context=capture_context(config.device))
         with SyncCounter() as counter:
-            run_training(config, controller=controller, hub=hub, probe=TrajectoryProbe(recorder))
+            observer = TrajectoryProbe(recorder) if probe else None
+            run_training(config, controller=controller, hub=hub, probe=observer)
     hub.close()
     return ScenarioRun(scenario, [event.to_json_dict() for event in backend.events], recorder.trajectory, counter)
 

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from guardrail_scenarios import ScenarioRun
+from guardrail_scenarios import SCENARIOS, ScenarioRun, run_scenario
 
 from tripwire.pytest_plugin import GateLog
 from tripwire.trajectory import Trajectory, compare_trajectories
@@ -44,3 +44,16 @@ def test_second_process_reproduces_the_run_bitwise(
     report = compare_trajectories(run_a_baseline.trajectory, other, source="second process")
     gate_log.add("two processes", "a_baseline", "passed" if report.ok else "FAILED", report.format().splitlines()[0])
     report.raise_if_diverged()
+
+
+def test_trajectory_probe_adds_no_host_sync(
+    run_a_baseline: ScenarioRun, guardrail_dir: Path, gate_log: GateLog
+) -> None:
+    # Saved like (a), to another file: the checkpoint (d) resumes from stays untouched.
+    unobserved = run_scenario(
+        SCENARIOS["a_baseline"], guardrail_dir, "--save", str(guardrail_dir / "unobserved.pt"), probe=False
+    )
+    assert len(unobserved.trajectory) == 0
+    with_probe, without = run_a_baseline.counter.counts_by_region(), unobserved.counter.counts_by_region()
+    gate_log.add("probe adds no sync", "a_baseline", "passed" if with_probe == without else "FAILED", str(without))
+    assert with_probe == without, f"with probe {with_probe}, without {without}"
