@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +33,11 @@ def test_import_contracts_are_kept(gate_log: GateLog) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:]
     assert kept, "lint-imports reported no kept contract: is [tool.importlinter] still in pyproject.toml?"
+
+
+@pytest.mark.skipif(shutil.which("nox") is None, reason="nox is not installed on this machine")
+def test_baselines_session_refuses_to_run_under_ci() -> None:
+    env = {**os.environ, "CI": "true"}
+    done = subprocess.run(["nox", "-s", "baselines"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode != 0
+    assert "refused: CI is set" in done.stdout + done.stderr
