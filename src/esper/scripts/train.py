@@ -2,16 +2,28 @@
 
 Flow: preset (ppo) or defaults -> --config-json -> explicit flags -> TrainingConfig -> run. Bad input gets a
 one-line `train: error: ...` on stderr and exit code 2, never a traceback.
+
+Exit codes: 0 done; 1 the run failed (three consecutive non-finite PPO updates); 2 bad input (arguments,
+config, checkpoint, data or telemetry path); 130 interrupted. The first SIGINT (Ctrl-C) lets the current epoch
+finish, discards the unfinished round, flushes the telemetry and exits 130: the --save checkpoint (written after
+every round) then holds the last completed round, so `--resume` continues from there. A second SIGINT aborts
+at once (still exit 130, events flushed, the checkpoint untouched).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any, NoReturn
 
+EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 # flag dest -> TrainingConfig field, for flags shared by both subcommands
 SHARED_FIELDS = {
@@ -151,17 +163,75 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+class InterruptFlag:
+    """SIGINT handling: the first signal asks the run to stop after the current epoch, the second aborts now."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        # os.write, not print: a handler may run while the main thread is inside a print to stderr
+        os.write(2, b"train: interrupt received: finishing the current epoch, then stopping (Ctrl-C again aborts)\n")
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():  # signal.signal works only there
+            self._previous = signal.signal(signal.SIGINT, self.handle)
+            self._installed = True
+
+    def restore(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+
+def interrupted_message(config: Any, interrupted_at: tuple[int, int], rounds_run: int) -> str:
+    """One line saying where the run stopped and how to continue it."""
+    round_idx, epoch = interrupted_at
+    where = f"train: interrupted in round {round_idx + 1} after epoch {epoch} of {config.max_epochs}"
+    if rounds_run > 0 and config.save_path is not None:
+        resume = f"--resume {config.save_path}"
+        return f"{where}; checkpoint {config.save_path} holds {round_idx} round(s): continue with {resume}"
+    if config.resume_path is not None:
+        return f"{where}; no round completed since resuming: continue with --resume {config.resume_path}"
+    if config.save_path is not None:
+        return f"{where}; no round completed, so no checkpoint was written: start again"
+    return f"{where}; no --save was given, so there is nothing to resume"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors = _user_errors()
+    from esper.simic.agent.ppo import NonFiniteUpdateError
+
+    stop = InterruptFlag()
+    stop.install()
     try:
         config = config_from_args(args)
         from esper.simic.training.vectorized import run_training
 
-        result = run_training(config, controller=args.command, progress=not args.quiet)
+        result = run_training(config, controller=args.command, progress=not args.quiet, stop=stop)
     except errors as exc:
         print(f"train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except NonFiniteUpdateError as exc:
+        print(f"train: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("train: aborted by a second interrupt; the checkpoint holds the last completed round", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        stop.restore()
+    if result.interrupted_at is not None:
+        print(interrupted_message(config, result.interrupted_at, len(result.rounds)), file=sys.stderr)
+        return EXIT_INTERRUPTED
     last = result.rounds[-1] if result.rounds else None
     if last is not None and not args.quiet:
         print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,15 +178,23 @@ def _run_settings(config: TrainingConfig, task: TaskSpec, slot_config: SlotConfi
 
 
 class RunCheckpointer:
-    """Saves the controller after each round when --save is given."""
+    """Saves the controller after each round when --save is given.
 
-    def __init__(self, config: TrainingConfig, layout: CheckpointLayout, client: PolicyClient) -> None:
+    The hub is flushed first, so every event of the rounds a checkpoint covers is in the backends before the
+    checkpoint names them: a run killed after the save has lost no event of its completed rounds.
+    """
+
+    def __init__(
+        self, config: TrainingConfig, layout: CheckpointLayout, client: PolicyClient, hub: TelemetryHub
+    ) -> None:
         self.path = config.save_path
         self.layout = layout
         self.client = client
+        self.hub = hub
 
     def __call__(self, rounds_completed: int, trainer_state: dict[str, Any]) -> None:
         if self.path is not None:
+            self.hub.flush()
             state = {"client": self.client.state_dict(), "trainer": trainer_state}
             save_checkpoint(self.path, layout=self.layout, rounds_completed=rounds_completed, state=state)
 
@@ -197,8 +206,13 @@ def run_training(
     hub: TelemetryHub | None = None,
     progress: bool = False,
     probe: TrainingProbe | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> TrainingResult:
-    """Build every part of a run from its config, run the trainer, close what it opened."""
+    """Build every part of a run from its config, run the trainer, close what it opened.
+
+    `stop` is polled after each epoch; when it returns True the run ends there (the round in progress is
+    discarded, the checkpoint keeps the last completed round) and `result.interrupted_at` says where.
+    """
     torch.manual_seed(derive_seed(config.seed, "global"))
     task = get_task_spec(config.task)
     slot_config = SlotConfig(tuple(config.slots))
@@ -243,11 +257,12 @@ def run_training(
             policy_device=devices[0],
             reward_mode=reward_mode,
             reward_config=reward_config,
-            save_checkpoint=RunCheckpointer(config, layout, client),
+            save_checkpoint=RunCheckpointer(config, layout, client, telemetry),
             start_round=start_round,
             trainer_state={} if resumed_state is None else dict(resumed_state.get("trainer", {})),
             on_epoch=display.advance,
             probe=probe,
+            stop_requested=stop,
         )
         result = VectorizedPPOTrainer(parts).run()
         result.final_state = {"config": dataclasses.asdict(config)}

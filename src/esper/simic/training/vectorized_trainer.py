@@ -42,6 +42,8 @@ class TrainingResult:
     # CPU copies of the last round's env models ("env{i}.<name>") and the policy ("policy.<name>"), so that
     # determinism and resume checks can compare runs bitwise.
     final_weights: dict[str, torch.Tensor] = field(default_factory=dict)
+    # (round, epoch) after which a stop request ended the run early; that round's rollout was discarded.
+    interrupted_at: tuple[int, int] | None = None
 
 
 class TrainingProbe(Protocol):
@@ -76,6 +78,7 @@ class TrainerParts:
     trainer_state: dict[str, Any] = field(default_factory=dict)  # restored on resume
     on_epoch: Callable[[int, int], None] | None = None  # progress hook: (round, epoch)
     probe: TrainingProbe | None = None  # observer hook; None costs one attribute check per epoch
+    stop_requested: Callable[[], bool] | None = None  # polled after each epoch (the CLI's SIGINT flag)
 
 
 class VectorizedPPOTrainer:
@@ -90,14 +93,16 @@ class VectorizedPPOTrainer:
 
     def run(self) -> TrainingResult:
         for round_idx in range(self.parts.start_round, self.config.n_episodes):
-            self.run_round(round_idx)
+            if not self.run_round(round_idx):
+                break
             self.parts.save_checkpoint(round_idx + 1, {"round_accuracies": list(self.round_accuracies)})
         self.parts.hub.flush()
         for env in self.last_envs:
             self.result.final_weights.update(weights_copy(f"env{env.env_id}.", env.model))
         return self.result
 
-    def run_round(self, round_idx: int) -> None:
+    def run_round(self, round_idx: int) -> bool:
+        """Run one round; False when a stop request ended it after an epoch (its rollout is then discarded)."""
         envs = self.parts.env_factory.create(round_idx, self.config.n_envs)
         self.parts.policy.begin_round(len(envs))
         timer = CUDATimer(self.parts.policy_device)
@@ -108,8 +113,15 @@ class VectorizedPPOTrainer:
             epoch_ms.append(timer.stop())
             if self.parts.on_epoch is not None:
                 self.parts.on_epoch(round_idx, epoch)
+            if epoch < self.config.max_epochs and self.stop_requested():
+                self.result.interrupted_at = (round_idx, epoch)
+                return False
         self.finish_round(envs, round_idx, epoch_ms)
         self.last_envs = envs
+        return True
+
+    def stop_requested(self) -> bool:
+        return self.parts.stop_requested is not None and self.parts.stop_requested()
 
     def run_epoch(self, envs: list[ParallelEnvState], round_idx: int, epoch: int) -> None:
         parts = self.parts
