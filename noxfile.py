@@ -141,3 +141,9 @@ def bench(session: nox.Session) -> None:
         raise SystemExit(2)
     if code:
         session.error(f"bench failed (exit {code}): see the table above and build/bench/bench-report.md")
+
+
+@nox.session(default=False, tags=["ci"])
+def hazards(session: nox.Session) -> None:
+    """Apply each catalogued refactor hazard to a temporary copy; fail unless its own guardrail catches it."""
+    run_in_env(session, "python", "tests/hazards/runner.py", *session.posargs, env=PINNED_ENV)

@@ -1,0 +1,94 @@
+"""The CI workflow file is a valid GitHub workflow (offline schema check) and runs the gate's sessions."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / ".github" / "workflows" / "guardrails.yml"
+CHECK = Path(sys.executable).with_name("check-jsonschema")
+
+pytestmark = pytest.mark.skipif(
+    not CHECK.exists(), reason="check-jsonschema is not installed: pip install -e .[test] installs it"
+)
+
+
+def validate(path: Path) -> subprocess.CompletedProcess[str]:
+    """check-jsonschema against its vendored (offline) GitHub workflow schema."""
+    command = [str(CHECK), "--builtin-schema", "vendor.github-workflows", str(path)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def load() -> dict[str, Any]:
+    data: dict[str, Any] = YAML(typ="safe").load(WORKFLOW.read_text(encoding="utf-8"))
+    return data
+
+
+def run_lines(job: dict[str, Any]) -> str:
+    return "\n".join(str(step.get("run", "")) for step in job["steps"])
+
+
+def test_the_workflow_passes_the_github_workflow_schema() -> None:
+    done = validate(WORKFLOW)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_workflow_with_a_job_missing_runs_on_fails_the_schema(tmp_path: Path) -> None:
+    broken = tmp_path / "guardrails.yml"
+    broken.write_text(WORKFLOW.read_text(encoding="utf-8").replace("runs-on:", "run-on:"), encoding="utf-8")
+    done = validate(broken)
+    assert done.returncode != 0
+    assert "'runs-on' is a required property" in done.stdout
+
+
+def test_a_workflow_with_an_unknown_trigger_fails_the_schema(tmp_path: Path) -> None:
+    broken = tmp_path / "guardrails.yml"
+    shutil.copy(WORKFLOW, broken)
+    text = broken.read_text(encoding="utf-8").replace("  pull_request:\n", "  pull_requests:\n", 1)
+    broken.write_text(text, encoding="utf-8")
+    assert validate(broken).returncode != 0
+
+
+def test_the_workflow_runs_on_pull_requests_and_pushes_to_main() -> None:
+    triggers = load()["on"]
+    assert "pull_request" in triggers
+    assert triggers["push"]["branches"] == ["main"]
+
+
+def test_the_gate_job_installs_nox_then_runs_guardrails_tests_and_hazards() -> None:
+    commands = run_lines(load()["jobs"]["guardrails"])
+    order = [commands.index(c) for c in ("pip install nox", "nox -s guardrails", "nox -s tests", "nox -s hazards")]
+    assert order == sorted(order), commands
+    assert "GITHUB_STEP_SUMMARY" in commands and "tripwire.baselines_diff" in commands
+
+
+def test_both_jobs_cache_the_project_environment_keyed_on_pyproject() -> None:
+    for name, job in load()["jobs"].items():
+        caches = [step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/cache@")]
+        assert len(caches) == 1, name
+        settings = caches[0]["with"]
+        assert ".nox/project-env" in settings["path"] and "~/.cache/pip" in settings["path"], name
+        assert "pyproject.toml')" in settings["key"] and "hashFiles(" in settings["key"], name
+
+
+def test_the_bench_job_checks_out_base_and_head_and_runs_the_interleaved_ab() -> None:
+    job = load()["jobs"]["bench-ab"]
+    checkouts = [step["with"] for step in job["steps"] if str(step.get("uses", "")).startswith("actions/checkout@")]
+    assert sorted(c["path"] for c in checkouts) == ["base", "head"]
+    assert "tripwire.bench_ab --base ../base --head ." in run_lines(job)
+
+
+def test_no_step_updates_goldens_or_baselines() -> None:
+    workflow = load()
+    commands = "\n".join(run_lines(job) for job in workflow["jobs"].values())
+    for forbidden in ("--snapshot-update", "--tripwire-update", "nox -s baselines", "--save"):
+        assert forbidden not in commands, forbidden
+    for env in (workflow.get("env", {}), *(job.get("env", {}) for job in workflow["jobs"].values())):
+        assert "CI" not in env  # GitHub's CI=true must stay set: it is what refuses golden updates

@@ -1,0 +1,221 @@
+"""The refactor-hazard catalogue: each hazard is a small text patch to the source tree and the guardrail for it.
+
+A hazard is applied to a temporary copy of the repository (never to tracked files) by plain text replacement;
+every anchor must occur exactly once, so a refactor that moves the code makes the catalogue fail loudly
+instead of silently testing nothing. `runner.py` applies each hazard, runs only the guardrails it names, and
+checks which of them fired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# Guardrail names, as they appear in the table.
+TELEMETRY = "telemetry counts"
+SYNC_BUDGET = "sync budget"
+TRAJECTORY = "trajectory"
+IMPORTS = "import contracts"
+BENCH = "bench A/B"
+SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY)
+
+
+class AnchorError(ValueError):
+    """A hazard's anchor is missing or ambiguous in the tree it is applied to."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the single occurrence of `anchor` in `path` (relative to the tree root) with `replacement`."""
+
+    path: str
+    anchor: str
+    replacement: str
+
+
+@dataclass(frozen=True)
+class Hazard:
+    """One refactor mistake, the guardrail that must catch it, and the ones allowed to fire beside it.
+
+    `run` names the guardrail subset to execute: a scenario name (its telemetry, sync-budget and trajectory
+    checks), `imports` (lint-imports) or `bench` (the benchmark A/B of `bench_filter`).
+    """
+
+    name: str
+    description: str
+    edits: tuple[Edit, ...]
+    expected: str
+    run: str
+    tolerated: tuple[str, ...] = ()
+    bench_filter: str = ""
+
+
+def apply_edits(root: Path, edits: tuple[Edit, ...]) -> None:
+    """Apply every edit under `root`; raises AnchorError naming the file when an anchor is not found exactly once."""
+    for edit in edits:
+        target = root / edit.path
+        text = target.read_text(encoding="utf-8")
+        found = text.count(edit.anchor)
+        if found != 1:
+            raise AnchorError(
+                f"{edit.path}: anchor {edit.anchor.strip()[:60]!r} found {found} times (need exactly 1); "
+                "update the hazard in tests/hazards/catalogue.py to the refactored code"
+            )
+        target.write_text(text.replace(edit.anchor, edit.replacement), encoding="utf-8")
+
+
+ENGINE = "src/esper/tolaria/engine.py"
+TRAINER = "src/esper/simic/training/vectorized_trainer.py"
+CLIENT = "src/esper/simic/training/policy_client.py"
+
+HAZARDS: tuple[Hazard, ...] = (
+    Hazard(
+        "item_in_env_loop",
+        "extra `.item()` per env in the train pass (a debug read left in)",
+        (
+            Edit(
+                ENGINE,
+                "                        self.train_batch(env, acc, inputs, targets)\n",
+                "                        self.train_batch(env, acc, inputs, targets)\n"
+                "                        acc.stats[0].item()\n",
+            ),
+        ),
+        SYNC_BUDGET,
+        "a_baseline",
+    ),
+    Hazard(
+        "cpu_per_env_in_actions",
+        "extra `.cpu()` per env in action selection",
+        (
+            Edit(
+                CLIENT,
+                "            rows = packed.cpu().tolist()\n",
+                "            rows = packed.cpu().tolist()\n"
+                "            _per_env = [packed[i].cpu() for i in range(packed.shape[0])]\n",
+            ),
+        ),
+        SYNC_BUDGET,
+        "a_baseline",
+    ),
+    Hazard(
+        "env_order_reversed",
+        "the per-env loop of the epoch walks the envs in reverse",
+        (
+            Edit(
+                TRAINER,
+                "        for env, stat, rollback in zip(envs, stats, rolled_back):\n",
+                "        for env, stat, rollback in reversed(list(zip(envs, stats, rolled_back))):\n",
+            ),
+        ),
+        TRAJECTORY,
+        "a_two_envs",
+        tolerated=(TELEMETRY,),
+    ),
+    Hazard(
+        "rng_draw_moved",
+        "the synthetic data's phase draw moved before its period draw (same generator)",
+        (
+            Edit(
+                "src/esper/data/synthetic.py",
+                "    period = torch.empty(n).uniform_(*PERIOD_RANGE, generator=g)\n"
+                "    phase = torch.empty(n).uniform_(0.0, 2 * math.pi, generator=g)\n",
+                "    phase = torch.empty(n).uniform_(0.0, 2 * math.pi, generator=g)\n"
+                "    period = torch.empty(n).uniform_(*PERIOD_RANGE, generator=g)\n",
+            ),
+        ),
+        TRAJECTORY,
+        "a_baseline",
+        tolerated=(TELEMETRY,),
+    ),
+    Hazard(
+        "event_dropped",
+        "the last env's EPISODE_OUTCOME is dropped (off-by-one in the emit loop)",
+        (
+            Edit(
+                TRAINER,
+                "        for env in envs:\n            emitters.emit_episode_outcome(hub, env, round_idx)\n",
+                "        for env in envs[:-1]:\n            emitters.emit_episode_outcome(hub, env, round_idx)\n",
+            ),
+        ),
+        TELEMETRY,
+        "a_baseline",
+    ),
+    Hazard(
+        "event_emitted_twice",
+        "EPOCH_COMPLETED emitted twice per env per epoch (old call left after a move)",
+        (
+            Edit(
+                TRAINER,
+                "            emitters.emit_epoch_completed(parts.hub, env, epoch, stat)\n",
+                "            emitters.emit_epoch_completed(parts.hub, env, epoch, stat)\n"
+                "            emitters.emit_epoch_completed(parts.hub, env, epoch, stat)\n",
+            ),
+        ),
+        TELEMETRY,
+        "a_baseline",
+    ),
+    Hazard(
+        "import_back_into_vectorized",
+        "action_execution.py imports simic.training.vectorized (the split grows back)",
+        (
+            Edit(
+                "src/esper/simic/training/action_execution.py",
+                "\nfrom __future__ import annotations\n",
+                "\nfrom __future__ import annotations\n\nimport esper.simic.training.vectorized  # noqa: F401\n",
+            ),
+        ),
+        IMPORTS,
+        "imports",
+    ),
+    Hazard(
+        "reward_constant_1pct",
+        "germinate_cost changed by 1 % (-0.02 -> -0.0202)",
+        (
+            Edit(
+                "src/esper/simic/rewards/config.py",
+                "germinate_cost: float = -0.02\n",
+                "germinate_cost: float = -0.0202\n",
+            ),
+        ),
+        TRAJECTORY,
+        "a_baseline",
+    ),
+    Hazard(
+        "closure_stale_loop_variable",
+        "deferred episode-outcome emitters are lambdas capturing the loop variable (all report the last env)",
+        (
+            Edit(
+                TRAINER,
+                "        for env in envs:\n            emitters.emit_episode_outcome(hub, env, round_idx)\n",
+                "        pending = [lambda: emitters.emit_episode_outcome(hub, env, round_idx) for env in envs]\n"
+                "        for emit_outcome in pending:\n            emit_outcome()\n",
+            ),
+        ),
+        TELEMETRY,
+        "a_two_envs",
+    ),
+    Hazard(
+        "train_pass_20pct_slower",
+        "20 % more CPU work in every train pass (busy work proportional to the pass)",
+        (
+            Edit(ENGINE, "import contextlib\n", "import contextlib\nimport time\n"),
+            Edit(
+                ENGINE,
+                "        accs = [self.new_accumulators(env) for env in envs]\n",
+                "        accs = [self.new_accumulators(env) for env in envs]\n        _start = time.process_time()\n",
+            ),
+            Edit(
+                ENGINE,
+                "            join_streams(envs)\n        return accs\n",
+                "            join_streams(envs)\n"
+                "        _deadline = time.process_time() + 0.2 * (time.process_time() - _start)\n"
+                "        while time.process_time() < _deadline:\n"
+                "            pass\n"
+                "        return accs\n",
+            ),
+        ),
+        BENCH,
+        "bench",
+        bench_filter="train_pass",
+    ),
+)

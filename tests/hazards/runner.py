@@ -1,0 +1,210 @@
+"""`nox -s hazards`: apply every catalogued hazard to a temporary copy of the tree and check the right guardrail fires.
+
+    python tests/hazards/runner.py [--only NAME ...] [--jobs 2] [--markdown docs/hazards.md] [--keep DIR]
+
+Steps: copy src/, tests/guardrails/, benchmarks/, baselines/ and pyproject.toml into a temporary folder (the
+clean copy); record the goldens of each scenario the hazards need from the clean copy, then check the clean
+copy against them (the control: nothing may fire); then, for each hazard, copy the clean tree, patch it (every
+anchor must exist exactly once) and run only the guardrails the hazard names, in a subprocess with PYTHONPATH at
+the copy's src/. The benchmark hazard runs last and alone (an interleaved A/B of the clean and patched trees).
+
+Verdict per hazard: `caught` when the expected guardrail fired and nothing outside its tolerated companions did;
+`MISSED` when nothing fired; `WRONG GUARDRAIL` otherwise. Exit 1 unless every hazard is caught and the control
+is clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+from catalogue import BENCH, HAZARDS, IMPORTS, Hazard, apply_edits  # noqa: E402
+
+COPIED = ("src", "tests/guardrails", "benchmarks", "baselines", "pyproject.toml")
+IGNORED = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "build")
+PROBE = HERE / "probe.py"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one hazard (or the control) did: the guardrails that fired, with their first failure line."""
+
+    name: str
+    expected: str
+    fired: dict[str, str]
+    verdict: str
+    seconds: float
+
+
+def copy_tree(source: Path, dest: Path) -> Path:
+    """The parts of `source` the guardrails need, copied to `dest`."""
+    for part in COPIED:
+        origin = source / part
+        if origin.is_dir():
+            shutil.copytree(origin, dest / part, ignore=IGNORED)
+        else:
+            (dest / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(origin, dest / part)
+    return dest
+
+
+def tree_env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree / "src"), "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+
+
+def run_probe(tree: Path, scenario: str, goldens: Path, mode: str, out: Path | None = None) -> dict[str, str]:
+    command = [sys.executable, str(PROBE), str(tree), scenario, str(goldens), mode, *([str(out)] if out else [])]
+    done = subprocess.run(command, cwd=tree, env=tree_env(tree), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"probe {mode} of {scenario} in {tree} failed:\n{done.stderr[-3000:]}")
+    if out is None:
+        return {}
+    fired: dict[str, str] = json.loads(out.read_text(encoding="utf-8"))["fired"]
+    return fired
+
+
+def run_imports(tree: Path) -> dict[str, str]:
+    """lint-imports on the copy; the first BROKEN contract line when it fails."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run(
+        [str(lint), "--no-cache"], cwd=tree, env=tree_env(tree), capture_output=True, text=True, check=False
+    )
+    if done.returncode == 0:
+        return {}
+    broken = [line.strip() for line in done.stdout.splitlines() if line.rstrip().endswith("BROKEN")]
+    return {IMPORTS: broken[0] if broken else done.stdout.strip().splitlines()[-1]}
+
+
+def run_bench(clean: Path, tree: Path, bench_filter: str) -> dict[str, str]:
+    """Interleaved A/B of the clean copy (A) and the patched copy (B) through `tripwire.bench_ab`."""
+    out = tree / "build" / "bench-ab"
+    command = [sys.executable, "-m", "tripwire.bench_ab", "--base", str(clean), "--head", str(tree)]
+    command += ["--turns", "1", "--out", str(out), "-k", bench_filter]
+    done = subprocess.run(command, cwd=tree, env=tree_env(clean), capture_output=True, text=True, check=False)
+    if done.returncode not in (0, 1) or not (out / "bench-ab.json").exists():
+        raise RuntimeError(f"bench A/B failed (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    rows = json.loads((out / "bench-ab.json").read_text(encoding="utf-8"))["rows"]
+    failed = [row for row in rows if row["verdict"] in ("REGRESSION", "CHANGED", "MISSING", "NEW")]
+    if not failed:
+        return {}
+    row = failed[0]
+    change = "" if row["change"] is None else f" {100 * row['change']:+.1f}%"
+    return {BENCH: f"{row['benchmark']} {row['metric']}{change} p={row['p_value']:.2g} {row['verdict']}"}
+
+
+def judge(hazard: Hazard, fired: dict[str, str]) -> str:
+    if not fired:
+        return "MISSED"
+    allowed = {hazard.expected, *hazard.tolerated}
+    if hazard.expected in fired and set(fired) <= allowed:
+        return "caught"
+    return "WRONG GUARDRAIL"
+
+
+def run_hazard(hazard: Hazard, clean: Path, goldens: Path, work: Path) -> Outcome:
+    start = time.perf_counter()
+    tree = work / hazard.name
+    shutil.copytree(clean, tree, ignore=IGNORED)
+    apply_edits(tree, hazard.edits)
+    if hazard.run == "imports":
+        fired = run_imports(tree)
+    elif hazard.run == "bench":
+        fired = run_bench(clean, tree, hazard.bench_filter)
+    else:
+        fired = run_probe(tree, hazard.run, goldens, "check", tree / "fired.json")
+    return Outcome(hazard.name, hazard.expected, fired, judge(hazard, fired), time.perf_counter() - start)
+
+
+def run_control(scenario: str, clean: Path, goldens: Path) -> Outcome:
+    """Record the scenario's goldens from the clean copy, then check the clean copy against them."""
+    start = time.perf_counter()
+    run_probe(clean, scenario, goldens, "record")
+    fired = run_probe(clean, scenario, goldens, "check", goldens / f"control-{scenario}" / "fired.json")
+    verdict = "clean" if not fired else "FALSE ALARM"
+    return Outcome(f"control: clean copy, {scenario}", "(none)", fired, verdict, time.perf_counter() - start)
+
+
+def table(outcomes: Sequence[Outcome]) -> list[str]:
+    lines = ["| hazard | expected guardrail | caught by | verdict | detail | s |", "|---|---|---|---|---|---|"]
+    for o in outcomes:
+        caught_by = ", ".join(o.fired) or "-"
+        detail = " / ".join(o.fired.values()).replace("|", "\\|") or "-"
+        lines.append(f"| {o.name} | {o.expected} | {caught_by} | {o.verdict} | {detail} | {o.seconds:.0f} |")
+    return lines
+
+
+def select(only: Sequence[str]) -> list[Hazard]:
+    names = {hazard.name for hazard in HAZARDS}
+    unknown = sorted(set(only) - names)
+    if unknown:
+        raise SystemExit(f"error: unknown hazard(s) {', '.join(unknown)}; choose from {', '.join(sorted(names))}")
+    return [hazard for hazard in HAZARDS if not only or hazard.name in only]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nox -s hazards --", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", default=[], metavar="NAME", help="run only these hazards")
+    parser.add_argument("--jobs", type=int, default=2, help="hazards checked at once (the bench runs alone)")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the table (with timings) to FILE")
+    parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    hazards = select(args.only)
+    start = time.perf_counter()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="hazards-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        clean = copy_tree(ROOT, work / "clean")
+        goldens = work / "goldens"
+        scenarios = sorted({h.run for h in hazards if h.run not in ("imports", "bench")})
+        quick = [h for h in hazards if h.run != "bench"]
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            controls = list(pool.map(partial(run_control, clean=clean, goldens=goldens), scenarios))
+            outcomes = list(pool.map(partial(run_hazard, clean=clean, goldens=goldens, work=work), quick))
+        outcomes += [run_hazard(h, clean, goldens, work) for h in hazards if h.run == "bench"]
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    total = time.perf_counter() - start
+    rows = table([*controls, *outcomes])
+    bad = [o.name for o in controls if o.verdict != "clean"] + [o.name for o in outcomes if o.verdict != "caught"]
+    verdict = "every hazard caught by its guardrail" if not bad else f"FAILED: {', '.join(bad)}"
+    footer = f"{len(outcomes)} hazards, {verdict}; total {total:.0f} s"
+    print("\n".join([*rows, "", footer]))
+    if args.markdown:
+        Path(args.markdown).write_text(render_markdown(rows, footer), encoding="utf-8")
+    return 1 if bad else 0
+
+
+def render_markdown(rows: Sequence[str], footer: str) -> str:
+    descriptions = "\n".join(f"| {h.name} | {h.description} | `{h.edits[0].path}` |" for h in HAZARDS)
+    return (
+        "# Refactor hazards: each one caught by its guardrail\n\n"
+        "Generated by `nox -s hazards -- --markdown docs/hazards.md` (`tests/hazards/runner.py`). Each hazard is a\n"
+        "small text patch (`tests/hazards/catalogue.py`) applied to a temporary copy of the tree; only the guardrails\n"
+        "it names are run there, in a subprocess with `PYTHONPATH` at the copy's `src/`. The goldens are recorded\n"
+        "from the unpatched copy on the same machine first, and the unpatched copy must pass them (the control rows).\n"
+        "`caught` means the expected guardrail fired and no guardrail outside its tolerated companions did\n"
+        "(a changed trajectory may also change which lifecycle events happen, so trajectory hazards tolerate a\n"
+        "telemetry change; sync and telemetry hazards tolerate nothing).\n\n"
+        + "\n".join(rows)
+        + f"\n\n{footer}\n\n## The hazards\n\n| hazard | the mistake | patched file |\n|---|---|---|\n{descriptions}\n"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The hazard catalogue stays applicable to the real tree, and the runner's verdicts mean what they say."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from catalogue import (
+    BENCH,
+    HAZARDS,
+    IMPORTS,
+    SYNC_BUDGET,
+    TELEMETRY,
+    TRAJECTORY,
+    AnchorError,
+    Edit,
+    Hazard,
+    apply_edits,
+)
+from runner import judge, select, table
+
+ROOT = Path(__file__).resolve().parents[2]
+IDS = [hazard.name for hazard in HAZARDS]
+
+
+@pytest.mark.parametrize("hazard", HAZARDS, ids=IDS)
+def test_every_hazard_applies_to_a_copy_of_the_real_tree_and_changes_it(hazard: Hazard, tmp_path: Path) -> None:
+    touched = sorted({edit.path for edit in hazard.edits})
+    for path in touched:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / path, tmp_path / path)
+    apply_edits(tmp_path, hazard.edits)
+    for path in touched:
+        assert (tmp_path / path).read_text(encoding="utf-8") != (ROOT / path).read_text(encoding="utf-8")
+        compile((tmp_path / path).read_text(encoding="utf-8"), path, "exec")  # the patch is valid Python
+
+
+def test_a_missing_anchor_is_an_error_naming_the_file_and_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "module.py").write_text("x = 1\n", encoding="utf-8")
+    with pytest.raises(AnchorError, match=r"module.py: anchor 'y = 2' found 0 times .* tests/hazards/catalogue.py"):
+        apply_edits(tmp_path, (Edit("module.py", "y = 2\n", "y = 3\n"),))
+
+
+def test_an_ambiguous_anchor_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "module.py").write_text("x = 1\nx = 1\n", encoding="utf-8")
+    with pytest.raises(AnchorError, match="found 2 times"):
+        apply_edits(tmp_path, (Edit("module.py", "x = 1\n", "x = 2\n"),))
+
+
+def test_the_catalogue_exercises_every_guardrail() -> None:
+    assert {hazard.expected for hazard in HAZARDS} == {TELEMETRY, SYNC_BUDGET, TRAJECTORY, IMPORTS, BENCH}
+    assert len(set(IDS)) == len(IDS)
+
+
+HAZARD = Hazard("h", "", (), TRAJECTORY, "a_baseline", tolerated=(TELEMETRY,))
+
+
+def test_the_expected_guardrail_firing_is_caught() -> None:
+    assert judge(HAZARD, {TRAJECTORY: "diverged"}) == "caught"
+    assert judge(HAZARD, {TRAJECTORY: "diverged", TELEMETRY: "counts moved"}) == "caught"
+
+
+def test_nothing_firing_is_missed() -> None:
+    assert judge(HAZARD, {}) == "MISSED"
+
+
+def test_only_another_guardrail_or_an_untolerated_one_is_the_wrong_guardrail() -> None:
+    assert judge(HAZARD, {TELEMETRY: "counts moved"}) == "WRONG GUARDRAIL"
+    assert judge(HAZARD, {TRAJECTORY: "diverged", SYNC_BUDGET: "over"}) == "WRONG GUARDRAIL"
+
+
+def test_unknown_hazard_names_are_refused_with_the_choices() -> None:
+    with pytest.raises(SystemExit, match=r"unknown hazard.*no_such.*choose from"):
+        select(["no_such"])
+
+
+def test_the_table_escapes_pipes_in_details() -> None:
+    from runner import Outcome
+
+    rows = table([Outcome("h", TRAJECTORY, {TRAJECTORY: "a | b"}, "caught", 1.0)])
+    assert rows[-1] == "| h | trajectory | trajectory | caught | a \\| b | 1 |"
