@@ -71,3 +71,9 @@ def test_malformed_golden_names_its_path(tmp_path: Path) -> None:
     path.write_text('{"format": "something-else"}', encoding="utf-8")
     with pytest.raises(GoldenFileError, match=r"golden\.json: not a trajectory golden"):
         Trajectory.load(path)
+
+
+def test_trajectory_fixture_is_stamped_with_this_process_context(trajectory: TrajectoryRecorder) -> None:
+    trajectory.record("e1/train", torch.ones(2))
+    assert trajectory.trajectory.context["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert trajectory.trajectory.names() == ["e1/train"]
