@@ -94,6 +94,10 @@ GATE_PATHS = (
 )
 
 
+# Short tracebacks, but a failing snapshot's summary of changed event types is never cut off.
+GATE_PYTEST_ARGS = ("-q", "--tb=short", "-o", "truncation_limit_lines=60")
+
+
 def _existing(paths: tuple[str, ...]) -> list[str]:
     return [path for path in paths if (ROOT / path.split("::")[0]).exists()]
 
@@ -103,7 +107,7 @@ def guardrails(session: nox.Session) -> None:
     """The refactor gate: canonical scenarios vs goldens (telemetry, sync budgets, trajectories) and contracts."""
     run_in_env(session, "lint-imports", "--no-cache", env=PINNED_ENV)
     run_in_env(
-        session, "python", "-m", "pytest", "-q", "--tb=short", *_existing(GATE_PATHS), *session.posargs, env=PINNED_ENV
+        session, "python", "-m", "pytest", *GATE_PYTEST_ARGS, *_existing(GATE_PATHS), *session.posargs, env=PINNED_ENV
     )
 
 
@@ -117,8 +121,7 @@ def baselines(session: nox.Session) -> None:
         "python",
         "-m",
         "pytest",
-        "-q",
-        "--tb=short",
+        *GATE_PYTEST_ARGS,
         "tests/guardrails",
         "--snapshot-update",
         "--tripwire-update",
