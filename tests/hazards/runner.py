@@ -9,8 +9,8 @@ anchor must exist exactly once) and run only the guardrails the hazard names, in
 the copy's src/. The benchmark hazard runs last and alone (an interleaved A/B of the clean and patched trees).
 
 Verdict per hazard: `caught` when the expected guardrail fired and nothing outside its tolerated companions did;
-`MISSED` when nothing fired; `WRONG GUARDRAIL` otherwise. Exit 1 unless every hazard is caught and the control
-is clean.
+`MISSED` when nothing fired; `WRONG GUARDRAIL` otherwise; `ERROR` when the patch or a guardrail run broke.
+Exit 1 unless every hazard is caught and the control is clean.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from catalogue import BENCH, HAZARDS, IMPORTS, Hazard, apply_edits  # noqa: E402
+from catalogue import BENCH, HAZARDS, IMPORTS, AnchorError, Hazard, apply_edits  # noqa: E402
 
 COPIED = ("src", "tests/guardrails", "benchmarks", "baselines", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "build")
@@ -120,14 +120,22 @@ def run_hazard(hazard: Hazard, clean: Path, goldens: Path, work: Path) -> Outcom
     start = time.perf_counter()
     tree = work / hazard.name
     shutil.copytree(clean, tree, ignore=IGNORED)
-    apply_edits(tree, hazard.edits)
-    if hazard.run == "imports":
-        fired = run_imports(tree)
-    elif hazard.run == "bench":
-        fired = run_bench(clean, tree, hazard.bench_filter)
-    else:
-        fired = run_probe(tree, hazard.run, goldens, "check", tree / "fired.json")
+    try:
+        apply_edits(tree, hazard.edits)
+        fired = check_guardrails(hazard, clean, tree, goldens)
+    except (AnchorError, RuntimeError) as error:
+        print(f"{hazard.name}: {error}", file=sys.stderr)
+        return Outcome(hazard.name, hazard.expected, {}, "ERROR", time.perf_counter() - start)
     return Outcome(hazard.name, hazard.expected, fired, judge(hazard, fired), time.perf_counter() - start)
+
+
+def check_guardrails(hazard: Hazard, clean: Path, tree: Path, goldens: Path) -> dict[str, str]:
+    """Run the guardrail subset the hazard names on the patched tree; returns what fired."""
+    if hazard.run == "imports":
+        return run_imports(tree)
+    if hazard.run == "bench":
+        return run_bench(clean, tree, hazard.bench_filter)
+    return run_probe(tree, hazard.run, goldens, "check", tree / "fired.json")
 
 
 def run_control(scenario: str, clean: Path, goldens: Path) -> Outcome:

@@ -80,3 +80,13 @@ def test_the_table_escapes_pipes_in_details() -> None:
 
     rows = table([Outcome("h", TRAJECTORY, {TRAJECTORY: "a | b"}, "caught", 1.0)])
     assert rows[-1] == "| h | trajectory | trajectory | caught | a \\| b | 1 |"
+
+
+def test_a_hazard_whose_anchor_is_gone_is_an_error_row_not_a_crash(tmp_path: Path) -> None:
+    from runner import run_hazard
+
+    (tmp_path / "clean" / "src").mkdir(parents=True)
+    (tmp_path / "clean" / "src" / "module.py").write_text("x = 1\n", encoding="utf-8")
+    stale = Hazard("stale", "", (Edit("src/module.py", "y = 2\n", "y = 3\n"),), TRAJECTORY, "a_baseline")
+    outcome = run_hazard(stale, tmp_path / "clean", tmp_path / "goldens", tmp_path)
+    assert (outcome.verdict, outcome.fired) == ("ERROR", {})
