@@ -34,7 +34,7 @@ from workloads import (
 ENVS = [pytest.param(n, id=f"{n}env") for n in (1, 2, 4)]
 THRESHOLDS = {
     "epoch": 0.15,
-    "train_pass": 0.12,
+    "train_pass": 0.10,
     "fused_validation": 0.15,
     "policy_call": 0.20,
     "ppo_update": 0.20,
