@@ -43,6 +43,15 @@ def _budget_lines(base: Any, head: Any) -> list[str]:
         if before != after:
             delta = f" ({after - before:+d})" if isinstance(before, int) and isinstance(after, int) else ""
             lines.append(f"region `{region}`: {before} -> {after}{delta}")
+    sites_base, sites_head = base.get("sites", {}), head.get("sites", {})
+    for region in sorted(set(sites_base) | set(sites_head)):
+        old, new = sites_base.get(region, {}), sites_head.get(region, {})
+        gone = [f"`{site}`" for site in sorted(set(old) - set(new))]
+        came = [f"`{site}`" for site in sorted(set(new) - set(old))]
+        if gone or came:
+            lines.append(
+                f"call sites in `{region}`: " + ", ".join([*(f"-{g}" for g in gone), *(f"+{c}" for c in came)])
+            )
     return lines
 
 

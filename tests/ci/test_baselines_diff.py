@@ -64,3 +64,11 @@ def test_a_missing_folder_is_a_usage_error(tmp_path: Path, capsys: pytest.Captur
     (tmp_path / "head").mkdir()
     assert main([str(tmp_path / "base"), str(tmp_path / "head")]) == 2
     assert "base folder" in capsys.readouterr().err
+
+
+def test_moved_call_sites_are_listed_even_when_the_counts_hold(tmp_path: Path) -> None:
+    write(tmp_path / "base", "sync_budgets/a.json", {**budget(0), "sites": {"<outside>": {"src/m.py:10": 3}}})
+    write(tmp_path / "head", "sync_budgets/a.json", {**budget(0), "sites": {"<outside>": {"src/m.py:12": 3}}})
+    text = render(tmp_path / "base", tmp_path / "head")
+    assert "call sites in `<outside>`: -`src/m.py:10`, +`src/m.py:12`" in text
+    assert "region `" not in text

@@ -92,3 +92,14 @@ def test_no_step_updates_goldens_or_baselines() -> None:
         assert forbidden not in commands, forbidden
     for env in (workflow.get("env", {}), *(job.get("env", {}) for job in workflow["jobs"].values())):
         assert "CI" not in env  # GitHub's CI=true must stay set: it is what refuses golden updates
+
+
+def test_every_run_step_is_valid_bash(tmp_path: Path) -> None:
+    for name, job in load()["jobs"].items():
+        for index, step in enumerate(job["steps"]):
+            if "run" not in step:
+                continue
+            script = tmp_path / f"{name}-{index}.sh"
+            script.write_text(str(step["run"]).replace("${{", '"$').replace("}}", '"'), encoding="utf-8")
+            done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
+            assert done.returncode == 0, f"{name} step {index}: {done.stderr}"
