@@ -214,7 +214,8 @@ interleaved turns: base, head, head, base).
 may also change which lifecycle events happen, so trajectory hazards tolerate a telemetry change; sync-budget and
 telemetry hazards tolerate nothing (an extra `.item()` must not change the numbers). `MISSED` (nothing fired) and
 `WRONG GUARDRAIL` fail the session. The `s` column is each row's wall time; rows run two at a time, the benchmark
-A/B alone at the end.
+A/B alone at the end. `nox -s hazards` is a pre-merge step (and runs in the GitHub workflow), not part of
+`.ci/run` (docs/ci.md).
 
 """
 
