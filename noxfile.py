@@ -63,7 +63,7 @@ def run_in_env(session: nox.Session, *args: str, env: dict[str, str] | None = No
 @nox.session(tags=["ci"])
 def tests(session: nox.Session) -> None:
     """Run the whole test suite (unit, contract and guardrail tests)."""
-    run_in_env(session, "python", "-m", "pytest", "-q", *session.posargs)
+    run_in_env(session, "python", "-m", "pytest", "-q", *session.posargs, env=PINNED_ENV)
 
 
 SEEDS_COMMAND = (
