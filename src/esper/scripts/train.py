@@ -62,7 +62,8 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse with a single-line error message and exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"train: error: {message} (see --help)\n")
+        one_line = message.replace("\r", "\\r").replace("\n", "\\n")  # an argument may hold a line break
+        self.exit(EXIT_USAGE, f"train: error: {one_line} (see --help)\n")
 
 
 def _positive_int(text: str) -> int:

@@ -63,11 +63,31 @@ def save_checkpoint(
         raise
 
 
+def _verify_archive(source: Path) -> None:
+    """Check the zip structure and every member's CRC: torch.load itself reads a flipped bit in tensor data
+    silently, so a damaged checkpoint would resume with corrupted weights."""
+    try:
+        with zipfile.ZipFile(source) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint {source} is truncated or corrupted (not a readable zip archive: {reason}): "
+            "resume from an intact file or start without --resume"
+        ) from None
+    if damaged is not None:
+        raise CheckpointError(
+            f"checkpoint {source} is truncated or corrupted (checksum mismatch in {damaged}): "
+            "resume from an intact file or start without --resume"
+        )
+
+
 def load_checkpoint(path: str | Path, *, layout: CheckpointLayout) -> tuple[int, dict[str, Any]]:
     """Load and validate a checkpoint; returns (rounds_completed, state). Errors are one-line CheckpointErrors."""
     source = Path(path)
     if not source.is_file():
         raise CheckpointError(f"checkpoint {source} does not exist: pass an existing file to --resume")
+    _verify_archive(source)
     try:
         payload = torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:

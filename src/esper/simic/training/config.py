@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -136,13 +137,17 @@ class TrainingConfig:
     @classmethod
     def from_json_file(cls, path: str | Path, base: TrainingConfig | None = None) -> TrainingConfig:
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read --config-json {path}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--config-json {path} is not UTF-8 text ({exc.reason}): pass a JSON file") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"--config-json {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        except RecursionError:
+            raise ConfigError(f"--config-json {path} nests too deeply: pass a flat object of config keys") from None
         return cls.from_dict(data, base)
 
 
@@ -179,6 +184,8 @@ def _check_type(key: str, value: Any, hint: Any) -> None:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config key {key!r} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"config key {key!r} must be a finite number, got {value!r}")
         return
     if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise ConfigError(f"config key {key!r} must be an integer, got {value!r}")

@@ -7,6 +7,7 @@ round: normalizer update and PPO update (inside the client), round telemetry, ch
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -90,6 +91,7 @@ class VectorizedPPOTrainer:
         self.result = TrainingResult()
         self.round_accuracies: list[float] = list(parts.trainer_state.get("round_accuracies", []))
         self.last_envs: list[ParallelEnvState] = []
+        self.last_finite_loss: dict[int, float] = {}  # per env id, for observed_loss (reset every round)
 
     def run(self) -> TrainingResult:
         for round_idx in range(self.parts.start_round, self.config.n_episodes):
@@ -104,6 +106,7 @@ class VectorizedPPOTrainer:
     def run_round(self, round_idx: int) -> bool:
         """Run one round; False when a stop request ended it after an epoch (its rollout is then discarded)."""
         envs = self.parts.env_factory.create(round_idx, self.config.n_envs)
+        self.last_finite_loss.clear()
         self.parts.policy.begin_round(len(envs))
         timer = CUDATimer(self.parts.policy_device)
         epoch_ms: list[float] = []
@@ -188,10 +191,19 @@ class VectorizedPPOTrainer:
                 env.counterfactual_age[slot_id] = env.counterfactual_age.get(slot_id, 0) + 1
             if slot.seed_trainable:
                 slot.record_grad_norm(stats.seed_grad_norms[index])
-        env.signals = env.signal_tracker.update(epoch, result.val_loss, result.val_acc)
+        env.signals = env.signal_tracker.update(epoch, self.observed_loss(env, result.val_loss), result.val_acc)
         if env.signal_tracker.initiated_now:
             emitters.emit_tamiyo_initiated(self.parts.hub, env, epoch)
         return stats
+
+    def observed_loss(self, env: ParallelEnvState, val_loss: float) -> float:
+        """The loss the controller observes: a non-finite one (the governor rolls that epoch back) reads as the
+        env's last finite loss, or chance level before it has one. A NaN in the observation would poison the
+        observation normalizer and make every later PPO update non-finite, ending the run."""
+        if math.isfinite(val_loss):
+            self.last_finite_loss[env.env_id] = val_loss
+            return val_loss
+        return self.last_finite_loss.get(env.env_id, env.runtime.governor.chance_loss)
 
     def check_governor(self, env: ParallelEnvState, epoch: int) -> bool:
         """Governor vital signs; on panic roll back to the last snapshot and prune live seeds."""
