@@ -133,6 +133,7 @@ def test_kills_waiting_for_a_save_hit_it_or_its_end(kills: list[Kill]) -> None:
     mid_save = [kill for kill in kills if kill.point.startswith("save")]
     # The kill lands while the temporary file exists or just after the rename; either way the target is whole.
     for kill in mid_save:
+        print(f"kill at {kill.point}: {'inside the save' if kill.hit_mid_save else 'just after the save'}")
         rounds = _checkpoint_rounds(kill.checkpoint)
         expected = {int(kill.point.split("=")[1]) - 1, int(kill.point.split("=")[1])}
         assert (rounds or 0) in expected, (kill.point, rounds, kill.hit_mid_save)
