@@ -21,7 +21,10 @@ LAYOUT = CheckpointLayout(n_envs=2, slot_ids=("r0c1",), task="cifar_baseline", c
 
 
 class StopAfter:
-    """A stop flag that turns on after `polls` polls (the trainer polls once per epoch but the round's last)."""
+    """A stop flag that turns on after `polls` polls.
+
+    The trainer polls after every epoch but a round's last, and before every round but the first.
+    """
 
     def __init__(self, polls: int) -> None:
         self.left = polls
@@ -52,8 +55,8 @@ def test_a_stop_in_the_first_round_writes_no_checkpoint(tmp_path: Path) -> None:
 
 
 def test_a_stop_in_a_later_round_keeps_the_completed_rounds(tmp_path: Path) -> None:
-    # polls: round 0 polls after epochs 1 and 2; the third poll is after round 1's epoch 1
-    config, memory, interrupted_at = run_until_stopped(tmp_path, polls=2)
+    # polls: round 0 after epochs 1 and 2, round 1 before it starts, then after its epoch 1 (the fourth)
+    config, memory, interrupted_at = run_until_stopped(tmp_path, polls=3)
     assert interrupted_at == (1, 1)
     assert load_checkpoint(tmp_path / "ck.pt", layout=LAYOUT)[0] == 1
     assert len(memory.of_type(T.PPO_UPDATE_COMPLETED)) == 1
@@ -61,6 +64,16 @@ def test_a_stop_in_a_later_round_keeps_the_completed_rounds(tmp_path: Path) -> N
     assert message == (
         f"train: interrupted in round 2 after epoch 1 of 3; checkpoint {tmp_path / 'ck.pt'} holds 1 round(s): "
         f"continue with --resume {tmp_path / 'ck.pt'}"
+    )
+
+
+def test_a_stop_asked_during_a_rounds_last_epoch_ends_the_run_at_the_round_boundary(tmp_path: Path) -> None:
+    config, memory, interrupted_at = run_until_stopped(tmp_path, polls=2)
+    assert interrupted_at == (1, 0)
+    assert load_checkpoint(tmp_path / "ck.pt", layout=LAYOUT)[0] == 1
+    assert [e.epoch for e in memory.of_type(T.EPOCH_COMPLETED)] == [1, 1, 2, 2, 3, 3]  # round 1 never began
+    assert interrupted_message(config, interrupted_at, rounds_run=1).startswith(
+        "train: interrupted at the start of round 2; checkpoint "
     )
 
 

@@ -197,6 +197,8 @@ def interrupted_message(config: Any, interrupted_at: tuple[int, int], rounds_run
     """One line saying where the run stopped and how to continue it."""
     round_idx, epoch = interrupted_at
     where = f"train: interrupted in round {round_idx + 1} after epoch {epoch} of {config.max_epochs}"
+    if epoch == 0:
+        where = f"train: interrupted at the start of round {round_idx + 1}"
     if rounds_run > 0 and config.save_path is not None:
         resume = f"--resume {config.save_path}"
         return f"{where}; checkpoint {config.save_path} holds {round_idx} round(s): continue with {resume}"

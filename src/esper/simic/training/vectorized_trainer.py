@@ -43,7 +43,8 @@ class TrainingResult:
     # CPU copies of the last round's env models ("env{i}.<name>") and the policy ("policy.<name>"), so that
     # determinism and resume checks can compare runs bitwise.
     final_weights: dict[str, torch.Tensor] = field(default_factory=dict)
-    # (round, epoch) after which a stop request ended the run early; that round's rollout was discarded.
+    # (round, epoch) after which a stop request ended the run early (epoch 0: before the round began); that
+    # round's rollout was discarded.
     interrupted_at: tuple[int, int] | None = None
 
 
@@ -95,6 +96,9 @@ class VectorizedPPOTrainer:
 
     def run(self) -> TrainingResult:
         for round_idx in range(self.parts.start_round, self.config.n_episodes):
+            if round_idx > self.parts.start_round and self.stop_requested():  # asked during the last round's end
+                self.result.interrupted_at = (round_idx, 0)
+                break
             if not self.run_round(round_idx):
                 break
             self.parts.save_checkpoint(round_idx + 1, {"round_accuracies": list(self.round_accuracies)})
