@@ -78,6 +78,8 @@ class SyncBudget:
             raise GoldenFileError(f"{path}: sync budget file does not exist ({UPDATE_HINT})") from None
         except json.JSONDecodeError as error:
             raise GoldenFileError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+        except UnicodeDecodeError:
+            raise GoldenFileError(f"{path}: not UTF-8 text (binary-corrupted?): regenerate it") from None
         if not isinstance(data, Mapping):
             raise GoldenFileError(f"{path}: expected a JSON object")
         return cls.from_dict(data, source=str(path))

@@ -13,7 +13,9 @@ stated reason where CUDA is not available).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ if TYPE_CHECKING:  # torch-importing modules load lazily, so merely having the p
     from tripwire.goldens import GoldenStore
     from tripwire.trajectory import TrajectoryRecorder
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 UPDATE_FLAGS = {"--snapshot-update": "update_snapshots", "--tripwire-update": "tripwire_update"}
 
 
@@ -127,8 +130,36 @@ class TelemetryCountsHelper:
         __tracebackhide__ = True
         counts = events if isinstance(events, TelemetryCounts) else reduce_events(events, **options)
         target = self.snapshot(name=name) if name else self.snapshot
-        assert target == counts.to_snapshot()
-        return counts
+        index = target.index
+        if target == counts.to_snapshot():
+            return counts
+        location = target.extension.get_location(test_location=target.test_location, index=index)
+        shown = _relative(Path(location))
+        if Path(location).exists() and not _is_counts_snapshot(Path(location)):
+            pytest.fail(
+                f"{shown}: telemetry snapshot is unreadable (not the JSON tripwire writes): regenerate it with "
+                "`nox -s baselines` and review the diff",
+                pytrace=False,
+            )
+        diff = [_ANSI.sub("", line) for line in target.get_assert_diff()]
+        raise AssertionError("\n".join([f"telemetry snapshot {shown} differs:", *diff]))
+
+
+def _relative(path: Path) -> str:
+    """`path` relative to the working directory when under it (messages name files as a reviewer sees them)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _is_counts_snapshot(path: Path) -> bool:
+    """True when `path` holds a JSON object with the snapshot's `by_type` table."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("by_type"), dict)
 
 
 @pytest.fixture

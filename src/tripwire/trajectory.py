@@ -97,6 +97,8 @@ class Trajectory:
             raise GoldenFileError(f"{path}: trajectory golden does not exist") from None
         except json.JSONDecodeError as error:
             raise GoldenFileError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+        except UnicodeDecodeError:
+            raise GoldenFileError(f"{path}: not UTF-8 text (binary-corrupted?): regenerate it") from None
         return cls.from_json(data, source=str(path))
 
     def save(self, path: str | Path) -> Path:

@@ -188,12 +188,6 @@ def test_a_hand_edited_trajectory_digest_fails_naming_the_golden_and_checkpoint(
     assert path.read_bytes() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeDecodeError,
-    reason="defect in src/tripwire (not this helper's area): Trajectory.load and SyncBudget.load let "
-    "UnicodeDecodeError escape for a binary-corrupted golden; catch it beside JSONDecodeError",
-)
 def test_a_binary_corrupted_trajectory_golden_fails_in_one_line_naming_the_file(
     golden: tuple[GoldenStore, Path],
 ) -> None:
@@ -273,11 +267,6 @@ def test_counts(telemetry_counts):
 FAST = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:benchmark")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect in src/tripwire (not this helper's area): a corrupted telemetry snapshot fails as a plain "
-    "syrupy diff that never names the file; TelemetryCountsHelper.check should pytest.fail in one line",
-)
 def test_a_corrupted_telemetry_snapshot_fails_naming_the_file(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_counts.py").write_text(SNAPSHOT_TEST)
