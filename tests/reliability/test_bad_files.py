@@ -193,23 +193,30 @@ def test_a_binary_corrupted_trajectory_golden_fails_in_one_line_naming_the_file(
 ) -> None:
     store, path = golden
     path.write_bytes(b"\xff\xfe\x00" + path.read_bytes()[3:])
-    with pytest.raises(GoldenFileError, match=str(path)):
+    before = path.read_bytes()
+    with pytest.raises(GoldenFileError) as caught:
         store.check_trajectory("s", _trajectory())
+    assert str(caught.value).startswith(str(path)) and "\n" not in str(caught.value)
+    assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [("{not json", "not valid JSON"), ('{"regions": {"train_pass": -1}}', "'regions' must map region names")],
+    [
+        (b"{not json", "not valid JSON"),
+        (b'{"regions": {"train_pass": -1}}', "'regions' must map region names"),
+        (b"\xff\xfe{}", "not UTF-8 text"),
+    ],
 )
-def test_a_damaged_sync_budget_fails_in_one_line_naming_the_file(tmp_path: Path, content: str, needle: str) -> None:
+def test_a_damaged_sync_budget_fails_in_one_line_naming_the_file(tmp_path: Path, content: bytes, needle: str) -> None:
     path = tmp_path / "sync_budgets" / "s.json"
     path.parent.mkdir()
-    path.write_text(content)
+    path.write_bytes(content)
     with pytest.raises(SyncBudgetExceeded) as caught:
         GoldenStore(tmp_path).check_sync_budget("s", SyncCounter(), {})
     message = str(caught.value)
     assert message.startswith(str(path)) and needle in message and "\n" not in message
-    assert path.read_text() == content
+    assert path.read_bytes() == content
 
 
 # ---- benchmark baselines (tripwire.bench, exit code 2) ----
