@@ -37,7 +37,7 @@ THRESHOLDS = {
     "train_pass": 0.10,
     "fused_validation": 0.15,
     "policy_call": 0.20,
-    "ppo_update": 0.20,
+    "ppo_update": 0.30,
     "plain_loop": 0.15,
     "original_workload": 0.20,
 }
