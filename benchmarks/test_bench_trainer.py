@@ -33,13 +33,13 @@ from workloads import (
 
 ENVS = [pytest.param(n, id=f"{n}env") for n in (1, 2, 4)]
 THRESHOLDS = {
-    "epoch": 0.15,
+    "epoch": 0.20,
     "train_pass": 0.10,
     "fused_validation": 0.15,
     "policy_call": 0.20,
-    "ppo_update": 0.30,
-    "plain_loop": 0.15,
-    "original_workload": 0.20,
+    "ppo_update": 0.35,
+    "plain_loop": 0.20,
+    "original_workload": 0.25,
 }
 
 
