@@ -84,6 +84,7 @@ def lint(session: nox.Session) -> None:
     run_in_env(session, "ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
     run_in_env(session, "ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
     run_in_env(session, "mypy", "src")
+    run_in_env(session, "lint-imports", "--no-cache")
 
 
 # The gate's tests: scenarios and hazards, the action contracts, and the "leyline loads no torch" subprocess check.
