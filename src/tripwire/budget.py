@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from tripwire.errors import GoldenFileError
+from tripwire.errors import GoldenFileError, read_golden_json
 
 UPDATE_HINT = "if intended, regenerate with `nox -s baselines` (refused under CI) and commit the diff"
 
@@ -72,14 +72,7 @@ class SyncBudget:
     def load(cls, path: str | Path) -> SyncBudget:
         """Read a budget file; a missing or malformed file raises `GoldenFileError` naming it."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise GoldenFileError(f"{path}: sync budget file does not exist ({UPDATE_HINT})") from None
-        except json.JSONDecodeError as error:
-            raise GoldenFileError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
-        except UnicodeDecodeError:
-            raise GoldenFileError(f"{path}: not UTF-8 text (binary-corrupted?): regenerate it") from None
+        data = read_golden_json(path, f"sync budget file does not exist ({UPDATE_HINT})")
         if not isinstance(data, Mapping):
             raise GoldenFileError(f"{path}: expected a JSON object")
         return cls.from_dict(data, source=str(path))

@@ -8,6 +8,10 @@ events file, a timer used out of order) and say what to fix. The `*Failure` clas
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 
 class TripwireError(Exception):
     """Base class for tripwire usage and input errors."""
@@ -35,3 +39,18 @@ class SyncBudgetExceeded(GuardrailFailure):
 
 class TrajectoryDivergence(GuardrailFailure):
     """A recorded trajectory differs from its golden; the message names the first divergence."""
+
+
+def read_golden_json(path: Path, missing: str) -> Any:
+    """Parse a JSON golden file; any unreadable file raises `GoldenFileError` naming it.
+
+    `missing` is the message used when the file does not exist (it says what to do).
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GoldenFileError(f"{path}: {missing}") from None
+    except json.JSONDecodeError as error:
+        raise GoldenFileError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    except UnicodeDecodeError:
+        raise GoldenFileError(f"{path}: not UTF-8 text (binary-corrupted?): regenerate it") from None

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from tripwire.digest import short, state_digest, tensor_digest, value_digest
-from tripwire.errors import GoldenFileError, TrajectoryDivergence, TripwireError
+from tripwire.errors import GoldenFileError, TrajectoryDivergence, TripwireError, read_golden_json
 
 FORMAT = "tripwire-trajectory/1"
 STORED_CHARS = 16  # digests are stored shortened: 64 bits per tensor is ample to detect a change
@@ -91,14 +91,7 @@ class Trajectory:
     def load(cls, path: str | Path) -> Trajectory:
         """Read a golden file; missing or malformed files raise `GoldenFileError` naming the path."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise GoldenFileError(f"{path}: trajectory golden does not exist") from None
-        except json.JSONDecodeError as error:
-            raise GoldenFileError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
-        except UnicodeDecodeError:
-            raise GoldenFileError(f"{path}: not UTF-8 text (binary-corrupted?): regenerate it") from None
+        data = read_golden_json(path, "trajectory golden does not exist")
         return cls.from_json(data, source=str(path))
 
     def save(self, path: str | Path) -> Path:
