@@ -60,7 +60,7 @@ def test_train_pass(benchmark: Any, bench_device: str, calibration: CalibrationW
     config = bench_config(2, GATE, device=bench_device)
     proxies = measure_proxies(TrainPassWorkload(config, hub), TrainPassWorkload(config, hub), "pass")
     units = {"env_epochs": 2.0, "samples": float(2 * GATE.train_samples)}
-    spec = BenchSpec(units, "samples_per_s", THRESHOLDS["train_pass"], rounds=15, proxies=proxies)
+    spec = BenchSpec(units, "samples_per_s", THRESHOLDS["train_pass"], rounds=30, proxies=proxies)
     measure(benchmark, TrainPassWorkload(config, hub), spec, calibration)
 
 
