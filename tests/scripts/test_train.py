@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from esper.data.datasets import VALID_DATASETS
 from esper.leyline import TelemetryLevel
 from esper.scripts import train
 from esper.simic.rewards import RewardMode
@@ -162,3 +163,4 @@ def test_config_choices_match_the_enums_they_stand_for() -> None:
     assert CHOICES["reward_mode"] == tuple(mode.value for mode in RewardMode)
     assert CHOICES["amp"] == tuple(mode.value for mode in AmpMode)
     assert CHOICES["telemetry_level"] == tuple(level.name.lower() for level in TelemetryLevel)
+    assert CHOICES["dataset"] == VALID_DATASETS

@@ -22,6 +22,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "reward_mode": ("shaped", "escrow", "simplified", "sparse"),
     "amp": ("off", "auto", "bfloat16", "float16"),
     "telemetry_level": ("off", "minimal", "normal", "debug"),
+    "dataset": ("synthetic", "cifar10"),  # None (the default) means the task's own data set
 }
 
 
@@ -82,28 +83,21 @@ class TrainingConfig:
         self.validate()
 
     def validate(self) -> None:
-        for name in ("n_episodes", "n_envs", "max_epochs", "train_samples", "val_samples", "batch_size"):
+        for name in _POSITIVE_INTS:
             value = getattr(self, name)
             if value < 1:
-                flag = _FLAG_NAMES.get(name, name)
-                raise ConfigError(f"{flag} must be a positive integer, got {value}")
-        for name in ("ppo_updates_per_batch", "lstm_hidden_dim", "hidden_dim"):
-            if getattr(self, name) < 1:
-                raise ConfigError(
-                    f"{_FLAG_NAMES.get(name, name)} must be a positive integer, got {getattr(self, name)}"
-                )
+                raise ConfigError(f"{_FLAG_NAMES.get(name, name)} must be a positive integer, got {value}")
         if self.max_seeds is not None and self.max_seeds < 1:
             raise ConfigError(f"--max-seeds must be a positive integer, got {self.max_seeds}")
         if self.entropy_anneal_episodes < 0:
             raise ConfigError(f"--entropy-anneal-episodes must be >= 0, got {self.entropy_anneal_episodes}")
-        if self.dataset is not None and self.dataset not in ("synthetic", "cifar10"):
-            raise ConfigError(f"unknown --dataset {self.dataset!r}: choose synthetic or cifar10")
         if not self.slots:
             raise ConfigError("--slots needs at least one slot id, e.g. --slots r0c1")
         for name, allowed in CHOICES.items():
-            if getattr(self, name) not in allowed:
+            value = getattr(self, name)
+            if value is not None and value not in allowed:
                 flag = "--" + name.replace("_", "-")
-                raise ConfigError(f"{flag} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+                raise ConfigError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
 
     @property
     def chunk_length(self) -> int:
@@ -150,6 +144,18 @@ class TrainingConfig:
             raise ConfigError(f"--config-json {path} nests too deeply: pass a flat object of config keys") from None
         return cls.from_dict(data, base)
 
+
+_POSITIVE_INTS = (
+    "n_episodes",
+    "n_envs",
+    "max_epochs",
+    "train_samples",
+    "val_samples",
+    "batch_size",
+    "ppo_updates_per_batch",
+    "lstm_hidden_dim",
+    "hidden_dim",
+)
 
 _FLAG_NAMES = {
     "n_episodes": "--rounds",
