@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from esper.data.synthetic import make_synthetic
 from esper.kasmina import CNNHost, MorphogeneticModel
-from esper.leyline import BlueprintAction, GerminationStyle, SeedStage, TempoAction, get_task_spec
+from esper.leyline import BlueprintAction, GerminationStyle, TempoAction, get_task_spec
+from lifecycle_helpers import fossilize_germinated
 
 TRAIN_SAMPLES = 3000
 VAL_SAMPLES = 1000
@@ -33,14 +34,7 @@ def _fossilize_conv_light(model: MorphogeneticModel, slot_id: str) -> None:
         BlueprintAction.CONV_LIGHT, "structure", style=GerminationStyle.LINEAR_ADD, tempo=TempoAction.FAST,
         alpha_target=1.0, init_seed=HOST_SEED + 3,
     )  # fmt: skip
-    slot.advance_stage()
-    slot.step_epoch()
-    slot.advance_stage()
-    for _ in range(3):
-        slot.step_epoch()
-    slot.advance_stage()
-    slot.record_contribution(1.0)
-    assert slot.advance_stage(SeedStage.FOSSILIZED).passed
+    fossilize_germinated(slot)
 
 
 def _train_and_evaluate(with_seed: bool) -> float:

@@ -10,6 +10,7 @@ import torch
 from esper.kasmina import CNNHost, MorphogeneticModel
 from esper.leyline import BlueprintAction, GerminationStyle, SeedStage, TempoAction, get_task_spec
 from esper.tolaria.governor import SNAPSHOT_EVERY, TolariaGovernor
+from lifecycle_helpers import fossilize_germinated
 
 CHANCE = math.log(10)
 
@@ -34,15 +35,7 @@ def _germinate(model: MorphogeneticModel, slot_id: str, seed: int) -> None:
 
 def _fossilize(model: MorphogeneticModel, slot_id: str, seed: int) -> None:
     _germinate(model, slot_id, seed)
-    slot = model.slot(slot_id)
-    slot.advance_stage()
-    slot.step_epoch()
-    slot.advance_stage()
-    for _ in range(3):
-        slot.step_epoch()
-    slot.advance_stage()
-    slot.record_contribution(1.0)
-    assert slot.advance_stage(SeedStage.FOSSILIZED).passed
+    fossilize_germinated(model.slot(slot_id))
 
 
 def _scramble(model: MorphogeneticModel) -> None:
