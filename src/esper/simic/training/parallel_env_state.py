@@ -61,6 +61,7 @@ class ParallelEnvState:
     rollbacks: int = 0
     val_acc: float = 0.0
     val_loss: float = 0.0
+    last_finite_loss: float | None = None  # what the controller observes on a rolled-back (non-finite) epoch
     committed_acc: float = 0.0
     all_off_acc: float | None = None
     train_loss: float = 0.0

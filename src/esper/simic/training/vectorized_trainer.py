@@ -92,7 +92,6 @@ class VectorizedPPOTrainer:
         self.result = TrainingResult()
         self.round_accuracies: list[float] = list(parts.trainer_state.get("round_accuracies", []))
         self.last_envs: list[ParallelEnvState] = []
-        self.last_finite_loss: dict[int, float] = {}  # per env id, for observed_loss (reset every round)
 
     def run(self) -> TrainingResult:
         for round_idx in range(self.parts.start_round, self.config.n_episodes):
@@ -110,7 +109,6 @@ class VectorizedPPOTrainer:
     def run_round(self, round_idx: int) -> bool:
         """Run one round; False when a stop request ended it after an epoch (its rollout is then discarded)."""
         envs = self.parts.env_factory.create(round_idx, self.config.n_envs)
-        self.last_finite_loss.clear()
         self.parts.policy.begin_round(len(envs))
         timer = CUDATimer(self.parts.policy_device)
         epoch_ms: list[float] = []
@@ -156,8 +154,7 @@ class VectorizedPPOTrainer:
             rewards.append(reward)
             effective_ops.append(int(outcome.effective_op))
             dones.append(rollback)
-            for slot in env.model.seed_slots.values():
-                slot.step_epoch()
+            env.model.step_epoch()
             emitters.emit_epoch_completed(parts.hub, env, epoch, stat)
             emitters.emit_last_action(parts.hub, env, epoch, outcome, decided)
             emitters.emit_counterfactual_matrix(parts.hub, env, epoch, stat)
@@ -205,9 +202,9 @@ class VectorizedPPOTrainer:
         env's last finite loss, or chance level before it has one. A NaN in the observation would poison the
         observation normalizer and make every later PPO update non-finite, ending the run."""
         if math.isfinite(val_loss):
-            self.last_finite_loss[env.env_id] = val_loss
+            env.last_finite_loss = val_loss
             return val_loss
-        return self.last_finite_loss.get(env.env_id, env.runtime.governor.chance_loss)
+        return env.runtime.governor.chance_loss if env.last_finite_loss is None else env.last_finite_loss
 
     def check_governor(self, env: ParallelEnvState, epoch: int) -> bool:
         """Governor vital signs; on panic roll back to the last snapshot and prune live seeds."""
