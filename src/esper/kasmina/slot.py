@@ -153,6 +153,11 @@ class SeedSlot(nn.Module):
             self._optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum)
         return self._optimizer
 
+    def clear_optimizer_state(self) -> None:
+        """Drop the seed optimizer's momentum, if it has one (never creates an optimizer)."""
+        if self._optimizer is not None:
+            self._optimizer.state.clear()
+
     # ------------------------------------------------------------------ lifecycle operations
 
     def germinate(

@@ -70,9 +70,7 @@ class EnvRuntime:
         """Drop momentum after a rollback (the governor restores weights; the caller clears optimizer state)."""
         self.host_optimizer.state.clear()
         for slot in self.model.seed_slots.values():
-            optimizer = slot.seed_optimizer(0.0, 0.0) if slot.seed_trainable else None
-            if optimizer is not None:
-                optimizer.state.clear()
+            slot.clear_optimizer_state()
 
 
 @dataclass(frozen=True)
@@ -155,11 +153,19 @@ def _copy_alphas(plan: FusedPlan, device: torch.device) -> Tensor:
     return table.to(device, non_blocking=True)
 
 
-def _trainable_seed_parameters(model: MorphogeneticModel) -> list[tuple[int, list[nn.Parameter]]]:
-    out: list[tuple[int, list[nn.Parameter]]] = []
+@dataclass(frozen=True)
+class _TrainableSeed:
+    index: int  # the slot's position, i.e. its column in TrainAccumulators.seed_grad_norms
+    parameters: list[nn.Parameter]
+    optimizer: torch.optim.Optimizer
+
+
+def _trainable_seeds(model: MorphogeneticModel, lr: float, momentum: float) -> list[_TrainableSeed]:
+    """Every seed that trains this step, with its parameters and (lazily created) optimizer, in one pass."""
+    out: list[_TrainableSeed] = []
     for index, slot in enumerate(model.seed_slots.values()):
-        if slot.seed_trainable:
-            out.append((index, slot.seed_parameters()))
+        if slot.seed_trainable and (optimizer := slot.seed_optimizer(lr, momentum)) is not None:
+            out.append(_TrainableSeed(index, slot.seed_parameters(), optimizer))
     return out
 
 
@@ -181,13 +187,8 @@ class VectorizedEngine:
         """One optimizer step of one env on one batch; results stay on the device."""
         model = env.model
         model.train()
-        seeds = _trainable_seed_parameters(model)
-        seed_optimizers = [
-            opt
-            for slot in model.seed_slots.values()
-            if slot.seed_trainable
-            and (opt := slot.seed_optimizer(self.config.seed_lr, self.config.seed_momentum)) is not None
-        ]
+        seeds = _trainable_seeds(model, self.config.seed_lr, self.config.seed_momentum)
+        seed_optimizers = [seed.optimizer for seed in seeds]
         env.host_optimizer.zero_grad(set_to_none=True)
         for opt in seed_optimizers:
             opt.zero_grad(set_to_none=True)
@@ -206,11 +207,11 @@ class VectorizedEngine:
             loss.backward()
         host_norm = nn.utils.clip_grad_norm_(model.host_parameters(), self.config.max_grad_norm)
         acc.host_grad_norm.add_(host_norm.detach().to(acc.host_grad_norm.dtype))
-        for index, params in seeds:
-            with_grad = [p for p in params if p.grad is not None]
+        for seed in seeds:
+            with_grad = [p for p in seed.parameters if p.grad is not None]
             if with_grad:
                 norm = nn.utils.clip_grad_norm_(with_grad, self.config.max_grad_norm)
-                acc.seed_grad_norms[index].add_(norm.detach().to(acc.seed_grad_norms.dtype))
+                acc.seed_grad_norms[seed.index].add_(norm.detach().to(acc.seed_grad_norms.dtype))
         if env.scaler is not None:
             env.scaler.step(env.host_optimizer)
             for opt in seed_optimizers:
