@@ -69,8 +69,11 @@ def mask_shapes(num_slots: int) -> dict[str, tuple[int, ...]]:
     return {key: shapes[key] for key in MASK_KEYS}
 
 
-def _slot_allows(op: LifecycleOp, slot: SlotMaskState) -> bool:
-    """Whether `op` may target `slot` (GERMINATE's seed cap is applied by the caller)."""
+def slot_allows(op: LifecycleOp, slot: SlotMaskState) -> bool:
+    """Whether `op` may target `slot` (GERMINATE's seed cap is applied by the caller).
+
+    The one statement of the per-slot op rules: the masks use it, and so does action execution's validity check.
+    """
     if not slot.enabled:
         return False
     in_hold = slot.alpha_mode == AlphaMode.HOLD
@@ -108,7 +111,7 @@ def compute_action_masks(
         elif op == LifecycleOp.GERMINATE and not germinate_allowed:
             rows.append([False] * num_slots)
         else:
-            rows.append([_slot_allows(op, slot) for slot in slots])
+            rows.append([slot_allows(op, slot) for slot in slots])
     op_valid = [op == LifecycleOp.WAIT or any(row) for op, row in zip(LifecycleOp, rows)]
     slot_valid = [any(row[s] for row, valid in zip(rows, op_valid) if valid) for s in range(num_slots)]
 

@@ -12,17 +12,12 @@ from dataclasses import dataclass
 from esper.kasmina.slot import SeedSlot
 from esper.leyline import (
     ACTION_HEAD_NAMES,
-    ADVANCEABLE_STAGES,
     ALPHA_CURVE_SPEC,
     ALPHA_SPEED_TICKS,
     ALPHA_TARGET_VALUES,
-    EMPTY_STAGES,
-    MIN_PRUNE_AGE,
-    PRUNABLE_STAGES,
     ActionOutcome,
     ActionSpec,
     AlphaCurveAction,
-    AlphaMode,
     AlphaSpeedAction,
     AlphaTargetAction,
     BlueprintAction,
@@ -36,10 +31,10 @@ from esper.leyline import (
 )
 from esper.leyline.seeding import derive_seed
 from esper.simic.rewards import RewardConfig, RewardMode, compute_reward
+from esper.simic.training.batch_ops import mask_state
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.tamiyo.features import LastAction
-
-ALPHA_EDITABLE_STAGES = frozenset({SeedStage.BLENDING, SeedStage.HOLDING})
+from esper.tamiyo.masks import slot_allows
 
 
 @dataclass(frozen=True)
@@ -83,22 +78,13 @@ def is_action_valid(spec: ActionSpec, slot: SeedSlot, *, seeds_used: int, max_se
     """Validity for reward purposes (brief 1.8)."""
     if not spec.slot_in_range:
         return spec.op is LifecycleOp.WAIT
-    stage = slot.stage
-    state = slot.state
-    holding_alpha = state is not None and slot.alpha_controller.mode is AlphaMode.HOLD
     if spec.op is LifecycleOp.WAIT:
         return True
     if spec.op is LifecycleOp.GERMINATE:
         under_cap = max_seeds is None or seeds_used < max_seeds
-        return stage in EMPTY_STAGES and under_cap and spec.blueprint is not BlueprintAction.NOOP
-    if spec.op is LifecycleOp.FOSSILIZE:
-        return stage is SeedStage.HOLDING
-    if spec.op is LifecycleOp.PRUNE:
-        old_enough = state is not None and state.age_epochs >= MIN_PRUNE_AGE
-        return stage in PRUNABLE_STAGES and holding_alpha and old_enough
-    if spec.op is LifecycleOp.SET_ALPHA_TARGET:
-        return stage in ALPHA_EDITABLE_STAGES and holding_alpha
-    return stage in ADVANCEABLE_STAGES  # ADVANCE
+        if not under_cap or spec.blueprint is BlueprintAction.NOOP:
+            return False
+    return slot_allows(spec.op, mask_state(slot))  # the same per-slot rules the action masks apply
 
 
 def _apply(env: ParallelEnvState, spec: ActionSpec, slot: SeedSlot, ctx: ExecutionContext) -> bool:
