@@ -20,10 +20,11 @@ Reading failures: an event's kind names the hook that saw it; `implicit:<op>` na
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,6 +301,19 @@ def install(*, implicit: bool) -> Installation:
         uninstall(installation)
         raise
     return installation
+
+
+@contextlib.contextmanager
+def thread_modes(*, implicit: bool) -> Iterator[None]:
+    """Push the counting modes on the current (worker) thread; torch modes are thread-local, patches are not."""
+    explicit_mode = _ExplicitSyncMode()
+    dispatch_mode = _ImplicitSyncMode() if implicit else None
+    with explicit_mode:
+        if dispatch_mode is None:
+            yield
+        else:
+            with dispatch_mode:
+                yield
 
 
 def uninstall(installation: Installation) -> None:

@@ -19,8 +19,10 @@ Counts are device-independent: on CPU these are "would-sync" sites (`.item()` on
 the same as on CUDA), so one budget serves CPU CI and GPU runs. With no counter active, entering a
 region costs one global check: no torch mode is pushed and no stack is walked.
 
-Limits: tensor-method syncs are seen on the thread that entered the counter (torch function modes
-are thread-local); patched `synchronize` functions are seen on every thread. A reference taken
+Threads: torch function modes are thread-local, so tensor-method syncs are seen on the thread that
+entered the counter and on threads running work wrapped with `carried(fn)`, which also gives the work the
+submitting thread's regions (the engine's parallel env workers use it). Patched `synchronize`
+functions are seen on every thread. A reference taken
 before the counter started (`sync = torch.cuda.synchronize`) bypasses the patch.
 
 Budgets (`SyncBudget`, `check_budget`, `write_budget`) live in `tripwire.budget` and are re-exported
@@ -29,15 +31,17 @@ here; see that module for how to read a budget failure.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from contextlib import ContextDecorator
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tripwire.budget import (
     BudgetReport,
@@ -62,6 +66,7 @@ __all__ = [
     "SyncBudget",
     "SyncCounter",
     "SyncEvent",
+    "carried",
     "check_budget",
     "check_scaling",
     "hot_path",
@@ -72,6 +77,7 @@ __all__ = [
 ]
 
 OUTSIDE = "<outside>"
+T = TypeVar("T")
 _TRIPWIRE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -95,6 +101,7 @@ class _GlobalState:
         self.counters: list[SyncCounter] = []
         self.root = ""
         self.skip_prefixes: tuple[str, ...] = (_TRIPWIRE_DIR,)
+        self.lock = threading.Lock()  # guards `pushed` when regions are entered on several threads
 
 
 class _ThreadState(threading.local):
@@ -125,7 +132,8 @@ class hot_path(ContextDecorator):
     def __enter__(self) -> hot_path:
         if _STATE.active:
             _LOCAL.regions.append((self, self.name))
-            _STATE.pushed += 1
+            with _STATE.lock:
+                _STATE.pushed += 1
         return self
 
     def __exit__(
@@ -138,7 +146,8 @@ class hot_path(ContextDecorator):
             regions = _LOCAL.regions
             if regions and regions[-1][0] is self:
                 regions.pop()
-                _STATE.pushed -= 1
+                with _STATE.lock:
+                    _STATE.pushed -= 1
 
 
 class ignore_syncs(ContextDecorator):
@@ -164,6 +173,34 @@ class sync_kind(ContextDecorator):
 
     def __exit__(self, *exc_info: object) -> None:
         _LOCAL.label = self._previous.pop()
+
+
+def carried(fn: Callable[..., T]) -> Callable[..., T]:
+    """Wrap `fn` to run on another thread as if it ran here: inside this thread's hot-path regions, with its
+    syncs counted by the active counters (the counting modes are pushed on the worker thread for the call).
+
+    Capture happens now, on the submitting thread; call the result on any thread. With no counter active
+    the wrapper only calls `fn`.
+    """
+    regions = list(_LOCAL.regions)
+    suppress, label = _LOCAL.suppress, _LOCAL.label
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> T:
+        if not _STATE.active:
+            return fn(*args, **kwargs)
+        from tripwire import _sync_hooks
+
+        local = _LOCAL
+        saved = (local.regions, local.suppress, local.label)
+        local.regions, local.suppress, local.label = list(regions), suppress, label
+        try:
+            with _sync_hooks.thread_modes(implicit=any(c.implicit for c in _STATE.counters)):
+                return fn(*args, **kwargs)
+        finally:
+            local.regions, local.suppress, local.label = saved
+
+    return run
 
 
 def record_sync(kind: str) -> None:

@@ -45,6 +45,7 @@ SHARED_FIELDS = {
     "data_dir": "data_dir",
     "dataset": "dataset",
     "gpu_preload": "gpu_preload",
+    "env_workers": "env_workers",
     "save": "save_path",
     "resume": "resume_path",
     "reward_mode": "reward_mode",
@@ -106,6 +107,11 @@ def _add_shared(parser: argparse.ArgumentParser) -> None:
     add("--dataset", choices=["synthetic", "cifar10"], help="task data (default synthetic; cifar10 needs --data-dir)")
     add("--data-dir", help="folder holding cifar-10-batches-py (task data cifar10)")
     add("--gpu-preload", action="store_true", default=None, help="keep the dataset on the device")
+    add(
+        "--env-workers",
+        type=_positive_int,
+        help="train and validate CPU envs on N threads at once (each with one torch thread; same results)",
+    )
     add("--save", help="write a checkpoint here after every round (atomic)")
     add("--resume", help="resume from a checkpoint written by --save")
     add("--reward-mode", choices=["shaped", "escrow", "simplified", "sparse"])
@@ -218,6 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop.install()
     try:
         config = config_from_args(args)
+        if config.env_workers > 1:
+            import torch
+
+            torch.set_num_threads(1)  # one intra-op thread per env worker, or the workers oversubscribe the cores
         from esper.simic.training.vectorized import run_training
 
         result = run_training(config, controller=args.command, progress=not args.quiet, stop=stop)

@@ -10,14 +10,22 @@ Synchronization rules (the hot path):
 - at the epoch boundary the default stream waits on every env stream (no host sync), and the accumulators of
   all envs on a device come to the host in ONE transfer. The sync count per epoch therefore does not grow with
   the number of envs (the original synchronized each env stream separately).
+
+CPU envs have no streams; with `EngineConfig.env_workers > 1` they train and validate concurrently on that many
+threads instead (torch releases the GIL inside its kernels). Each env's work is the same sequence of ops in the
+same order either way, so results are bitwise identical for every worker count; the epoch's batches are drawn
+on the calling thread first, in order. Run one intra-op thread per worker (`torch.set_num_threads(1)`) or the
+workers oversubscribe the cores.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +33,7 @@ from torch import Tensor, nn
 
 from esper.kasmina.model import MorphogeneticModel
 from esper.tolaria.governor import TolariaGovernor
-from tripwire.sync import hot_path
+from tripwire.sync import carried, hot_path
 
 # Accumulator columns of the train pass: loss sum, correct count, sample count.
 TRAIN_STAT_COLUMNS = 3
@@ -80,6 +88,11 @@ class EngineConfig:
     seed_lr: float = 0.01
     seed_momentum: float = 0.9
     max_grad_norm: float = 1.0
+    env_workers: int = 1  # threads training / validating CPU envs concurrently (1: one after another)
+
+    def __post_init__(self) -> None:
+        if self.env_workers < 1:
+            raise ValueError(f"env_workers must be a positive integer, got {self.env_workers}")
 
 
 @dataclass(frozen=True)
@@ -174,6 +187,26 @@ class VectorizedEngine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        self._pool: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        """Stop the env worker threads, if any were started."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _threaded(self, envs: Sequence[EnvRuntime]) -> bool:
+        """Whether to run these envs on worker threads: more than one worker and env, no CUDA streams."""
+        return self.config.env_workers > 1 and len(envs) > 1 and all(env.stream is None for env in envs)
+
+    def _run_concurrently(self, jobs: Sequence[Callable[[], None]]) -> None:
+        """Run the per-env jobs on the worker threads; wait for all of them before re-raising a failure."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.config.env_workers, thread_name_prefix="esper-env")
+        futures = [self._pool.submit(carried(job)) for job in jobs]
+        wait(futures)
+        for future in futures:
+            future.result()
 
     def new_accumulators(self, env: EnvRuntime) -> TrainAccumulators:
         num_slots = len(env.model.seed_slots)
@@ -186,7 +219,8 @@ class VectorizedEngine:
     def train_batch(self, env: EnvRuntime, acc: TrainAccumulators, inputs: Tensor, targets: Tensor) -> None:
         """One optimizer step of one env on one batch; results stay on the device."""
         model = env.model
-        model.train()
+        if not model.training:  # validation leaves models in train mode; the recursive train() costs ~3 % per step
+            model.train()
         seeds = _trainable_seeds(model, self.config.seed_lr, self.config.seed_momentum)
         seed_optimizers = [seed.optimizer for seed in seeds]
         env.host_optimizer.zero_grad(set_to_none=True)
@@ -235,6 +269,11 @@ class VectorizedEngine:
         """One full training epoch for every env over the shared batches (batch-first iteration)."""
         accs = [self.new_accumulators(env) for env in envs]
         with hot_path("train_pass"):
+            if self._threaded(envs):
+                steps = list(batches)
+                jobs = [partial(self._train_env, env, acc, steps, i) for i, (env, acc) in enumerate(zip(envs, accs))]
+                self._run_concurrently(jobs)
+                return accs
             for per_env in batches:
                 for env, acc, (inputs, targets) in zip(envs, accs, per_env):
                     _wait_for_default_stream(env, (inputs, targets))
@@ -242,6 +281,14 @@ class VectorizedEngine:
                         self.train_batch(env, acc, inputs, targets)
             join_streams(envs)
         return accs
+
+    def _train_env(
+        self, env: EnvRuntime, acc: TrainAccumulators, steps: Sequence[Sequence[tuple[Tensor, Tensor]]], index: int
+    ) -> None:
+        """Env `index`'s whole train pass over the epoch's batches (one worker-thread job)."""
+        for per_env in steps:
+            inputs, targets = per_env[index]
+            self.train_batch(env, acc, inputs, targets)
 
     def validate_batch(
         self,
@@ -288,15 +335,48 @@ class VectorizedEngine:
         for env in envs:
             env.model.eval()
         with hot_path("fused_validation"):
-            for per_env in batches:
-                for env, plan, acc, table, (inputs, targets) in zip(envs, plans, accs, tables, per_env):
-                    _wait_for_default_stream(env, (inputs, targets) if table is None else (inputs, targets, table))
-                    with stream_context(env):
-                        self.validate_batch(env, plan, acc, inputs, targets, table)
-            join_streams(envs)
+            if self._threaded(envs):
+                steps = list(batches)
+                jobs = [
+                    partial(self._validate_env, env, plan, acc, table, steps, i)
+                    for i, (env, plan, acc, table) in enumerate(zip(envs, plans, accs, tables))
+                ]
+                self._run_concurrently(jobs)
+            else:
+                self._validate_in_turn(envs, plans, accs, tables, batches)
         for env in envs:
             env.model.train()
         return accs
+
+    def _validate_env(
+        self,
+        env: EnvRuntime,
+        plan: FusedPlan,
+        acc: Tensor,
+        table: Tensor | None,
+        steps: Sequence[Sequence[tuple[Tensor, Tensor]]],
+        index: int,
+    ) -> None:
+        """Env `index`'s whole fused validation over the epoch's batches (one worker-thread job)."""
+        for per_env in steps:
+            inputs, targets = per_env[index]
+            self.validate_batch(env, plan, acc, inputs, targets, table)
+
+    def _validate_in_turn(
+        self,
+        envs: Sequence[EnvRuntime],
+        plans: Sequence[FusedPlan],
+        accs: Sequence[Tensor],
+        tables: Sequence[Tensor | None],
+        batches: Iterable[Sequence[tuple[Tensor, Tensor]]],
+    ) -> None:
+        """Batch-first validation of every env, each on its own stream when it has one."""
+        for per_env in batches:
+            for env, plan, acc, table, (inputs, targets) in zip(envs, plans, accs, tables, per_env):
+                _wait_for_default_stream(env, (inputs, targets) if table is None else (inputs, targets, table))
+                with stream_context(env):
+                    self.validate_batch(env, plan, acc, inputs, targets, table)
+        join_streams(envs)
 
 
 def gather_rows(rows: Sequence[Tensor]) -> list[list[float]]:

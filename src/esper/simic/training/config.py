@@ -43,6 +43,7 @@ class TrainingConfig:
     devices: list[str] | None = None
     amp: str = "off"
     gpu_preload: bool = False
+    env_workers: int = 1  # threads training CPU envs concurrently; results are the same for every value
     # data
     train_samples: int = 1000  # per env per epoch
     val_samples: int = 200  # per env per epoch
@@ -155,6 +156,7 @@ _POSITIVE_INTS = (
     "ppo_updates_per_batch",
     "lstm_hidden_dim",
     "hidden_dim",
+    "env_workers",
 )
 
 _FLAG_NAMES = {
@@ -167,6 +169,7 @@ _FLAG_NAMES = {
     "ppo_updates_per_batch": "--ppo-epochs",
     "lstm_hidden_dim": "--memory-size",
     "hidden_dim": "hidden_dim",
+    "env_workers": "--env-workers",
 }
 
 

@@ -229,6 +229,9 @@ def run_training(
     train_source = _batch_source(config, task, "train", devices)
     val_source = _batch_source(config, task, "val", devices)
     telemetry, own_hub = _open_hub(config, hub)
+    engine = VectorizedEngine(
+        EngineConfig(seed_lr=task.seed_lr, max_grad_norm=task.max_grad_norm, env_workers=config.env_workers)
+    )
     display = ProgressDisplay(total=(config.n_episodes - start_round) * config.max_epochs, enabled=progress)
     try:
         emitters.emit_training_started(telemetry, _run_settings(config, task, slot_config, controller))
@@ -238,7 +241,7 @@ def run_training(
             config=config,
             slot_config=slot_config,
             hub=telemetry,
-            engine=VectorizedEngine(EngineConfig(seed_lr=task.seed_lr, max_grad_norm=task.max_grad_norm)),
+            engine=engine,
             env_factory=EnvFactory(
                 task=task,
                 slot_config=slot_config,
@@ -270,6 +273,7 @@ def run_training(
             result.final_weights.update(weights_copy("policy.", client.agent.policy))
         return result
     finally:
+        engine.close()
         display.close()
         if own_hub:
             telemetry.close()

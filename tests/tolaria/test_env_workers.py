@@ -1,0 +1,211 @@
+"""CPU envs on worker threads (`env_workers > 1`): same results, same syncs, failures surface.
+
+- a run with 2 or 3 env workers gives the same events (minus ids, timestamps and wall-clock fields), actions,
+  rewards and bitwise-identical weights as the same run with one worker, for PPO and for the heuristic
+  controller (which germinates, blends and fossilizes, so seeds train inside the worker threads);
+- the host syncs of a threaded run are the ones of the sequential run, region by region and site by site;
+- a sync injected into the per-batch train step is counted, in its `train_pass` region, once per env and
+  batch, when the step runs on a worker thread; without `tripwire.sync.carried` the same worker sync is
+  invisible (why the engine wraps its jobs);
+- an exception in one env's job is raised in the caller after every job has finished.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+
+from esper.nissa import InMemoryBackend, TelemetryHub
+from esper.simic.training.config import ConfigError, TrainingConfig
+from esper.simic.training.vectorized import run_training
+from esper.tolaria.engine import EngineConfig, EnvRuntime, TrainAccumulators, VectorizedEngine
+from tripwire.sync import SyncCounter, SyncEvent, carried, hot_path
+
+RUN: dict[str, Any] = {
+    "n_episodes": 2,
+    "n_envs": 3,
+    "max_epochs": 6,
+    "task": "cifar_baseline",
+    "slots": ["r0c0", "r0c1"],
+    "train_samples": 48,
+    "val_samples": 24,
+    "batch_size": 8,
+    "hidden_dim": 32,
+    "lstm_hidden_dim": 32,
+    "seed": 5,
+}
+VOLATILE = ("event_id", "timestamp")
+
+
+def _run(controller: str, env_workers: int, counter: SyncCounter | None = None) -> tuple[list[Any], Any]:
+    memory = InMemoryBackend()
+    hub = TelemetryHub()
+    hub.add_backend(memory)
+    config = TrainingConfig.from_dict({**RUN, "env_workers": env_workers})
+    if counter is None:
+        result = run_training(config, controller=controller, hub=hub)
+    else:
+        with counter:
+            result = run_training(config, controller=controller, hub=hub)
+    hub.close()
+    return [event.to_json_dict() for event in memory.events], result
+
+
+def _comparable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from esper.leyline import WALL_CLOCK_DATA_KEYS
+
+    out = []
+    for event in events:
+        kept = {key: value for key, value in event.items() if key not in VOLATILE}
+        kept["data"] = {key: value for key, value in event["data"].items() if key not in WALL_CLOCK_DATA_KEYS}
+        out.append(kept)
+    return out
+
+
+@pytest.mark.parametrize("controller", ["ppo", "heuristic"])
+@pytest.mark.parametrize("workers", [2, 3])
+def test_threaded_envs_reproduce_the_sequential_run_bitwise(controller: str, workers: int) -> None:
+    events_seq, result_seq = _run(controller, 1)
+    events_thr, result_thr = _run(controller, workers)
+
+    assert _comparable(events_thr) == _comparable(events_seq)
+    assert result_thr.final_weights.keys() == result_seq.final_weights.keys()
+    for name, tensor in result_seq.final_weights.items():
+        assert torch.equal(result_thr.final_weights[name], tensor), name
+    if controller == "heuristic":  # seeds trained inside the workers
+        kinds = Counter(event["event_type"] for event in events_seq)
+        assert kinds["SEED_GERMINATED"] >= RUN["n_envs"]
+        assert kinds["SEED_STAGE_CHANGED"] >= 3 * RUN["n_envs"]
+
+
+def _sites(events: list[SyncEvent]) -> Counter[tuple[str, str, str]]:
+    return Counter((event.region, event.site, event.kind) for event in events)
+
+
+def test_threaded_envs_make_the_same_syncs_as_sequential_ones() -> None:
+    sequential, threaded = SyncCounter(), SyncCounter()
+    _run("ppo", 1, sequential)
+    _run("ppo", 2, threaded)
+
+    assert sequential.counts_by_region().get("epoch_transfer", 0) > 0  # the counter saw the run
+    assert _sites(threaded.events) == _sites(sequential.events)
+
+
+def _tiny_engine_setup(n_envs: int) -> tuple[list[EnvRuntime], list[list[tuple[torch.Tensor, torch.Tensor]]]]:
+    """Env runtimes of a 2-env run and 3 batches of random data, built the way the trainer builds them."""
+    from esper.leyline import SlotConfig, get_task_spec
+    from esper.simic.rewards import RewardMode
+    from esper.simic.training.env_factory import EnvFactory
+    from esper.tolaria.engine import AmpMode
+
+    task = get_task_spec("cifar_baseline")
+    factory = EnvFactory(
+        task=task,
+        slot_config=SlotConfig(("r0c1",)),
+        devices=[torch.device("cpu")] * n_envs,
+        run_seed=3,
+        max_epochs=3,
+        amp=AmpMode.OFF,
+        reward_mode=RewardMode.SHAPED,
+        plateau_threshold=0.5,
+        permissive_gates=True,
+        hub=TelemetryHub(),
+    )
+    envs = [env.runtime for env in factory.create(0, n_envs)]
+    generator = torch.Generator().manual_seed(0)
+    batches = [
+        [(torch.randn(4, 3, 32, 32, generator=generator), torch.randint(0, 10, (4,), generator=generator))] * n_envs
+        for _ in range(3)
+    ]
+    return envs, batches
+
+
+def test_a_sync_injected_into_the_threaded_train_step_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = VectorizedEngine.train_batch
+
+    def leaky(self: VectorizedEngine, env: EnvRuntime, acc: TrainAccumulators, *batch: torch.Tensor) -> None:
+        original(self, env, acc, *batch)
+        acc.stats.sum().item()  # the hazard: a per-batch host read
+
+    monkeypatch.setattr(VectorizedEngine, "train_batch", leaky)
+    envs, batches = _tiny_engine_setup(2)
+    engine = VectorizedEngine(EngineConfig(env_workers=2))
+    try:
+        with SyncCounter() as counter:
+            engine.train_pass(envs, batches)
+    finally:
+        engine.close()
+    worker_threads = {thread.name for thread in threading.enumerate()}
+    assert counter.counts_by_region() == {"train_pass": 2 * len(batches)}
+    assert counter.counts_by_kind() == {"item": 2 * len(batches)}
+    assert not any(name.startswith("esper-env") for name in worker_threads)  # close() stopped the workers
+
+
+def test_without_carried_a_worker_thread_sync_is_invisible() -> None:
+    """Why the engine wraps its jobs: torch function modes are thread-local."""
+    tensor = torch.ones(3)
+
+    def read() -> None:
+        tensor.sum().item()
+
+    with SyncCounter() as counter, hot_path("train_pass"):
+        plain = threading.Thread(target=read)
+        plain.start()
+        plain.join()
+        seen_plain = counter.total
+        wrapped = threading.Thread(target=carried(read))
+        wrapped.start()
+        wrapped.join()
+    assert seen_plain == 0
+    assert counter.counts_by_region() == {"train_pass": 1}
+
+
+def test_a_failing_env_job_raises_after_every_job_finished(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = VectorizedEngine.train_batch
+    finished: list[int] = []
+
+    def fail_env_0(self: VectorizedEngine, env: EnvRuntime, acc: TrainAccumulators, *batch: torch.Tensor) -> None:
+        if env.env_id == 0:
+            raise RuntimeError("env 0 broke")
+        original(self, env, acc, *batch)
+        finished.append(env.env_id)
+
+    monkeypatch.setattr(VectorizedEngine, "train_batch", fail_env_0)
+    envs, batches = _tiny_engine_setup(2)
+    engine = VectorizedEngine(EngineConfig(env_workers=2))
+    try:
+        with pytest.raises(RuntimeError, match="env 0 broke"):
+            engine.train_pass(envs, batches)
+    finally:
+        engine.close()
+    assert finished == [1] * len(batches)
+
+
+def test_one_env_or_one_worker_stays_on_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: set[str] = set()
+    original = VectorizedEngine.train_batch
+
+    def record(self: VectorizedEngine, env: EnvRuntime, acc: TrainAccumulators, *batch: torch.Tensor) -> None:
+        threads.add(threading.current_thread().name)
+        original(self, env, acc, *batch)
+
+    monkeypatch.setattr(VectorizedEngine, "train_batch", record)
+    envs, batches = _tiny_engine_setup(2)
+    VectorizedEngine(EngineConfig(env_workers=1)).train_pass(envs, batches)
+    VectorizedEngine(EngineConfig(env_workers=4)).train_pass(envs[:1], [b[:1] for b in batches])
+    assert threads == {threading.current_thread().name}
+    engine = VectorizedEngine(EngineConfig(env_workers=2))
+    engine.train_pass(envs, batches)
+    engine.close()
+    assert any(name.startswith("esper-env") for name in threads)
+
+
+def test_env_workers_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="--env-workers must be a positive integer"):
+        TrainingConfig(env_workers=0)
+    with pytest.raises(ValueError, match="env_workers must be a positive integer"):
+        EngineConfig(env_workers=0)
