@@ -1,4 +1,4 @@
-"""nox sessions: tests, lint, guardrails, bench, baselines, hazards.
+"""nox sessions: tests, lint, train, guardrails, bench, baselines, hazards, learning.
 
 Every session runs inside ONE shared project environment (`.nox/project-env`), built on first use with
 `pip install -e .[dev]` and rebuilt only when pyproject.toml changes. torch (a multi-GB wheel) is therefore
@@ -151,3 +151,12 @@ def bench(session: nox.Session) -> None:
 def hazards(session: nox.Session) -> None:
     """Apply each catalogued refactor hazard to a temporary copy; fail unless its own guardrail catches it."""
     run_in_env(session, "python", "tests/hazards/runner.py", *session.posargs, env=PINNED_ENV)
+
+
+@nox.session(default=False)
+def learning(session: nox.Session) -> None:
+    """PPO on the impaired synthetic task, 3 seeds x 30 rounds (~10 min on 2 cores): fail unless every seed's
+    last 10 rounds beat its first round's mean episode reward. Figures in build/learning.json."""
+    Path("build").mkdir(exist_ok=True)
+    args = session.posargs or ["--json", "build/learning.json"]
+    run_in_env(session, "python", "-m", "esper.scripts.learning", *args, env=PINNED_ENV)
