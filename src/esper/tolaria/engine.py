@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from esper.kasmina.model import MorphogeneticModel
+from esper.tolaria.batches import EnvBatch
 from esper.tolaria.governor import TolariaGovernor
 from tripwire.sync import carried, hot_path
 
@@ -219,7 +220,7 @@ class VectorizedEngine:
     def train_batch(self, env: EnvRuntime, acc: TrainAccumulators, inputs: Tensor, targets: Tensor) -> None:
         """One optimizer step of one env on one batch; results stay on the device."""
         model = env.model
-        if not model.training:  # validation leaves models in train mode; the recursive train() costs ~3 % per step
+        if not model.training:  # validate() restores train mode; a recursive train() per batch cost ~3 %
             model.train()
         seeds = _trainable_seeds(model, self.config.seed_lr, self.config.seed_momentum)
         seed_optimizers = [seed.optimizer for seed in seeds]
@@ -263,9 +264,7 @@ class VectorizedEngine:
             acc.stats[2].add_(batch_size)
         acc.batches += 1
 
-    def train_pass(
-        self, envs: Sequence[EnvRuntime], batches: Iterable[Sequence[tuple[Tensor, Tensor]]]
-    ) -> list[TrainAccumulators]:
+    def train_pass(self, envs: Sequence[EnvRuntime], batches: Iterable[Sequence[EnvBatch]]) -> list[TrainAccumulators]:
         """One full training epoch for every env over the shared batches (batch-first iteration)."""
         accs = [self.new_accumulators(env) for env in envs]
         with hot_path("train_pass"):
@@ -273,17 +272,23 @@ class VectorizedEngine:
                 steps = list(batches)
                 jobs = [partial(self._train_env, env, acc, steps, i) for i, (env, acc) in enumerate(zip(envs, accs))]
                 self._run_concurrently(jobs)
-                return accs
-            for per_env in batches:
-                for env, acc, (inputs, targets) in zip(envs, accs, per_env):
-                    _wait_for_default_stream(env, (inputs, targets))
-                    with stream_context(env):
-                        self.train_batch(env, acc, inputs, targets)
-            join_streams(envs)
+            else:
+                self._train_in_turn(envs, accs, batches)
         return accs
 
+    def _train_in_turn(
+        self, envs: Sequence[EnvRuntime], accs: Sequence[TrainAccumulators], batches: Iterable[Sequence[EnvBatch]]
+    ) -> None:
+        """Batch-first training of every env, each on its own stream when it has one."""
+        for per_env in batches:
+            for env, acc, (inputs, targets) in zip(envs, accs, per_env):
+                _wait_for_default_stream(env, (inputs, targets))
+                with stream_context(env):
+                    self.train_batch(env, acc, inputs, targets)
+        join_streams(envs)
+
     def _train_env(
-        self, env: EnvRuntime, acc: TrainAccumulators, steps: Sequence[Sequence[tuple[Tensor, Tensor]]], index: int
+        self, env: EnvRuntime, acc: TrainAccumulators, steps: Sequence[Sequence[EnvBatch]], index: int
     ) -> None:
         """Env `index`'s whole train pass over the epoch's batches (one worker-thread job)."""
         for per_env in steps:
@@ -326,7 +331,7 @@ class VectorizedEngine:
     def validate(
         self,
         envs: Sequence[EnvRuntime],
-        batches: Iterable[Sequence[tuple[Tensor, Tensor]]],
+        batches: Iterable[Sequence[EnvBatch]],
         plans: Sequence[FusedPlan],
     ) -> list[Tensor]:
         """Fused validation for every env; returns per env a [num_configs, 3] device tensor."""
@@ -354,7 +359,7 @@ class VectorizedEngine:
         plan: FusedPlan,
         acc: Tensor,
         table: Tensor | None,
-        steps: Sequence[Sequence[tuple[Tensor, Tensor]]],
+        steps: Sequence[Sequence[EnvBatch]],
         index: int,
     ) -> None:
         """Env `index`'s whole fused validation over the epoch's batches (one worker-thread job)."""
@@ -368,7 +373,7 @@ class VectorizedEngine:
         plans: Sequence[FusedPlan],
         accs: Sequence[Tensor],
         tables: Sequence[Tensor | None],
-        batches: Iterable[Sequence[tuple[Tensor, Tensor]]],
+        batches: Iterable[Sequence[EnvBatch]],
     ) -> None:
         """Batch-first validation of every env, each on its own stream when it has one."""
         for per_env in batches:
