@@ -103,6 +103,22 @@ def test_main_hands_the_config_and_controller_to_the_run(
     assert (controller, config.n_episodes, config.n_envs, config.max_epochs) == ("heuristic", 2, 3, 4)
 
 
+def test_env_workers_reach_the_config_and_pin_one_torch_thread(
+    recorded: RecordingRun, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    threads: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    code, _ = run_main(capsys, "ppo", "--envs", "4", "--env-workers", "1", "--quiet")
+    assert (code, threads) == (0, [])  # one worker: the thread count is the user's
+    code, _ = run_main(capsys, "heuristic", "--envs", "4", "--env-workers", "2", "--quiet")
+    assert (code, threads) == (0, [1])
+    assert [config.env_workers for config, _ in recorded.calls] == [1, 2]
+    code, err = run_main(capsys, "ppo", "--env-workers", "0")
+    assert_one_line_usage_error(code, err, "--env-workers", "expected a positive integer, got 0")
+
+
 @pytest.mark.parametrize(
     ("document", "needle"),
     [

@@ -110,7 +110,8 @@ def _add_shared(parser: argparse.ArgumentParser) -> None:
     add(
         "--env-workers",
         type=_positive_int,
-        help="train and validate CPU envs on N threads at once (each with one torch thread; same results)",
+        help="train and validate CPU envs on N threads at once; pins one torch thread, so results equal a "
+        "one-thread run (OMP_NUM_THREADS=1) with envs in turn",
     )
     add("--save", help="write a checkpoint here after every round (atomic)")
     add("--resume", help="resume from a checkpoint written by --save")

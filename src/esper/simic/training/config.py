@@ -43,7 +43,7 @@ class TrainingConfig:
     devices: list[str] | None = None
     amp: str = "off"
     gpu_preload: bool = False
-    env_workers: int = 1  # threads training CPU envs concurrently; results are the same for every value
+    env_workers: int = 1  # threads training CPU envs concurrently; same results for every value at fixed torch threads
     # data
     train_samples: int = 1000  # per env per epoch
     val_samples: int = 200  # per env per epoch
