@@ -75,9 +75,9 @@ HAZARDS: tuple[Hazard, ...] = (
         (
             Edit(
                 ENGINE,
-                "                        self.train_batch(env, acc, inputs, targets)\n",
-                "                        self.train_batch(env, acc, inputs, targets)\n"
-                "                        acc.stats[0].item()\n",
+                "                    self.train_batch(env, acc, inputs, targets)\n",
+                "                    self.train_batch(env, acc, inputs, targets)\n"
+                "                    acc.stats[0].item()\n",
             ),
         ),
         SYNC_BUDGET,
@@ -206,8 +206,8 @@ HAZARDS: tuple[Hazard, ...] = (
             ),
             Edit(
                 ENGINE,
-                "            join_streams(envs)\n        return accs\n",
-                "            join_streams(envs)\n"
+                "                self._train_in_turn(envs, accs, batches)\n        return accs\n",
+                "                self._train_in_turn(envs, accs, batches)\n"
                 "        _deadline = time.process_time() + 0.2 * (time.process_time() - _start)\n"
                 "        while time.process_time() < _deadline:\n"
                 "            pass\n"
