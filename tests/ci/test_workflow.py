@@ -103,3 +103,15 @@ def test_every_run_step_is_valid_bash(tmp_path: Path) -> None:
             script.write_text(str(step["run"]).replace("${{", '"$').replace("}}", '"'), encoding="utf-8")
             done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
             assert done.returncode == 0, f"{name} step {index}: {done.stderr}"
+
+
+LEARNING = ROOT / ".github" / "workflows" / "learning.yml"
+
+
+def test_the_learning_workflow_passes_the_schema_and_runs_the_learning_session_weekly() -> None:
+    done = validate(LEARNING)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data: dict[str, Any] = YAML(typ="safe").load(LEARNING.read_text(encoding="utf-8"))
+    assert set(data["on"]) == {"schedule", "workflow_dispatch"}
+    (job,) = data["jobs"].values()
+    assert "nox -s learning" in run_lines(job)
