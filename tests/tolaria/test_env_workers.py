@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ import torch
 from esper.nissa import InMemoryBackend, TelemetryHub
 from esper.simic.training.config import ConfigError, TrainingConfig
 from esper.simic.training.vectorized import run_training
-from esper.tolaria.engine import EngineConfig, EnvRuntime, TrainAccumulators, VectorizedEngine
+from esper.tolaria.engine import PREFETCH_STEPS, EngineConfig, EnvRuntime, TrainAccumulators, VectorizedEngine
 from tripwire.sync import SyncCounter, SyncEvent, carried, hot_path
 
 RUN: dict[str, Any] = {
@@ -95,8 +96,10 @@ def test_threaded_envs_make_the_same_syncs_as_sequential_ones() -> None:
     assert _sites(threaded.events) == _sites(sequential.events)
 
 
-def _tiny_engine_setup(n_envs: int) -> tuple[list[EnvRuntime], list[list[tuple[torch.Tensor, torch.Tensor]]]]:
-    """Env runtimes of a 2-env run and 3 batches of random data, built the way the trainer builds them."""
+def _tiny_engine_setup(
+    n_envs: int, n_batches: int = 3
+) -> tuple[list[EnvRuntime], list[list[tuple[torch.Tensor, torch.Tensor]]]]:
+    """Env runtimes of an n-env run and `n_batches` batches of random data, built the way the trainer builds them."""
     from esper.leyline import SlotConfig, get_task_spec
     from esper.simic.rewards import RewardMode
     from esper.simic.training.env_factory import EnvFactory
@@ -119,7 +122,7 @@ def _tiny_engine_setup(n_envs: int) -> tuple[list[EnvRuntime], list[list[tuple[t
     generator = torch.Generator().manual_seed(0)
     batches = [
         [(torch.randn(4, 3, 32, 32, generator=generator), torch.randint(0, 10, (4,), generator=generator))] * n_envs
-        for _ in range(3)
+        for _ in range(n_batches)
     ]
     return envs, batches
 
@@ -175,7 +178,7 @@ def test_a_failing_env_job_raises_after_every_job_finished(monkeypatch: pytest.M
         finished.append(env.env_id)
 
     monkeypatch.setattr(VectorizedEngine, "train_batch", fail_env_0)
-    envs, batches = _tiny_engine_setup(2)
+    envs, batches = _tiny_engine_setup(2, n_batches=4 * PREFETCH_STEPS)  # more than a queue holds
     engine = VectorizedEngine(EngineConfig(env_workers=2))
     try:
         with pytest.raises(RuntimeError, match="env 0 broke"):
@@ -209,3 +212,45 @@ def test_env_workers_must_be_positive() -> None:
         TrainingConfig(env_workers=0)
     with pytest.raises(ValueError, match="env_workers must be a positive integer"):
         EngineConfig(env_workers=0)
+
+
+def test_batches_are_drawn_a_few_steps_ahead_not_all_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The feeding thread holds at most PREFETCH_STEPS queued steps per group beyond the ones in use."""
+    envs, batches = _tiny_engine_setup(3, n_batches=12)
+    drawn = 0
+    lead: list[int] = []
+    original = VectorizedEngine.train_batch
+
+    def draw() -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+        nonlocal drawn
+        for per_env in batches:
+            drawn += 1
+            yield per_env
+
+    def record(self: VectorizedEngine, env: EnvRuntime, acc: TrainAccumulators, *batch: torch.Tensor) -> None:
+        lead.append(drawn - acc.batches)  # batches drawn when this env runs its (acc.batches)-th step
+        original(self, env, acc, *batch)
+
+    monkeypatch.setattr(VectorizedEngine, "train_batch", record)
+    engine = VectorizedEngine(EngineConfig(env_workers=2))
+    try:
+        accs = engine.train_pass(envs, draw())
+    finally:
+        engine.close()
+    assert [acc.batches for acc in accs] == [12, 12, 12]
+    assert max(lead) <= PREFETCH_STEPS + 2  # the step in use, the queue, and one blocked put
+
+
+def test_a_failing_batch_iterator_stops_the_workers_and_raises() -> None:
+    envs, batches = _tiny_engine_setup(2, n_batches=6)
+
+    def broken() -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+        yield from batches[:3]
+        raise OSError("data file vanished")
+
+    engine = VectorizedEngine(EngineConfig(env_workers=2))
+    try:
+        with pytest.raises(OSError, match="data file vanished"):
+            engine.train_pass(envs, broken())
+    finally:
+        engine.close()

@@ -13,19 +13,21 @@ Synchronization rules (the hot path):
 
 CPU envs have no streams; with `EngineConfig.env_workers > 1` they train and validate concurrently on that many
 threads instead (torch releases the GIL inside its kernels). Each env's work is the same sequence of ops in the
-same order either way, so results are bitwise identical for every worker count; the epoch's batches are drawn
-on the calling thread first, in order. Run one intra-op thread per worker (`torch.set_num_threads(1)`) or the
-workers oversubscribe the cores.
+same order either way, so results are bitwise identical for every worker count; the calling thread draws the
+batches, in order, a few steps ahead of the workers. Run one intra-op thread per worker
+(`torch.set_num_threads(1)`) or the workers oversubscribe the cores.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -167,6 +169,32 @@ def _copy_alphas(plan: FusedPlan, device: torch.device) -> Tensor:
     return table.to(device, non_blocking=True)
 
 
+# Steps the batch-drawing thread may run ahead of the slowest worker group (threaded CPU passes).
+PREFETCH_STEPS = 2
+_END_OF_PASS = object()
+
+
+def _consume_steps(
+    feed: queue.Queue[object], env_indices: Sequence[int], step: Callable[[int, EnvBatch], None]
+) -> None:
+    """A worker group's job: run `step` for its envs on every fed batch, in order, until the end of the pass.
+
+    After a failure the group keeps taking (and dropping) batches, so the feeding thread is never left blocked on
+    a full queue; the failure is raised once the pass has ended.
+    """
+    failure: Exception | None = None
+    while (per_env := feed.get()) is not _END_OF_PASS:
+        if failure is not None:
+            continue
+        try:
+            for index in env_indices:
+                step(index, cast(Sequence[EnvBatch], per_env)[index])
+        except Exception as exc:  # raised in the caller's thread by _run_concurrently
+            failure = exc
+    if failure is not None:
+        raise failure
+
+
 @dataclass(frozen=True)
 class _TrainableSeed:
     index: int  # the slot's position, i.e. its column in TrainAccumulators.seed_grad_norms
@@ -200,12 +228,33 @@ class VectorizedEngine:
         """Whether to run these envs on worker threads: more than one worker and env, no CUDA streams."""
         return self.config.env_workers > 1 and len(envs) > 1 and all(env.stream is None for env in envs)
 
-    def _run_concurrently(self, jobs: Sequence[Callable[[], None]]) -> None:
-        """Run the per-env jobs on the worker threads; wait for all of them before re-raising a failure."""
+    def _run_concurrently(
+        self, n_envs: int, batches: Iterable[Sequence[EnvBatch]], step: Callable[[int, EnvBatch], None]
+    ) -> None:
+        """Call `step(env_index, batch)` for every env and batch on the worker threads.
+
+        Env i always runs on worker group i % W, batch-first within its group, so each env sees its batches in
+        order. This thread draws the batches and feeds every group through a queue of PREFETCH_STEPS steps, so
+        drawing overlaps training and at most that many steps are held beyond the one in use (a list of the whole
+        epoch would hold all of it: gigabytes for a full CIFAR-10 epoch of several envs). A failing group keeps
+        draining its queue, so the feed never blocks; every group finishes before the first failure is raised.
+        """
+        workers = min(self.config.env_workers, n_envs)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.config.env_workers, thread_name_prefix="esper-env")
-        futures = [self._pool.submit(carried(job)) for job in jobs]
-        wait(futures)
+        feeds: list[queue.Queue[object]] = [queue.Queue(maxsize=PREFETCH_STEPS) for _ in range(workers)]
+        futures = [
+            self._pool.submit(carried(partial(_consume_steps, feed, range(group, n_envs, workers), step)))
+            for group, feed in enumerate(feeds)
+        ]
+        try:
+            for per_env in batches:
+                for feed in feeds:
+                    feed.put(per_env)
+        finally:
+            for feed in feeds:
+                feed.put(_END_OF_PASS)
+            wait(futures)
         for future in futures:
             future.result()
 
@@ -269,9 +318,7 @@ class VectorizedEngine:
         accs = [self.new_accumulators(env) for env in envs]
         with hot_path("train_pass"):
             if self._threaded(envs):
-                steps = list(batches)
-                jobs = [partial(self._train_env, env, acc, steps, i) for i, (env, acc) in enumerate(zip(envs, accs))]
-                self._run_concurrently(jobs)
+                self._run_concurrently(len(envs), batches, partial(self._train_step, envs, accs))
             else:
                 self._train_in_turn(envs, accs, batches)
         return accs
@@ -287,13 +334,11 @@ class VectorizedEngine:
                     self.train_batch(env, acc, inputs, targets)
         join_streams(envs)
 
-    def _train_env(
-        self, env: EnvRuntime, acc: TrainAccumulators, steps: Sequence[Sequence[EnvBatch]], index: int
+    def _train_step(
+        self, envs: Sequence[EnvRuntime], accs: Sequence[TrainAccumulators], index: int, batch: EnvBatch
     ) -> None:
-        """Env `index`'s whole train pass over the epoch's batches (one worker-thread job)."""
-        for per_env in steps:
-            inputs, targets = per_env[index]
-            self.train_batch(env, acc, inputs, targets)
+        """Env `index`'s step on its batch (a worker-thread step of `_run_concurrently`)."""
+        self.train_batch(envs[index], accs[index], *batch)
 
     def validate_batch(
         self,
@@ -341,31 +386,26 @@ class VectorizedEngine:
             env.model.eval()
         with hot_path("fused_validation"):
             if self._threaded(envs):
-                steps = list(batches)
-                jobs = [
-                    partial(self._validate_env, env, plan, acc, table, steps, i)
-                    for i, (env, plan, acc, table) in enumerate(zip(envs, plans, accs, tables))
-                ]
-                self._run_concurrently(jobs)
+                step = partial(self._validate_step, envs, plans, accs, tables)
+                self._run_concurrently(len(envs), batches, step)
             else:
                 self._validate_in_turn(envs, plans, accs, tables, batches)
         for env in envs:
             env.model.train()
         return accs
 
-    def _validate_env(
+    def _validate_step(
         self,
-        env: EnvRuntime,
-        plan: FusedPlan,
-        acc: Tensor,
-        table: Tensor | None,
-        steps: Sequence[Sequence[EnvBatch]],
+        envs: Sequence[EnvRuntime],
+        plans: Sequence[FusedPlan],
+        accs: Sequence[Tensor],
+        tables: Sequence[Tensor | None],
         index: int,
+        batch: EnvBatch,
     ) -> None:
-        """Env `index`'s whole fused validation over the epoch's batches (one worker-thread job)."""
-        for per_env in steps:
-            inputs, targets = per_env[index]
-            self.validate_batch(env, plan, acc, inputs, targets, table)
+        """Env `index`'s fused validation of its batch (a worker-thread step of `_run_concurrently`)."""
+        inputs, targets = batch
+        self.validate_batch(envs[index], plans[index], accs[index], inputs, targets, tables[index])
 
     def _validate_in_turn(
         self,
