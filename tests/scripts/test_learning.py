@@ -54,6 +54,15 @@ def test_one_round_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--rounds must be at least 2" in capsys.readouterr().err
 
 
+def test_bad_flags_exit_2_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        learning.main(["--window", "0"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("learning: error: argument --window: expected a positive integer, got 0")
+    assert err.count("\n") == 1
+
+
 def test_bad_overrides_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert learning.main(["--override", "[1]"]) == 2
     assert learning.main(["--override", "{nope"]) == 2

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from typing import Any
 
+from esper.scripts.train import OneLineParser, positive_int
+
 LEARNING_CONFIG: dict[str, Any] = {
     "task": "cifar_impaired",
     "slots": ["r0c0", "r0c1", "r0c2"],
@@ -148,22 +150,16 @@ def report(runs: Sequence[SeedRun], window: int) -> tuple[str, bool]:
     return "\n".join(lines), ok
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+class LearningParser(OneLineParser):
+    tool = "learning"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m esper.scripts.learning", description=__doc__.splitlines()[0])
+    parser = LearningParser(prog="python -m esper.scripts.learning", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS), help="run seeds")
-    parser.add_argument("--rounds", type=_positive_int, default=LEARNING_CONFIG["n_episodes"], help="rounds per seed")
-    parser.add_argument("--window", type=_positive_int, default=10, help="late rounds averaged against the first")
-    parser.add_argument("--jobs", type=_positive_int, default=min(2, os.cpu_count() or 1), help="seeds run at once")
+    parser.add_argument("--rounds", type=positive_int, default=LEARNING_CONFIG["n_episodes"], help="rounds per seed")
+    parser.add_argument("--window", type=positive_int, default=10, help="late rounds averaged against the first")
+    parser.add_argument("--jobs", type=positive_int, default=min(2, os.cpu_count() or 1), help="seeds run at once")
     parser.add_argument("--json", metavar="PATH", help="also write the per-round figures here")
     parser.add_argument(
         "--override", metavar="JSON", default="{}", help="TrainingConfig keys merged over LEARNING_CONFIG"

@@ -60,14 +60,16 @@ PPO_FIELDS = {
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with a single-line error message and exit code 2."""
+    """argparse with a single-line error message (`<tool>: error: ...`) and exit code 2."""
+
+    tool = "train"
 
     def error(self, message: str) -> NoReturn:
         one_line = message.replace("\r", "\\r").replace("\n", "\\n")  # an argument may hold a line break
-        self.exit(EXIT_USAGE, f"train: error: {one_line} (see --help)\n")
+        self.exit(EXIT_USAGE, f"{self.tool}: error: {one_line} (see --help)\n")
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -77,7 +79,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _non_negative_int(text: str) -> int:
+def non_negative_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -97,19 +99,19 @@ def _add_shared(parser: argparse.ArgumentParser) -> None:
     add("--telemetry-dir", help="write events to DIR/<run-name>/events.jsonl")
     add("--telemetry-level", choices=["off", "minimal", "normal", "debug"])
     add("--run-name", help="name of the telemetry run directory (default: timestamped)")
-    add("--rounds", type=_positive_int, help="PPO rounds (each: K episodes, one update)")
-    add("--envs", type=_positive_int, help="parallel envs K")
-    add("--episode-length", type=_positive_int, help="epochs per episode (also the LSTM chunk length)")
-    add("--max-seeds", type=_positive_int, help="seeds an env may germinate per episode")
-    add("--train-samples", type=_positive_int, help="training samples per env per epoch")
-    add("--val-samples", type=_positive_int, help="validation samples per env per epoch")
-    add("--batch-size", type=_positive_int, help="batch size per env")
+    add("--rounds", type=positive_int, help="PPO rounds (each: K episodes, one update)")
+    add("--envs", type=positive_int, help="parallel envs K")
+    add("--episode-length", type=positive_int, help="epochs per episode (also the LSTM chunk length)")
+    add("--max-seeds", type=positive_int, help="seeds an env may germinate per episode")
+    add("--train-samples", type=positive_int, help="training samples per env per epoch")
+    add("--val-samples", type=positive_int, help="validation samples per env per epoch")
+    add("--batch-size", type=positive_int, help="batch size per env")
     add("--dataset", choices=["synthetic", "cifar10"], help="task data (default synthetic; cifar10 needs --data-dir)")
     add("--data-dir", help="folder holding cifar-10-batches-py (task data cifar10)")
     add("--gpu-preload", action="store_true", default=None, help="keep the dataset on the device")
     add(
         "--env-workers",
-        type=_positive_int,
+        type=positive_int,
         help="train and validate CPU envs on N threads at once; pins one torch thread, so results equal a "
         "one-thread run (OMP_NUM_THREADS=1) with envs in turn",
     )
@@ -129,9 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     ppo.add_argument("--preset", help="cifar_baseline | cifar_baseline_stable | cifar_impaired | cifar_minimal")
     ppo.add_argument("--config-json", help="a JSON object of TrainingConfig keys (unknown keys are refused)")
     ppo.add_argument("--amp", choices=["off", "auto", "bfloat16", "float16"])
-    ppo.add_argument("--ppo-epochs", type=_positive_int, help="PPO updates per round")
-    ppo.add_argument("--memory-size", type=_positive_int, help="LSTM hidden size")
-    ppo.add_argument("--entropy-anneal-episodes", type=_non_negative_int)
+    ppo.add_argument("--ppo-epochs", type=positive_int, help="PPO updates per round")
+    ppo.add_argument("--memory-size", type=positive_int, help="LSTM hidden size")
+    ppo.add_argument("--entropy-anneal-episodes", type=non_negative_int)
     ppo.add_argument("--lr", type=float, help="policy learning rate")
     return parser
 
