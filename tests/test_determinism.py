@@ -15,10 +15,8 @@ from typing import Any
 
 import torch
 
-from esper.leyline import WALL_CLOCK_DATA_KEYS, AnalyticsKind
-from esper.nissa import InMemoryBackend, TelemetryHub
-from esper.simic.training.config import TrainingConfig
-from esper.simic.training.vectorized import run_training
+from esper.leyline import AnalyticsKind
+from run_helpers import comparable, first_event_difference, first_weight_difference, recorded_run
 
 TINY_PPO: dict[str, Any] = {
     "n_episodes": 2,
@@ -48,20 +46,9 @@ torch.save({"events": [e.to_json_dict() for e in memory.events], "weights": resu
 """
 
 
-def comparable(event: dict[str, Any]) -> dict[str, Any]:
-    """An event's wire form without its id, timestamp and wall-clock measurements."""
-    kept = {key: value for key, value in event.items() if key not in ("event_id", "timestamp")}
-    kept["data"] = {key: value for key, value in event["data"].items() if key not in WALL_CLOCK_DATA_KEYS}
-    return kept
-
-
 def run_in_process(config: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
-    memory = InMemoryBackend()
-    hub = TelemetryHub()
-    hub.add_backend(memory)
-    result = run_training(TrainingConfig.from_dict(config), hub=hub)
-    hub.close()
-    return [event.to_json_dict() for event in memory.events], result.final_weights
+    result, events = recorded_run(config)
+    return events, result.final_weights
 
 
 def run_in_subprocess(config: dict[str, Any], out: Path) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
@@ -85,24 +72,6 @@ def actions_and_rewards(events: list[dict[str, Any]]) -> list[tuple[int, int | N
         for e in events
         if e["data"].get("kind") == AnalyticsKind.LAST_ACTION.value
     ]
-
-
-def first_weight_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> str | None:
-    if a.keys() != b.keys():
-        return f"different tensors: {sorted(a.keys() ^ b.keys())[:5]}"
-    for name in a:
-        if not torch.equal(a[name], b[name]):
-            return f"tensor {name} differs"
-    return None
-
-
-def first_event_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> str | None:
-    if len(a) != len(b):
-        return f"{len(a)} events vs {len(b)}"
-    for index, (left, right) in enumerate(zip(a, b)):
-        if comparable(left) != comparable(right):
-            return f"event {index} ({left['event_type']}) differs: {comparable(left)} vs {comparable(right)}"
-    return None
 
 
 def test_two_runs_in_one_process_give_identical_events_actions_rewards_and_weights() -> None:

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import torch
 
-from esper.leyline import WALL_CLOCK_DATA_KEYS, AnalyticsKind, TelemetryEventType
-from esper.nissa import InMemoryBackend, TelemetryHub
+from esper.leyline import AnalyticsKind, TelemetryEventType
 from esper.scripts import train
 from esper.simic.training import checkpoint as checkpoint_module
 from esper.simic.training.checkpoint import CheckpointError, CheckpointLayout, load_checkpoint, save_checkpoint
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.vectorized import run_training
 from esper.simic.training.vectorized_trainer import TrainingResult
+from run_helpers import comparable, recorded_run
 
 TINY_PPO: dict[str, Any] = {
     "n_episodes": 2,
@@ -36,18 +36,8 @@ TINY_PPO: dict[str, Any] = {
 
 
 def run(config: dict[str, Any]) -> tuple[TrainingResult, list[dict[str, Any]]]:
-    memory = InMemoryBackend()
-    hub = TelemetryHub()
-    hub.add_backend(memory)
-    result = run_training(TrainingConfig.from_dict(config), hub=hub)
-    hub.close()
-    return result, [comparable(event.to_json_dict()) for event in memory.events]
-
-
-def comparable(event: dict[str, Any]) -> dict[str, Any]:
-    kept = {key: value for key, value in event.items() if key not in ("event_id", "timestamp")}
-    kept["data"] = {key: value for key, value in event["data"].items() if key not in WALL_CLOCK_DATA_KEYS}
-    return kept
+    result, events = recorded_run(config)
+    return result, [comparable(event) for event in events]
 
 
 def after_round_zero(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

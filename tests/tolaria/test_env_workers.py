@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 import torch
 
-from esper.nissa import InMemoryBackend, TelemetryHub
+from esper.nissa import TelemetryHub
 from esper.simic.training.config import ConfigError, TrainingConfig
-from esper.simic.training.vectorized import run_training
+from esper.simic.training.vectorized_trainer import TrainingResult
 from esper.tolaria.engine import PREFETCH_STEPS, EngineConfig, EnvRuntime, TrainAccumulators, VectorizedEngine
+from run_helpers import first_event_difference, first_weight_difference, recorded_run
 from tripwire.sync import SyncCounter, SyncEvent, carried, hot_path
 
 RUN: dict[str, Any] = {
@@ -39,32 +40,11 @@ RUN: dict[str, Any] = {
     "lstm_hidden_dim": 32,
     "seed": 5,
 }
-VOLATILE = ("event_id", "timestamp")
 
 
-def _run(controller: str, env_workers: int, counter: SyncCounter | None = None) -> tuple[list[Any], Any]:
-    memory = InMemoryBackend()
-    hub = TelemetryHub()
-    hub.add_backend(memory)
-    config = TrainingConfig.from_dict({**RUN, "env_workers": env_workers})
-    if counter is None:
-        result = run_training(config, controller=controller, hub=hub)
-    else:
-        with counter:
-            result = run_training(config, controller=controller, hub=hub)
-    hub.close()
-    return [event.to_json_dict() for event in memory.events], result
-
-
-def _comparable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from esper.leyline import WALL_CLOCK_DATA_KEYS
-
-    out = []
-    for event in events:
-        kept = {key: value for key, value in event.items() if key not in VOLATILE}
-        kept["data"] = {key: value for key, value in event["data"].items() if key not in WALL_CLOCK_DATA_KEYS}
-        out.append(kept)
-    return out
+def _run(controller: str, env_workers: int) -> tuple[list[dict[str, Any]], TrainingResult]:
+    result, events = recorded_run({**RUN, "env_workers": env_workers}, controller=controller)
+    return events, result
 
 
 @pytest.mark.parametrize("controller", ["ppo", "heuristic"])
@@ -73,10 +53,8 @@ def test_threaded_envs_reproduce_the_sequential_run_bitwise(controller: str, wor
     events_seq, result_seq = _run(controller, 1)
     events_thr, result_thr = _run(controller, workers)
 
-    assert _comparable(events_thr) == _comparable(events_seq)
-    assert result_thr.final_weights.keys() == result_seq.final_weights.keys()
-    for name, tensor in result_seq.final_weights.items():
-        assert torch.equal(result_thr.final_weights[name], tensor), name
+    assert first_event_difference(events_thr, events_seq) is None
+    assert first_weight_difference(result_thr.final_weights, result_seq.final_weights) is None
     if controller == "heuristic":  # seeds trained inside the workers
         kinds = Counter(event["event_type"] for event in events_seq)
         assert kinds["SEED_GERMINATED"] >= RUN["n_envs"]
@@ -88,9 +66,10 @@ def _sites(events: list[SyncEvent]) -> Counter[tuple[str, str, str]]:
 
 
 def test_threaded_envs_make_the_same_syncs_as_sequential_ones() -> None:
-    sequential, threaded = SyncCounter(), SyncCounter()
-    _run("ppo", 1, sequential)
-    _run("ppo", 2, threaded)
+    with SyncCounter() as sequential:
+        _run("ppo", 1)
+    with SyncCounter() as threaded:
+        _run("ppo", 2)
 
     assert sequential.counts_by_region().get("epoch_transfer", 0) > 0  # the counter saw the run
     assert _sites(threaded.events) == _sites(sequential.events)

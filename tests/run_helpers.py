@@ -1,0 +1,50 @@
+"""Shared by the determinism, resume and env-worker tests: record a run's events and compare runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from esper.leyline import WALL_CLOCK_DATA_KEYS
+from esper.nissa import InMemoryBackend, TelemetryHub
+from esper.simic.training.config import TrainingConfig
+from esper.simic.training.vectorized import run_training
+from esper.simic.training.vectorized_trainer import TrainingResult
+
+
+def recorded_run(config: dict[str, Any], *, controller: str = "ppo") -> tuple[TrainingResult, list[dict[str, Any]]]:
+    """Run `config` with an in-memory telemetry backend: the result and every event's wire form, in order."""
+    memory = InMemoryBackend()
+    hub = TelemetryHub()
+    hub.add_backend(memory)
+    result = run_training(TrainingConfig.from_dict(config), controller=controller, hub=hub)
+    hub.close()
+    return result, [event.to_json_dict() for event in memory.events]
+
+
+def comparable(event: dict[str, Any]) -> dict[str, Any]:
+    """An event's wire form without its id, timestamp and wall-clock measurements."""
+    kept = {key: value for key, value in event.items() if key not in ("event_id", "timestamp")}
+    kept["data"] = {key: value for key, value in event["data"].items() if key not in WALL_CLOCK_DATA_KEYS}
+    return kept
+
+
+def first_weight_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> str | None:
+    """None when both hold the same tensor names with bitwise-equal values, else what differs first."""
+    if a.keys() != b.keys():
+        return f"different tensors: {sorted(a.keys() ^ b.keys())[:5]}"
+    for name in a:
+        if not torch.equal(a[name], b[name]):
+            return f"tensor {name} differs"
+    return None
+
+
+def first_event_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> str | None:
+    """None when both event lists are equal up to `comparable`, else the first difference."""
+    if len(a) != len(b):
+        return f"{len(a)} events vs {len(b)}"
+    for index, (left, right) in enumerate(zip(a, b)):
+        if comparable(left) != comparable(right):
+            return f"event {index} ({left['event_type']}) differs: {comparable(left)} vs {comparable(right)}"
+    return None
