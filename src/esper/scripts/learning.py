@@ -70,9 +70,14 @@ class Verdict:
         return self.late > self.first
 
 
+def late_window(values: Sequence[float], window: int) -> list[float]:
+    """The last `window` values after the first round (all of them if fewer): what the first round is judged by."""
+    return list(values[1:][-window:])
+
+
 def judge(run: SeedRun, window: int) -> Verdict:
     """First round against the mean of the last `window` rounds (all rounds after the first if fewer)."""
-    late = run.rewards[1:][-window:]
+    late = late_window(run.rewards, window)
     if not late:
         raise ValueError(f"seed {run.seed}: need at least 2 rounds to compare, got {len(run.rewards)}")
     return Verdict(seed=run.seed, first=run.rewards[0], late=statistics.fmean(late))
@@ -130,10 +135,9 @@ def report(runs: Sequence[SeedRun], window: int) -> tuple[str, bool]:
     ]
     verdicts = [judge(run, window) for run in runs]
     for run, verdict in zip(runs, verdicts):
-        late = slice(1, None)
-        median = statistics.median(run.rewards[late][-window:])
-        accuracy = statistics.fmean(run.accuracies[late][-window:])
-        fossils = statistics.fmean(run.fossilizes[late][-window:])
+        median = statistics.median(late_window(run.rewards, window))
+        accuracy = statistics.fmean(late_window(run.accuracies, window))
+        fossils = statistics.fmean(late_window(run.fossilizes, window))
         lines.append(
             f"| {run.seed} | {verdict.first:.2f} | {verdict.late:.2f} | {median:.2f} | "
             f"{verdict.late - verdict.first:+.2f} | {run.accuracies[0]:.1f} -> {accuracy:.1f} | "
