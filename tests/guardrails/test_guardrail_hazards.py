@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from guardrail_scenarios import HOT_REGIONS, SCENARIOS, TWO_ENVS, ScenarioRun, run_scenario
+from guardrail_scenarios import HOT_REGIONS, SCENARIOS, TWO_ENVS, Scenario, ScenarioRun, run_scenario
 
 import esper.simic.training.vectorized as vectorized_module
 from esper.simic.rewards import RewardConfig
@@ -72,6 +72,14 @@ def golden_store(tmp_path: Path, name: str, clean: ScenarioRun) -> GoldenStore:
     return GoldenStore(tmp_path / "baselines", update=False)
 
 
+def diverged_run(store: GoldenStore, name: str, scenario: Scenario, tmp_path: Path) -> tuple[ScenarioRun, str]:
+    """Run `scenario` with the hazard patched in; its run and the trajectory check's failure message."""
+    hazard = run_scenario(scenario, tmp_path)
+    with pytest.raises(TrajectoryDivergence) as failure:
+        store.check_trajectory(name, hazard.trajectory)
+    return hazard, str(failure.value)
+
+
 def test_extra_item_in_per_env_loop_fails_the_budget_naming_region_and_site(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_a_baseline: ScenarioRun, gate_log: GateLog
 ) -> None:
@@ -91,10 +99,7 @@ def test_changed_rng_consumption_names_the_first_diverging_checkpoint(
 ) -> None:
     store = golden_store(tmp_path, "a_baseline", run_a_baseline)
     monkeypatch.setattr(BatchSource, "__call__", _batch_source_with_extra_draw)
-    hazard = run_scenario(SCENARIOS["a_baseline"], tmp_path)
-    with pytest.raises(TrajectoryDivergence) as failure:
-        store.check_trajectory("a_baseline", hazard.trajectory)
-    message = str(failure.value)
+    _, message = diverged_run(store, "a_baseline", SCENARIOS["a_baseline"], tmp_path)
     assert "diverged at checkpoint 1 of 17, 'r0/e1/env0/train'" in message
     assert "first tensor: 'model." in message
     gate_log.add("hazard: RNG order", "a_baseline", "caught", message.splitlines()[0])
@@ -124,13 +129,11 @@ def test_reordered_env_loop_diverges_in_trajectory_and_event_order(
     clean = run_a_two_envs
     store = golden_store(tmp_path, "a_two_envs", clean)
     monkeypatch.setattr(VectorizedPPOTrainer, "run_epoch", _run_epoch_reversed)
-    hazard = run_scenario(TWO_ENVS, tmp_path)
-    with pytest.raises(TrajectoryDivergence) as failure:
-        store.check_trajectory("a_two_envs", hazard.trajectory)
-    assert "'r0/e1/env0/train'" in str(failure.value).splitlines()[0]
+    hazard, message = diverged_run(store, "a_two_envs", TWO_ENVS, tmp_path)
+    assert "'r0/e1/env0/train'" in message.splitlines()[0]
     order = diff_counts(reduce_events(clean.events).to_snapshot(), reduce_events(hazard.events).to_snapshot())
     assert any(line.startswith("order of round 0 changed at position") for line in order), order
-    gate_log.add("hazard: env loop order", "a_two_envs", "caught", str(failure.value).splitlines()[0])
+    gate_log.add("hazard: env loop order", "a_two_envs", "caught", message.splitlines()[0])
 
 
 def test_changed_reward_constant_diverges_first_at_a_reward(
@@ -138,10 +141,8 @@ def test_changed_reward_constant_diverges_first_at_a_reward(
 ) -> None:
     store = golden_store(tmp_path, "a_baseline", run_a_baseline)
     monkeypatch.setattr(vectorized_module, "RewardConfig", CheaperGermination)
-    hazard = run_scenario(SCENARIOS["a_baseline"], tmp_path)
-    with pytest.raises(TrajectoryDivergence) as failure:
-        store.check_trajectory("a_baseline", hazard.trajectory)
-    head = str(failure.value).splitlines()[0]
+    _, message = diverged_run(store, "a_baseline", SCENARIOS["a_baseline"], tmp_path)
+    head = message.splitlines()[0]
     assert head.split(", ")[1].startswith("'r0/e") and "/reward'" in head, head
     gate_log.add("hazard: reward constant", "a_baseline", "caught", head)
 
