@@ -306,14 +306,11 @@ def install(*, implicit: bool) -> Installation:
 @contextlib.contextmanager
 def thread_modes(*, implicit: bool) -> Iterator[None]:
     """Push the counting modes on the current (worker) thread; torch modes are thread-local, patches are not."""
-    explicit_mode = _ExplicitSyncMode()
-    dispatch_mode = _ImplicitSyncMode() if implicit else None
-    with explicit_mode:
-        if dispatch_mode is None:
-            yield
-        else:
-            with dispatch_mode:
-                yield
+    with contextlib.ExitStack() as modes:
+        modes.enter_context(_ExplicitSyncMode())
+        if implicit:
+            modes.enter_context(_ImplicitSyncMode())
+        yield
 
 
 def uninstall(installation: Installation) -> None:
