@@ -1,15 +1,20 @@
-"""Suite-wide settings: one intra-op thread, so bitwise results (and goldens) match in every test and subprocess.
+"""Suite-wide settings: one intra-op thread and portable CPU numerics, so bitwise results (and goldens) match in
+every test and subprocess, on this machine and on other x86-64 machines.
 
-CPU bitwise results depend on the thread count; `nox -s tests` and `nox -s guardrails` pin it through the
-environment (noxfile.PINNED_ENV), and this makes a bare `pytest` run behave the same.
+CPU bitwise results depend on the thread count and on the kernels' instruction set; `nox -s tests` and
+`nox -s guardrails` pin both through the environment (noxfile.GATE_ENV), and this makes a bare `pytest` run
+behave the same (it runs before anything imports torch; an explicit setting in the environment wins).
 """
 
 from __future__ import annotations
 
 import os
 
+from tripwire.numerics import apply_portable_cpu_env
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+apply_portable_cpu_env()
 
 
 def pytest_configure() -> None:

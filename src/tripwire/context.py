@@ -1,10 +1,13 @@
 """Determinism context: the settings a bitwise golden depends on, captured, keyed and compared.
 
-Bitwise results are only reproducible under the same torch build, device, CPU instruction set
-(`torch.backends.cpu.get_cpu_capability()`, settable with `ATEN_CPU_CAPABILITY`), thread count and
-determinism flags. A golden records this context; on a machine whose context differs, comparing against
-it would fail falsely, so `mismatches()` lists the differences and the gate SKIPS with them as the reason
-(self-consistency, two runs in-process and across processes, is still checked there).
+Bitwise results are only reproducible under the same torch build, device, CPU code paths, thread count and
+determinism flags. The CPU code paths are those of `tripwire.numerics`: ATen's dispatch level
+(`torch.backends.cpu.get_cpu_capability()`) and the oneDNN and MKL pins. Under the portable pin they read
+`AVX2` on every x86-64 CPU with AVX2, whatever its native ISA, so one golden serves all of them.
+
+A golden records this context; on a machine whose context differs, comparing against it would fail falsely,
+so `mismatches()` lists the differences. The gate then does not pass blindly: it says which setting differs,
+and under CI it fails unless the run compared base and head on the same machine (`--against`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+
+from tripwire.numerics import cpu_numerics
 
 KEY_CHARS = 10
 
@@ -35,7 +40,7 @@ def capture_context(device: torch.device | str = "cpu") -> dict[str, Any]:
         "torch": torch.__version__,
         "device": _device_name(resolved),
         "machine": platform.machine(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **cpu_numerics(),
         "threads": torch.get_num_threads(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tripwire.context import capture_context, context_key, mismatches
-from tripwire.errors import SyncBudgetExceeded, TrajectoryDivergence
+from tripwire.errors import NoGoldenApplies, SyncBudgetExceeded, TrajectoryDivergence
 from tripwire.goldens import GoldenStore
 from tripwire.sync import SyncCounter, hot_path
 from tripwire.trajectory import TrajectoryRecorder
@@ -56,13 +56,36 @@ def test_changed_value_under_the_same_context_fails(tmp_path: Path) -> None:
         GoldenStore(tmp_path).check_trajectory("s", recorded(2.0, context).trajectory)
 
 
+# A capability no x86-64 or ARM machine reports, so "the other machine" differs from this one wherever it runs.
+OTHER_CAPABILITY = "SVE2048"
+
+
 def test_other_context_skips_and_names_the_differing_setting(tmp_path: Path) -> None:
     context = capture_context("cpu")
     GoldenStore(tmp_path, update=True).check_trajectory("s", recorded(1.0, context).trajectory)
-    other = {**context, "cpu_capability": "AVX2"}
+    other = {**context, "cpu_capability": OTHER_CAPABILITY}
     outcome = GoldenStore(tmp_path).check_trajectory("s", recorded(2.0, other).trajectory)
     assert outcome.status == "skipped"
-    assert f"cpu_capability: {context['cpu_capability']!r} -> 'AVX2'" in outcome.detail
+    assert f"cpu_capability: {context['cpu_capability']!r} -> {OTHER_CAPABILITY!r}" in outcome.detail
+
+
+def test_a_required_golden_that_does_not_apply_fails_in_one_line(tmp_path: Path) -> None:
+    context = capture_context("cpu")
+    GoldenStore(tmp_path, update=True).check_trajectory("s", recorded(1.0, context).trajectory)
+    other = {**context, "cpu_capability": OTHER_CAPABILITY}
+    with pytest.raises(NoGoldenApplies) as failure:
+        GoldenStore(tmp_path, require=True).check_trajectory("s", recorded(2.0, other).trajectory)
+    message = str(failure.value)
+    assert "\n" not in message and "cpu_capability" in message and "--against" in message
+
+
+def test_a_required_golden_that_applies_still_compares(tmp_path: Path) -> None:
+    context = capture_context("cpu")
+    GoldenStore(tmp_path, update=True).check_trajectory("s", recorded(1.0, context).trajectory)
+    store = GoldenStore(tmp_path, require=True)
+    assert store.check_trajectory("s", recorded(1.0, context).trajectory).status == "passed"
+    with pytest.raises(TrajectoryDivergence):
+        store.check_trajectory("s", recorded(2.0, context).trajectory)
 
 
 def test_no_golden_at_all_skips_with_the_update_command(tmp_path: Path) -> None:
