@@ -41,6 +41,9 @@ class EpochMarks:
     ) -> None:
         self.ends.append(len(self.counter.events))
 
+    def after_record(self, round_idx: int, epoch: int, policy: object) -> None:
+        pass
+
     def after_update(self, round_idx: int, policy: object) -> None:
         pass
 

@@ -86,7 +86,14 @@ class TrajectoryProbe:
             self.recorder.record(f"r{round_idx}/e{epoch}/env{position}/actions", [int(h) for h in env_heads])
             self.recorder.record(f"r{round_idx}/e{epoch}/env{position}/reward", float(reward))
 
+    def after_record(self, round_idx: int, epoch: int, policy: PolicyClient) -> None:
+        for name, state in policy.normalizer_states().items():
+            self.recorder.record(f"r{round_idx}/e{epoch}/{name}", state)
+
     def after_update(self, round_idx: int, policy: PolicyClient) -> None:
+        # The normalizers first: a normalizer updated twice is named there, not at the policy it feeds.
+        for name, state in policy.normalizer_states().items():
+            self.recorder.record(f"r{round_idx}/{name}", state)
         self.recorder.record(f"r{round_idx}/policy", policy.state_dict())
         self.recorder.record(f"r{round_idx}/rng", torch.get_rng_state())
 

@@ -98,6 +98,9 @@ class _FossilizeCounter:
     ) -> None:
         self.current += sum(1 for head in heads if head[-1] == FOSSILIZE_OP)
 
+    def after_record(self, round_idx: int, epoch: int, policy: Any) -> None:
+        pass
+
     def after_update(self, round_idx: int, policy: Any) -> None:
         self.per_round.append(self.current)
         self.current = 0

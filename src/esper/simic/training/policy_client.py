@@ -61,6 +61,8 @@ class PolicyClient(Protocol):
 
     def end_round(self) -> PPOMetrics | None: ...
 
+    def normalizer_states(self) -> dict[str, dict[str, Any]]: ...
+
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
@@ -157,6 +159,13 @@ class PPOClient:
         self.raw_obs = []
         return self.agent.update()
 
+    def normalizer_states(self) -> dict[str, dict[str, Any]]:
+        """The running statistics the client normalizes with: observation (frozen per round) and reward."""
+        return {
+            "obs_normalizer": self.obs_normalizer.state_dict(),
+            "reward_normalizer": self.reward_normalizer.state_dict(),
+        }
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "agent": self.agent.state_dict(),
@@ -196,6 +205,9 @@ class HeuristicClient:
 
     def end_round(self) -> None:
         return None
+
+    def normalizer_states(self) -> dict[str, dict[str, Any]]:
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -57,6 +57,8 @@ class TrainingProbe(Protocol):
         self, round_idx: int, epoch: int, heads: Sequence[Sequence[int]], rewards: Sequence[float]
     ) -> None: ...
 
+    def after_record(self, round_idx: int, epoch: int, policy: PolicyClient) -> None: ...
+
     def after_update(self, round_idx: int, policy: PolicyClient) -> None: ...
 
 
@@ -161,6 +163,8 @@ class VectorizedPPOTrainer:
         if parts.probe is not None:
             parts.probe.after_actions(round_idx, epoch, [decided.heads[env.env_id] for env in envs], rewards)
         parts.policy.record(epoch - 1, effective_ops, rewards, dones)
+        if parts.probe is not None:  # the reward normalizer has just absorbed this step's rewards
+            parts.probe.after_record(round_idx, epoch, parts.policy)
         if epoch == self.config.max_epochs:
             parts.policy.bootstrap(
                 build_observations(envs, max_seeds=self.config.max_seeds, device=parts.policy_device)
