@@ -21,13 +21,17 @@ ENV_DIR = ROOT / ".nox" / "project-env"
 STAMP = ENV_DIR / ".pyproject-sha256"
 BIN = ENV_DIR / "bin"
 
-# Threads and determinism knobs pinned for every gate run (bitwise goldens depend on them).
+# Threads and determinism knobs pinned for every run whose results are compared bitwise.
 PINNED_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
     "PYTHONHASHSEED": "0",
 }
+# The gate also pins the CPU kernel paths (ATen dispatch, oneDNN, MKL) to the AVX2 level, so goldens recorded
+# on one x86-64 machine verify bitwise on another (tripwire/numerics.py). Benchmarks run at native speed.
+PORTABLE_CPU_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
+GATE_ENV = {**PINNED_ENV, **PORTABLE_CPU_ENV}
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"
@@ -63,7 +67,7 @@ def run_in_env(session: nox.Session, *args: str, env: dict[str, str] | None = No
 @nox.session(tags=["ci"])
 def tests(session: nox.Session) -> None:
     """Run the whole test suite (unit, contract and guardrail tests)."""
-    run_in_env(session, "python", "-m", "pytest", "-q", *session.posargs, env=PINNED_ENV)
+    run_in_env(session, "python", "-m", "pytest", "-q", *session.posargs, env=GATE_ENV)
 
 
 SEEDS_COMMAND = (
@@ -103,13 +107,86 @@ def _existing(paths: tuple[str, ...]) -> list[str]:
     return [path for path in paths if (ROOT / path.split("::")[0]).exists()]
 
 
+# What a base tree records for `--against`: the scenario checks and the static audit, as goldens in a scratch dir.
+AGAINST_RECORD_PATHS = (
+    "tests/guardrails/test_guardrail_scenarios.py",
+    "tests/guardrails/test_guardrail_static_audit.py",
+)
+
+
 @nox.session(tags=["ci"])
 def guardrails(session: nox.Session) -> None:
-    """The refactor gate: canonical scenarios vs goldens (telemetry, sync budgets, trajectories) and contracts."""
-    run_in_env(session, "lint-imports", "--no-cache", env=PINNED_ENV)
+    """The refactor gate: canonical scenarios vs goldens (telemetry, sync budgets, trajectories) and contracts.
+
+    `-- --against REF` (default REF: the merge-base with main) compares against base tree REF instead of the
+    committed goldens: REF is checked out in a git worktree, its scenarios record goldens on this machine, and
+    this tree's gate runs against them. That gates bitwise on any machine, whatever goldens it has.
+    """
+    args = list(session.posargs)
+    pytest_args = [*GATE_PYTEST_ARGS]
+    if "--against" in args:
+        position = args.index("--against")
+        ref = args[position + 1] if position + 1 < len(args) and not args[position + 1].startswith("-") else ""
+        del args[position : position + (2 if ref else 1)]
+        pytest_args += _record_base(session, ref or _merge_base(session))
+    run_in_env(session, "lint-imports", "--no-cache", env=GATE_ENV)
+    run_in_env(session, "python", "-m", "pytest", *pytest_args, *_existing(GATE_PATHS), *args, env=GATE_ENV)
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"nox > git {' '.join(args)} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return done.stdout.strip()
+
+
+def _merge_base(session: nox.Session) -> str:
+    """The merge-base of HEAD with main (origin/main when there is no local main)."""
+    for branch in ("origin/main", "main"):
+        check = subprocess.run(["git", "rev-parse", "--verify", "-q", branch], cwd=ROOT, capture_output=True)
+        if check.returncode == 0:
+            return _git("merge-base", "HEAD", branch)
+    session.error("--against needs a ref: no main or origin/main here (pass one: --against REF)")
+    raise AssertionError  # unreachable: session.error raises
+
+
+def _record_base(session: nox.Session, ref: str) -> list[str]:
+    """Check out `ref` in a worktree under build/, record its goldens there; pytest args to compare against them."""
+    sha = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    tree = ROOT / "build" / "against" / sha[:12]
+    goldens = tree.parent / f"{sha[:12]}-goldens"
+    if not (tree / ".git").exists():
+        if tree.exists():
+            shutil.rmtree(tree)
+        _git("worktree", "prune")
+        _git("worktree", "add", "--detach", str(tree), sha)
+    if goldens.exists():
+        shutil.rmtree(goldens)
+    paths = [path for path in AGAINST_RECORD_PATHS if (tree / path).exists()]
+    session.log(f"recording base {ref} ({sha[:12]}) goldens on this machine into {goldens}")
+    env = {
+        **GATE_ENV,
+        "PYTHONPATH": str(tree / "src"),  # the base's own trainer and harness, ahead of this tree's editable install
+        "CI": "",  # the base writes scratch goldens, never committed ones
+    }
     run_in_env(
-        session, "python", "-m", "pytest", *GATE_PYTEST_ARGS, *_existing(GATE_PATHS), *session.posargs, env=PINNED_ENV
+        session,
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "--tb=short",
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={tree}",
+        "-o",
+        f"tripwire_baselines={goldens}",
+        "--snapshot-update",
+        "--tripwire-update",
+        *[str(tree / path) for path in paths],
+        env=env,
     )
+    return ["-o", f"tripwire_baselines={goldens}", f"--tripwire-against={ref}"]
 
 
 @nox.session(default=False)
@@ -127,7 +204,7 @@ def baselines(session: nox.Session) -> None:
         "--snapshot-update",
         "--tripwire-update",
         *session.posargs,
-        env=PINNED_ENV,
+        env=GATE_ENV,
     )
     session.run("git", "status", "--short", "--", "baselines/", external=True)
     session.run("git", "diff", "--stat", "--", "baselines/", external=True)
@@ -150,7 +227,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(default=False, tags=["ci"])
 def hazards(session: nox.Session) -> None:
     """Apply each catalogued refactor hazard to a temporary copy; fail unless its own guardrail catches it."""
-    run_in_env(session, "python", "tests/hazards/runner.py", *session.posargs, env=PINNED_ENV)
+    run_in_env(session, "python", "tests/hazards/runner.py", *session.posargs, env=GATE_ENV)
 
 
 @nox.session(default=False)

@@ -54,3 +54,7 @@ def read_golden_json(path: Path, missing: str) -> Any:
         raise GoldenFileError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
     except UnicodeDecodeError:
         raise GoldenFileError(f"{path}: not UTF-8 text (binary-corrupted?): regenerate it") from None
+
+
+class NoGoldenApplies(GuardrailFailure):
+    """A golden check found nothing to compare against where a comparison is required (under CI)."""

@@ -7,7 +7,9 @@ Layout (every file is reviewed in diffs):
     baselines/trajectories/<scenario>/<context key>.json   trajectory digests, one file per determinism context
 
 Trajectory goldens are keyed by determinism context (`tripwire.context`): a machine whose context has no
-golden SKIPS the comparison with the differing settings as the reason, instead of failing falsely.
+golden SKIPS the comparison with the differing settings as the reason, instead of failing falsely. A store
+with `require=True` (the pytest plugin sets it under `CI`, unless the run compares against a base tree) FAILS
+there instead, in one line saying what to do: a check that cannot run is never a silent pass in CI.
 Updating is explicit (`pytest --tripwire-update`, or `nox -s baselines`) and refused when `CI` is set.
 """
 
@@ -20,11 +22,12 @@ from typing import Any
 
 from tripwire.budget import BudgetReport, SyncBudget, check_budget, write_budget
 from tripwire.context import capture_context, context_key, mismatches
-from tripwire.errors import GoldenFileError, SyncBudgetExceeded
+from tripwire.errors import GoldenFileError, NoGoldenApplies, SyncBudgetExceeded
 from tripwire.sync import SyncCounter
 from tripwire.trajectory import Trajectory, compare_trajectories
 
 UPDATE_COMMAND = "nox -s baselines (or pytest --tripwire-update --snapshot-update), then review and commit baselines/"
+AGAINST_COMMAND = "nox -s guardrails -- --against origin/main"
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class GoldenStore:
 
     root: Path
     update: bool = False
+    require: bool = False  # no applicable golden fails instead of skipping (CI without a base comparison)
     notes: list[str] = field(default_factory=list)
 
     def budget_path(self, scenario: str) -> Path:
@@ -92,11 +96,20 @@ class GoldenStore:
             trajectory.save(path)
             return GoldenOutcome("updated", f"wrote {self._shown(path)}")
         if not path.exists():
-            return GoldenOutcome("skipped", self._missing_reason(folder, context))
+            return self.no_golden("trajectory", scenario, self._missing_reason(folder, context))
         golden = Trajectory.load(path)
         report = compare_trajectories(golden, trajectory, source=str(path))
         report.raise_if_diverged()
         return GoldenOutcome("passed", f"{len(trajectory)} checkpoints bitwise equal")
+
+    def no_golden(self, check: str, scenario: str, reason: str) -> GoldenOutcome:
+        """A `skipped` outcome with `reason`; with `require`, a one-line `NoGoldenApplies` failure instead."""
+        if self.require:
+            raise NoGoldenApplies(
+                f"{check} golden for {scenario!r} cannot be checked on this machine ({reason}); under CI a skipped "
+                f"check is a failure: compare base and head here with `{AGAINST_COMMAND}`"
+            )
+        return GoldenOutcome("skipped", reason)
 
     def _missing_reason(self, folder: Path, context: dict[str, Any]) -> str:
         """Why no golden applies here: the settings that differ from each recorded context."""

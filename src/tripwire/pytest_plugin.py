@@ -55,6 +55,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite sync budgets and trajectory goldens from this run (refused when CI is set)",
     )
+    group.addoption(
+        "--tripwire-against",
+        default="",
+        metavar="REF",
+        help="the goldens were just recorded from base tree REF on this machine (set by `nox -s guardrails -- "
+        "--against REF`): a check with no golden is then a skip, not a CI failure",
+    )
     parser.addini("tripwire_baselines", "directory holding tripwire's goldens", default="baselines")
 
 
@@ -92,6 +99,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     rows = [("check", "scenario", "status", "detail"), *_GATE_LOG.rows]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     terminalreporter.section("tripwire guardrails")
+    against = str(config.getoption("tripwire_against", ""))
+    if against:
+        terminalreporter.write_line(f"goldens: recorded from base {against} on this machine, just now")
     for row in rows:
         cells = [row[i].ljust(widths[i]) for i in range(3)]
         terminalreporter.write_line(f"{cells[0]}  {cells[1]}  {cells[2]}  {row[3][:100]}")
@@ -173,7 +183,10 @@ def tripwire_goldens(pytestconfig: pytest.Config) -> GoldenStore:
     """The GoldenStore for sync budgets and trajectories (`update` follows `--tripwire-update`)."""
     from tripwire.goldens import GoldenStore
 
-    return GoldenStore(_baselines_dir(pytestconfig), update=bool(pytestconfig.getoption("tripwire_update")))
+    update = bool(pytestconfig.getoption("tripwire_update"))
+    against = str(pytestconfig.getoption("tripwire_against"))
+    require = bool(os.environ.get("CI")) and not against and not update
+    return GoldenStore(_baselines_dir(pytestconfig), update=update, require=require)
 
 
 @pytest.fixture(scope="session")

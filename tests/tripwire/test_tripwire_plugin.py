@@ -61,3 +61,42 @@ def test_updating_goldens_is_refused_under_ci(project: Path, flag: str) -> None:
     done = pytest_in(project, flag, ci=True)
     assert done.returncode == 4
     assert f"{flag} refused: CI is set" in done.stderr
+
+
+TRAJECTORY_TEST = """
+import torch
+
+
+def test_trajectory(trajectory, tripwire_goldens):
+    trajectory.record("r0/weights", torch.ones(3))
+    outcome = tripwire_goldens.check_trajectory("s", trajectory.trajectory)
+    assert outcome.status == "passed", outcome.detail
+"""
+
+
+@pytest.fixture
+def trajectory_project(tmp_path: Path) -> Path:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (tmp_path / "test_traj.py").write_text(TRAJECTORY_TEST, encoding="utf-8")
+    return tmp_path
+
+
+def test_under_ci_a_trajectory_golden_that_does_not_apply_fails_with_what_to_do(trajectory_project: Path) -> None:
+    done = pytest_in(trajectory_project, ci=True)
+    assert done.returncode == 1
+    assert "NoGoldenApplies" in done.stdout and "nox -s guardrails -- --against" in done.stdout
+
+
+def test_under_ci_a_base_comparison_turns_the_missing_golden_into_a_skip(trajectory_project: Path) -> None:
+    done = pytest_in(trajectory_project, "--tripwire-against=abc123", ci=True)
+    assert done.returncode == 1 and "NoGoldenApplies" not in done.stdout  # the test itself asserts "passed"
+    assert "no trajectory golden" in done.stdout
+
+
+def test_goldens_recorded_into_another_directory_are_compared_from_there(trajectory_project: Path) -> None:
+    scratch = trajectory_project / "scratch-goldens"
+    recorded = pytest_in(trajectory_project, "-o", f"tripwire_baselines={scratch}", "--tripwire-update")
+    assert recorded.returncode == 1  # the update outcome is "updated", which the test's assertion rejects
+    assert list((scratch / "trajectories" / "s").glob("cpu-*.json"))
+    compared = pytest_in(trajectory_project, "-o", f"tripwire_baselines={scratch}", "--tripwire-against=base", ci=True)
+    assert compared.returncode == 0, compared.stdout
