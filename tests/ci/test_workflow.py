@@ -69,6 +69,14 @@ def test_the_gate_job_installs_nox_then_runs_guardrails_tests_and_hazards() -> N
     assert "GITHUB_STEP_SUMMARY" in commands and "tripwire.baselines_diff" in commands
 
 
+def test_pull_requests_gate_against_their_base_branch_and_pushes_against_the_goldens() -> None:
+    steps = load()["jobs"]["guardrails"]["steps"]
+    gate = [step for step in steps if "nox -s guardrails" in str(step.get("run", ""))]
+    by_event = {step["if"]: step["run"] for step in gate}
+    assert '--against "origin/${{ github.base_ref }}"' in by_event["github.event_name == 'pull_request'"]
+    assert "--against" not in by_event["github.event_name != 'pull_request'"]
+
+
 def test_both_jobs_cache_the_project_environment_keyed_on_pyproject() -> None:
     for name, job in load()["jobs"].items():
         caches = [step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/cache@")]
