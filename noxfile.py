@@ -16,6 +16,9 @@ from pathlib import Path
 
 import nox
 
+sys.path.insert(0, str(Path(__file__).parent / "src"))
+from tripwire.numerics import portable_cpu_env  # torch-free: the one definition of the pin
+
 ROOT = Path(__file__).parent
 ENV_DIR = ROOT / ".nox" / "project-env"
 STAMP = ENV_DIR / ".pyproject-sha256"
@@ -30,8 +33,7 @@ PINNED_ENV = {
 }
 # The gate also pins the CPU kernel paths (ATen dispatch, oneDNN, MKL) to the AVX2 level, so goldens recorded
 # on one x86-64 machine verify bitwise on another (tripwire/numerics.py). Benchmarks run at native speed.
-PORTABLE_CPU_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
-GATE_ENV = {**PINNED_ENV, **PORTABLE_CPU_ENV}
+GATE_ENV = {**PINNED_ENV, **portable_cpu_env()}
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"

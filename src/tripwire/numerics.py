@@ -8,13 +8,15 @@ inside it pick their code path from the CPU they find:
   `ATEN_CPU_CAPABILITY=avx2` caps it.
 - oneDNN (torch's `mkldnn`, the convolutions) JIT-compiles kernels for the widest ISA it finds.
   `ONEDNN_MAX_CPU_ISA=AVX2` caps it.
-- MKL (matmul, linear layers) dispatches per CPU, vendor and cache sizes. `MKL_CBWR=AVX2` (conditional
-  numerical reproducibility) fixes its code branch, cache-size assumptions and reduction order.
+- MKL (matmul, linear layers) dispatches per CPU, vendor and cache sizes. Its conditional numerical
+  reproducibility mode fixes the code branch: `MKL_CBWR=COMPATIBLE,STRICT` (SSE2 kernels, no alignment
+  condition). The AVX2 branch is not enough: on an AMD CPU MKL still computes other bits than on an Intel one
+  with `MKL_CBWR=AVX2` (and with `AVX2,STRICT`), measured in docs/portability.md.
 
-With all three pinned to the AVX2 level, the same torch version gives the same bits on any x86-64 CPU with
-AVX2 (Intel or AMD, with or without AVX-512): measured in docs/portability.md, on this machine natively and
-under emulated AVX2 CPUs. The variables must be set before torch runs its first kernel, so they are set in
-the environment (noxfile, `tests/conftest.py`) rather than from Python after `import torch`.
+With ATen and oneDNN at AVX2 and MKL on its compatible branch, the same torch version gives the same bits on
+x86-64 CPUs with AVX2, Intel or AMD, with or without AVX-512 (docs/portability.md: how this was verified and
+what stays unverified). The variables must be set before torch runs its first kernel, so they are set in the
+environment (noxfile, `tests/conftest.py`) rather than from Python after `import torch`.
 
 The pinned level is recorded in the determinism context (`tripwire.context`) in place of the machine's native
 ISA. A machine that cannot honour the pin (no AVX2, another architecture) reports its own level and gets no
@@ -33,7 +35,7 @@ PORTABLE_LEVEL = "avx2"
 # Per level: the environment that pins each library there. ATen takes a lower-case name; oneDNN and MKL
 # upper case.
 _LEVELS: dict[str, dict[str, str]] = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE,STRICT"},
 }
 
 # The variables whose values enter the determinism context (empty string when unset).

@@ -91,7 +91,7 @@ def test_the_pin_changes_the_bits_where_the_native_isa_is_wider() -> None:
 @needs_x86_avx2
 @pytest.mark.parametrize(
     ("library", "verbose", "pinned_line"),
-    [("MKL", "MKL_VERBOSE", "CNR:AVX2"), ("oneDNN", "ONEDNN_VERBOSE", "isa:Intel AVX2")],
+    [("MKL", "MKL_VERBOSE", "CNR:COMPATIBLE,STRICT"), ("oneDNN", "ONEDNN_VERBOSE", "isa:Intel AVX2")],
 )
 def test_each_library_reports_the_pinned_code_path(library: str, verbose: str, pinned_line: str) -> None:
     env = {**os.environ, **portable_cpu_env(), verbose: "1"}
@@ -100,9 +100,9 @@ def test_each_library_reports_the_pinned_code_path(library: str, verbose: str, p
 
 
 def test_an_explicit_setting_wins_over_the_pin() -> None:
-    environ = {"MKL_CBWR": "COMPATIBLE"}
+    environ = {"MKL_CBWR": "AVX2"}
     in_force = apply_portable_cpu_env(environ)
-    assert in_force["MKL_CBWR"] == "COMPATIBLE" and in_force["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert in_force["MKL_CBWR"] == "AVX2" and in_force["ATEN_CPU_CAPABILITY"] == "avx2"
 
 
 def test_an_unknown_level_is_refused_in_one_line() -> None:
