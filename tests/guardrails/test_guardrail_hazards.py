@@ -20,6 +20,7 @@ from guardrail_scenarios import HOT_REGIONS, SCENARIOS, TWO_ENVS, Scenario, Scen
 
 import esper.simic.training.vectorized as vectorized_module
 from esper.simic.rewards import RewardConfig
+from esper.simic.rewards.normalizers import RewardNormalizer, RunningMeanStd
 from esper.simic.training.vectorized import BatchSource
 from esper.simic.training.vectorized_trainer import VectorizedPPOTrainer
 from esper.tolaria.engine import VectorizedEngine
@@ -55,6 +56,22 @@ def _batch_source_with_extra_draw(self: BatchSource, round_idx: int, epoch: int)
 def _run_epoch_reversed(self: VectorizedPPOTrainer, envs: list[Any], round_idx: int, epoch: int) -> None:
     """Hazard: the env loop walks the envs in reverse order."""
     _RUN_EPOCH(self, list(reversed(envs)), round_idx, epoch)
+
+
+_REWARD_UPDATE = RewardNormalizer.update
+_OBS_UPDATE = RunningMeanStd.update
+
+
+def _reward_update_twice(self: RewardNormalizer, reward: float) -> None:
+    """Hazard: the reward normalizer absorbs every reward twice (an update left in a moved helper)."""
+    _REWARD_UPDATE(self, reward)
+    _REWARD_UPDATE(self, reward)
+
+
+def _obs_update_twice(self: RunningMeanStd, batch: torch.Tensor) -> None:
+    """Hazard: the observation normalizer is updated twice at the end of a round."""
+    _OBS_UPDATE(self, batch)
+    _OBS_UPDATE(self, batch)
 
 
 @dataclass(frozen=True)
@@ -100,7 +117,7 @@ def test_changed_rng_consumption_names_the_first_diverging_checkpoint(
     store = golden_store(tmp_path, "a_baseline", run_a_baseline)
     monkeypatch.setattr(BatchSource, "__call__", _batch_source_with_extra_draw)
     _, message = diverged_run(store, "a_baseline", SCENARIOS["a_baseline"], tmp_path)
-    assert "diverged at checkpoint 1 of 17, 'r0/e1/env0/train'" in message
+    assert "diverged at checkpoint 1 of 29, 'r0/e1/env0/train'" in message
     assert "first tensor: 'model." in message
     gate_log.add("hazard: RNG order", "a_baseline", "caught", message.splitlines()[0])
 
@@ -145,6 +162,31 @@ def test_changed_reward_constant_diverges_first_at_a_reward(
     head = message.splitlines()[0]
     assert head.split(", ")[1].startswith("'r0/e") and "/reward'" in head, head
     gate_log.add("hazard: reward constant", "a_baseline", "caught", head)
+
+
+@pytest.mark.parametrize(
+    ("normalizer", "hazard", "first"),
+    [
+        ("reward", (RewardNormalizer, "update", _reward_update_twice), "'r0/e1/reward_normalizer'"),
+        ("observation", (RunningMeanStd, "update", _obs_update_twice), "'r0/obs_normalizer'"),
+    ],
+    ids=["reward", "observation"],
+)
+def test_a_normalizer_updated_twice_is_named_at_the_normalizer_not_the_policy(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    run_a_baseline: ScenarioRun,
+    gate_log: GateLog,
+    normalizer: str,
+    hazard: tuple[type, str, Any],
+    first: str,
+) -> None:
+    store = golden_store(tmp_path, "a_baseline", run_a_baseline)
+    monkeypatch.setattr(*hazard)
+    _, message = diverged_run(store, "a_baseline", SCENARIOS["a_baseline"], tmp_path)
+    head = message.splitlines()[0]
+    assert first in head, head
+    gate_log.add(f"hazard: {normalizer} normalizer twice", "a_baseline", "caught", head)
 
 
 def _copy_tree(tmp_path: Path) -> Path:

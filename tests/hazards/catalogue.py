@@ -195,6 +195,22 @@ HAZARDS: tuple[Hazard, ...] = (
         "a_two_envs",
     ),
     Hazard(
+        "reward_normalizer_updated_twice",
+        "the reward normalizer absorbs each step's rewards twice (an update left behind when record() moved)",
+        (
+            Edit(
+                CLIENT,
+                "        normalized = [self.reward_normalizer.update_and_normalize(r) for r in rewards]\n",
+                "        for r in rewards:\n"
+                "            self.reward_normalizer.update(r)\n"
+                "        normalized = [self.reward_normalizer.update_and_normalize(r) for r in rewards]\n",
+            ),
+        ),
+        TRAJECTORY,
+        "a_baseline",
+        tolerated=(TELEMETRY,),
+    ),
+    Hazard(
         "train_pass_20pct_slower",
         "20 % more CPU work in every train pass (busy work proportional to the pass)",
         (
