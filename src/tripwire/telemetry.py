@@ -8,12 +8,15 @@ when present (`ANALYTICS_SNAPSHOT:throughput`), so distinct analytics kinds coun
 Rounds are segments of the stream closed by a `round_end` label (default: the trainer's last per-round
 event, `ANALYTICS_SNAPSHOT:throughput`); events after the last one land in a trailing segment. Sequence
 entries of per-env events carry the env (`EPOCH_COMPLETED@2`), so a reordered env loop shows. The
-snapshot (`TelemetryCounts.to_snapshot()`) has only string keys and int values, so syrupy's JSON extension
-keeps every entry (it silently drops non-string keys).
+snapshot (`TelemetryCounts.to_snapshot()`) has only string keys and int or string values, so syrupy's JSON
+extension keeps every entry (it silently drops non-string keys). It also holds each label's payload schema
+(`tripwire.schema`: every field's dotted path and JSON types), so a renamed, dropped, added or retyped payload
+field fails even when every count is unchanged.
 
 Reading a failure (`diff_counts`): `SEED_PRUNED: 1 -> 0 (-1)` means one SEED_PRUNED event fewer than the
 golden; `order of round 0 changed at position 7: golden EPOCH_COMPLETED, now ANALYTICS_SNAPSHOT:last_action`
-means the events are the same in number but emitted in a different order.
+means the events are the same in number but emitted in a different order; `schema of EPOCH_COMPLETED: field
+data.val_loss dropped` means that field is in no EPOCH_COMPLETED event any more.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.errors import TelemetryParseError
+from tripwire.schema import Schema, diff_schema, payload_schema
 
 EVENTS_FILE = "events.jsonl"
 DEFAULT_ROUND_END = "ANALYTICS_SNAPSHOT:throughput"
@@ -79,7 +83,7 @@ def event_label(event: Mapping[str, Any], detail_keys: Sequence[str] = DEFAULT_D
 
 @dataclass(frozen=True)
 class TelemetryCounts:
-    """Counts of one event stream: total, per label, per round segment, per env, and one round's order."""
+    """Counts of one event stream: total, per label, per round segment, per env, one round's order, the schema."""
 
     total: int
     by_type: dict[str, int]
@@ -87,15 +91,17 @@ class TelemetryCounts:
     by_env: dict[str, dict[str, int]]
     sequence_round: int
     sequence: list[str] = field(default_factory=list)
+    schema: Schema = field(default_factory=dict)
 
     def to_snapshot(self) -> dict[str, Any]:
-        """The golden form: string keys and plain ints only, keys sorted (safe for syrupy's JSON extension)."""
+        """The golden form: string keys, plain ints and type strings only, keys sorted (safe for syrupy's JSON)."""
         return {
             "total": int(self.total),
             "by_type": _sorted_counts(self.by_type),
             "by_round": {k: _sorted_counts(v) for k, v in sorted(self.by_round.items(), key=_numeric_key)},
             "by_env": {k: _sorted_counts(v) for k, v in sorted(self.by_env.items(), key=_numeric_key)},
             f"sequence_round_{self.sequence_round}": list(self.sequence),
+            "schema": {label: dict(fields) for label, fields in sorted(self.schema.items())},
         }
 
 
@@ -122,9 +128,11 @@ def reduce_events(
     by_round: dict[str, Counter[str]] = {}
     by_env: dict[str, Counter[str]] = {}
     sequence: list[str] = []
+    labels: list[str] = []
     segment = 0
     for event in items:
         label = event_label(event, detail_keys)
+        labels.append(label)
         by_type[label] += 1
         by_round.setdefault(str(segment), Counter())[label] += 1
         env = event.get("env_id", -1)
@@ -141,11 +149,12 @@ def reduce_events(
         by_env={k: dict(v) for k, v in by_env.items()},
         sequence_round=sequence_round,
         sequence=sequence,
+        schema=payload_schema(items, labels),
     )
 
 
 def diff_counts(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[str]:
-    """Readable differences between two snapshots: changed type counts, per round/env, then order."""
+    """Readable differences between two snapshots: changed type counts, per round/env, order, then schema."""
     lines = _diff_table("", expected.get("by_type", {}), actual.get("by_type", {}))
     for section in ("by_round", "by_env"):
         want, got = expected.get(section, {}), actual.get(section, {})
@@ -153,6 +162,8 @@ def diff_counts(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[
             name = "round" if section == "by_round" else "env"
             lines.extend(_diff_table(f"{name} {key}: ", want.get(key, {}), got.get(key, {})))
     lines.extend(_diff_sequences(expected, actual))
+    if "schema" in expected or "schema" in actual:
+        lines.extend(diff_schema(expected.get("schema"), actual.get("schema", {})))
     return lines
 
 
