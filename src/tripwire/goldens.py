@@ -5,9 +5,10 @@ Layout (every file is reviewed in diffs):
     baselines/telemetry/<test module>/<test name>.json     event-count snapshots (syrupy, `tripwire.snapshot`)
     baselines/sync_budgets/<scenario>.json                 per-region sync budgets with call sites
     baselines/trajectories/<scenario>/<context key>.json   trajectory digests, one file per determinism context
+    baselines/payloads/<scenario>/<context key>.json       telemetry payload digests, one checkpoint per event
 
-Trajectory goldens are keyed by determinism context (`tripwire.context`): a machine whose context has no
-golden SKIPS the comparison with the differing settings as the reason, instead of failing falsely. A store
+Trajectory and payload goldens are keyed by determinism context (`tripwire.context`): a machine whose context
+has no golden SKIPS the comparison with the differing settings as the reason, instead of failing falsely. A store
 with `require=True` (the pytest plugin sets it under `CI`, unless the run compares against a base tree) FAILS
 there instead, in one line saying what to do: a check that cannot run is never a silent pass in CI.
 Updating is explicit (`pytest --tripwire-update`, or `nox -s baselines`) and refused when `CI` is set.
@@ -15,7 +16,7 @@ Updating is explicit (`pytest --tripwire-update`, or `nox -s baselines`) and ref
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from tripwire.budget import BudgetReport, SyncBudget, check_budget, write_budget
 from tripwire.context import capture_context, context_key, mismatches
 from tripwire.errors import GoldenFileError, NoGoldenApplies, SyncBudgetExceeded
+from tripwire.payloads import DEFAULT_EXCLUDED, check_payloads, payload_trajectory
 from tripwire.sync import SyncCounter
 from tripwire.trajectory import Trajectory, compare_trajectories
 
@@ -52,6 +54,9 @@ class GoldenStore:
 
     def trajectory_dir(self, scenario: str) -> Path:
         return self.root / "trajectories" / scenario
+
+    def payloads_dir(self, scenario: str) -> Path:
+        return self.root / "payloads" / scenario
 
     def _shown(self, path: Path) -> str:
         """`path` relative to the baselines directory's parent (the repository root), for messages."""
@@ -102,6 +107,30 @@ class GoldenStore:
         report.raise_if_diverged()
         return GoldenOutcome("passed", f"{len(trajectory)} checkpoints bitwise equal")
 
+    def check_payloads(
+        self,
+        scenario: str,
+        events: Iterable[Mapping[str, Any]],
+        context: dict[str, Any],
+        *,
+        exclude: Sequence[str] = DEFAULT_EXCLUDED,
+    ) -> GoldenOutcome:
+        """Compare every event's payload digests with the golden for `context`; skip with the reason when there is none.
+
+        Digests and the `exclude` patterns (ids, timestamps, wall-clock fields) are those of `tripwire.payloads`;
+        a difference raises `PayloadDivergence` naming the first differing event, its type and the field.
+        """
+        recorded = payload_trajectory(events, context, exclude=exclude)
+        folder = self.payloads_dir(scenario)
+        path = folder / f"{context_key(context)}.json"
+        if self.update:
+            recorded.save(path)
+            return GoldenOutcome("updated", f"wrote {self._shown(path)}")
+        if not path.exists():
+            return self.no_golden("telemetry payload", scenario, self._missing_reason(folder, context, "payload"))
+        check_payloads(Trajectory.load(path), recorded, source=self._shown(path))
+        return GoldenOutcome("passed", f"{len(recorded)} events, every payload field bitwise equal")
+
     def no_golden(self, check: str, scenario: str, reason: str) -> GoldenOutcome:
         """A `skipped` outcome with `reason`; with `require`, a one-line `NoGoldenApplies` failure instead."""
         if self.require:
@@ -111,11 +140,11 @@ class GoldenStore:
             )
         return GoldenOutcome("skipped", reason)
 
-    def _missing_reason(self, folder: Path, context: dict[str, Any]) -> str:
+    def _missing_reason(self, folder: Path, context: dict[str, Any], kind: str = "trajectory") -> str:
         """Why no golden applies here: the settings that differ from each recorded context."""
         others = sorted(folder.glob("*.json")) if folder.is_dir() else []
         if not others:
-            return f"no trajectory golden in {folder}: record one with {UPDATE_COMMAND}"
+            return f"no {kind} golden in {folder}: record one with {UPDATE_COMMAND}"
         reasons = []
         for other in others:
             recorded = Trajectory.load(other).context

@@ -24,6 +24,7 @@ from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import PolicyClient
 from esper.simic.training.vectorized import run_training
 from tripwire.context import capture_context
+from tripwire.payloads import DEFAULT_EXCLUDED
 from tripwire.sync import SyncCounter
 from tripwire.trajectory import Trajectory, TrajectoryRecorder
 
@@ -32,6 +33,21 @@ HOT_REGIONS = ("train_pass", "fused_validation", "epoch_transfer", "action_trans
 SIZES = ("--train-samples", "200", "--val-samples", "100", "--batch-size", "25", "--quiet")
 SMALL = ("--train-samples", "100", "--val-samples", "50", "--batch-size", "25", "--quiet")
 PPO_A = ("ppo", "--preset", "cifar_baseline", "--task", "cifar_baseline", "--envs", "1", "--episode-length", "5")
+
+# Payload fields that differ between two runs of the same scenario however deterministic the trainer is, left out
+# of the payload goldens (beside tripwire's own event_id and timestamp): durations and rates measured on the wall
+# clock (batch_stats / BATCH_EPOCH_COMPLETED, throughput, PPO_UPDATE_COMPLETED) ...
+WALL_CLOCK_FIELDS = (
+    "data.train_time_s",
+    "data.env_epochs_per_s",
+    "data.update_time_ms",
+    "data.step_time_ms",
+    "data.fps",
+    "data.samples_per_s",
+)
+# ... and where the run's files are (CHECKPOINT_LOADED names the checkpoint it resumed from).
+RUN_LOCATION_FIELDS = ("data.path",)
+PAYLOAD_EXCLUDED = (*DEFAULT_EXCLUDED, *WALL_CLOCK_FIELDS, *RUN_LOCATION_FIELDS)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,25 @@
-"""The gate's canonical scenarios against their goldens: telemetry counts, sync budgets, trajectory digests."""
+"""The gate's canonical scenarios against their goldens: telemetry counts and schema, sync budgets, trajectory and
+telemetry payload digests."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
-from guardrail_scenarios import HOT_REGIONS, SCENARIOS, ScenarioRun
+from guardrail_scenarios import (
+    HOT_REGIONS,
+    PAYLOAD_EXCLUDED,
+    RUN_LOCATION_FIELDS,
+    SCENARIOS,
+    WALL_CLOCK_FIELDS,
+    ScenarioRun,
+    run_scenario,
+)
 
 from tripwire.budget import check_scaling
 from tripwire.goldens import GoldenStore
+from tripwire.payloads import compare_payloads, payload_trajectory
 from tripwire.pytest_plugin import GateLog, TelemetryCountsHelper
 
 pytestmark = pytest.mark.guardrail
@@ -19,9 +32,9 @@ def test_telemetry_counts_match_snapshot(
     scenario_run: ScenarioRun, telemetry_counts: TelemetryCountsHelper, gate_log: GateLog
 ) -> None:
     counts = telemetry_counts.check(scenario_run.events)
-    gate_log.add(
-        "telemetry counts", scenario_run.scenario.name, "passed", f"{counts.total} events, {len(counts.by_type)} types"
-    )
+    fields = sum(len(schema) for schema in counts.schema.values())
+    detail = f"{counts.total} events, {len(counts.by_type)} types, {fields} payload fields typed"
+    gate_log.add("telemetry counts", scenario_run.scenario.name, "passed", detail)
 
 
 @pytest.mark.parametrize("scenario_run", NAMES, indirect=True, ids=NAMES)
@@ -38,6 +51,44 @@ def test_trajectory_matches_golden(scenario_run: ScenarioRun, tripwire_goldens: 
     gate_log.add("trajectory", scenario_run.scenario.name, outcome.status, outcome.detail)
     if outcome.status == "skipped":
         pytest.skip(outcome.detail)
+
+
+@pytest.mark.parametrize("scenario_run", NAMES, indirect=True, ids=NAMES)
+def test_telemetry_payloads_match_golden(
+    scenario_run: ScenarioRun, tripwire_goldens: GoldenStore, gate_log: GateLog
+) -> None:
+    context = scenario_run.trajectory.context
+    outcome = tripwire_goldens.check_payloads(
+        scenario_run.scenario.name, scenario_run.events, context, exclude=PAYLOAD_EXCLUDED
+    )
+    gate_log.add("telemetry payload", scenario_run.scenario.name, outcome.status, outcome.detail)
+    if outcome.status == "skipped":
+        pytest.skip(outcome.detail)
+
+
+def payload_difference(first: ScenarioRun, second: ScenarioRun, exclude: tuple[str, ...]) -> str | None:
+    """How two runs' payload digests differ (the first differing event and field), or None when they do not."""
+    context = first.trajectory.context
+    golden, now = (payload_trajectory(run.events, context, exclude=exclude) for run in (first, second))
+    return compare_payloads(golden, now, source="the same run twice")
+
+
+def test_payload_digests_repeat_in_process_once_wall_clock_and_paths_are_excluded(
+    run_d_resume: ScenarioRun, resume_checkpoint: Path, guardrail_dir: Path, gate_log: GateLog
+) -> None:
+    # (d) again, resuming a copy of the same checkpoint from another folder: every excluded field shows up in it.
+    moved = guardrail_dir / "payload_repeat" / resume_checkpoint.name
+    moved.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(resume_checkpoint, moved)
+    again = run_scenario(SCENARIOS["d_resume"], moved.parent, "--resume", str(moved), probe=False)
+    found = payload_difference(run_d_resume, again, PAYLOAD_EXCLUDED)
+    gate_log.add("payloads twice", "d_resume", "passed" if found is None else "FAILED", found or "identical")
+    assert found is None, found
+    # Each excluded field is needed: left in, it alone makes the same run differ.
+    for field in (*WALL_CLOCK_FIELDS, *RUN_LOCATION_FIELDS):
+        kept = tuple(pattern for pattern in PAYLOAD_EXCLUDED if pattern != field)
+        message = payload_difference(run_d_resume, again, kept) or ""
+        assert f"field {field} " in message, f"{field} is the same in both runs: why exclude it?"
 
 
 WITH_EVENTS = [name for name in NAMES if SCENARIOS[name].must_occur]

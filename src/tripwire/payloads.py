@@ -1,0 +1,129 @@
+"""Telemetry payload values: a digest of every field of every event, compared with a context-bound golden.
+
+`payload_trajectory(events, context, exclude=...)` turns an event stream into a `tripwire.trajectory.Trajectory`:
+one checkpoint per event, named `0007 EPOCH_COMPLETED@env0` (1-based position, label, env for per-env events),
+mapping each field's dotted path (objects flattened as in `tripwire.schema`; a list is one field) to the
+`tripwire.digest.value_digest` of its value, floats by their IEEE bytes. Fields that differ from run to run
+however deterministic the trainer is are left out: ids and timestamps by default (`DEFAULT_EXCLUDED`); a
+trainer adds its wall-clock fields (durations, rates) and run-location fields (file paths). A pattern is a
+dotted path matched with `fnmatch` (so `data.*_ms` works) against a field and every object above it, in
+events of every type. Values depend on float numerics, so payload goldens are keyed by determinism context
+like trajectory goldens (`GoldenStore.check_payloads`, `baselines/payloads/<scenario>/<context key>.json`).
+
+Reading a failure (`PayloadDivergence`), the first differing event and field named:
+
+    telemetry payload diverged at event 7 of 22 (EPOCH_COMPLETED@env0): field data.val_loss golden
+      1f0c3a5e9b2d7c41 now 8e77b0d2c9a1f3e5
+      2 of 31 fields differ here: data.val_loss, data.val_accuracy; 14 later events differ too
+
+`now absent` means the field is no longer in that event (dropped or renamed: the telemetry schema says which);
+`golden EPOCH_COMPLETED@env0, now ANALYTICS_SNAPSHOT:last_action@env0` means events were added, dropped or
+reordered before that position (the telemetry counts say which).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from fnmatch import fnmatchcase
+from typing import Any
+
+from tripwire.digest import short, value_digest
+from tripwire.errors import GuardrailFailure
+from tripwire.schema import join_path
+from tripwire.telemetry import DEFAULT_DETAIL_KEYS, event_label
+from tripwire.trajectory import Trajectory, TrajectoryReport, compare_trajectories
+
+DEFAULT_EXCLUDED = ("event_id", "timestamp")
+
+
+class PayloadDivergence(GuardrailFailure):
+    """Telemetry payload values differ from their golden; the message names the event, its type and the field."""
+
+
+def excluded(path: str, patterns: Sequence[str]) -> bool:
+    """True when `path` or an object above it (`data.a` above `data.a.b`) matches one of `patterns`."""
+    parts = path.split(".")
+    prefixes = [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
+    return any(fnmatchcase(prefix, pattern) for prefix in prefixes for pattern in patterns)
+
+
+def _leaves(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    """Flatten objects into `out` by dotted path; lists, scalars and empty objects are leaves."""
+    if isinstance(value, Mapping) and value:
+        for key, item in value.items():
+            _leaves(join_path(prefix, key), item, out)
+    else:
+        out[prefix] = value
+
+
+def payload_digests(event: Mapping[str, Any], exclude: Sequence[str] = DEFAULT_EXCLUDED) -> dict[str, str]:
+    """`{dotted field path: digest}` of one event's values, excluded fields left out."""
+    fields: dict[str, Any] = {}
+    for key, value in event.items():
+        _leaves(str(key), value, fields)
+    return {path: value_digest(value) for path, value in fields.items() if not excluded(path, exclude)}
+
+
+def event_name(position: int, event: Mapping[str, Any], detail_keys: Sequence[str] = DEFAULT_DETAIL_KEYS) -> str:
+    """`0007 EPOCH_COMPLETED@env0`: 1-based position, label, and the env of a per-env event."""
+    env = event.get("env_id", -1)
+    where = "" if env is None or env == -1 else f"@env{env}"
+    return f"{position:04d} {event_label(event, detail_keys)}{where}"
+
+
+def payload_trajectory(
+    events: Iterable[Mapping[str, Any]],
+    context: Mapping[str, Any],
+    *,
+    exclude: Sequence[str] = DEFAULT_EXCLUDED,
+    detail_keys: Sequence[str] = DEFAULT_DETAIL_KEYS,
+) -> Trajectory:
+    """One checkpoint per event, `{field: digest}`, stamped with the determinism context it was recorded in."""
+    checkpoints = [
+        (event_name(position, event, detail_keys), payload_digests(event, exclude))
+        for position, event in enumerate(events, start=1)
+    ]
+    return Trajectory(checkpoints, dict(context))
+
+
+def _label(name: str) -> str:
+    """`EPOCH_COMPLETED@env0` from the checkpoint name `0007 EPOCH_COMPLETED@env0`."""
+    return name.split(" ", 1)[-1]
+
+
+def format_payload_report(report: TrajectoryReport, golden: Trajectory, current: Trajectory) -> str:
+    """The failure message for a payload comparison: first differing event, its type and field."""
+    head = f"telemetry payload diverged at event {report.first_index} of {report.total}"
+    later = f"{report.later_divergences} later events differ too"
+    where = f" ({report.source})" if report.source else ""
+    if report.structure:
+        index = (report.first_index or 1) - 1
+        want = _label(golden.checkpoints[index][0]) if index < len(golden) else "no event"
+        got = _label(current.checkpoints[index][0]) if index < len(current) else "no event"
+        return (
+            f"{head}: golden {want}, now {got} (events added, dropped or reordered: {len(current)} events, "
+            f"golden {len(golden)})\n  {later}{where}"
+        )
+    now = "absent" if report.actual_digest == "<absent>" else short(report.actual_digest)
+    was = "absent" if report.expected_digest == "<absent>" else short(report.expected_digest)
+    shown = ", ".join(report.differing_tensors[:6]) + (", ..." if len(report.differing_tensors) > 6 else "")
+    return "\n".join(
+        [
+            f"{head} ({_label(report.first_name)}): field {report.first_tensor} golden {was} now {now}",
+            f"  {len(report.differing_tensors)} of {report.tensors_in_checkpoint} fields differ here: {shown}; "
+            f"{later}{where}",
+        ]
+    )
+
+
+def compare_payloads(golden: Trajectory, current: Trajectory, *, source: str = "") -> str | None:
+    """None when every event's payload digests match the golden's, else the failure message."""
+    report = compare_trajectories(golden, current, source=source)
+    return None if report.ok else format_payload_report(report, golden, current)
+
+
+def check_payloads(golden: Trajectory, current: Trajectory, *, source: str = "") -> None:
+    """Raise `PayloadDivergence` naming the first differing event and field when the payloads differ."""
+    message = compare_payloads(golden, current, source=source)
+    if message is not None:
+        raise PayloadDivergence(message)
