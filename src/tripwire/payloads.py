@@ -10,15 +10,15 @@ dotted path matched with `fnmatch` (so `data.*_ms` works) against a field and ev
 events of every type. Values depend on float numerics, so payload goldens are keyed by determinism context
 like trajectory goldens (`GoldenStore.check_payloads`, `baselines/payloads/<scenario>/<context key>.json`).
 
-Reading a failure (`PayloadDivergence`), the first differing event and field named:
+Reading a failure (`PayloadDivergence`), the first differing event and field named (digests shortened here;
+the message shows 16 hex characters):
 
-    telemetry payload diverged at event 7 of 22 (EPOCH_COMPLETED@env0): field data.val_loss golden
-      1f0c3a5e9b2d7c41 now 8e77b0d2c9a1f3e5
-      2 of 31 fields differ here: data.val_loss, data.val_accuracy; 14 later events differ too
+    telemetry payload diverged at event 3 of 22 (EPOCH_COMPLETED@env0): field data.train_loss golden c17b.. now 8893..
+      5 of 31 fields differ here: data.train_loss, data.train_accuracy, ...; 16 later events differ too
 
 `now absent` means the field is no longer in that event (dropped or renamed: the telemetry schema says which);
 `golden EPOCH_COMPLETED@env0, now ANALYTICS_SNAPSHOT:last_action@env0` means events were added, dropped or
-reordered before that position (the telemetry counts say which).
+reordered up to that position (the telemetry counts and order say which).
 """
 
 from __future__ import annotations
@@ -100,10 +100,11 @@ def format_payload_report(report: TrajectoryReport, golden: Trajectory, current:
         index = (report.first_index or 1) - 1
         want = _label(golden.checkpoints[index][0]) if index < len(golden) else "no event"
         got = _label(current.checkpoints[index][0]) if index < len(current) else "no event"
-        return (
-            f"{head}: golden {want}, now {got} (events added, dropped or reordered: {len(current)} events, "
-            f"golden {len(golden)})\n  {later}{where}"
-        )
+        if len(current) == len(golden):
+            why = f"as many events as the golden, {len(golden)}: reordered or replaced"
+        else:
+            why = f"{len(current)} events, golden {len(golden)}: events added or dropped"
+        return f"{head}: golden {want}, now {got} ({why})\n  {later}{where}"
     now = "absent" if report.actual_digest == "<absent>" else short(report.actual_digest)
     was = "absent" if report.expected_digest == "<absent>" else short(report.expected_digest)
     shown = ", ".join(report.differing_tensors[:6]) + (", ..." if len(report.differing_tensors) > 6 else "")

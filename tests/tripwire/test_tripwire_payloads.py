@@ -101,8 +101,17 @@ def test_an_added_or_reordered_event_names_both_labels() -> None:
     message = compared(golden, now)
     assert message.startswith(
         "telemetry payload diverged at event 2 of 5: golden EPOCH_COMPLETED@env0, now SEED_GERMINATED@env0 "
-        "(events added, dropped or reordered: 5 events, golden 4)"
+        "(5 events, golden 4: events added or dropped)"
     )
+
+
+def test_a_reordered_stream_says_the_number_of_events_is_unchanged() -> None:
+    golden = run()
+    message = compared(golden, [golden[0], golden[1], golden[3], golden[2]])
+    assert message.startswith(
+        "telemetry payload diverged at event 3 of 4: golden EPOCH_COMPLETED@env0, now ANALYTICS_SNAPSHOT:throughput "
+    )
+    assert "(as many events as the golden, 4: reordered or replaced)" in message
 
 
 def test_updated_payload_golden_then_passes_and_a_change_fails(tmp_path: Path) -> None:
