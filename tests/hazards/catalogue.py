@@ -17,7 +17,12 @@ SYNC_BUDGET = "sync budget"
 TRAJECTORY = "trajectory"
 IMPORTS = "import contracts"
 BENCH = "bench A/B"
-SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY)
+TELEMETRY_PAYLOAD = "telemetry payload"
+SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD)
+# Guardrails that necessarily fire beside another: a changed event stream (counts, order, schema) or changed
+# numerics (trajectory) change the digests of the event payloads too, so the payload golden firing with them is
+# expected, never the wrong guardrail; beside a sync-budget hazard it is (an extra `.item()` changes no value).
+IMPLIED = {TELEMETRY: (TELEMETRY_PAYLOAD,), TRAJECTORY: (TELEMETRY_PAYLOAD,)}
 
 
 class AnchorError(ValueError):
@@ -209,6 +214,19 @@ HAZARDS: tuple[Hazard, ...] = (
         TRAJECTORY,
         "a_baseline",
         tolerated=(TELEMETRY,),
+    ),
+    Hazard(
+        "payload_field_renamed",
+        "EPOCH_COMPLETED's `val_loss` payload field renamed `validation_loss` (every count unchanged)",
+        (
+            Edit(
+                "src/esper/simic/training/telemetry/emitters.py",
+                '            "val_loss": env.val_loss,\n',
+                '            "validation_loss": env.val_loss,\n',
+            ),
+        ),
+        TELEMETRY,
+        "a_baseline",
     ),
     Hazard(
         "train_pass_20pct_slower",

@@ -3,11 +3,12 @@
 Run as a script, in a subprocess whose PYTHONPATH points at the tree's `src/` (so the patched trainer and its
 own copy of tripwire are what runs):
 
-    python probe.py TREE SCENARIO GOLDENS record    # write telemetry counts, sync budget and trajectory goldens
+    python probe.py TREE SCENARIO GOLDENS record    # write telemetry, sync budget, trajectory and payload goldens
     python probe.py TREE SCENARIO GOLDENS check OUT.json
 
 `check` writes `{"fired": {guardrail: first line of its failure}}` for the guardrails that failed, using the
-gate's own code: `GoldenStore.check_sync_budget`, `GoldenStore.check_trajectory` and `tripwire.telemetry.diff_counts`.
+gate's own code: `GoldenStore.check_sync_budget`, `GoldenStore.check_trajectory`, `GoldenStore.check_payloads`
+and `tripwire.telemetry.diff_counts` (event counts, order and payload schema).
 Goldens are recorded from the clean copy on the same machine, so the catalogue holds in any determinism context.
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 TELEMETRY = "telemetry counts"
 SYNC_BUDGET = "sync budget"
 TRAJECTORY = "trajectory"
+TELEMETRY_PAYLOAD = "telemetry payload"
 
 
 def load_scenario(tree: Path, name: str) -> Any:
@@ -40,6 +42,7 @@ def main(argv: list[str]) -> int:
     scenarios, scenario = load_scenario(tree_path, name)
     from tripwire.errors import SyncBudgetExceeded, TrajectoryDivergence
     from tripwire.goldens import GoldenStore
+    from tripwire.payloads import PayloadDivergence
     from tripwire.telemetry import diff_counts, reduce_events
 
     workdir = goldens_path / "work" if mode == "record" else Path(rest[0]).parent
@@ -53,6 +56,7 @@ def main(argv: list[str]) -> int:
         counts_file.write_text(json.dumps(counts, indent=1, sort_keys=True), encoding="utf-8")
         store.check_sync_budget(name, run.counter, run.trajectory.context, scenarios.HOT_REGIONS)
         store.check_trajectory(name, run.trajectory)
+        store.check_payloads(name, run.events, run.trajectory.context, exclude=scenarios.PAYLOAD_EXCLUDED)
         return 0
     fired: dict[str, str] = {}
     changes = diff_counts(json.loads(counts_file.read_text(encoding="utf-8")), counts)
@@ -67,6 +71,10 @@ def main(argv: list[str]) -> int:
         store.check_trajectory(name, run.trajectory)
     except TrajectoryDivergence as error:
         fired[TRAJECTORY] = str(error).splitlines()[0].split(" (")[0]
+    try:
+        store.check_payloads(name, run.events, run.trajectory.context, exclude=scenarios.PAYLOAD_EXCLUDED)
+    except PayloadDivergence as error:
+        fired[TELEMETRY_PAYLOAD] = str(error).splitlines()[0]
     Path(rest[0]).write_text(json.dumps({"fired": fired}), encoding="utf-8")
     return 0
 
