@@ -2,8 +2,9 @@
 
 Fixtures: `sync_counter` (a running `SyncCounter` for the test's duration), `trajectory` (a
 `TrajectoryRecorder` stamped with this process's determinism context), `telemetry_counts` (reduce events
-and assert them against a syrupy snapshot under the baselines directory), `tripwire_goldens` (the
-`GoldenStore` for budgets and trajectories) and `gate_log` (rows for the end-of-run guardrail table).
+to counts and payload schema and assert them against a syrupy snapshot under the baselines directory),
+`tripwire_goldens` (the `GoldenStore` for budgets, trajectories and telemetry payload digests) and `gate_log`
+(rows for the end-of-run guardrail table).
 
 Options: `--tripwire-update` rewrites sync budgets and trajectory goldens; it and syrupy's
 `--snapshot-update` are refused (a usage error) when the `CI` environment variable is set. Ini option
@@ -125,7 +126,7 @@ def trajectory() -> TrajectoryRecorder:
 
 
 class TelemetryCountsHelper:
-    """Reduce events and compare them to this test's syrupy snapshot under `<baselines>/telemetry/`."""
+    """Reduce events (counts, order, payload schema) and compare them to this test's syrupy snapshot."""
 
     def __init__(self, snapshot: Any) -> None:
         from tripwire.snapshot import TelemetrySnapshotExtension
@@ -180,7 +181,7 @@ def telemetry_counts(snapshot: Any) -> TelemetryCountsHelper:
 
 @pytest.fixture(scope="session")
 def tripwire_goldens(pytestconfig: pytest.Config) -> GoldenStore:
-    """The GoldenStore for sync budgets and trajectories (`update` follows `--tripwire-update`)."""
+    """The GoldenStore for sync budgets, trajectories and payloads (`update` follows `--tripwire-update`)."""
     from tripwire.goldens import GoldenStore
 
     update = bool(pytestconfig.getoption("tripwire_update"))

@@ -1,9 +1,10 @@
-"""syrupy integration: a JSON snapshot extension storing event-count goldens under the baselines directory.
+"""syrupy integration: a JSON snapshot extension storing event-count and schema goldens under the baselines directory.
 
 `TelemetrySnapshotExtension` writes `<baselines>/telemetry/<test module>/<test name>.json` (the directory
 is set by the pytest plugin from the `tripwire_baselines` ini option), not `__snapshots__` beside the test.
 When a snapshot differs, its diff starts with a summary from `tripwire.telemetry.diff_counts` that names
-each event type whose count or order changed, then syrupy's line diff follows.
+each event type whose count or order changed and each payload field renamed, dropped, added or retyped
+(`schema of EPOCH_COMPLETED: field data.val_loss dropped`), then syrupy's line diff follows.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _parse(data: Any) -> dict[str, Any] | None:
 
 
 class TelemetrySnapshotExtension(JSONSnapshotExtension):
-    """JSON snapshots under `<baselines>/telemetry/<test module>/`, with an event-count summary in diffs."""
+    """JSON snapshots under `<baselines>/telemetry/<test module>/`, with a count and schema summary in diffs."""
 
     @classmethod
     def dirname(cls, *, test_location: Any) -> str:
