@@ -1,8 +1,10 @@
 """Sync budgets: committed per-region sync counts, checked against a `SyncCounter`'s counts.
 
 A budget file is JSON: `{"context": {...}, "regions": {"train_pass": 3, ...}, "sites": {"train_pass":
-{"engine.py:120": 3}}}`. `context` records where it was measured; `sites` (optional) records the call
-sites seen when it was written, so a failure can mark which sites are NEW.
+{"src/engine.py::Engine.train_step [cpu]": 3}}}`. `context` records where it was measured; `sites` records
+the call sites seen when it was written, keyed by FILE, FUNCTION and KIND (`site_key`), never by line: moving
+code within a function neither changes the file nor marks a site NEW. Line numbers are shown in reports, from
+the live counter, for the reader.
 
 Reading a failure (`BudgetReport.format()`):
 
@@ -11,10 +13,11 @@ Reading a failure (`BudgetReport.format()`):
         NEW tests/test_loop.py:42 in run_epoch  ×2  [item×2]
             src/engine.py:120 in train_step  ×3  [cpu×3]
 
-means two syncs came from a call site the budget never saw (file:line, function, kinds). An
+means two syncs came from a (file, function, kind) the budget never saw; NEW sites are listed first. An
 "unbudgeted region" is a region that synced but has no entry: add it deliberately. Lines starting
 "budget can be tightened" are not failures unless `strict=True`: the code now syncs less than
-budgeted, so regenerate the budget to lock the gain in.
+budgeted, so regenerate the budget to lock the gain in. A budget written before sites were keyed this way
+(`file:line` keys) still loads; its sites are matched by file only, and the report says to regenerate it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,25 @@ from typing import Any, Protocol, runtime_checkable
 from tripwire.errors import GoldenFileError, read_golden_json
 
 UPDATE_HINT = "if intended, regenerate with `nox -s baselines` (refused under CI) and commit the diff"
+
+
+def site_key(site: str, function: str, kind: str) -> str:
+    """The budget key of a sync: `file::function [kind]` (the line of `site` = `file:line` is dropped)."""
+    file = site.rsplit(":", 1)[0] if site.rsplit(":", 1)[-1].isdigit() else site
+    return f"{file}::{function} [{kind}]"
+
+
+def _is_keyed(recorded: Mapping[str, int]) -> bool:
+    """True for sites keyed by `site_key` (every budget written since keys dropped line numbers)."""
+    return all("::" in key for key in recorded)
+
+
+def _known(key: str, recorded: Mapping[str, int]) -> bool:
+    """Whether a live site's key was recorded; old `file:line` budgets are matched by file only."""
+    if _is_keyed(recorded):
+        return key in recorded
+    file = key.split("::", 1)[0]
+    return any(old.rsplit(":", 1)[0] == file for old in recorded)
 
 
 @runtime_checkable
@@ -109,6 +131,7 @@ class BudgetReport:
     strict: bool = False
     source: str = ""
     sites_known: bool = True
+    old_format: bool = False
 
     @property
     def ok(self) -> bool:
@@ -135,6 +158,8 @@ class BudgetReport:
             )
         if failing:
             lines.append(f"  remove the syncs, or {UPDATE_HINT}")
+        if self.old_format:
+            lines.append("  (an old-format budget keyed by file:line: sites matched by file only; regenerate it)")
         return "\n".join(lines)
 
 
@@ -152,10 +177,26 @@ def _site_lines(problem: RegionProblem, sites_known: bool) -> list[str]:
 
 
 def _region_sites(source: CountSource, region: str, recorded: Mapping[str, int] | None) -> tuple[SiteCount, ...]:
-    """Call sites of one region, NEW ones (absent from `recorded`) first, then by count."""
+    """Call sites of one region, one row per (file, function, kind), NEW ones (key not in `recorded`) first.
+
+    A row shows the lines it was seen on now (`src/engine.py:120,131`), for the reader only.
+    """
+    rows: dict[str, tuple[str, list[str], int, str]] = {}
+    for site, (function, kinds) in source.site_details(region).items():
+        line = site.rsplit(":", 1)[-1]
+        for kind, count in kinds.items():
+            key = site_key(site, function, kind)
+            file, lines, total, _ = rows.get(key, (key.split("::", 1)[0], [], 0, kind))
+            rows[key] = (file, sorted({*lines, line}, key=lambda x: (len(x), x)), total + count, kind)
     sites = [
-        SiteCount(site, sum(kinds.values()), function, dict(kinds), new=recorded is None or site not in recorded)
-        for site, (function, kinds) in source.site_details(region).items()
+        SiteCount(
+            f"{file}:{','.join(lines)}",
+            count,
+            key.split("::", 1)[1].rsplit(" [", 1)[0],
+            {kind: count},
+            new=recorded is None or not _known(key, recorded),
+        )
+        for key, (file, lines, count, kind) in rows.items()
     ]
     return tuple(sorted(sites, key=lambda s: (not s.new, -s.count, s.site)))
 
@@ -185,7 +226,10 @@ def check_budget(
         recorded = budget.sites.get(region) if budget.sites else None
         sites = _region_sites(source, region, recorded) if source is not None else ()
         (over if allowed is not None else unbudgeted).append(RegionProblem(region, allowed, count, sites))
-    return BudgetReport(tuple(over), tuple(unbudgeted), tuple(under), strict, budget.source, source is not None)
+    old_format = any(not _is_keyed(entries) for entries in budget.sites.values())
+    return BudgetReport(
+        tuple(over), tuple(unbudgeted), tuple(under), strict, budget.source, source is not None, old_format
+    )
 
 
 def budget_payload(

@@ -76,7 +76,7 @@ class GoldenStore:
         path = self.budget_path(scenario)
         if self.update:
             counts = {region: 0 for region in regions} | counter.counts_by_region()
-            write_budget(path, counts, counter.sites_by_region(), _budget_context(context))
+            write_budget(path, counts, counter.site_keys_by_region(), _budget_context(context))
             return GoldenOutcome("updated", f"wrote {self._shown(path)}")
         try:
             budget = SyncBudget.load(path)

@@ -51,6 +51,7 @@ from tripwire.budget import (
     SyncBudget,
     check_budget,
     check_scaling,
+    site_key,
     write_budget,
 )
 
@@ -72,6 +73,7 @@ __all__ = [
     "hot_path",
     "ignore_syncs",
     "record_sync",
+    "site_key",
     "sync_kind",
     "write_budget",
 ]
@@ -347,6 +349,14 @@ class SyncCounter:
     def sites_by_region(self) -> dict[str, Counter[str]]:
         """`sites(region)` for every region that synced."""
         return {region: self.sites(region) for region in self.counts_by_region()}
+
+    def site_keys(self, region: str) -> Counter[str]:
+        """Syncs per budget key (`file::function [kind]`, see `tripwire.budget.site_key`) within `region`."""
+        return Counter(site_key(e.site, e.function, e.kind) for e in self.events if e.region == region)
+
+    def site_keys_by_region(self) -> dict[str, Counter[str]]:
+        """`site_keys(region)` for every region that synced: what a budget file records."""
+        return {region: self.site_keys(region) for region in self.counts_by_region()}
 
     def site_details(self, region: str) -> dict[str, tuple[str, Counter[str]]]:
         """Per call site in `region`: (function, syncs per kind); used by budget reports."""

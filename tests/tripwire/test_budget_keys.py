@@ -1,0 +1,108 @@
+"""Sync budgets key call sites by file, function and kind: edits inside a function do not churn them."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from tripwire.budget import SyncBudget, check_budget, site_key
+from tripwire.errors import SyncBudgetExceeded
+from tripwire.goldens import GoldenStore
+from tripwire.sync import SyncCounter, hot_path
+
+ORIGINAL = """
+def step(t):
+    return t.sum().item()
+"""
+
+MOVED = """
+def step(t):
+    total = t.sum()
+    # the sync moved two lines down, still in step()
+    return total.item()
+"""
+
+NEW_FUNCTION = """
+def step(t):
+    return t.sum().item() + helper(t)
+
+
+def helper(t):
+    return t.max().item()
+"""
+
+NEW_KIND = """
+def step(t):
+    return t.sum().item() + len(t.tolist())
+"""
+
+
+def load(tmp_path: Path, source: str) -> ModuleType:
+    """Write `source` as loop.py (always the same file) and import a fresh copy of it."""
+    path = tmp_path / "loop.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("loop", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(module: ModuleType) -> SyncCounter:
+    with SyncCounter() as counter, hot_path("epoch_transfer"):
+        module.step(torch.arange(4.0))
+    return counter
+
+
+def record(tmp_path: Path, source: str) -> GoldenStore:
+    GoldenStore(tmp_path / "baselines", update=True).check_sync_budget("s", run(load(tmp_path, source)), {})
+    return GoldenStore(tmp_path / "baselines")
+
+
+def test_site_keys_drop_the_line_and_keep_file_function_and_kind() -> None:
+    assert site_key("src/engine.py:120", "Engine.train_pass", "item") == "src/engine.py::Engine.train_pass [item]"
+
+
+def test_moving_a_sync_within_its_function_keeps_the_budget_and_its_file(tmp_path: Path) -> None:
+    store = record(tmp_path, ORIGINAL)
+    budget_file = tmp_path / "baselines" / "sync_budgets" / "s.json"
+    before = budget_file.read_bytes()
+    moved = run(load(tmp_path, MOVED))
+    assert store.check_sync_budget("s", moved, {}).status == "passed"
+    report = check_budget(moved, SyncBudget.load(budget_file))
+    assert report.ok and not report.over
+    GoldenStore(tmp_path / "baselines", update=True).check_sync_budget("s", moved, {})
+    assert budget_file.read_bytes() == before  # regenerating after the move changes nothing
+
+
+def test_a_sync_in_a_new_function_fails_and_is_listed_first_with_its_line(tmp_path: Path) -> None:
+    store = record(tmp_path, ORIGINAL)
+    with pytest.raises(SyncBudgetExceeded) as failure:
+        store.check_sync_budget("s", run(load(tmp_path, NEW_FUNCTION)), {})
+    lines = str(failure.value).splitlines()
+    assert "region 'epoch_transfer': 2 syncs, budget 1 (+1)" in lines[1]
+    assert lines[2].strip().startswith("NEW ") and "loop.py:7 in helper  ×1  [item×1]" in lines[2]
+    assert not lines[3].strip().startswith("NEW") and "in step" in lines[3]
+
+
+def test_a_new_kind_in_a_known_function_is_new(tmp_path: Path) -> None:
+    store = record(tmp_path, ORIGINAL)
+    with pytest.raises(SyncBudgetExceeded) as failure:
+        store.check_sync_budget("s", run(load(tmp_path, NEW_KIND)), {})
+    message = str(failure.value)
+    new_lines = [line for line in message.splitlines() if line.strip().startswith("NEW ")]
+    assert len(new_lines) == 1 and "[tolist×1]" in new_lines[0], message
+
+
+def test_an_old_file_line_budget_still_loads_and_matches_by_file(tmp_path: Path) -> None:
+    counter = run(load(tmp_path, NEW_FUNCTION))
+    (file,) = {site.rsplit(":", 1)[0] for site in counter.sites("epoch_transfer")}
+    old = SyncBudget.from_dict({"regions": {"epoch_transfer": 1}, "sites": {"epoch_transfer": {f"{file}:3": 1}}})
+    report = check_budget(counter, old)
+    assert not report.ok
+    message = report.format()
+    assert "NEW" not in message and "old-format budget keyed by file:line" in message
