@@ -7,10 +7,15 @@ drags in a higher one, the contract packages load no torch, and the lazy exports
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 PROBE = """
 import json, sys
@@ -19,9 +24,10 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def modules_loaded_by(module: str) -> set[str]:
+def modules_loaded_by(module: str, src: Path | None = None) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(src)} if src else None
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(module=module)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", PROBE.format(module=module)], capture_output=True, text=True, timeout=120, env=env
     )
     assert done.returncode == 0, f"import {module} failed: {done.stderr.strip().splitlines()[-1:]}"
     return set(json.loads(done.stdout))
@@ -31,11 +37,75 @@ def loaded_from(modules: set[str], *prefixes: str) -> list[str]:
     return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
 
 
+# Imports each named module in one fresh interpreter where torch, torchvision and numpy cannot be imported; prints
+# {module: "what it tried to import, from which file:line"} for each module that failed.
+BLOCKED_PROBE = """
+import importlib, json, sys, traceback
+BLOCKED = {"torch", "torchvision", "numpy"}
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            ours = [f for f in traceback.extract_stack() if "/esper/" in f.filename.replace(chr(92), "/")]
+            where = f"{ours[-1].filename}:{ours[-1].lineno}" if ours else "?"
+            raise ImportError(f"imports {name} ({where})")
+        return None
+sys.meta_path.insert(0, Blocker())
+failures = {}
+for module in sys.argv[1:]:
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        failures[module] = str(error)
+    leaked = sorted(m for m in sys.modules if m.startswith("esper.") and not m.startswith("esper.leyline"))
+    if leaked:
+        failures[module] = f"imports another esper package: {leaked}"
+print(json.dumps(failures))
+"""
+
+
+def leyline_modules(src: Path) -> list[str]:
+    """Every module under esper/leyline in `src`, found on disk (a new module is covered without a test edit)."""
+    package = src / "esper" / "leyline"
+    return sorted(
+        "esper." + ".".join(path.relative_to(src / "esper").with_suffix("").parts).removesuffix(".__init__")
+        for path in package.rglob("*.py")
+    )
+
+
+def leyline_torch_imports(src: Path) -> dict[str, str]:
+    """{module: why} for each leyline module under `src` that cannot load without torch (empty when all can)."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    command = [sys.executable, "-c", BLOCKED_PROBE, *leyline_modules(src)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=src)
+    assert done.returncode == 0, done.stderr[-2000:]
+    failures: dict[str, str] = json.loads(done.stdout)
+    return failures
+
+
 def test_leyline_loads_no_torch_and_no_other_esper_package() -> None:
     loaded = modules_loaded_by("esper.leyline")
 
     assert loaded_from(loaded, "torch") == []
     assert [m for m in loaded_from(loaded, "esper") if not m.startswith("esper.leyline")] == ["esper"]
+    modules = leyline_modules(SRC)
+    assert "esper.leyline.records" in modules and len(modules) >= 8
+    failures = leyline_torch_imports(SRC)
+    assert failures == {}, "; ".join(f"{module} {why}" for module, why in failures.items())
+
+
+def test_a_leyline_module_outside_the_package_init_that_imports_torch_is_named(tmp_path: Path) -> None:
+    shutil.copytree(SRC / "esper", tmp_path / "esper", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "esper" / "leyline" / "extra_specs.py").write_text(
+        '"""A contract module nobody imports from the package init."""\n\nimport torch  # noqa: F401\n',
+        encoding="utf-8",
+    )
+    # Importing the package alone still looks clean: only a per-module import finds it.
+    assert loaded_from(modules_loaded_by("esper.leyline", tmp_path), "torch") == []
+    failures = leyline_torch_imports(tmp_path)
+    assert list(failures) == ["esper.leyline.extra_specs"]
+    assert "imports torch" in failures["esper.leyline.extra_specs"] and "extra_specs.py:3" in failures[
+        "esper.leyline.extra_specs"
+    ].replace("\\", "/")
 
 
 def test_tolaria_package_loads_no_torch_nissa_or_vectorized_trainer() -> None:

@@ -173,6 +173,19 @@ HAZARDS: tuple[Hazard, ...] = (
         "imports",
     ),
     Hazard(
+        "leyline_module_imports_torch",
+        "esper/leyline/seeding.py (not imported by the package init) imports torch at module level",
+        (
+            Edit(
+                "src/esper/leyline/seeding.py",
+                "\nimport hashlib\n",
+                "\nimport hashlib\n\nimport torch  # noqa: F401\n",
+            ),
+        ),
+        IMPORTS,
+        "imports",
+    ),
+    Hazard(
         "reward_constant_1pct",
         "germinate_cost changed by 1 % (-0.02 -> -0.0202)",
         (
