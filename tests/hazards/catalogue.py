@@ -17,6 +17,7 @@ SYNC_BUDGET = "sync budget"
 TRAJECTORY = "trajectory"
 IMPORTS = "import contracts"
 BENCH = "bench A/B"
+STATIC_AUDIT = "static sync audit"
 TELEMETRY_PAYLOAD = "telemetry payload"
 SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD)
 # Guardrails that necessarily fire beside another: a changed event stream (counts, order, schema) or changed
@@ -43,7 +44,8 @@ class Hazard:
     """One refactor mistake, the guardrail that must catch it, and the ones allowed to fire beside it.
 
     `run` names the guardrail subset to execute: a scenario name (its telemetry, sync-budget and trajectory
-    checks), `imports` (lint-imports) or `bench` (the benchmark A/B of `bench_filter`).
+    checks), `imports` (lint-imports), `static` (the static sync audit of the hot-path modules) or `bench` (the
+    benchmark A/B of `bench_filter`).
     """
 
     name: str
@@ -184,6 +186,21 @@ HAZARDS: tuple[Hazard, ...] = (
         ),
         IMPORTS,
         "imports",
+    ),
+    Hazard(
+        "device_sync_behind_is_cuda",
+        "a torch.cuda.synchronize() behind `if ... is_cuda:` in the train pass (never runs on a CPU machine)",
+        (
+            Edit(
+                ENGINE,
+                "                    self.train_batch(env, acc, inputs, targets)\n",
+                "                    self.train_batch(env, acc, inputs, targets)\n"
+                "                    if inputs.is_cuda:  # a debugging wait left in: never runs on a CPU machine\n"
+                "                        torch.cuda.synchronize()\n",
+            ),
+        ),
+        STATIC_AUDIT,
+        "static",
     ),
     Hazard(
         "reward_constant_1pct",

@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from catalogue import BENCH, HAZARDS, IMPLIED, IMPORTS, AnchorError, Hazard, apply_edits  # noqa: E402
+from catalogue import BENCH, HAZARDS, IMPLIED, IMPORTS, STATIC_AUDIT, AnchorError, Hazard, apply_edits  # noqa: E402
 
 COPIED = ("src", "tests/guardrails", "benchmarks", "baselines", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "build")
@@ -91,6 +91,18 @@ def run_imports(tree: Path) -> dict[str, str]:
     return {IMPORTS: broken[0] if broken else done.stdout.strip().splitlines()[-1]}
 
 
+def run_static(clean: Path, tree: Path) -> dict[str, str]:
+    """The static sync audit of the hot-path modules: the clean copy's counts are the budget for the patched one."""
+    sys.path.insert(0, str(ROOT / "tests" / "guardrails"))
+    from hot_path_modules import HOT_PATH_MODULES
+
+    from tripwire.static_audit import audit, check
+
+    budget = {file: dict(counts) for file, counts in audit(HOT_PATH_MODULES, clean).counts.items()}
+    report = check(audit(HOT_PATH_MODULES, tree), budget)
+    return {} if report.ok else {STATIC_AUDIT: report.over[0]}
+
+
 def run_bench(clean: Path, tree: Path, bench_filter: str) -> dict[str, str]:
     """Interleaved A/B of the clean copy (A) and the patched copy (B) through `tripwire.bench_ab`."""
     out = tree / "build" / "bench-ab"
@@ -134,6 +146,8 @@ def check_guardrails(hazard: Hazard, clean: Path, tree: Path, goldens: Path) -> 
     """Run the guardrail subset the hazard names on the patched tree; returns what fired."""
     if hazard.run == "imports":
         return run_imports(tree)
+    if hazard.run == "static":
+        return run_static(clean, tree)
     if hazard.run == "bench":
         return run_bench(clean, tree, hazard.bench_filter)
     return run_probe(tree, hazard.run, goldens, "check", tree / "fired.json")
@@ -179,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         clean = copy_tree(ROOT, work / "clean")
         goldens = work / "goldens"
-        scenarios = sorted({h.run for h in hazards if h.run not in ("imports", "bench")})
+        scenarios = sorted({h.run for h in hazards if h.run not in ("imports", "static", "bench")})
         quick = [h for h in hazards if h.run != "bench"]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             controls = list(pool.map(partial(run_control, clean=clean, goldens=goldens), scenarios))
@@ -227,7 +241,7 @@ OUTRO = """
 Add a `Hazard` to `HAZARDS` in `tests/hazards/catalogue.py`: the text to replace (it must occur exactly once, so
 a refactor that moves the code fails `tests/hazards/test_catalogue.py` in `nox -s tests` instead of silently
 patching nothing), the guardrail that must catch it, and what to run (a scenario of
-`tests/guardrails/guardrail_scenarios.py`, `imports` or `bench`). Then `nox -s hazards -- --only NAME`.
+`tests/guardrails/guardrail_scenarios.py`, `imports`, `static` or `bench`). Then `nox -s hazards -- --only NAME`.
 """
 
 

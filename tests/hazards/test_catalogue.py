@@ -10,6 +10,7 @@ from catalogue import (
     BENCH,
     HAZARDS,
     IMPORTS,
+    STATIC_AUDIT,
     SYNC_BUDGET,
     TELEMETRY,
     TRAJECTORY,
@@ -49,7 +50,8 @@ def test_an_ambiguous_anchor_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_catalogue_exercises_every_guardrail() -> None:
-    assert {hazard.expected for hazard in HAZARDS} == {TELEMETRY, SYNC_BUDGET, TRAJECTORY, IMPORTS, BENCH}
+    expected = {TELEMETRY, SYNC_BUDGET, TRAJECTORY, IMPORTS, STATIC_AUDIT, BENCH}
+    assert {hazard.expected for hazard in HAZARDS} == expected
     assert len(set(IDS)) == len(IDS)
 
 

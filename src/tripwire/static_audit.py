@@ -1,0 +1,254 @@
+"""Static sync audit: every sync-capable call in the hot-path source, per function, against a committed budget.
+
+Dynamic counting (`tripwire.sync`) sees only code that runs. A `torch.cuda.synchronize()` behind
+`if x.is_cuda:` never runs on a CPU machine, so CPU CI would never see it; this audit reads the source
+instead. It walks each file's AST and counts, per function (qualified name as Python spells it,
+`Engine.train_pass`, `outer.<locals>.inner`, `<module>` for top-level code), the calls of these kinds:
+
+    item, cpu, tolist, numpy     `.item()`, `.cpu()`, `.tolist()`, `.numpy()` on anything
+    synchronize                  any `.synchronize()`: torch.cuda / torch.accelerator / a stream / an event
+    wait_stream, wait_event      `.wait_stream(...)`, `.wait_event(...)` (a stream waits; the host may too)
+    to                           `.to(...)` that may change device, without `non_blocking=True`
+    cuda                         `.cuda(...)` without `non_blocking=True`
+
+The rule for `.to(...)`: counted unless `non_blocking=True` is passed or every argument is dtype-like
+(`torch.float32`, `torch.long`, ..., a name or attribute ending in `dtype`, a `dtype=` or `memory_format=`
+keyword). False positives: a `.to(other_tensor)` that only changes dtype, a user-defined `.to()`; false
+negatives: syncs behind other names (`float(t)`, `bool(t)`, data-dependent ops), which the dynamic counter
+sees when they run. The audit complements the dynamic counts; it does not replace them.
+
+A budget file (JSON, sorted, reviewed in diffs) maps `file -> {"function [kind]": count}`; line numbers are
+shown in failures, never compared, so moving code within a function does not churn it. Reading a failure:
+
+    static sync audit over budget in 1 function:
+      NEW src/esper/tolaria/engine.py:214 in VectorizedEngine.train_pass [synchronize] 0 -> 1
+
+The NEW site (a function/kind the budget never had) comes first; `2 -> 3` rows are known sites that grew.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tripwire.errors import GoldenFileError, GuardrailFailure, read_golden_json
+
+FORMAT = "tripwire-static-sync/1"
+PLAIN_KINDS = {"item", "cpu", "tolist", "numpy", "synchronize", "wait_stream", "wait_event"}
+DTYPE_NAMES = {
+    "float",
+    "float16",
+    "float32",
+    "float64",
+    "bfloat16",
+    "half",
+    "double",
+    "int",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "long",
+    "short",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+}
+
+
+class StaticSyncExceeded(GuardrailFailure):
+    """The hot-path source has more sync-capable calls than its static budget allows."""
+
+
+@dataclass
+class StaticSites:
+    """Counts per `file -> "function [kind]"`, with the lines each was seen on (for display only)."""
+
+    counts: dict[str, Counter[str]] = field(default_factory=dict)
+    lines: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+
+    def add(self, file: str, key: str, line: int) -> None:
+        self.counts.setdefault(file, Counter())[key] += 1
+        self.lines.setdefault(file, {}).setdefault(key, []).append(line)
+
+    def total(self) -> int:
+        return sum(sum(c.values()) for c in self.counts.values())
+
+    def functions(self) -> int:
+        return len({(file, key.rsplit(" [", 1)[0]) for file, keys in self.counts.items() for key in keys})
+
+
+def _is_dtype_like(node: ast.expr) -> bool:
+    """`torch.float32`, `torch.long`, `x.dtype`, `dtype`, `param_dtype`: an argument that is a dtype."""
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name in DTYPE_NAMES or name.endswith("dtype")
+
+
+def call_kind(call: ast.Call) -> str | None:
+    """The sync kind of a call, or None when it cannot sync under the rules above."""
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    name = call.func.attr
+    if name in PLAIN_KINDS:
+        return name
+    if name not in {"to", "cuda"}:
+        return None
+    keywords = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+    non_blocking = keywords.get("non_blocking")
+    if isinstance(non_blocking, ast.Constant) and non_blocking.value is True:
+        return None
+    if name == "cuda":
+        return "cuda"
+    if "device" in keywords:
+        return "to"
+    if call.args and not all(_is_dtype_like(arg) for arg in call.args):
+        return "to"
+    return None
+
+
+class _Visitor(ast.NodeVisitor):
+    """Walks one module, keeping the qualified name of the enclosing function or class."""
+
+    def __init__(self, file: str, sites: StaticSites) -> None:
+        self.file = file
+        self.sites = sites
+        self.scope: list[str] = []
+
+    def _qualname(self) -> str:
+        return ".".join(self.scope) if self.scope else "<module>"
+
+    def _enter(self, name: str, node: ast.AST, is_function: bool) -> None:
+        self.scope.append(name)
+        if is_function:
+            self.scope.append("<locals>")
+        self.generic_visit(node)
+        if is_function:
+            self.scope.pop()
+        self.scope.pop()
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._enter(node.name, node, is_function=False)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._enter(node.name, node, is_function=True)
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self._enter(node.name, node, is_function=True)
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._enter("<lambda>", node, is_function=True)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        kind = call_kind(node)
+        if kind is not None:
+            scope = list(self.scope)
+            if scope and scope[-1] == "<locals>":
+                scope.pop()
+            function = ".".join(scope) if scope else "<module>"
+            self.sites.add(self.file, f"{function} [{kind}]", node.lineno)
+        self.generic_visit(node)
+
+
+def audit(paths: Iterable[str | Path], root: str | Path = ".") -> StaticSites:
+    """Count the sync-capable calls of each file in `paths` (named relative to `root` in the result)."""
+    sites = StaticSites()
+    base = Path(root).resolve()
+    for path in paths:
+        resolved = Path(base / path).resolve()
+        try:
+            source = resolved.read_text(encoding="utf-8")
+        except OSError as error:
+            raise GoldenFileError(f"{path}: cannot read audited module ({error.strerror})") from None
+        name = resolved.relative_to(base).as_posix() if resolved.is_relative_to(base) else str(resolved)
+        sites.counts.setdefault(name, Counter())
+        _Visitor(name, sites).visit(ast.parse(source, filename=name))
+    return sites
+
+
+def budget_payload(sites: StaticSites) -> dict[str, Any]:
+    """The budget file's JSON form: format tag, then per file the sorted `function [kind]` counts."""
+    return {
+        "format": FORMAT,
+        "sites": {file: dict(sorted(counts.items())) for file, counts in sorted(sites.counts.items())},
+    }
+
+
+def write_budget(path: str | Path, sites: StaticSites) -> Path:
+    """Write the static budget (the regenerate path)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(budget_payload(sites), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def load_budget(path: str | Path) -> dict[str, dict[str, int]]:
+    """Read a static budget; a missing or malformed file raises `GoldenFileError` naming it."""
+    data = read_golden_json(Path(path), "static sync budget does not exist (record it with `nox -s baselines`)")
+    sites = data.get("sites") if isinstance(data, Mapping) and data.get("format") == FORMAT else None
+    if not isinstance(sites, Mapping) or not all(
+        isinstance(entries, Mapping) and all(isinstance(n, int) and n >= 0 for n in entries.values())
+        for entries in sites.values()
+    ):
+        raise GoldenFileError(f'{path}: not a static sync budget (expected "format": "{FORMAT}" and "sites")')
+    return {str(file): {str(k): int(n) for k, n in entries.items()} for file, entries in sites.items()}
+
+
+@dataclass(frozen=True)
+class StaticReport:
+    """Outcome of `check`: over-budget rows (NEW first) and rows that can be tightened."""
+
+    over: tuple[str, ...]
+    under: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.over
+
+    def format(self) -> str:
+        if self.ok:
+            return "static sync audit within budget" + (f" ({len(self.under)} can be tightened)" if self.under else "")
+        head = f"static sync audit over budget in {len(self.over)} function(s):"
+        hint = "  remove the calls, or regenerate with `nox -s baselines` (refused under CI) and commit the diff"
+        return "\n".join([head, *(f"  {row}" for row in self.over), hint])
+
+
+def check(sites: StaticSites, budget: Mapping[str, Mapping[str, int]]) -> StaticReport:
+    """Compare audited counts with `budget` per file, function and kind (line numbers never compared)."""
+    new_rows: list[str] = []
+    grown: list[str] = []
+    under: list[str] = []
+    for file in sorted(set(sites.counts) | set(budget)):
+        counts, allowed = sites.counts.get(file, Counter()), budget.get(file, {})
+        if file not in sites.counts:
+            grown.append(f"{file}: audited module is missing (renamed? update the audited list and the budget)")
+            continue
+        for key in sorted(set(counts) | set(allowed)):
+            now, was = counts.get(key, 0), allowed.get(key, 0)
+            function, kind = key.rsplit(" [", 1)
+            lines = ",".join(str(n) for n in sites.lines.get(file, {}).get(key, []))
+            row = f"{file}:{lines} in {function} [{kind} {was} -> {now}"
+            if now > was:
+                (new_rows if key not in allowed else grown).append(("NEW " if key not in allowed else "") + row)
+            elif now < was:
+                under.append(row)
+    return StaticReport(tuple(new_rows + grown), tuple(under))
+
+
+def check_against(
+    paths: Sequence[str | Path], budget_path: str | Path, root: str | Path = ".", *, update: bool = False
+) -> tuple[StaticSites, StaticReport]:
+    """Audit `paths`; write the budget when `update`, else compare and raise `StaticSyncExceeded` when over."""
+    sites = audit(paths, root)
+    if update:
+        write_budget(budget_path, sites)
+        return sites, StaticReport((), ())
+    report = check(sites, load_budget(budget_path))
+    if not report.ok:
+        raise StaticSyncExceeded(report.format())
+    return sites, report

@@ -1,0 +1,154 @@
+"""The static sync audit: what it counts, per function, and how a budget check fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tripwire.errors import GoldenFileError
+from tripwire.static_audit import StaticSyncExceeded, audit, check, check_against, load_budget, write_budget
+
+EVERY_KIND = """
+import torch
+
+
+def pull(t, stream, event):
+    a = t.item()
+    b = t.cpu()
+    c = t.tolist()
+    d = t.numpy()
+    torch.cuda.synchronize()
+    stream.synchronize()
+    event.synchronize()
+    stream.wait_stream(torch.cuda.current_stream())
+    stream.wait_event(event)
+    e = t.to("cuda")
+    f = t.to(device=t.device)
+    g = t.cuda()
+    return a, b, c, d, e, f, g
+"""
+
+NOT_SYNCS = """
+import torch
+
+
+def convert(t, other):
+    a = t.to(torch.float32)
+    b = t.to(dtype=torch.long)
+    c = t.to(other.dtype)
+    d = t.to("cuda", non_blocking=True)
+    e = t.cuda(non_blocking=True)
+    f = t.to(memory_format=torch.channels_last)
+    return a, b, c, d, e, f
+"""
+
+GPU_ONLY = """
+import torch
+
+
+class Engine:
+    def train_pass(self, x):
+        y = x * 2
+        if x.is_cuda:
+            torch.cuda.synchronize()
+        return y
+"""
+
+NESTED = """
+def outer(t):
+    def inner():
+        return t.item()
+    return inner()
+"""
+
+
+def write(tmp_path: Path, source: str, name: str = "hot.py") -> str:
+    (tmp_path / name).write_text(source, encoding="utf-8")
+    return name
+
+
+def counts(tmp_path: Path, source: str) -> dict[str, int]:
+    name = write(tmp_path, source)
+    return dict(audit([name], tmp_path).counts[name])
+
+
+def test_every_sync_kind_is_counted_in_its_function(tmp_path: Path) -> None:
+    assert counts(tmp_path, EVERY_KIND) == {
+        "pull [item]": 1,
+        "pull [cpu]": 1,
+        "pull [tolist]": 1,
+        "pull [numpy]": 1,
+        "pull [synchronize]": 3,
+        "pull [wait_stream]": 1,
+        "pull [wait_event]": 1,
+        "pull [to]": 2,
+        "pull [cuda]": 1,
+    }
+
+
+def test_dtype_only_memory_format_and_non_blocking_moves_are_not_counted(tmp_path: Path) -> None:
+    assert counts(tmp_path, NOT_SYNCS) == {}
+
+
+def test_a_synchronize_behind_is_cuda_is_found_on_a_cpu_machine(tmp_path: Path) -> None:
+    assert counts(tmp_path, GPU_ONLY) == {"Engine.train_pass [synchronize]": 1}
+
+
+def test_a_nested_function_gets_its_qualified_name(tmp_path: Path) -> None:
+    assert counts(tmp_path, NESTED) == {"outer.<locals>.inner [item]": 1}
+
+
+def test_moving_a_call_within_its_function_keeps_the_check_passing(tmp_path: Path) -> None:
+    name = write(tmp_path, GPU_ONLY)
+    budget = tmp_path / "budget.json"
+    check_against([name], budget, tmp_path, update=True)
+    before = budget.read_bytes()
+    write(tmp_path, GPU_ONLY.replace("        y = x * 2\n", "        y = x * 2\n        z = y + 1\n\n"))
+    _, report = check_against([name], budget, tmp_path)
+    assert report.ok
+    check_against([name], budget, tmp_path, update=True)
+    assert budget.read_bytes() == before
+
+
+def test_a_new_gpu_only_sync_fails_naming_the_new_site_first(tmp_path: Path) -> None:
+    name = write(tmp_path, GPU_ONLY.replace("        if x.is_cuda:\n            torch.cuda.synchronize()\n", ""))
+    budget = tmp_path / "budget.json"
+    check_against([name], budget, tmp_path, update=True)
+    write(tmp_path, GPU_ONLY + "\n\ndef helper(t):\n    return t.item()\n")
+    with pytest.raises(StaticSyncExceeded) as failure:
+        check_against([name], budget, tmp_path)
+    lines = str(failure.value).splitlines()
+    assert lines[0] == "static sync audit over budget in 2 function(s):"
+    assert lines[1].strip() == "NEW hot.py:9 in Engine.train_pass [synchronize] 0 -> 1"
+    assert lines[2].strip() == "NEW hot.py:14 in helper [item] 0 -> 1"
+
+
+def test_a_known_site_that_grows_is_reported_with_both_counts(tmp_path: Path) -> None:
+    name = write(tmp_path, NESTED)
+    sites = audit([name], tmp_path)
+    budget = {name: {"outer.<locals>.inner [item]": 1}}
+    assert check(sites, budget).ok
+    write(tmp_path, NESTED.replace("return t.item()", "return t.item() + t.item()"))
+    report = check(audit([name], tmp_path), budget)
+    assert report.over == ("hot.py:4,4 in outer.<locals>.inner [item] 1 -> 2",)
+
+
+def test_a_renamed_audited_module_fails(tmp_path: Path) -> None:
+    name = write(tmp_path, NESTED)
+    report = check(audit([name], tmp_path), {name: {}, "gone.py": {"f [item]": 1}})
+    assert not report.ok and "gone.py: audited module is missing" in report.format()
+
+
+def test_a_malformed_budget_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "budget.json"
+    path.write_text('{"sites": []}', encoding="utf-8")
+    with pytest.raises(GoldenFileError, match=r"budget\.json: not a static sync budget"):
+        load_budget(path)
+
+
+def test_the_budget_file_is_sorted_json_without_line_numbers(tmp_path: Path) -> None:
+    name = write(tmp_path, EVERY_KIND)
+    path = write_budget(tmp_path / "budget.json", audit([name], tmp_path))
+    text = path.read_text(encoding="utf-8")
+    assert '"pull [cpu]": 1' in text and ":5" not in text and text.endswith("}\n")
