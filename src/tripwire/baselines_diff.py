@@ -72,6 +72,18 @@ def _trajectory_lines(base: Any, head: Any) -> list[str]:
     return lines
 
 
+def _static_lines(base: Any, head: Any) -> list[str]:
+    """`file: function [kind] a -> b` for each static-audit count that changed."""
+    lines = []
+    old, new = base.get("sites", {}), head.get("sites", {})
+    for file in sorted(set(old) | set(new)):
+        for key in sorted(set(old.get(file, {})) | set(new.get(file, {}))):
+            a, b = old.get(file, {}).get(key, 0), new.get(file, {}).get(key, 0)
+            if a != b:
+                lines.append(f"`{file}`: {key} {a} -> {b}")
+    return lines
+
+
 def _median(record: dict[str, Any]) -> float | None:
     values = record.get("cpu_ms") if record.get("clock") == "cpu" else record.get("samples_ms")
     return statistics.median(values) if values else None
@@ -100,8 +112,10 @@ def describe(relative: str, base: Any, head: Any) -> list[str]:
         return diff_counts(base, head)
     if relative.startswith("sync_budgets/"):
         return _budget_lines(base, head)
-    if relative.startswith("trajectories/"):
+    if relative.startswith(("trajectories/", "payloads/")):
         return _trajectory_lines(base, head)
+    if relative.startswith("static_sync/"):
+        return _static_lines(base, head)
     if relative.startswith("bench/"):
         return _bench_lines(base, head)
     return []

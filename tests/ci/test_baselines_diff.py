@@ -72,3 +72,11 @@ def test_moved_call_sites_are_listed_even_when_the_counts_hold(tmp_path: Path) -
     text = render(tmp_path / "base", tmp_path / "head")
     assert "call sites in `<outside>`: -`src/m.py:10`, +`src/m.py:12`" in text
     assert "region `" not in text
+
+
+def test_a_grown_static_audit_count_is_named_by_file_function_and_kind(tmp_path: Path) -> None:
+    static = {"format": "tripwire-static-sync/1", "sites": {"src/e.py": {"Engine.train_pass [item]": 0}}}
+    grown = {"format": "tripwire-static-sync/1", "sites": {"src/e.py": {"Engine.train_pass [item]": 1}}}
+    write(tmp_path / "base", "static_sync/hot_path.json", static)
+    write(tmp_path / "head", "static_sync/hot_path.json", grown)
+    assert "`src/e.py`: Engine.train_pass [item] 0 -> 1" in render(tmp_path / "base", tmp_path / "head")
