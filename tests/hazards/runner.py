@@ -221,9 +221,10 @@ text patch (`tests/hazards/catalogue.py`) applied to a temporary copy of the tre
 benchmarks/, baselines/, pyproject.toml); only the guardrails it names run there, in a subprocess with `PYTHONPATH`
 at the copy's `src/`. Scenario goldens (telemetry counts and schema, sync budget, trajectory, telemetry payloads)
 are first recorded from the unpatched copy on the same machine, and the unpatched copy must then pass them in a
-fresh process (the control rows), so the catalogue holds in any determinism context. The import hazard runs
-`lint-imports` on the copy; the slowdown runs `python -m tripwire.bench_ab` with the unpatched copy as base and the
-patched one as head (two interleaved turns: base, head, head, base).
+fresh process (the control rows), so the catalogue holds in any determinism context. The import hazards run
+`lint-imports` on the copy; the static-audit hazard audits the copy's hot-path modules against the unpatched copy's
+counts; the slowdown runs `python -m tripwire.bench_ab` with the unpatched copy as base and the patched one as head
+(two interleaved turns: base, head, head, base).
 
 `caught` means the expected guardrail fired and nothing outside its tolerated companions did. A trajectory hazard
 may also change which lifecycle events happen, so trajectory hazards tolerate a telemetry change; a changed event
