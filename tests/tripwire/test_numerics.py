@@ -77,15 +77,16 @@ def test_two_pinned_runs_are_bitwise_equal() -> None:
 
 
 @needs_x86_avx2
-def test_the_pin_changes_the_bits_where_the_native_isa_is_wider() -> None:
+def test_the_pin_changes_the_bits_on_this_machine() -> None:
+    # On an AVX-512 CPU all three libraries change path; on an AVX2 CPU MKL still does (its native AVX2 branch
+    # against the pinned compatible one: 12 of 15 tensors differ on an emulated Intel AVX2 CPU, 10 of 13 on an
+    # emulated AMD one, docs/portability.md). Equal bits would mean the pin is not reaching the libraries.
     native = run_workload(pinned=False)
-    capability = native["context"]["cpu_capability"]  # type: ignore[index]
-    if capability == "AVX2":
-        pytest.skip("this CPU's native ISA is AVX2, the pinned level: native and pinned runs may coincide here")
     pinned = run_workload(pinned=True)
     assert pinned["context"]["cpu_capability"] == "AVX2"  # type: ignore[index]
     differing = [name for name, digest in pinned["digests"].items() if native["digests"][name] != digest]  # type: ignore[attr-defined,index]
-    assert differing, f"native {capability} and pinned AVX2 runs are bitwise equal: the pin does nothing here"
+    capability = native["context"]["cpu_capability"]  # type: ignore[index]
+    assert differing, f"native ({capability}) and pinned runs are bitwise equal: the pin does nothing here"
 
 
 @needs_x86_avx2
