@@ -64,6 +64,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--against REF`): a check with no golden is then a skip, not a CI failure",
     )
     parser.addini("tripwire_baselines", "directory holding tripwire's goldens", default="baselines")
+    parser.addini(
+        "tripwire_round_end",
+        "the event label that closes a round in your telemetry (per-round counts); empty: one segment",
+        default="",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -128,18 +133,19 @@ def trajectory() -> TrajectoryRecorder:
 class TelemetryCountsHelper:
     """Reduce events (counts, order, payload schema) and compare them to this test's syrupy snapshot."""
 
-    def __init__(self, snapshot: Any) -> None:
+    def __init__(self, snapshot: Any, round_end: str | None = None) -> None:
         from tripwire.snapshot import TelemetrySnapshotExtension
 
         self.snapshot = snapshot.use_extension(TelemetrySnapshotExtension)
+        self.round_end = round_end
 
     def reduce(self, events: Any, **options: Any) -> TelemetryCounts:
-        return reduce_events(events, **options)
+        return reduce_events(events, **{"round_end": self.round_end, **options})
 
     def check(self, events: Any, *, name: str | None = None, **options: Any) -> TelemetryCounts:
         """Reduce `events` and assert the snapshot matches (a missing snapshot fails)."""
         __tracebackhide__ = True
-        counts = events if isinstance(events, TelemetryCounts) else reduce_events(events, **options)
+        counts = events if isinstance(events, TelemetryCounts) else self.reduce(events, **options)
         target = self.snapshot(name=name) if name else self.snapshot
         index = target.index
         if target == counts.to_snapshot():
@@ -174,9 +180,10 @@ def _is_counts_snapshot(path: Path) -> bool:
 
 
 @pytest.fixture
-def telemetry_counts(snapshot: Any) -> TelemetryCountsHelper:
-    """`telemetry_counts.check(events)` reduces events and asserts them against the stored snapshot."""
-    return TelemetryCountsHelper(snapshot)
+def telemetry_counts(snapshot: Any, pytestconfig: pytest.Config) -> TelemetryCountsHelper:
+    """`telemetry_counts.check(events)` reduces events and asserts them against the stored snapshot; rounds end at
+    the `tripwire_round_end` ini option's label."""
+    return TelemetryCountsHelper(snapshot, str(pytestconfig.getini("tripwire_round_end")) or None)
 
 
 @pytest.fixture(scope="session")

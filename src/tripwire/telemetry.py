@@ -5,8 +5,10 @@ directory holding exactly one). A malformed or partial line raises `TelemetryPar
 `path:line: what is wrong`. An event's label is its `event_type`, refined by a detail key of its payload
 when present (`ANALYTICS_SNAPSHOT:throughput`), so distinct analytics kinds count separately.
 
-Rounds are segments of the stream closed by a `round_end` label (default: the trainer's last per-round
-event, `ANALYTICS_SNAPSHOT:throughput`); events after the last one land in a trailing segment. Sequence
+Rounds are segments of the stream closed by a `round_end` label: the trainer's last per-round event, which
+only the caller knows (esper's is `ANALYTICS_SNAPSHOT:throughput`; the pytest plugin reads it from the
+`tripwire_round_end` ini option). Without one the whole stream is round 0; events after the last round end land
+in a trailing segment. Sequence
 entries of per-env events carry the env (`EPOCH_COMPLETED@2`), so a reordered env loop shows. The
 snapshot (`TelemetryCounts.to_snapshot()`) has only string keys and int or string values, so syrupy's JSON
 extension keeps every entry (it silently drops non-string keys). It also holds each label's payload schema
@@ -32,7 +34,6 @@ from tripwire.errors import TelemetryParseError
 from tripwire.schema import Schema, diff_schema, payload_schema
 
 EVENTS_FILE = "events.jsonl"
-DEFAULT_ROUND_END = "ANALYTICS_SNAPSHOT:throughput"
 DEFAULT_DETAIL_KEYS = ("kind",)
 
 
@@ -118,7 +119,7 @@ def _numeric_key(item: tuple[str, Any]) -> tuple[int, str]:
 def reduce_events(
     events: Iterable[Mapping[str, Any]] | str | Path,
     *,
-    round_end: str | None = DEFAULT_ROUND_END,
+    round_end: str | None = None,
     sequence_round: int = 0,
     detail_keys: Sequence[str] = DEFAULT_DETAIL_KEYS,
 ) -> TelemetryCounts:

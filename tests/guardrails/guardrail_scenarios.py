@@ -29,6 +29,7 @@ from tripwire.sync import SyncCounter
 from tripwire.trajectory import Trajectory, TrajectoryRecorder
 
 LIFECYCLE = ("heuristic", "--task", "cifar_baseline", "--envs", "4", "--slots", "r0c0", "r0c1", "r0c2")
+ROUND_END = "ANALYTICS_SNAPSHOT:throughput"  # esper's last per-round event (pyproject's tripwire_round_end too)
 HOT_REGIONS = ("train_pass", "fused_validation", "epoch_transfer", "action_transfer")  # budgeted even at 0
 SIZES = ("--train-samples", "200", "--val-samples", "100", "--batch-size", "25", "--quiet")
 SMALL = ("--train-samples", "100", "--val-samples", "50", "--batch-size", "25", "--quiet")

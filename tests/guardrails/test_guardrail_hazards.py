@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from guardrail_scenarios import HOT_REGIONS, SCENARIOS, TWO_ENVS, Scenario, ScenarioRun, run_scenario
+from guardrail_scenarios import HOT_REGIONS, ROUND_END, SCENARIOS, TWO_ENVS, Scenario, ScenarioRun, run_scenario
 
 import esper.simic.training.vectorized as vectorized_module
 from esper.simic.rewards import RewardConfig
@@ -131,9 +131,9 @@ def test_dropped_or_duplicated_event_is_named_in_the_snapshot_diff(
     dropped = events[:pruned] + events[pruned + 1 :]
     duplicated = [*events[: epoch + 1], events[epoch], *events[epoch + 1 :]]
     extension = TelemetrySnapshotExtension()
-    golden = extension.serialize(reduce_events(events).to_snapshot())
+    golden = extension.serialize(reduce_events(events, round_end=ROUND_END).to_snapshot())
     for changed, expected in ((dropped, "SEED_PRUNED: 1 -> 0 (-1)"), (duplicated, "EPOCH_COMPLETED: 5 -> 6 (+1)")):
-        now = extension.serialize(reduce_events(changed).to_snapshot())
+        now = extension.serialize(reduce_events(changed, round_end=ROUND_END).to_snapshot())
         assert not extension.matches(serialized_data=now, snapshot_data=golden)
         diff = "\n".join(extension.diff_lines(now, golden))
         assert diff.startswith("telemetry changed (golden -> now):") and expected in diff
@@ -148,7 +148,10 @@ def test_reordered_env_loop_diverges_in_trajectory_and_event_order(
     monkeypatch.setattr(VectorizedPPOTrainer, "run_epoch", _run_epoch_reversed)
     hazard, message = diverged_run(store, "a_two_envs", TWO_ENVS, tmp_path)
     assert "'r0/e1/env0/train'" in message.splitlines()[0]
-    order = diff_counts(reduce_events(clean.events).to_snapshot(), reduce_events(hazard.events).to_snapshot())
+    order = diff_counts(
+        reduce_events(clean.events, round_end=ROUND_END).to_snapshot(),
+        reduce_events(hazard.events, round_end=ROUND_END).to_snapshot(),
+    )
     assert any(line.startswith("order of round 0 changed at position") for line in order), order
     gate_log.add("hazard: env loop order", "a_two_envs", "caught", message.splitlines()[0])
 

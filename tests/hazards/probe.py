@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     workdir = goldens_path / "work" if mode == "record" else Path(rest[0]).parent
     workdir.mkdir(parents=True, exist_ok=True)
     run = scenarios.run_scenario(scenario, workdir)
-    counts = reduce_events(run.events).to_snapshot()
+    counts = reduce_events(run.events, round_end=scenarios.ROUND_END).to_snapshot()
     store = GoldenStore(goldens_path, update=mode == "record")
     counts_file = goldens_path / "telemetry" / f"{name}.json"
     if mode == "record":

@@ -16,6 +16,9 @@ def event(event_type: str, env_id: int = -1, **data: Any) -> dict[str, Any]:
     return {"event_type": event_type, "env_id": env_id, "data": data}
 
 
+ROUND_END = "ANALYTICS_SNAPSHOT:throughput"  # the label closing each round of this made-up stream
+
+
 def two_rounds() -> list[dict[str, Any]]:
     round_events = [
         event("EPOCH_COMPLETED", 0),
@@ -33,7 +36,7 @@ def write_lines(path: Path, lines: list[str]) -> Path:
 
 
 def test_counts_per_type_round_and_env() -> None:
-    counts = reduce_events(two_rounds())
+    counts = reduce_events(two_rounds(), round_end=ROUND_END)
     assert counts.total == 11
     assert counts.by_type["EPOCH_COMPLETED"] == 4
     assert counts.by_round["0"]["TRAINING_STARTED"] == 1 and "TRAINING_STARTED" not in counts.by_round["1"]
@@ -48,7 +51,7 @@ def test_payload_kind_refines_the_label() -> None:
 
 
 def test_sequence_of_one_round_carries_the_env_of_per_env_events() -> None:
-    counts = reduce_events(two_rounds(), sequence_round=1)
+    counts = reduce_events(two_rounds(), round_end=ROUND_END, sequence_round=1)
     assert counts.sequence == [
         "EPOCH_COMPLETED@0",
         "EPOCH_COMPLETED@1",
@@ -59,7 +62,7 @@ def test_sequence_of_one_round_carries_the_env_of_per_env_events() -> None:
 
 
 def test_snapshot_has_only_string_keys_and_int_values() -> None:
-    snapshot = reduce_events(two_rounds()).to_snapshot()
+    snapshot = reduce_events(two_rounds(), round_end=ROUND_END).to_snapshot()
     assert json.loads(json.dumps(snapshot)) == snapshot
     assert all(isinstance(k, str) for section in snapshot["by_env"].values() for k in section)
     assert all(type(v) is int for v in snapshot["by_type"].values())
@@ -92,8 +95,10 @@ def test_line_without_event_type_is_refused(tmp_path: Path) -> None:
 
 
 def test_diff_names_the_event_type_whose_count_changed() -> None:
-    golden = reduce_events(two_rounds()).to_snapshot()
-    dropped = reduce_events([e for e in two_rounds() if e["event_type"] != "SEED_GERMINATED"]).to_snapshot()
+    golden = reduce_events(two_rounds(), round_end=ROUND_END).to_snapshot()
+    dropped = reduce_events(
+        [e for e in two_rounds() if e["event_type"] != "SEED_GERMINATED"], round_end=ROUND_END
+    ).to_snapshot()
     lines = diff_counts(golden, dropped)
     assert lines[0] == "SEED_GERMINATED: 2 -> 0 (-2)"
     assert "env 1: SEED_GERMINATED: 2 -> 0 (-2)" in lines
@@ -104,3 +109,8 @@ def test_diff_names_the_first_reordered_position() -> None:
     swapped = [events[0], events[2], events[1], *events[3:]]
     lines = diff_counts(reduce_events(events).to_snapshot(), reduce_events(swapped).to_snapshot())
     assert lines == ["order of round 0 changed at position 2: golden EPOCH_COMPLETED@0, now EPOCH_COMPLETED@1"]
+
+
+def test_without_a_round_end_the_whole_stream_is_one_round() -> None:
+    counts = reduce_events(two_rounds())
+    assert list(counts.by_round) == ["0"] and counts.by_round["0"]["EPOCH_COMPLETED"] == 4
