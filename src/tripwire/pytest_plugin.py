@@ -45,7 +45,8 @@ class GateLog:
         self.rows.append((check, subject, status, detail))
 
 
-_GATE_LOG = GateLog()
+# The session's gate log lives on pytest's config (one per run, also for in-process pytester runs).
+GATE_LOG_KEY = pytest.StashKey[GateLog]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -72,6 +73,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.stash[GATE_LOG_KEY] = GateLog()
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with a reason where there is none")
     active = [flag for flag, dest in UPDATE_FLAGS.items() if getattr(config.option, dest, False)]
     if active and os.environ.get("CI"):
@@ -100,9 +102,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Print the guardrail table: one row per check the gate ran."""
-    if not _GATE_LOG.rows:
+    log = config.stash.get(GATE_LOG_KEY, None)
+    if log is None or not log.rows:
         return
-    rows = [("check", "scenario", "status", "detail"), *_GATE_LOG.rows]
+    rows = [("check", "scenario", "status", "detail"), *log.rows]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     terminalreporter.section("tripwire guardrails")
     against = str(config.getoption("tripwire_against", ""))
@@ -111,7 +114,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for row in rows:
         cells = [row[i].ljust(widths[i]) for i in range(3)]
         terminalreporter.write_line(f"{cells[0]}  {cells[1]}  {cells[2]}  {row[3][:100]}")
-    _GATE_LOG.rows.clear()
+    log.rows.clear()
 
 
 @pytest.fixture
@@ -198,9 +201,9 @@ def tripwire_goldens(pytestconfig: pytest.Config) -> GoldenStore:
 
 
 @pytest.fixture(scope="session")
-def gate_log() -> GateLog:
+def gate_log(pytestconfig: pytest.Config) -> GateLog:
     """Add rows (check, scenario, status, detail) to the table printed at the end of the run."""
-    return _GATE_LOG
+    return pytestconfig.stash[GATE_LOG_KEY]
 
 
 def as_event_dicts(events: Any) -> list[Mapping[str, Any]]:
