@@ -179,3 +179,16 @@ def test_tamiyo_unknown_attribute_raises_attribute_error() -> None:
 
     with pytest.raises(AttributeError, match="no attribute 'NotAThing'"):
         tamiyo.NotAThing  # noqa: B018
+
+
+def test_tripwire_has_no_import_cycle() -> None:
+    import grimp
+
+    graph = grimp.build_graph("tripwire")
+    cycles = sorted(
+        (importer, imported)
+        for importer in graph.modules
+        for imported in graph.find_modules_directly_imported_by(importer)
+        if graph.chain_exists(importer=imported, imported=importer)
+    )
+    assert cycles == [], f"import cycles in tripwire: {cycles}"

@@ -33,16 +33,21 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
-import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ContextDecorator
-from dataclasses import dataclass
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tripwire._sync_state import (
+    _LOCAL,
+    _STATE,
+    OUTSIDE,
+    SyncEvent,
+    deliver,
+    relative_path,
+)
 from tripwire.budget import (
     BudgetReport,
     RegionProblem,
@@ -78,45 +83,7 @@ __all__ = [
     "write_budget",
 ]
 
-OUTSIDE = "<outside>"
 T = TypeVar("T")
-_TRIPWIRE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-@dataclass(frozen=True)
-class SyncEvent:
-    """One host synchronization: what synced, in which region, from which call site."""
-
-    kind: str
-    region: str
-    site: str
-    function: str
-    region_path: str = OUTSIDE
-
-
-class _GlobalState:
-    """Process-wide switches read on the hot path; plain attributes, so a check is one lookup."""
-
-    def __init__(self) -> None:
-        self.active = 0  # number of active SyncCounters (all threads)
-        self.pushed = 0  # hot_path entries currently on some thread's region stack
-        self.counters: list[SyncCounter] = []
-        self.root = ""
-        self.skip_prefixes: tuple[str, ...] = (_TRIPWIRE_DIR,)
-        self.lock = threading.Lock()  # guards `pushed` when regions are entered on several threads
-
-
-class _ThreadState(threading.local):
-    """Per-thread region stack, suppression depth and relabelling."""
-
-    def __init__(self) -> None:
-        self.regions: list[tuple[hot_path, str]] = []
-        self.suppress = 0
-        self.label: str | None = None
-
-
-_STATE = _GlobalState()
-_LOCAL = _ThreadState()
 
 
 class hot_path(ContextDecorator):
@@ -209,43 +176,6 @@ def record_sync(kind: str) -> None:
     """Record a sync tripwire cannot see (C extensions, custom kernels, CPU timer fallbacks)."""
     if _STATE.active:
         deliver(kind)
-
-
-def deliver(kind: str, *, implicit: bool = False) -> None:
-    """Record one sync of `kind` at the current call site to every active counter (hook entry)."""
-    local = _LOCAL
-    if local.suppress:
-        return
-    if local.label is not None:
-        kind = local.label
-    site, function = _call_site()
-    regions = local.regions
-    region = regions[-1][1] if regions else OUTSIDE
-    path = "/".join(name for _, name in regions) if regions else OUTSIDE
-    event = SyncEvent(kind, region, site, function, path)
-    for counter in list(_STATE.counters):
-        if implicit and not counter.implicit:
-            continue
-        counter.events.append(event)
-
-
-def _call_site() -> tuple[str, str]:
-    """`(file:line, function)` of the innermost frame outside torch and tripwire."""
-    frame: FrameType | None = sys._getframe(1)
-    prefixes = _STATE.skip_prefixes
-    while frame is not None and frame.f_code.co_filename.startswith(prefixes):
-        frame = frame.f_back
-    if frame is None:
-        return "<unknown>", "<unknown>"
-    return f"{relative_path(frame.f_code.co_filename)}:{frame.f_lineno}", frame.f_code.co_qualname
-
-
-def relative_path(filename: str) -> str:
-    """`filename` relative to the counter's root directory when under it, else unchanged."""
-    root = _STATE.root
-    if root and filename.startswith(root):
-        return filename[len(root) :]
-    return filename
 
 
 class SyncCounter:
@@ -388,11 +318,6 @@ class SyncCounter:
 
     def __repr__(self) -> str:
         return f"SyncCounter(total={self.total}, regions={self.counts_by_region()})"
-
-
-def _set_skip_prefixes(prefixes: tuple[str, ...]) -> None:
-    """Set the directories whose frames are never a call site (hook installer use)."""
-    _STATE.skip_prefixes = prefixes
 
 
 def _current_regions() -> list[str]:
