@@ -22,7 +22,7 @@ import torch
 
 from esper.nissa import TelemetryHub
 from esper.tolaria.engine import EnvRuntime, TrainAccumulators, VectorizedEngine
-from tripwire.bench_fixture import CalibrationWorkload
+from tripwire.bench.fixture import CalibrationWorkload
 from workloads import GATE, EpochWorkload, bench_config
 
 DEVICE_ENV = "TRIPWIRE_BENCH_DEVICE"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from esper.nissa import TelemetryHub
-from tripwire.bench_fixture import BenchSpec, CalibrationWorkload, measure
+from tripwire.bench.fixture import BenchSpec, CalibrationWorkload, measure
 from workloads import (
     GATE,
     ORIGINAL,

@@ -3,7 +3,7 @@
 `build_parts(config)` runs `esper.simic.training.vectorized.run_training` with the trainer class swapped for one
 that keeps the assembled `TrainerParts` instead of training, so every workload uses the trainer's own
 construction (seeding, data, envs, engine, policy client) with no copy of it here. Each workload is a
-`tripwire.bench_fixture.Workload`: `prepare()` is untimed, `run()` is what a round times.
+`tripwire.bench.fixture.Workload`: `prepare()` is untimed, `run()` is what a round times.
 
 Sizes: GATE (256 train / 64 val samples per env, batch 32) keeps the gated rounds short; ORIGINAL is the workload
 the original was measured on (cifar_baseline, 1000 train / 200 val samples per env per epoch, batch 50 per env).
@@ -29,8 +29,8 @@ from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import ObservationBatch, PPOClient
 from esper.simic.training.vectorized_trainer import TrainerParts, TrainingResult, VectorizedPPOTrainer
 from esper.tolaria.engine import EnvRuntime, FusedPlan
-from tripwire.bench_fixture import Workload
-from tripwire.bench_ops import OpCounter
+from tripwire.bench.fixture import Workload
+from tripwire.bench.ops import OpCounter
 from tripwire.sync import SyncCounter
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tripwire.bench_store import BenchRecord, BenchRun
+from tripwire.bench.store import BenchRecord, BenchRun
 
 BASE_SAMPLES = (100.0, 102.0, 98.0, 101.0, 99.0, 103.0, 97.0, 100.5, 99.5, 101.5)
 CALIBRATION = (10.0, 10.1, 9.9, 10.0, 10.05, 9.95, 10.0, 10.0, 10.1, 9.9)

@@ -11,7 +11,7 @@ import pytest
 from bench_helpers import pytest_benchmark_json, record, run
 
 from tripwire.bench import main
-from tripwire.bench_store import write_baseline
+from tripwire.bench.store import write_baseline
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from tripwire.bench_fixture import BenchSpec, CalibrationWorkload, measure, run_rounds
-from tripwire.bench_ops import OpCounter
+from tripwire.bench.fixture import BenchSpec, CalibrationWorkload, measure, run_rounds
+from tripwire.bench.ops import OpCounter
 
 
 class CountingWorkload:

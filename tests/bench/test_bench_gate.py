@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from bench_helpers import record, run
 
-from tripwire.bench_gate import Row, Verdict, compare_runs, min_p_value
-from tripwire.bench_store import BenchRecord
+from tripwire.bench.gate import Row, Verdict, compare_runs, min_p_value
+from tripwire.bench.store import BenchRecord
 
 
 def gated_row(base: BenchRecord, now: BenchRecord) -> Row:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from bench_helpers import pytest_benchmark_json, record, run
 
-from tripwire.bench_store import BaselineError, ResultsError, baseline_path, load_results, read_baseline, write_baseline
+from tripwire.bench.store import BaselineError, ResultsError, baseline_path, load_results, read_baseline, write_baseline
 
 
 def test_a_written_baseline_reads_back_equal(tmp_path: Path) -> None:

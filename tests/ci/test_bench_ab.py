@@ -1,4 +1,4 @@
-"""`python -m tripwire.bench_ab`: interleaved turn order, pooled rounds, and one-line usage errors."""
+"""`python -m tripwire.bench.ab`: interleaved turn order, pooled rounds, and one-line usage errors."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tripwire.bench_ab import main, pool, turn_order
-from tripwire.bench_store import BenchRecord, BenchRun
+from tripwire.bench.ab import main, pool, turn_order
+from tripwire.bench.store import BenchRecord, BenchRun
 
 
 def run_with(samples: tuple[float, ...], proxies: dict[str, int]) -> BenchRun:

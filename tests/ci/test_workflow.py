@@ -90,7 +90,7 @@ def test_the_bench_job_checks_out_base_and_head_and_runs_the_interleaved_ab() ->
     job = load()["jobs"]["bench-ab"]
     checkouts = [step["with"] for step in job["steps"] if str(step.get("uses", "")).startswith("actions/checkout@")]
     assert sorted(c["path"] for c in checkouts) == ["base", "head"]
-    assert "tripwire.bench_ab --base ../base --head ." in run_lines(job)
+    assert "tripwire.bench.ab --base ../base --head ." in run_lines(job)
 
 
 def test_no_step_updates_goldens_or_baselines() -> None:

@@ -104,9 +104,9 @@ def run_static(clean: Path, tree: Path) -> dict[str, str]:
 
 
 def run_bench(clean: Path, tree: Path, bench_filter: str) -> dict[str, str]:
-    """Interleaved A/B of the clean copy (A) and the patched copy (B) through `tripwire.bench_ab`."""
+    """Interleaved A/B of the clean copy (A) and the patched copy (B) through `tripwire.bench.ab`."""
     out = tree / "build" / "bench-ab"
-    command = [sys.executable, "-m", "tripwire.bench_ab", "--base", str(clean), "--head", str(tree)]
+    command = [sys.executable, "-m", "tripwire.bench.ab", "--base", str(clean), "--head", str(tree)]
     command += ["--turns", "2", "--out", str(out), "-k", bench_filter]
     done = subprocess.run(command, cwd=tree, env=tree_env(clean), capture_output=True, text=True, check=False)
     if done.returncode not in (0, 1) or not (out / "bench-ab.json").exists():
@@ -223,7 +223,7 @@ at the copy's `src/`. Scenario goldens (telemetry counts and schema, sync budget
 are first recorded from the unpatched copy on the same machine, and the unpatched copy must then pass them in a
 fresh process (the control rows), so the catalogue holds in any determinism context. The import hazards run
 `lint-imports` on the copy; the static-audit hazard audits the copy's hot-path modules against the unpatched copy's
-counts; the slowdown runs `python -m tripwire.bench_ab` with the unpatched copy as base and the patched one as head
+counts; the slowdown runs `python -m tripwire.bench.ab` with the unpatched copy as base and the patched one as head
 (two interleaved turns: base, head, head, base).
 
 `caught` means the expected guardrail fired and nothing outside its tolerated companions did. A trajectory hazard

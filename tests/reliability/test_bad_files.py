@@ -25,8 +25,8 @@ import torch
 from esper.scripts import train
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.vectorized import run_training
-from tripwire import bench as bench_cli
-from tripwire.bench_store import BaselineError, read_baseline
+from tripwire.bench import cli as bench_cli
+from tripwire.bench.store import BaselineError, read_baseline
 from tripwire.context import capture_context, context_key
 from tripwire.errors import GoldenFileError, SyncBudgetExceeded, TrajectoryDivergence
 from tripwire.goldens import GoldenStore

@@ -18,7 +18,7 @@ from typing import Any
 
 from tripwire.errors import TripwireError
 
-TRIPWIRE_KEY = "tripwire"  # the extra_info key bench_fixture.measure writes
+TRIPWIRE_KEY = "tripwire"  # the extra_info key tripwire.bench.fixture.measure writes
 TIME_METRIC = "time_ms"
 
 BASELINE_FORMAT = "tripwire-bench-baseline/1"
@@ -124,7 +124,7 @@ def _record_from_payload(name: str, payload: dict[str, Any], where: str) -> Benc
 
 
 def load_results(path: str | Path) -> BenchRun:
-    """Read a `--benchmark-json` file; benchmarks measured with `tripwire.bench_fixture.measure` are kept."""
+    """Read a `--benchmark-json` file; benchmarks measured with `tripwire.bench.fixture.measure` are kept."""
     source = Path(path)
     try:
         data = json.loads(source.read_text())
@@ -145,7 +145,9 @@ def load_results(path: str | Path) -> BenchRun:
             raise ResultsError(str(exc)) from None
         devices.add(device_key(str(payload.get("device", "cpu"))))
     if not records:
-        raise ResultsError(f"{source}: no benchmark recorded tripwire data (were they run with bench_fixture.measure?)")
+        raise ResultsError(
+            f"{source}: no benchmark recorded tripwire data (were they run with tripwire.bench.fixture.measure?)"
+        )
     if len(devices) > 1:
         raise ResultsError(f"{source}: benchmarks ran on several device types {sorted(devices)}; run one per device")
     machine = data.get("machine_info", {})

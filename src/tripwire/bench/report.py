@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from tripwire.bench_gate import Comparison, Row
+from tripwire.bench.gate import Comparison, Row
 
 HEADERS = ("benchmark", "metric", "baseline", "now", "change", "p", "threshold", "verdict")
 

@@ -1,6 +1,6 @@
-"""`python -m tripwire.bench_ab`: benchmark two source trees on one machine in interleaved turns, then gate B on A.
+"""`python -m tripwire.bench.ab`: benchmark two source trees on one machine in interleaved turns, then gate B on A.
 
-    python -m tripwire.bench_ab --base ../base --head . [--turns 2] [--out build/bench-ab] [-k train_pass]
+    python -m tripwire.bench.ab --base ../base --head . [--turns 2] [--out build/bench-ab] [-k train_pass]
 
 Each turn runs the benchmark suite of both trees once, alternating which goes first (A B, then B A, ...), so a
 machine that gets slower or faster during the job affects both sides alike. Each tree runs its own suite
@@ -23,16 +23,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from tripwire.bench_gate import compare_runs
-from tripwire.bench_report import dumps_json, render_markdown, render_text
-from tripwire.bench_store import BenchRecord, BenchRun, ResultsError, load_results
+from tripwire.bench.gate import compare_runs
+from tripwire.bench.report import dumps_json, render_markdown, render_text
+from tripwire.bench.store import BenchRecord, BenchRun, ResultsError, load_results
 
 DEVICE_ENV = "TRIPWIRE_BENCH_DEVICE"
 SIDES = ("base", "head")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tripwire.bench_ab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tripwire.bench.ab", description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the tree to compare against (A), e.g. a checkout of main")
     parser.add_argument("--head", required=True, help="the tree under test (B)")
     parser.add_argument("--turns", type=int, default=2, help="interleaved turns; each runs both suites (default 2)")

@@ -26,7 +26,7 @@ from enum import Enum
 
 from scipy.stats import mannwhitneyu
 
-from tripwire.bench_store import TIME_METRIC, BenchRecord, BenchRun
+from tripwire.bench.store import TIME_METRIC, BenchRecord, BenchRun
 
 
 class Verdict(str, Enum):

@@ -5,10 +5,10 @@
     python -m tripwire.bench --suite benchmarks --save                # ... and write baselines/bench/<dev>.json
     python -m tripwire.bench --current build/bench/current.json --compare baselines/   # gate saved results
 
-The suite's benchmarks must record their rounds with `tripwire.bench_fixture.measure`; the device they run on is
+The suite's benchmarks must record their rounds with `tripwire.bench.fixture.measure`; the device they run on is
 passed to the suite in the `TRIPWIRE_BENCH_DEVICE` environment variable. Arguments the tool does not know are
 passed on to pytest (e.g. `-k epoch`). pytest-benchmark's own `--benchmark-compare` cannot take a directory,
-has no significance test and gates neither throughput nor exact counts; this tool does (see `bench_gate`).
+has no significance test and gates neither throughput nor exact counts; this tool does (see `tripwire.bench.gate`).
 
 Outputs (under `--out`, default build/bench): `current.json` (pytest-benchmark JSON, raw rounds included),
 `bench-report.json` and `bench-report.md`; the markdown is appended to `$GITHUB_STEP_SUMMARY` when it is set.
@@ -25,10 +25,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tripwire.bench_gate import compare_runs
-from tripwire.bench_report import dumps_json, render_markdown, render_text
-from tripwire.bench_store import BaselineError, BenchRun, ResultsError, baseline_path, load_results, read_baseline
-from tripwire.bench_store import write_baseline as write_baseline_file
+from tripwire.bench.gate import compare_runs
+from tripwire.bench.report import dumps_json, render_markdown, render_text
+from tripwire.bench.store import BaselineError, BenchRun, ResultsError, baseline_path, load_results, read_baseline
+from tripwire.bench.store import write_baseline as write_baseline_file
 
 DEVICE_ENV = "TRIPWIRE_BENCH_DEVICE"
 DEFAULT_BASELINES = "baselines"

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from tripwire.bench_store import TIME_METRIC, TRIPWIRE_KEY
+from tripwire.bench.store import TIME_METRIC, TRIPWIRE_KEY
 from tripwire.timing import CUDATimer
 
 
