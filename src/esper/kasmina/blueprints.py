@@ -60,7 +60,8 @@ class NormSeed(nn.Module):
         self.scale = nn.Parameter(torch.zeros(1))
 
     def forward(self, x: Tensor) -> Tensor:
-        return x + torch.tanh(self.scale) * (self.norm(x) - x)
+        out: Tensor = x + torch.tanh(self.scale) * (self.norm(x) - x)
+        return out
 
 
 class SqueezeExciteSeed(nn.Module):
@@ -106,7 +107,8 @@ class BottleneckSeed(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         branch = F.relu(self.conv(F.relu(self.down(x))))
-        return x + self.norm(self.up(branch))
+        out: Tensor = x + self.norm(self.up(branch))
+        return out
 
 
 class ConvSmallSeed(nn.Module):
@@ -142,7 +144,8 @@ class ConvSeed(nn.Module):
         self.enhance = nn.Sequential(*(SeedConvBlock(channels) for _ in range(depth)))
 
     def forward(self, x: Tensor) -> Tensor:
-        return x + self.enhance(x)
+        out: Tensor = x + self.enhance(x)
+        return out
 
 
 def create_blueprint(blueprint: BlueprintAction, channels: int) -> nn.Module:

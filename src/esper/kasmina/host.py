@@ -60,11 +60,13 @@ class CNNHost(nn.Module):
 
     def forward_block(self, block: int, h: Tensor) -> Tensor:
         """Run block `block` (pre-pool output)."""
-        return self.blocks[block](h)
+        out: Tensor = self.blocks[block](h)
+        return out
 
     def head(self, h: Tensor) -> Tensor:
         """Global average pool -> Linear: features [N, C, H, W] to logits [N, num_classes]."""
-        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
+        logits: Tensor = self.classifier(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
+        return logits
 
     def forward(self, x: Tensor) -> Tensor:
         """The bare host (no slots)."""

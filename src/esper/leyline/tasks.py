@@ -37,7 +37,7 @@ class TaskSpec:
 
     def block_channels(self, block: int) -> int:
         """Output channels of block `block`: base_channels * 2**block."""
-        return self.base_channels * (2**block)
+        return int(self.base_channels * 2**block)
 
 
 TASKS: dict[str, TaskSpec] = {

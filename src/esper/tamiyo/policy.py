@@ -131,7 +131,8 @@ class FactoredRecurrentActorCritic(nn.Module):
     def _encode(self, obs: torch.Tensor, blueprint_idx: torch.Tensor) -> torch.Tensor:
         """Obs [..., D] and blueprint indices [..., S] -> trunk features [..., hidden_dim]."""
         embedded = self.blueprint_embedding(blueprint_idx.long()).flatten(-2)
-        return self.trunk(torch.cat([obs, embedded], dim=-1))
+        features: torch.Tensor = self.trunk(torch.cat([obs, embedded], dim=-1))
+        return features
 
     @torch.no_grad()
     def get_action(
@@ -174,7 +175,8 @@ class FactoredRecurrentActorCritic(nn.Module):
     def predict_values(self, obs: torch.Tensor, blueprint_idx: torch.Tensor, hidden: Hidden) -> torch.Tensor:
         """V(s) for one step of K envs ([K]), e.g. the bootstrap value of a truncated last step."""
         out, _ = self.lstm(self._encode(obs, blueprint_idx).unsqueeze(1), hidden)
-        return self.value_head(out.squeeze(1)).squeeze(-1)
+        values: torch.Tensor = self.value_head(out.squeeze(1)).squeeze(-1)
+        return values
 
     def evaluate_actions(
         self,
