@@ -1,0 +1,44 @@
+"""`python -m tripwire COMMAND ...`: the harness's command-line tools behind one entry point.
+
+    python -m tripwire bench ...            run a benchmark suite, save a baseline or gate against one
+    python -m tripwire bench-ab ...         interleaved base-vs-head benchmark A/B on this machine
+    python -m tripwire baselines-diff A B   what changed between two baselines/ folders (markdown)
+
+Each command's own `--help` lists its options; `python -m tripwire.bench` and friends still work.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMMANDS = {
+    "bench": ("tripwire.bench.cli", "run a benchmark suite, save a baseline or gate against one"),
+    "bench-ab": ("tripwire.bench.ab", "interleaved base-vs-head benchmark A/B on this machine"),
+    "baselines-diff": ("tripwire.baselines_diff", "what changed between two baselines/ folders (markdown)"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: python -m tripwire COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<16}{summary}" for name, (_, summary) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help"}:
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}: choose one of {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    code: int = module.main(rest)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
