@@ -1,4 +1,4 @@
-"""Quality gates G0..G5 (brief §1.2), permissive (training default) and strict."""
+"""Quality gates G0..G5, permissive (training default) and strict."""
 
 from __future__ import annotations
 

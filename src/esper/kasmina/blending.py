@@ -1,4 +1,4 @@
-"""Blend operators (brief §1.5): how a seed's output `s` enters the host stream `h` at weight `a`.
+"""Blend operators: how a seed's output `s` enters the host stream `h` at weight `a`.
 
 `a` is a tensor broadcastable to `h` ([1,1,1,1] for the slot's own alpha, [N,1,1,1] for fused validation),
 so both paths run the same kernels. All operators return `h` exactly when `a` is 0.

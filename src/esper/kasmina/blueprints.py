@@ -1,4 +1,4 @@
-"""CNN seed blueprints (brief §1.4): shape-preserving modules a slot can germinate, and their sizes.
+"""CNN seed blueprints: shape-preserving modules a slot can germinate, and their sizes.
 
 Every blueprint maps [N, C, H, W] to [N, C, H, W] and starts close to the identity (a zero-initialised
 branch, a zero-init scale, or a near-one excitation), so a fresh seed barely disturbs the host. The brief's

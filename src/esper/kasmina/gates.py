@@ -1,4 +1,4 @@
-"""Quality gates G1/G2/G3/G5 (brief §1.2): may a seed advance into the next stage of its lifecycle?
+"""Quality gates G1/G2/G3/G5: may a seed advance into the next stage of its lifecycle?
 
 Permissive mode (the training default, JAN values): G2 needs >= 1 epoch in TRAINING. Strict mode adds the
 minimum epochs, the improvement and gradient-health checks. G0 (seed id and blueprint present) is checked by

@@ -1,4 +1,4 @@
-"""The CNN host (brief §1.3): conv-BN-ReLU blocks, optional max-pooling, then global average pool + Linear.
+"""The CNN host: conv-BN-ReLU blocks, optional max-pooling, then global average pool + Linear.
 
 The host exposes its segments (`forward_block`, `pool`, `head`) so `MorphogeneticModel` can run seed slots
 between them: slot `r0c{i}` sees block i's output before pooling, `r1c{i}` the output after block i's pool.

@@ -1,11 +1,11 @@
 """SeedSlot: one injection point of the host and the seed it holds, through the seed's whole lifecycle.
 
-Lifecycle (brief §1.2): DORMANT -germinate-> GERMINATED -ADVANCE(G1)-> TRAINING -ADVANCE(G2)-> BLENDING
+Lifecycle: DORMANT -germinate-> GERMINATED -ADVANCE(G1)-> TRAINING -ADVANCE(G2)-> BLENDING
 -ADVANCE(G3)-> HOLDING -FOSSILIZE(G5)-> FOSSILIZED. Any live seed can be pruned; a pruned slot then cools
 down PRUNED -> EMBARGOED (5 epochs) -> RESETTING (1 epoch) -> DORMANT. Every change is reported through the
 `on_event` callback as (event_type, slot_id, seed_id, data).
 
-Forward (brief §1.5): inactive slots return `h`. The seed reads `h.detach()` while gradients are isolated
+Forward: inactive slots return `h`. The seed reads `h.detach()` while gradients are isolated
 (TRAINING, BLENDING). TRAINING at alpha 0 uses the straight-through estimator; otherwise the seed is blended
 by its algorithm (ADD, MULTIPLY, GATE) at the controller's alpha or at a per-sample `alpha_override`.
 """

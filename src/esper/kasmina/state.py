@@ -19,7 +19,7 @@ from esper.leyline import (
 # (event_type, slot_id, seed_id, data): how a slot reports lifecycle changes; the caller adds env context.
 LifecycleCallback = Callable[[TelemetryEventType, str, str | None, dict[str, Any]], None]
 
-# Contribution velocity is an EMA of the per-epoch change in contribution (brief §1.12).
+# Contribution velocity is an EMA of the per-epoch change in contribution.
 VELOCITY_DECAY = 0.7
 
 # Gradient health from the seed's gradient norm after an epoch: 1 healthy, 0.5 vanishing, 0 exploding/NaN.

@@ -1,4 +1,4 @@
-"""SHAPED reward: every term against a hand-computed value (brief §1.11, JAN variant)."""
+"""SHAPED reward: every term against a hand-computed value (JAN variant)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Per-op action shaping of the SHAPED/ESCROW rewards: lifecycle compliance and intervention costs.
 
-One small function per `LifecycleOp` (brief §1.11 "action shaping"). The potential jumps of GERMINATE and
+One small function per `LifecycleOp`. The potential jumps of GERMINATE and
 PRUNE live in the PBRS term (`terms.pbrs_term`), which sees them as slot-layout transitions.
 """
 

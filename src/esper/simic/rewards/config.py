@@ -1,6 +1,6 @@
 """Reward modes, the reward constants (one frozen config) and the PBRS gamma check.
 
-Every constant of brief §1.11 is a named field, so an ablation or a test can change one of them without
+Every reward constant is a named field, so an ablation or a test can change one of them without
 touching the formulas. Defaults are the JAN values of esper-lite (`simic/rewards.py`,
 `ContributionRewardConfig`) where JAN and HEAD differ: sqrt(p*c) attribution, germinate_cost -0.02,
 the fossil terminal bonus 3 * n_contributing_fossils, no capacity term, MIN_PRUNE_AGE 1.
@@ -15,7 +15,7 @@ from esper.leyline.stages import AUTO_PRUNE_PENALTY, MIN_HOLDING_EPOCHS, MIN_PRU
 
 
 class RewardMode(StrEnum):
-    """Which reward function scores an epoch (brief §1.11, "Families and modes")."""
+    """Which reward function scores an epoch."""
 
     SHAPED = "shaped"
     ESCROW = "escrow"
@@ -45,7 +45,7 @@ def validate_reward_gamma(reward_gamma: float, ppo_gamma: float) -> None:
 class RewardConfig:
     """Every reward constant, by name. Accuracies, contributions and improvements are percentage points."""
 
-    # --- PBRS (brief §1.11 "PBRS"); gamma must equal PPO's gamma (validate_reward_gamma).
+    # --- PBRS: gamma must equal PPO's gamma (validate_reward_gamma).
     gamma: float = 0.995
     pbrs_weight: float = 0.3  # term = pbrs_weight * (gamma * Phi(s') - Phi(s))
     epoch_progress_bonus: float = 0.3  # Phi per slot += min(epoch_progress_bonus * epochs_in_stage, cap)
@@ -141,7 +141,7 @@ class RewardConfig:
     param_penalty_weight: float = 0.1
     sparse_scale: float = 1.0
 
-    # --- Trainer-side terms (brief §1.11 "Trainer-side additions").
+    # --- Trainer-side terms.
     auto_prune_penalty: float = AUTO_PRUNE_PENALTY
     hindsight_weight: float = 0.1  # sum of weight * tanh(scale * boost * improvement) * gamma^delay
     hindsight_scale: float = 0.1

@@ -1,6 +1,6 @@
 """The ESCROW reward: SHAPED with the attribution paid as the change of a per-slot, reversible credit.
 
-Brief §1.11 "Other modes" (esper-lite `RewardMode.ESCROW`). Each slot holds an unrealised credit. Every epoch
+A reward mode of the original (esper-lite `RewardMode.ESCROW`). Each slot holds an unrealised credit. Every epoch
 the target slot's credit moves towards `max(0, attributed + ratio_penalty)`, where progress is measured on
 the *stable* accuracy (min of the last 3 accuracies, the current one included), and the reward pays the
 move (clipped to +-2). A transient accuracy spike is therefore paid and then clawed back. PRUNE zeroes the

@@ -1,8 +1,7 @@
 """The two running normalizers of the trainer: rewards (std-only, Welford) and observations (EMA, frozen).
 
-Brief §1.9 (obs normalizer) and §1.11 (`RewardNormalizer`, checkpoint metadata); esper-lite
-`simic/control/normalization.py`. Checkpoint keys: `state_dict(prefix=...)` writes `{prefix}{name}`; pass
-`REWARD_NORMALIZER_PREFIX` / `OBS_NORMALIZER_PREFIX` to get the checkpoint-metadata names
+After esper-lite's `simic/control/normalization.py`. Checkpoint keys: `state_dict(prefix=...)` writes
+`{prefix}{name}`; pass `REWARD_NORMALIZER_PREFIX` / `OBS_NORMALIZER_PREFIX` to get the checkpoint-metadata names
 (`reward_normalizer_{mean,m2,count,clip}`, `obs_normalizer_{mean,var,count,momentum,epsilon,clip}`) and the
 same prefix to `load_state_dict`. Both states hold only tensors and Python numbers, so they load with
 `torch.load(weights_only=True)`.

@@ -1,6 +1,6 @@
 """The SHAPED reward (the default mode): attribution, anti-gaming, warnings, PBRS, rent, shaping, terminal.
 
-Brief §1.11, JAN variant (esper-lite `11ebe0f6` `simic/rewards.py::compute_contribution_reward`).
+The JAN variant of the shaped reward (esper-lite `11ebe0f6` `simic/rewards.py::compute_contribution_reward`).
 `compute_shaped_reward` is the sum of the named components below; ESCROW reuses every component except
 the attribution pair through `shaping_terms`.
 """

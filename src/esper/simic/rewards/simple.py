@@ -1,6 +1,6 @@
 """The two lean reward modes: SIMPLIFIED (PBRS + intervention cost + terminal) and SPARSE (terminal only).
 
-Brief §1.11 "Other modes" (esper-lite `compute_simplified_reward`, `compute_sparse_reward`).
+A reward mode of the original (esper-lite `compute_simplified_reward`, `compute_sparse_reward`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from esper.leyline import RewardBreakdown, RewardInputs, SeedStage, SlotRewardState
 from esper.simic.rewards.config import RewardConfig
 
-# Stage potentials of PBRS (brief §1.11; esper-lite `STAGE_POTENTIALS`). BLENDING has the largest step
+# Stage potentials of PBRS (esper-lite `STAGE_POTENTIALS`). BLENDING has the largest step
 # (value is created while alpha ramps), FOSSILIZED the smallest (no "fossilization farming").
 STAGE_POTENTIALS: Mapping[SeedStage, float] = MappingProxyType(
     {
@@ -86,7 +86,7 @@ def attribution_discount(improvement: float | None, config: RewardConfig) -> flo
 
 
 def bounded_attribution(contribution: float, progress: float | None, config: RewardConfig) -> float:
-    """Credit of a non-negative contribution c against progress p (anti-"ransomware", brief §1.11).
+    """Credit of a non-negative contribution c against progress p (anti-"ransomware").
 
     p unknown -> 0.5c; p <= 0 -> 0 (no credit without progress); c >= p -> sqrt(p * c) (JAN geometric mean);
     c < p -> c (the host did the rest).

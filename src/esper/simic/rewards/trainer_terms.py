@@ -1,6 +1,6 @@
 """Reward pieces the trainer applies around a mode's reward: hacking detection, clawback, hindsight credit.
 
-Brief §1.11 "Trainer-side additions" and the REWARD_HACKING_SUSPECTED telemetry of esper-lite
+Trainer-side additions and the REWARD_HACKING_SUSPECTED telemetry of esper-lite
 (`_check_reward_hacking`, `_check_ransomware_signature`). All pure functions.
 """
 
