@@ -60,9 +60,6 @@ class SlotConfig:
     def num_slots(self) -> int:
         return len(self.slot_ids)
 
-    def index_of(self, slot_id: str) -> int:
-        return self.slot_ids.index(slot_id)
-
     def resolve(self, index: int) -> tuple[str, bool]:
         """Map an action index to a slot id; out-of-range falls back to the first slot and is flagged invalid."""
         if 0 <= index < len(self.slot_ids):

@@ -26,7 +26,6 @@ class TelemetryEventType(Enum):
     PERFORMANCE_DEGRADATION = auto()
     PPO_UPDATE_COMPLETED = auto()
     MEMORY_WARNING = auto()
-    REWARD_HACKING_SUSPECTED = auto()
     RATIO_EXPLOSION_DETECTED = auto()
     RATIO_COLLAPSE_DETECTED = auto()
     VALUE_COLLAPSE_DETECTED = auto()

@@ -22,12 +22,6 @@ from esper.simic.rewards.normalizers import (
 from esper.simic.rewards.shaped import compute_shaped_reward
 from esper.simic.rewards.simple import compute_simplified_reward, compute_sparse_reward
 from esper.simic.rewards.terms import STAGE_POTENTIALS, layout_potentials, slot_potential
-from esper.simic.rewards.trainer_terms import (
-    ScaffoldBoost,
-    germination_clawback,
-    reward_hacking_suspected,
-    scaffold_hindsight_credit,
-)
 
 __all__ = [
     "DEFAULT_REWARD_CONFIG",
@@ -40,18 +34,14 @@ __all__ = [
     "RewardMode",
     "RewardNormalizer",
     "RunningMeanStd",
-    "ScaffoldBoost",
     "compute_reward",
     "compute_shaped_reward",
     "compute_simplified_reward",
     "compute_sparse_reward",
     "escrow_credit_target",
     "escrow_move",
-    "germination_clawback",
     "layout_potentials",
     "parse_reward_mode",
-    "reward_hacking_suspected",
-    "scaffold_hindsight_credit",
     "slot_potential",
     "validate_reward_gamma",
 ]

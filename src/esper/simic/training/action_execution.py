@@ -203,10 +203,6 @@ def execute_action(env: ParallelEnvState, heads: Sequence[int], ctx: ExecutionCo
     breakdown = compute_reward(ctx.reward_mode, inputs, ctx.reward_config, env.escrow)
     components = dict(breakdown.components)
     reward = breakdown.total
-    if env.pending_penalty:
-        components["auto_prune_penalty"] = env.pending_penalty
-        reward += env.pending_penalty
-        env.pending_penalty = 0.0
     env.last_action = LastAction(op=spec.op, success=success)
     env.op_counts[spec.op.name] += 1
     env.episode_rewards.append(reward)

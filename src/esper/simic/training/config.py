@@ -28,7 +28,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 @dataclass
 class TrainingConfig:
-    """The full configuration of a run; `to_train_kwargs()` maps it 1:1 onto `train_ppo_vectorized`."""
+    """The full configuration of a run; its fields map 1:1 onto `train_ppo_vectorized`'s arguments."""
 
     # loop shape
     n_episodes: int = 100  # --rounds: PPO rounds
@@ -104,9 +104,6 @@ class TrainingConfig:
     def chunk_length(self) -> int:
         """The LSTM chunk length; always equal to max_epochs (one chunk per episode)."""
         return self.max_epochs
-
-    def to_train_kwargs(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], base: TrainingConfig | None = None) -> TrainingConfig:

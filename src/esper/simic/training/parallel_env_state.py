@@ -54,7 +54,6 @@ class ParallelEnvState:
     seeds_germinated: int = 0
     episode_rewards: list[float] = field(default_factory=list)
     op_counts: Counter[str] = field(default_factory=Counter)
-    pending_penalty: float = 0.0
     acc_history: list[float] = field(default_factory=list)
     counterfactual_age: dict[str, int] = field(default_factory=dict)
     interaction_sums: dict[str, float] = field(default_factory=dict)

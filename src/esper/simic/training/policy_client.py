@@ -40,9 +40,6 @@ class ActionBatch:
     op_confidence: list[float]  # probability of the chosen op
     op_entropy: list[float]
 
-    def head(self, env: int, name: str) -> int:
-        return self.heads[env][ACTION_HEAD_NAMES.index(name)]
-
 
 class PolicyClient(Protocol):
     """What the vectorized loop needs from a controller."""

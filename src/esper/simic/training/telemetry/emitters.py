@@ -170,17 +170,6 @@ def emit_tamiyo_initiated(hub: TelemetryHub, env: ParallelEnvState, epoch: int) 
     )
 
 
-def emit_reward_hacking(hub: TelemetryHub, env: ParallelEnvState, epoch: int, outcome: ActionOutcome) -> None:
-    emit(
-        hub,
-        TelemetryEventType.REWARD_HACKING_SUSPECTED,
-        {"slot_id": outcome.spec.slot_id, "reward": outcome.reward, "components": outcome.reward_components},
-        env_id=env.env_id,
-        epoch=epoch,
-        severity="warning",
-    )
-
-
 def emit_episode_outcome(hub: TelemetryHub, env: ParallelEnvState, round_idx: int) -> None:
     recent = env.episode_rewards[-STABILITY_WINDOW:]
     mean = sum(recent) / max(len(recent), 1)
