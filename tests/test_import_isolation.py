@@ -181,14 +181,15 @@ def test_tamiyo_unknown_attribute_raises_attribute_error() -> None:
         tamiyo.NotAThing  # noqa: B018
 
 
-def test_tripwire_has_no_import_cycle() -> None:
+@pytest.mark.parametrize("package", ["tripwire", "esper"])
+def test_no_import_cycle(package: str) -> None:
     import grimp
 
-    graph = grimp.build_graph("tripwire")
+    graph = grimp.build_graph(package)
     cycles = sorted(
         (importer, imported)
         for importer in graph.modules
         for imported in graph.find_modules_directly_imported_by(importer)
         if graph.chain_exists(importer=imported, imported=importer)
     )
-    assert cycles == [], f"import cycles in tripwire: {cycles}"
+    assert cycles == [], f"import cycles in {package}: {cycles}"

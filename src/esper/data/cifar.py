@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torchvision.datasets import CIFAR10
 
-from esper.data.datasets import CIFAR10_MEAN, CIFAR10_STD, DataDirectoryError, ImageDataset
+from esper.data.records import CIFAR10_MEAN, CIFAR10_STD, DataDirectoryError, ImageDataset
 
 BATCH_FOLDER = "cifar-10-batches-py"
 

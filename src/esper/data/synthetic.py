@@ -25,7 +25,7 @@ import math
 import torch
 from torch import Tensor
 
-from esper.data.datasets import CIFAR10_MEAN, CIFAR10_STD, IMAGE_SHAPE, ImageDataset, check_split
+from esper.data.records import CIFAR10_MEAN, CIFAR10_STD, IMAGE_SHAPE, ImageDataset, check_split
 
 NUM_CLASSES = 10
 SYNTHETIC_DEFAULT_SIZES: dict[str, int] = {"train": 5000, "val": 1000, "test": 1000}

@@ -155,7 +155,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from esper.data.datasets import DataDirectoryError
+    from esper.data.records import DataDirectoryError
     from esper.leyline import SlotIdError, UnknownTaskError
     from esper.nissa.backends import TelemetryPathError
     from esper.simic.training.checkpoint import CheckpointError

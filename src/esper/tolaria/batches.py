@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
-from esper.data.datasets import ImageDataset, augment_batch
+from esper.data.datasets import augment_batch
+from esper.data.records import ImageDataset
 
 EnvBatch = tuple[Tensor, Tensor]
 
