@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from esper.nissa import TelemetryHub
-from esper.tolaria.engine import EnvRuntime, TrainAccumulators, VectorizedEngine
+from esper.tolaria.engine import EnvRuntime, VectorizedEngine
+from esper.tolaria.epoch import TrainAccumulators
 from tripwire.bench.fixture import CalibrationWorkload
 from workloads import GATE, EpochWorkload, bench_config
 

@@ -4,6 +4,7 @@
 # building, the policy call and its transfer, counterfactual attribution, action execution, the host and slots.
 HOT_PATH_MODULES = (
     "src/esper/tolaria/engine.py",
+    "src/esper/tolaria/epoch.py",
     "src/esper/tolaria/batches.py",
     "src/esper/tolaria/governor.py",
     "src/esper/simic/training/vectorized_trainer.py",

@@ -110,8 +110,8 @@ HAZARDS: tuple[Hazard, ...] = (
         (
             Edit(
                 TRAINER,
-                "        for env, stat, rollback in zip(envs, stats, rolled_back):\n",
-                "        for env, stat, rollback in reversed(list(zip(envs, stats, rolled_back))):\n",
+                "        for env, rollback in zip(envs, rolled_back):\n",
+                "        for env, rollback in reversed(list(zip(envs, rolled_back))):\n",
             ),
         ),
         TRAJECTORY,
@@ -153,9 +153,9 @@ HAZARDS: tuple[Hazard, ...] = (
         (
             Edit(
                 TRAINER,
-                "            emitters.emit_epoch_completed(parts.hub, env, epoch, stat)\n",
-                "            emitters.emit_epoch_completed(parts.hub, env, epoch, stat)\n"
-                "            emitters.emit_epoch_completed(parts.hub, env, epoch, stat)\n",
+                "            emitters.emit_epoch_completed(parts.hub, env, epoch)\n",
+                "            emitters.emit_epoch_completed(parts.hub, env, epoch)\n"
+                "            emitters.emit_epoch_completed(parts.hub, env, epoch)\n",
             ),
         ),
         TELEMETRY,

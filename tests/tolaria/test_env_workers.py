@@ -23,7 +23,8 @@ import torch
 from esper.nissa import TelemetryHub
 from esper.simic.training.config import ConfigError, TrainingConfig
 from esper.simic.training.vectorized_trainer import TrainingResult
-from esper.tolaria.engine import PREFETCH_STEPS, EngineConfig, EnvRuntime, TrainAccumulators, VectorizedEngine
+from esper.tolaria.engine import PREFETCH_STEPS, EngineConfig, EnvRuntime, VectorizedEngine
+from esper.tolaria.epoch import TrainAccumulators
 from run_helpers import first_event_difference, first_weight_difference, recorded_run
 from tripwire.sync import SyncCounter, SyncEvent, carried, hot_path
 

@@ -1,7 +1,8 @@
 """The execution engine: per-env streams and AMP, the train pass, fused validation and one batched transfer.
 
-This is the hardware side of the trainer. The RL loop hands it env runtimes and batches and gets back plain
-Python numbers once per epoch; it never touches streams, scalers or autocast itself.
+This is the hardware side of the trainer. The RL loop hands `run_epoch` env runtimes, batches and validation
+plans and gets back one typed `EnvEpochResult` per env (`esper.tolaria.epoch` owns the row layout and the one
+transfer); it never touches streams, scalers, autocast or device tensors itself.
 
 Synchronization rules (the hot path):
 - every batch, each env's stream waits on the default stream (the batch iterator's non-blocking copies run
@@ -35,11 +36,9 @@ from torch import Tensor, nn
 
 from esper.kasmina.model import MorphogeneticModel
 from esper.tolaria.batches import EnvBatch
+from esper.tolaria.epoch import STAT_COLUMNS, EnvEpochResult, TrainAccumulators, gather_rows, pack_row, unpack_row
 from esper.tolaria.governor import TolariaGovernor
 from tripwire.sync import carried, hot_path
-
-# Accumulator columns of the train pass: loss sum, correct count, sample count.
-TRAIN_STAT_COLUMNS = 3
 
 
 class AmpMode(str, Enum):
@@ -112,16 +111,6 @@ class FusedPlan:
     @property
     def num_configs(self) -> int:
         return max(1, len(self.alphas))
-
-
-@dataclass
-class TrainAccumulators:
-    """Device-side per-env accumulators of one train pass."""
-
-    stats: Tensor  # [3]: loss sum, correct, samples
-    seed_grad_norms: Tensor  # [num_slots]: sum of per-batch seed gradient norms
-    host_grad_norm: Tensor  # [1]: sum of per-batch host gradient norms
-    batches: int = 0
 
 
 def stream_context(env: EnvRuntime) -> contextlib.AbstractContextManager[object]:
@@ -258,10 +247,26 @@ class VectorizedEngine:
         for future in futures:
             future.result()
 
+    def run_epoch(
+        self,
+        envs: Sequence[EnvRuntime],
+        train_batches: Iterable[Sequence[EnvBatch]],
+        val_batches: Iterable[Sequence[EnvBatch]],
+        plans: Sequence[FusedPlan],
+    ) -> list[EnvEpochResult]:
+        """One epoch of every env: the train pass, fused validation of `plans`, then ONE transfer to the host.
+
+        Nothing is read on the host before that transfer; the results come back typed, one per env.
+        """
+        train = self.train_pass(envs, train_batches)
+        val = self.validate(envs, val_batches, plans)
+        rows = gather_rows([pack_row(t, v) for t, v in zip(train, val)])
+        return [unpack_row(row, len(env.model.seed_slots)) for env, row in zip(envs, rows)]
+
     def new_accumulators(self, env: EnvRuntime) -> TrainAccumulators:
         num_slots = len(env.model.seed_slots)
         return TrainAccumulators(
-            stats=torch.zeros(TRAIN_STAT_COLUMNS, device=env.device),
+            stats=torch.zeros(STAT_COLUMNS, device=env.device),
             seed_grad_norms=torch.zeros(max(1, num_slots), device=env.device),
             host_grad_norm=torch.zeros(1, device=env.device),
         )
@@ -380,7 +385,7 @@ class VectorizedEngine:
         plans: Sequence[FusedPlan],
     ) -> list[Tensor]:
         """Fused validation for every env; returns per env a [num_configs, 3] device tensor."""
-        accs = [torch.zeros(plan.num_configs, TRAIN_STAT_COLUMNS, device=env.device) for env, plan in zip(envs, plans)]
+        accs = [torch.zeros(plan.num_configs, STAT_COLUMNS, device=env.device) for env, plan in zip(envs, plans)]
         tables = [alpha_table(plan, env.device) for env, plan in zip(envs, plans)]
         for env in envs:
             env.model.eval()
@@ -422,22 +427,3 @@ class VectorizedEngine:
                 with stream_context(env):
                     self.validate_batch(env, plan, acc, inputs, targets, table)
         join_streams(envs)
-
-
-def gather_rows(rows: Sequence[Tensor]) -> list[list[float]]:
-    """Bring 1-D device tensors of any lengths to the host in one transfer per device; returns Python lists."""
-    if not rows:
-        return []
-    lengths = [int(r.numel()) for r in rows]
-    by_device: dict[torch.device, list[int]] = {}
-    for index, row in enumerate(rows):
-        by_device.setdefault(row.device, []).append(index)
-    out: list[list[float]] = [[] for _ in rows]
-    with hot_path("epoch_transfer"):
-        for indices in by_device.values():
-            flat = torch.cat([rows[i].reshape(-1).float() for i in indices]).cpu().tolist()
-            offset = 0
-            for i in indices:
-                out[i] = flat[offset : offset + lengths[i]]
-                offset += lengths[i]
-    return out

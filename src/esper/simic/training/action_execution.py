@@ -49,6 +49,9 @@ class ExecutionContext:
     reward_mode: RewardMode
     reward_config: RewardConfig
     max_seeds: int | None
+    # Set when the governor rolled this env back this epoch: the step's reward is then -penalty, whatever the
+    # action earned (the shaped reward is still computed, so stateful reward modes such as escrow stay in step).
+    rollback_penalty: float | None = None
 
 
 def _resolve_target_slot(slot_index: int, slot_config: SlotConfig) -> tuple[str, bool]:
@@ -75,7 +78,7 @@ def decode_action(heads: Sequence[int], slot_config: SlotConfig) -> ActionSpec:
 
 
 def is_action_valid(spec: ActionSpec, slot: SeedSlot, *, seeds_used: int, max_seeds: int | None) -> bool:
-    """Validity for reward purposes (brief 1.8)."""
+    """Validity for reward purposes: the same per-slot rules the action masks apply, plus the seed cap."""
     if not spec.slot_in_range:
         return spec.op is LifecycleOp.WAIT
     if spec.op is LifecycleOp.WAIT:
@@ -203,6 +206,9 @@ def execute_action(env: ParallelEnvState, heads: Sequence[int], ctx: ExecutionCo
     breakdown = compute_reward(ctx.reward_mode, inputs, ctx.reward_config, env.escrow)
     components = dict(breakdown.components)
     reward = breakdown.total
+    if ctx.rollback_penalty is not None:
+        reward = -ctx.rollback_penalty
+        components = {"governor_rollback": reward}
     env.last_action = LastAction(op=spec.op, success=success)
     env.op_counts[spec.op.name] += 1
     env.episode_rewards.append(reward)

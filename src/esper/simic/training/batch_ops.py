@@ -1,58 +1,23 @@
-"""Per-epoch batch glue: packing engine results for one transfer, and building every env's observation."""
+"""Observations: every env's features, blueprint indices and action masks, built for one batched policy call."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
-from torch import Tensor
 
 from esper.kasmina.slot import SeedSlot
 from esper.leyline import CNN_BLUEPRINTS, TEMPO_EPOCHS, AlphaMode, SeedStage
-from esper.simic.training.counterfactual_eval import CounterfactualLayout, CounterfactualResult, attribute
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import ObservationBatch
 from esper.tamiyo.features import SlotObservation, batch_features, build_features
 from esper.tamiyo.heuristic import EnvView
 from esper.tamiyo.masks import SlotMaskState, compute_action_masks, stack_masks
 from esper.tamiyo.signals import TrainingSignals
-from esper.tolaria.engine import TrainAccumulators
 
 VANISHING_GRAD_NORM = 1e-6
 EXPLODING_GRAD_NORM = 10.0
 ALLOWED_BLUEPRINTS = frozenset(CNN_BLUEPRINTS)
-
-
-@dataclass(frozen=True)
-class EpochStats:
-    """One env's epoch results on the host."""
-
-    train_loss: float
-    train_acc: float
-    seed_grad_norms: tuple[float, ...]
-    host_grad_norm: float
-    counterfactual: CounterfactualResult
-
-
-def pack_epoch_row(train: TrainAccumulators, val: Tensor) -> Tensor:
-    """Flatten one env's device accumulators into a single row for the batched transfer."""
-    batches = max(train.batches, 1)
-    return torch.cat([train.stats, train.seed_grad_norms / batches, train.host_grad_norm / batches, val.reshape(-1)])
-
-
-def unpack_epoch_row(row: list[float], num_slots: int, layout: CounterfactualLayout) -> EpochStats:
-    loss_sum, correct, count = row[0], row[1], max(row[2], 1.0)
-    width = max(1, num_slots)
-    grads = tuple(row[3 : 3 + num_slots])
-    host_grad = row[3 + width]
-    return EpochStats(
-        train_loss=loss_sum / count,
-        train_acc=100.0 * correct / count,
-        seed_grad_norms=grads,
-        host_grad_norm=host_grad,
-        counterfactual=attribute(layout, row[4 + width :]),
-    )
 
 
 def slot_observation(slot: SeedSlot, env: ParallelEnvState) -> SlotObservation:

@@ -12,11 +12,13 @@ current alpha, the others switched off. Subsets are deduplicated, so each distin
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline import SeedStage
 from esper.tolaria.engine import FusedPlan
+from esper.tolaria.epoch import ValidationStats
 
 MAX_INTERACTION_SLOTS = 4
 
@@ -92,14 +94,10 @@ def _acc_of(layout: CounterfactualLayout, accs: list[float], enabled: frozenset[
     return None if index is None else accs[index]
 
 
-def attribute(layout: CounterfactualLayout, stats: list[float]) -> CounterfactualResult:
-    """Turn the flat [num_configs * 3] (loss sum, correct, count) row into accuracies and attributions."""
-    n_cfg = layout.plan.num_configs
-    accs = []
-    for i in range(n_cfg):
-        count = max(stats[3 * i + 2], 1.0)
-        accs.append(100.0 * stats[3 * i + 1] / count)
-    val_loss = stats[0] / max(stats[2], 1.0)
+def attribute(layout: CounterfactualLayout, validation: Sequence[ValidationStats]) -> CounterfactualResult:
+    """Turn each configuration's validation sums (in the layout's order) into accuracies and attributions."""
+    accs = [stats.accuracy for stats in validation[: layout.plan.num_configs]]
+    val_loss = validation[0].mean_loss
     everything = frozenset(layout.active)
     val_acc = accs[0]
     contributions = {}

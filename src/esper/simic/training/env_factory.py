@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -13,7 +13,7 @@ from esper.leyline import SlotConfig, TaskSpec
 from esper.leyline.seeding import derive_seed
 from esper.nissa.hub import TelemetryHub
 from esper.simic.rewards import EscrowLedger, RewardMode
-from esper.simic.training.parallel_env_state import LifecycleForwarder, ParallelEnvState
+from esper.simic.training.parallel_env_state import EpochClock, LifecycleForwarder, ParallelEnvState
 from esper.tamiyo.signals import SignalTracker
 from esper.tolaria.engine import AmpMode, EnvRuntime, resolve_amp_dtype
 from esper.tolaria.governor import TolariaGovernor
@@ -33,6 +33,7 @@ class EnvFactory:
     plateau_threshold: float
     permissive_gates: bool
     hub: TelemetryHub
+    clock: EpochClock = field(default_factory=EpochClock)  # the loop's epoch, read by every env's lifecycle events
 
     def device_for(self, env_id: int) -> torch.device:
         return self.devices[env_id % len(self.devices)]
@@ -42,7 +43,7 @@ class EnvFactory:
 
     def create_env(self, round_idx: int, env_id: int) -> ParallelEnvState:
         device = self.device_for(env_id)
-        lifecycle = LifecycleForwarder(self.hub, env_id)
+        lifecycle = LifecycleForwarder(self.hub, env_id, self.clock)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(self.run_seed, "host", round_idx, env_id))
             host = CNNHost(self.task)

@@ -19,15 +19,16 @@ from esper.nissa.hub import TelemetryHub
 from esper.simic.agent.ppo import PPOMetrics
 from esper.simic.rewards import RewardConfig, RewardMode
 from esper.simic.training import action_execution as actions
-from esper.simic.training.batch_ops import EpochStats, build_observations, pack_epoch_row, unpack_epoch_row
+from esper.simic.training.batch_ops import build_observations
 from esper.simic.training.config import TrainingConfig
-from esper.simic.training.counterfactual_eval import CounterfactualLayout, build_layout
+from esper.simic.training.counterfactual_eval import CounterfactualLayout, attribute, build_layout
 from esper.simic.training.env_factory import EnvFactory
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import PolicyClient
 from esper.simic.training.telemetry import emitters
 from esper.tolaria.batches import SharedBatchIterator
-from esper.tolaria.engine import VectorizedEngine, gather_rows
+from esper.tolaria.engine import VectorizedEngine
+from esper.tolaria.epoch import EnvEpochResult
 from tripwire.timing import CUDATimer
 
 ROLLING_WINDOW = 5
@@ -110,6 +111,7 @@ class VectorizedPPOTrainer:
 
     def run_round(self, round_idx: int) -> bool:
         """Run one round; False when a stop request ended it after an epoch (its rollout is then discarded)."""
+        self.parts.env_factory.clock.epoch = 0
         envs = self.parts.env_factory.create(round_idx, self.config.n_envs)
         self.parts.policy.begin_round(len(envs))
         timer = CUDATimer(self.parts.policy_device)
@@ -132,37 +134,36 @@ class VectorizedPPOTrainer:
 
     def run_epoch(self, envs: list[ParallelEnvState], round_idx: int, epoch: int) -> None:
         parts = self.parts
-        runtimes = [env.runtime for env in envs]
+        parts.env_factory.clock.epoch = epoch
         self.arm_faults(envs, round_idx, epoch)
-        train = parts.engine.train_pass(runtimes, parts.train_batches(round_idx, epoch))
         layouts = [build_layout(env.model) for env in envs]
-        val = parts.engine.validate(runtimes, parts.val_batches(round_idx, epoch), [lay.plan for lay in layouts])
-        rows = gather_rows([pack_epoch_row(t, v) for t, v in zip(train, val)])
+        results = parts.engine.run_epoch(
+            [env.runtime for env in envs],
+            parts.train_batches(round_idx, epoch),
+            parts.val_batches(round_idx, epoch),
+            [layout.plan for layout in layouts],
+        )
         if parts.probe is not None:  # after the epoch's one transfer, so a probe adds no sync inside the pass
             parts.probe.after_train_pass(round_idx, epoch, envs)
-        stats = [self.absorb_epoch(env, row, layout, epoch) for env, row, layout in zip(envs, rows, layouts)]
+        for env, result, layout in zip(envs, results, layouts):
+            self.absorb_epoch(env, result, layout, epoch)
         rolled_back = [self.check_governor(env, epoch) for env in envs]
         obs = build_observations(envs, max_seeds=self.config.max_seeds, device=parts.policy_device)
         decided = parts.policy.act(obs)
         ctx = self.execution_context(round_idx, epoch)
-        rewards, effective_ops, dones = [], [], []
-        for env, stat, rollback in zip(envs, stats, rolled_back):
-            env.lifecycle.epoch = epoch
-            outcome = actions.execute_action(env, decided.heads[env.env_id], ctx)
-            reward = -env.runtime.governor.death_penalty if rollback else outcome.reward
-            if rollback:  # the penalty replaces the action's reward everywhere: buffer, episode total, telemetry
-                env.episode_rewards[-1] = reward
-                outcome = replace(outcome, reward=reward, reward_components={"governor_rollback": reward})
-            rewards.append(reward)
+        rewards, effective_ops = [], []
+        for env, rollback in zip(envs, rolled_back):
+            env_ctx = replace(ctx, rollback_penalty=env.runtime.governor.death_penalty) if rollback else ctx
+            outcome = actions.execute_action(env, decided.heads[env.env_id], env_ctx)
+            rewards.append(outcome.reward)
             effective_ops.append(int(outcome.effective_op))
-            dones.append(rollback)
             env.model.step_epoch()
-            emitters.emit_epoch_completed(parts.hub, env, epoch, stat)
+            emitters.emit_epoch_completed(parts.hub, env, epoch)
             emitters.emit_last_action(parts.hub, env, epoch, outcome, decided)
-            emitters.emit_counterfactual_matrix(parts.hub, env, epoch, stat)
+            emitters.emit_counterfactual_matrix(parts.hub, env, epoch)
         if parts.probe is not None:
             parts.probe.after_actions(round_idx, epoch, [decided.heads[env.env_id] for env in envs], rewards)
-        parts.policy.record(epoch - 1, effective_ops, rewards, dones)
+        parts.policy.record(epoch - 1, effective_ops, rewards, rolled_back)
         if parts.probe is not None:  # the reward normalizer has just absorbed this step's rewards
             parts.probe.after_record(round_idx, epoch, parts.policy)
         if epoch == self.config.max_epochs:
@@ -176,30 +177,26 @@ class VectorizedPPOTrainer:
             envs[0].runtime.poison_next_batch = True
 
     def absorb_epoch(
-        self, env: ParallelEnvState, row: list[float], layout: CounterfactualLayout, epoch: int
-    ) -> EpochStats:
-        """Write one env's host-side epoch results into its state, its slots and its signal tracker."""
-        stats = unpack_epoch_row(row, len(env.model.seed_slots), layout)
-        result = stats.counterfactual
-        env.train_loss, env.train_acc = stats.train_loss, stats.train_acc
-        env.val_acc, env.val_loss = result.val_acc, result.val_loss
-        env.all_off_acc, env.committed_acc = result.all_off_acc, result.committed_acc
-        env.interaction_sums = dict(result.interaction_sums)
-        env.acc_history.append(result.val_acc)
+        self, env: ParallelEnvState, result: EnvEpochResult, layout: CounterfactualLayout, epoch: int
+    ) -> None:
+        """Write one env's epoch results into its state, its slots and its signal tracker."""
+        counterfactual = attribute(layout, result.validation)
+        env.epoch_result, env.counterfactual = result, counterfactual
+        env.acc_history.append(counterfactual.val_acc)
         for index, (slot_id, slot) in enumerate(env.model.seed_slots.items()):
             if slot.state is None:
                 continue
-            if slot_id in result.contributions:
-                slot.record_contribution(result.contributions[slot_id])
+            if slot_id in counterfactual.contributions:
+                slot.record_contribution(counterfactual.contributions[slot_id])
                 env.counterfactual_age[slot_id] = 0
             else:
                 env.counterfactual_age[slot_id] = env.counterfactual_age.get(slot_id, 0) + 1
             if slot.seed_trainable:
-                slot.record_grad_norm(stats.seed_grad_norms[index])
-        env.signals = env.signal_tracker.update(epoch, self.observed_loss(env, result.val_loss), result.val_acc)
+                slot.record_grad_norm(result.seed_grad_norms[index])
+        observed = self.observed_loss(env, counterfactual.val_loss)
+        env.signals = env.signal_tracker.update(epoch, observed, counterfactual.val_acc)
         if env.signal_tracker.initiated_now:
             emitters.emit_tamiyo_initiated(self.parts.hub, env, epoch)
-        return stats
 
     def observed_loss(self, env: ParallelEnvState, val_loss: float) -> float:
         """The loss the controller observes: a non-finite one (the governor rolls that epoch back) reads as the
@@ -217,7 +214,6 @@ class VectorizedPPOTrainer:
         if not verdict.panic:
             governor.maybe_snapshot(epoch)
             return False
-        env.lifecycle.epoch = epoch
         report = governor.execute_rollback(epoch, verdict.reason)
         env.runtime.reset_optimizer_state()
         env.rollbacks += 1

@@ -21,6 +21,7 @@ from esper.nissa import TelemetryHub
 from esper.simic.rewards import EscrowLedger, RewardConfig, RewardMode
 from esper.simic.rewards.terms import stable_accuracy
 from esper.simic.training import action_execution as actions
+from esper.simic.training.counterfactual_eval import CounterfactualResult
 from esper.simic.training.env_factory import EnvFactory
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.tolaria.engine import AmpMode
@@ -99,7 +100,16 @@ def test_every_escrow_env_gets_its_own_ledger_over_the_enabled_slots(escrow_env:
 
 def test_stable_accuracy_includes_the_current_epoch(escrow_env: ParallelEnvState) -> None:
     escrow_env.acc_history = [70.0, 72.0, 65.0]  # the trainer appends the current accuracy before acting
-    escrow_env.val_acc = 65.0
+    escrow_env.counterfactual = CounterfactualResult(
+        val_acc=65.0,
+        val_loss=1.0,
+        config_accs=(65.0,),
+        contributions={},
+        all_off_acc=None,
+        committed_acc=65.0,
+        interactions={},
+        interaction_sums={},
+    )
     spec = actions.decode_action(heads(LifecycleOp.WAIT), SLOTS)
     before = {sid: actions._slot_snapshot(s) for sid, s in escrow_env.model.seed_slots.items()}
 

@@ -23,7 +23,6 @@ from esper.leyline import (
 )
 from esper.nissa.hub import TelemetryHub
 from esper.simic.agent.ppo import PPOMetrics
-from esper.simic.training.batch_ops import EpochStats
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import ActionBatch
 
@@ -82,7 +81,9 @@ def _seed_summary(env: ParallelEnvState) -> dict[str, Any]:
     return seeds
 
 
-def emit_epoch_completed(hub: TelemetryHub, env: ParallelEnvState, epoch: int, stats: EpochStats) -> None:
+def emit_epoch_completed(hub: TelemetryHub, env: ParallelEnvState, epoch: int) -> None:
+    stats = env.epoch_result
+    assert stats is not None, "an env's epoch results are absorbed before its epoch is reported"
     emit(
         hub,
         TelemetryEventType.EPOCH_COMPLETED,
@@ -127,9 +128,9 @@ def emit_last_action(
     )
 
 
-def emit_counterfactual_matrix(hub: TelemetryHub, env: ParallelEnvState, epoch: int, stats: EpochStats) -> None:
-    result = stats.counterfactual
-    if not result.contributions:
+def emit_counterfactual_matrix(hub: TelemetryHub, env: ParallelEnvState, epoch: int) -> None:
+    result = env.counterfactual
+    if result is None or not result.contributions:
         return
     emit(
         hub,
