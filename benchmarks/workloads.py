@@ -22,12 +22,12 @@ from esper.kasmina.slot import SeedSlot
 from esper.leyline import BlueprintAction, GerminationStyle, TempoAction, get_task_spec
 from esper.nissa import TelemetryHub
 from esper.simic.training import vectorized
-from esper.simic.training.batch_ops import build_observations
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.counterfactual_eval import build_layout
+from esper.simic.training.observations import ObservationBatch, build_observations
 from esper.simic.training.parallel_env_state import ParallelEnvState
-from esper.simic.training.policy_client import ObservationBatch, PPOClient
-from esper.simic.training.vectorized_trainer import TrainerParts, TrainingResult, VectorizedPPOTrainer
+from esper.simic.training.policy_client import PPOClient
+from esper.simic.training.trainer import TrainerParts, TrainingResult, VectorizedPPOTrainer
 from esper.tolaria.engine import EnvRuntime, FusedPlan
 from tripwire.bench.fixture import Workload
 from tripwire.bench.ops import OpCounter

@@ -9,8 +9,8 @@ import torch
 from esper.leyline import WALL_CLOCK_DATA_KEYS
 from esper.nissa import InMemoryBackend, TelemetryHub
 from esper.simic.training.config import TrainingConfig
+from esper.simic.training.trainer import TrainingResult
 from esper.simic.training.vectorized import run_training
-from esper.simic.training.vectorized_trainer import TrainingResult
 
 
 def recorded_run(config: dict[str, Any], *, controller: str = "ppo") -> tuple[TrainingResult, list[dict[str, Any]]]:

@@ -130,7 +130,7 @@ TORCH_FREE = (
 def test_simic_packages_do_not_pull_in_the_vectorized_trainer() -> None:
     loaded = modules_loaded_by(SIMIC_PACKAGES)
 
-    assert loaded_from(loaded, "esper.simic.training.vectorized", "esper.simic.training.vectorized_trainer") == []
+    assert loaded_from(loaded, "esper.simic.training.vectorized", "esper.simic.training.trainer") == []
 
 
 def test_nissa_lazy_tamiyo_config_and_cli_load_without_torch() -> None:

@@ -17,8 +17,8 @@ from esper.scripts import train
 from esper.simic.training import checkpoint as checkpoint_module
 from esper.simic.training.checkpoint import CheckpointError, CheckpointLayout, load_checkpoint, save_checkpoint
 from esper.simic.training.config import TrainingConfig
+from esper.simic.training.trainer import TrainingResult
 from esper.simic.training.vectorized import run_training
-from esper.simic.training.vectorized_trainer import TrainingResult
 from run_helpers import comparable, recorded_run
 
 TINY_PPO: dict[str, Any] = {

@@ -19,7 +19,7 @@ from typing import Any
 from esper.leyline import TelemetryEventType
 from esper.nissa import InMemoryBackend, TelemetryHub
 from esper.simic.training.policy_client import PolicyClient
-from esper.simic.training.vectorized_trainer import VectorizedPPOTrainer
+from esper.simic.training.trainer import VectorizedPPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from workloads import Size, bench_config, build_parts

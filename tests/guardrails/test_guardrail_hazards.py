@@ -18,11 +18,11 @@ import pytest
 import torch
 from guardrail_scenarios import HOT_REGIONS, ROUND_END, SCENARIOS, TWO_ENVS, Scenario, ScenarioRun, run_scenario
 
-import esper.simic.training.vectorized as vectorized_module
+import esper.simic.training.wiring as wiring_module
 from esper.simic.rewards import RewardConfig
 from esper.simic.rewards.normalizers import RewardNormalizer, RunningMeanStd
-from esper.simic.training.vectorized import BatchSource
-from esper.simic.training.vectorized_trainer import VectorizedPPOTrainer
+from esper.simic.training.trainer import VectorizedPPOTrainer
+from esper.simic.training.wiring import BatchSource
 from esper.tolaria.engine import VectorizedEngine
 from tripwire.errors import SyncBudgetExceeded, TrajectoryDivergence
 from tripwire.goldens import GoldenStore
@@ -160,7 +160,7 @@ def test_changed_reward_constant_diverges_first_at_a_reward(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_a_baseline: ScenarioRun, gate_log: GateLog
 ) -> None:
     store = golden_store(tmp_path, "a_baseline", run_a_baseline)
-    monkeypatch.setattr(vectorized_module, "RewardConfig", CheaperGermination)
+    monkeypatch.setattr(wiring_module, "RewardConfig", CheaperGermination)
     _, message = diverged_run(store, "a_baseline", SCENARIOS["a_baseline"], tmp_path)
     head = message.splitlines()[0]
     assert head.split(", ")[1].startswith("'r0/e") and "/reward'" in head, head
@@ -201,7 +201,7 @@ def _copy_tree(tmp_path: Path) -> Path:
 
 def test_import_back_into_vectorized_breaks_the_named_contract(tmp_path: Path, gate_log: GateLog) -> None:
     tree = _copy_tree(tmp_path)
-    batch_ops = tree / "src/esper/simic/training/batch_ops.py"
+    batch_ops = tree / "src/esper/simic/training/observations.py"
     batch_ops.write_text(
         batch_ops.read_text() + "\nfrom esper.simic.training import vectorized  # noqa: E402,F401\n", encoding="utf-8"
     )
@@ -210,5 +210,5 @@ def test_import_back_into_vectorized_breaks_the_named_contract(tmp_path: Path, g
     done = subprocess.run([str(lint), "--no-cache"], cwd=tree, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode != 0, done.stdout[-2000:]
     assert "extracted training modules never import simic.training.vectorized BROKEN" in done.stdout
-    assert "esper.simic.training.batch_ops -> esper.simic.training.vectorized" in done.stdout
+    assert "esper.simic.training.observations -> esper.simic.training.vectorized" in done.stdout
     gate_log.add("hazard: import into vectorized", "src copy", "caught", "contract 'extracted-modules' BROKEN")

@@ -72,7 +72,7 @@ def apply_edits(root: Path, edits: tuple[Edit, ...]) -> None:
 
 
 ENGINE = "src/esper/tolaria/engine.py"
-TRAINER = "src/esper/simic/training/vectorized_trainer.py"
+TRAINER = "src/esper/simic/training/trainer.py"
 CLIENT = "src/esper/simic/training/policy_client.py"
 
 HAZARDS: tuple[Hazard, ...] = (
@@ -250,7 +250,7 @@ HAZARDS: tuple[Hazard, ...] = (
         "EPOCH_COMPLETED's `val_loss` payload field renamed `validation_loss` (every count unchanged)",
         (
             Edit(
-                "src/esper/simic/training/telemetry/emitters.py",
+                "src/esper/simic/training/emitters.py",
                 '            "val_loss": env.val_loss,\n',
                 '            "validation_loss": env.val_loss,\n',
             ),

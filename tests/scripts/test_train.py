@@ -14,7 +14,7 @@ from esper.scripts import train
 from esper.simic.rewards import RewardMode
 from esper.simic.training import vectorized
 from esper.simic.training.config import CHOICES, PRESETS, TrainingConfig
-from esper.simic.training.vectorized_trainer import TrainingResult
+from esper.simic.training.trainer import TrainingResult
 from esper.tolaria.engine import AmpMode
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from esper.leyline import get_task_spec
-from esper.simic.training import vectorized
+from esper.simic.training import wiring
 from esper.simic.training.config import TrainingConfig
 
 
@@ -21,8 +21,8 @@ def test_both_iterators_get_the_per_env_batch_size(preload_config: TrainingConfi
     task = get_task_spec(preload_config.task)
     devices = [torch.device("cpu")]
 
-    train = vectorized._batch_source(preload_config, task, "train", devices).iterator
-    val = vectorized._batch_source(preload_config, task, "val", devices).iterator
+    train = wiring.batch_source(preload_config, task, "train", devices).iterator
+    val = wiring.batch_source(preload_config, task, "val", devices).iterator
 
     assert (train.batch_size_per_env, val.batch_size_per_env) == (123, 123)
     assert train.gpu_preload and val.gpu_preload
@@ -30,7 +30,7 @@ def test_both_iterators_get_the_per_env_batch_size(preload_config: TrainingConfi
 
 def test_every_env_is_served_batches_of_the_per_env_size(preload_config: TrainingConfig) -> None:
     task = get_task_spec(preload_config.task)
-    source = vectorized._batch_source(preload_config, task, "train", [torch.device("cpu")])
+    source = wiring.batch_source(preload_config, task, "train", [torch.device("cpu")])
 
     steps = list(source(0, 1))
 
@@ -41,9 +41,9 @@ def test_every_env_is_served_batches_of_the_per_env_size(preload_config: Trainin
 
 def test_preloaded_and_host_iterators_serve_the_same_samples(preload_config: TrainingConfig) -> None:
     task = get_task_spec(preload_config.task)
-    preloaded = vectorized._batch_source(preload_config, task, "val", [torch.device("cpu")])
+    preloaded = wiring.batch_source(preload_config, task, "val", [torch.device("cpu")])
     host_config = TrainingConfig.from_dict({**vars(preload_config), "gpu_preload": False})
-    host = vectorized._batch_source(host_config, task, "val", [torch.device("cpu")])
+    host = wiring.batch_source(host_config, task, "val", [torch.device("cpu")])
 
     a = [y for step in preloaded(0, 1) for _, y in step]
     b = [y for step in host(0, 1) for _, y in step]
@@ -54,4 +54,4 @@ def test_preloaded_and_host_iterators_serve_the_same_samples(preload_config: Tra
 def test_iterator_refuses_a_batch_larger_than_the_data() -> None:
     config = TrainingConfig.from_dict({"n_envs": 2, "batch_size": 123, "train_samples": 100, "gpu_preload": True})
     with pytest.raises(ValueError, match="use more samples or a smaller --batch-size"):
-        vectorized._batch_source(config, get_task_spec(config.task), "train", [torch.device("cpu")])
+        wiring.batch_source(config, get_task_spec(config.task), "train", [torch.device("cpu")])

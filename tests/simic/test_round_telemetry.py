@@ -14,9 +14,9 @@ import pytest
 from esper.leyline import TelemetryEvent, TelemetryEventType
 from esper.nissa import InMemoryBackend, TelemetryHub
 from esper.simic.training.config import TrainingConfig
-from esper.simic.training.telemetry.emitters import anomaly_types
+from esper.simic.training.emitters import anomaly_types
+from esper.simic.training.trainer import TrainingResult
 from esper.simic.training.vectorized import run_training
-from esper.simic.training.vectorized_trainer import TrainingResult
 
 T = TelemetryEventType
 ANOMALIES = {

@@ -28,11 +28,13 @@ from esper.nissa import InMemoryBackend, TelemetryHub
 from esper.simic.agent.ppo import PPOMetrics
 from esper.simic.rewards import RewardNormalizer
 from esper.simic.training import action_execution as actions
+from esper.simic.training import emitters
 from esper.simic.training.config import TrainingConfig
-from esper.simic.training.policy_client import ObservationBatch, PPOClient
-from esper.simic.training.telemetry import emitters
-from esper.simic.training.vectorized import build_policy_client, run_training
-from esper.simic.training.vectorized_trainer import rolling_mean
+from esper.simic.training.observations import ObservationBatch
+from esper.simic.training.policy_client import PPOClient
+from esper.simic.training.trainer import rolling_mean
+from esper.simic.training.vectorized import run_training
+from esper.simic.training.wiring import build_policy_client
 from esper.tamiyo.features import state_dim
 from esper.tamiyo.masks import SlotMaskState, compute_action_masks, stack_masks
 from esper.tolaria.governor import DEATH_PENALTY

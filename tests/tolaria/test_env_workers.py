@@ -22,7 +22,7 @@ import torch
 
 from esper.nissa import TelemetryHub
 from esper.simic.training.config import ConfigError, TrainingConfig
-from esper.simic.training.vectorized_trainer import TrainingResult
+from esper.simic.training.trainer import TrainingResult
 from esper.tolaria.engine import PREFETCH_STEPS, EngineConfig, EnvRuntime, VectorizedEngine
 from esper.tolaria.epoch import TrainAccumulators
 from run_helpers import first_event_difference, first_weight_difference, recorded_run

@@ -1,1 +1,1 @@
-"""simic.training: the vectorized training loop, split into small modules (see vectorized_trainer.py)."""
+"""simic.training: the vectorized training loop (trainer.py), its wiring and helpers; see docs/architecture.md."""

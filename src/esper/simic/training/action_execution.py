@@ -31,7 +31,7 @@ from esper.leyline import (
 )
 from esper.leyline.seeding import derive_seed
 from esper.simic.rewards import RewardConfig, RewardMode, compute_reward
-from esper.simic.training.batch_ops import mask_state
+from esper.simic.training.observations import mask_state
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.tamiyo.features import LastAction
 from esper.tamiyo.masks import slot_allows

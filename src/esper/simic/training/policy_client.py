@@ -17,18 +17,9 @@ from torch import Tensor
 from esper.leyline import ACTION_HEAD_NAMES
 from esper.simic.agent.ppo import PPOAgent, PPOMetrics
 from esper.simic.rewards import RewardNormalizer, RunningMeanStd
-from esper.tamiyo.heuristic import EnvView, HeuristicConfig, decide_batch
+from esper.simic.training.observations import ObservationBatch
+from esper.tamiyo.heuristic import HeuristicConfig, decide_batch
 from tripwire.sync import hot_path
-
-
-@dataclass
-class ObservationBatch:
-    """Every env's observation for one epoch: device tensors for the network, host views for rules."""
-
-    features: Tensor  # [K, state_dim], raw (not normalized)
-    blueprint_idx: Tensor  # [K, S]
-    masks: dict[str, Tensor]  # [K, ...] per mask key
-    views: list[EnvView]
 
 
 @dataclass

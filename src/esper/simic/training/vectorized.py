@@ -1,40 +1,21 @@
-"""The public entry point: `train_ppo_vectorized(...)` constructs the run's parts, runs the trainer, returns results."""
+"""The public entry point: `run_training(config)` (and `train_ppo_vectorized(**kwargs)`) builds a run with
+`wiring`, runs the trainer, and closes what it opened."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from esper.data.datasets import load_task_data
-from esper.kasmina.host import CNNHost
-from esper.leyline import SlotConfig, TaskSpec, TelemetryLevel, get_task_spec
 from esper.leyline.seeding import derive_seed
-from esper.nissa.backends import DirectoryBackend
-from esper.nissa.hub import TelemetryHub, make_run_name
-from esper.simic.agent.ppo import PPOAgent, PPOConfig, calculate_entropy_anneal_steps
-from esper.simic.rewards import RewardConfig, parse_reward_mode
-from esper.simic.training.checkpoint import CheckpointLayout, load_checkpoint, save_checkpoint
+from esper.nissa.hub import TelemetryHub
+from esper.simic.training import wiring
 from esper.simic.training.config import TrainingConfig
-from esper.simic.training.env_factory import EnvFactory
-from esper.simic.training.policy_client import HeuristicClient, PolicyClient, PPOClient
+from esper.simic.training.policy_client import PPOClient
 from esper.simic.training.progress import ProgressDisplay
-from esper.simic.training.telemetry import emitters
-from esper.simic.training.vectorized_trainer import (
-    TrainerParts,
-    TrainingProbe,
-    TrainingResult,
-    VectorizedPPOTrainer,
-    weights_copy,
-)
-from esper.tamiyo.features import state_dim
-from esper.tamiyo.policy import FactoredRecurrentActorCritic
-from esper.tolaria.batches import SharedBatchIterator
-from esper.tolaria.devices import resolve_devices
-from esper.tolaria.engine import AmpMode, EngineConfig, VectorizedEngine
+from esper.simic.training.trainer import TrainingProbe, TrainingResult, VectorizedPPOTrainer, weights_copy
 
 
 def train_ppo_vectorized(
@@ -61,144 +42,6 @@ def train_ppo_vectorized(
     return run_training(config, controller=controller, hub=hub, probe=probe)
 
 
-def _policy_network(config: TrainingConfig, num_slots: int, device: torch.device) -> FactoredRecurrentActorCritic:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(config.seed, "policy"))
-        policy = FactoredRecurrentActorCritic(
-            state_dim(num_slots),
-            num_slots,
-            hidden_dim=config.hidden_dim,
-            lstm_hidden_dim=config.lstm_hidden_dim,
-        )
-    return policy.to(device)
-
-
-def build_policy_client(config: TrainingConfig, controller: str, num_slots: int, device: torch.device) -> PolicyClient:
-    if controller == "heuristic":
-        return HeuristicClient()
-    ppo = PPOConfig(
-        lr=config.lr,
-        gamma=config.gamma,
-        gae_lambda=config.gae_lambda,
-        clip=config.clip_ratio,
-        value_coef=config.value_coef,
-        max_grad_norm=config.max_policy_grad_norm,
-        target_kl=config.target_kl,
-        entropy_coef=config.entropy_coef,
-        entropy_coef_end=config.entropy_coef_end,
-        entropy_anneal_steps=calculate_entropy_anneal_steps(
-            config.entropy_anneal_episodes, config.n_envs, config.ppo_updates_per_batch
-        ),
-        ppo_epochs=config.ppo_updates_per_batch,
-    )
-    agent = PPOAgent(
-        _policy_network(config, num_slots, device),
-        ppo,
-        n_envs=config.n_envs,
-        n_steps=config.max_epochs,
-        device=device,
-    )
-    generator = torch.Generator(device=device)
-    generator.manual_seed(derive_seed(config.seed, "sampling"))
-    return PPOClient(agent, state_dim=state_dim(num_slots), generator=generator, device=device)
-
-
-class BatchSource:
-    """One shared iterator per split, re-seeded per (round, epoch) so any epoch's order is reproducible alone."""
-
-    def __init__(self, iterator: SharedBatchIterator, generator: torch.Generator, run_seed: int, split: str) -> None:
-        self.iterator = iterator
-        self.generator = generator
-        self.run_seed = run_seed
-        self.split = split
-
-    def __call__(self, round_idx: int, epoch: int) -> SharedBatchIterator:
-        self.generator.manual_seed(derive_seed(self.run_seed, self.split, round_idx, epoch))
-        return self.iterator
-
-
-def _batch_source(config: TrainingConfig, task: TaskSpec, split: str, devices: list[torch.device]) -> BatchSource:
-    per_env = config.train_samples if split == "train" else config.val_samples
-    dataset_name = config.dataset or task.dataset
-    dataset = load_task_data(
-        dataset_name,
-        split=split,
-        n_samples=per_env * config.n_envs,
-        seed=config.seed,
-        data_dir=config.data_dir,
-    )
-    generator = torch.Generator()
-    iterator = SharedBatchIterator(
-        dataset,
-        n_envs=config.n_envs,
-        batch_size_per_env=config.batch_size,
-        devices=[devices[i % len(devices)] for i in range(config.n_envs)],
-        shuffle=split == "train",
-        drop_last=split == "train",
-        generator=generator,
-        augment=split == "train" and dataset_name == "cifar10",
-        gpu_preload=config.gpu_preload,
-    )
-    return BatchSource(iterator, generator, config.seed, split)
-
-
-def _open_hub(config: TrainingConfig, hub: TelemetryHub | None) -> tuple[TelemetryHub, bool]:
-    if hub is not None:
-        return hub, False
-    level = TelemetryLevel.parse(config.telemetry_level)
-    own = TelemetryHub(level)
-    if config.telemetry_dir is not None and level is not TelemetryLevel.OFF:
-        own.add_backend(DirectoryBackend(config.telemetry_dir, config.run_name or make_run_name()))
-    return own, True
-
-
-def _run_settings(config: TrainingConfig, task: TaskSpec, slot_config: SlotConfig, controller: str) -> dict[str, Any]:
-    with torch.random.fork_rng(devices=[]):
-        host_params = sum(p.numel() for p in CNNHost(task).parameters())
-    return {
-        "controller": controller,
-        "task": task.name,
-        "n_envs": config.n_envs,
-        "max_epochs": config.max_epochs,
-        "n_episodes": config.n_envs * config.n_episodes,
-        "rounds": config.n_episodes,
-        "host_params": host_params,
-        "slot_ids": list(slot_config.slot_ids),
-        "seed": config.seed,
-        "lr": config.lr,
-        "clip_ratio": config.clip_ratio,
-        "entropy_coef": config.entropy_coef,
-        "param_budget": config.param_budget,
-        "reward_mode": config.reward_mode,
-        "amp": config.amp,
-        "device": config.device,
-        "train_samples_per_env": config.train_samples,
-        "batch_size_per_env": config.batch_size,
-    }
-
-
-class RunCheckpointer:
-    """Saves the controller after each round when --save is given.
-
-    The hub is flushed first, so every event of the rounds a checkpoint covers is in the backends before the
-    checkpoint names them: a run killed after the save has lost no event of its completed rounds.
-    """
-
-    def __init__(
-        self, config: TrainingConfig, layout: CheckpointLayout, client: PolicyClient, hub: TelemetryHub
-    ) -> None:
-        self.path = config.save_path
-        self.layout = layout
-        self.client = client
-        self.hub = hub
-
-    def __call__(self, rounds_completed: int, trainer_state: dict[str, Any]) -> None:
-        if self.path is not None:
-            self.hub.flush()
-            state = {"client": self.client.state_dict(), "trainer": trainer_state}
-            save_checkpoint(self.path, layout=self.layout, rounds_completed=rounds_completed, state=state)
-
-
 def run_training(
     config: TrainingConfig,
     *,
@@ -214,63 +57,17 @@ def run_training(
     discarded, the checkpoint keeps the last completed round) and `result.interrupted_at` says where.
     """
     torch.manual_seed(derive_seed(config.seed, "global"))
-    task = get_task_spec(config.task)
-    slot_config = SlotConfig(tuple(config.slots))
-    devices = resolve_devices(config.device, config.devices)
-    reward_mode = parse_reward_mode(config.reward_mode)
-    reward_config = RewardConfig(gamma=config.gamma, param_budget=config.param_budget)
-    client = build_policy_client(config, controller, slot_config.num_slots, devices[0])
-    layout = CheckpointLayout(config.n_envs, slot_config.slot_ids, task.name, controller)
-    start_round = 0
-    resumed_state = None
-    if config.resume_path is not None:
-        start_round, resumed_state = load_checkpoint(config.resume_path, layout=layout)
-        client.load_state_dict(resumed_state["client"])
-    train_source = _batch_source(config, task, "train", devices)
-    val_source = _batch_source(config, task, "val", devices)
-    telemetry, own_hub = _open_hub(config, hub)
-    engine = VectorizedEngine(
-        EngineConfig(seed_lr=task.seed_lr, max_grad_norm=task.max_grad_norm, env_workers=config.env_workers)
-    )
-    display = ProgressDisplay(total=(config.n_episodes - start_round) * config.max_epochs, enabled=progress)
+    setup = wiring.prepare_run(config, controller)
+    telemetry, own_hub = wiring.open_hub(config, hub)
+    engine = wiring.build_engine(setup)
+    display = ProgressDisplay(total=(config.n_episodes - setup.start_round) * config.max_epochs, enabled=progress)
     try:
-        emitters.emit_training_started(telemetry, _run_settings(config, task, slot_config, controller))
-        if config.resume_path is not None:
-            emitters.emit_checkpoint_loaded(telemetry, str(Path(config.resume_path)), start_round)
-        parts = TrainerParts(
-            config=config,
-            slot_config=slot_config,
-            hub=telemetry,
-            engine=engine,
-            env_factory=EnvFactory(
-                task=task,
-                slot_config=slot_config,
-                devices=devices,
-                run_seed=config.seed,
-                max_epochs=config.max_epochs,
-                amp=AmpMode(config.amp),
-                reward_mode=reward_mode,
-                plateau_threshold=config.plateau_threshold,
-                permissive_gates=config.permissive_gates,
-                hub=telemetry,
-            ),
-            policy=client,
-            train_batches=train_source,
-            val_batches=val_source,
-            policy_device=devices[0],
-            reward_mode=reward_mode,
-            reward_config=reward_config,
-            save_checkpoint=RunCheckpointer(config, layout, client, telemetry),
-            start_round=start_round,
-            trainer_state={} if resumed_state is None else dict(resumed_state.get("trainer", {})),
-            on_epoch=display.advance,
-            probe=probe,
-            stop_requested=stop,
-        )
+        wiring.announce(telemetry, setup)
+        parts = wiring.trainer_parts(setup, telemetry, engine, on_epoch=display.advance, probe=probe, stop=stop)
         result = VectorizedPPOTrainer(parts).run()
         result.final_state = {"config": dataclasses.asdict(config)}
-        if isinstance(client, PPOClient):
-            result.final_weights.update(weights_copy("policy.", client.agent.policy))
+        if isinstance(setup.client, PPOClient):
+            result.final_weights.update(weights_copy("policy.", setup.client.agent.policy))
         return result
     finally:
         engine.close()

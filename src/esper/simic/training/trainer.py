@@ -19,13 +19,13 @@ from esper.nissa.hub import TelemetryHub
 from esper.simic.agent.ppo import PPOMetrics
 from esper.simic.rewards import RewardConfig, RewardMode
 from esper.simic.training import action_execution as actions
-from esper.simic.training.batch_ops import build_observations
+from esper.simic.training import emitters
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.counterfactual_eval import CounterfactualLayout, attribute, build_layout
 from esper.simic.training.env_factory import EnvFactory
+from esper.simic.training.observations import build_observations
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import PolicyClient
-from esper.simic.training.telemetry import emitters
 from esper.tolaria.batches import SharedBatchIterator
 from esper.tolaria.engine import VectorizedEngine
 from esper.tolaria.epoch import EnvEpochResult

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from esper.kasmina.slot import SeedSlot
 from esper.leyline import CNN_BLUEPRINTS, TEMPO_EPOCHS, AlphaMode, SeedStage
 from esper.simic.training.parallel_env_state import ParallelEnvState
-from esper.simic.training.policy_client import ObservationBatch
 from esper.tamiyo.features import SlotObservation, batch_features, build_features
 from esper.tamiyo.heuristic import EnvView
 from esper.tamiyo.masks import SlotMaskState, compute_action_masks, stack_masks
@@ -18,6 +19,16 @@ from esper.tamiyo.signals import TrainingSignals
 VANISHING_GRAD_NORM = 1e-6
 EXPLODING_GRAD_NORM = 10.0
 ALLOWED_BLUEPRINTS = frozenset(CNN_BLUEPRINTS)
+
+
+@dataclass
+class ObservationBatch:
+    """Every env's observation for one epoch: device tensors for the network, host views for rules."""
+
+    features: Tensor  # [K, state_dim], raw (not normalized)
+    blueprint_idx: Tensor  # [K, S]
+    masks: dict[str, Tensor]  # [K, ...] per mask key
+    views: list[EnvView]
 
 
 def slot_observation(slot: SeedSlot, env: ParallelEnvState) -> SlotObservation:

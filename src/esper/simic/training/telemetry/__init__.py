@@ -1,1 +1,0 @@
-"""Telemetry emitters of the vectorized loop (typed inputs in, TelemetryEvents out)."""
