@@ -31,7 +31,7 @@ from esper.simic.training.trainer import TrainerParts, TrainingResult, Vectorize
 from esper.tolaria.engine import EnvRuntime, FusedPlan
 from tripwire.bench.fixture import Workload
 from tripwire.bench.ops import OpCounter
-from tripwire.sync import SyncCounter
+from tripwire.sync.counter import SyncCounter
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,9 @@ def test_kasmina_and_tamiyo_do_not_import_the_layers_above_them() -> None:
 
 
 def test_tripwire_never_imports_esper() -> None:
-    loaded = modules_loaded_by("tripwire, tripwire.sync, tripwire.digest, tripwire.budget, tripwire.timing")
+    loaded = modules_loaded_by(
+        "tripwire, tripwire.sync, tripwire.sync.counter, tripwire.digest, tripwire.sync.budget, tripwire.timing"
+    )
 
     assert loaded_from(loaded, "esper") == []
 
@@ -173,3 +175,10 @@ def test_no_import_cycle(package: str) -> None:
         if graph.chain_exists(importer=imported, imported=importer)
     )
     assert cycles == [], f"import cycles in {package}: {cycles}"
+
+
+def test_the_regions_a_trainer_imports_load_no_torch_and_none_of_the_gates() -> None:
+    loaded = modules_loaded_by("tripwire.sync")
+
+    assert loaded_from(loaded, "torch", "tripwire.sync.counter", "tripwire.sync.budget", "tripwire.sync.hooks") == []
+    assert "tripwire.sync.regions" in loaded

@@ -20,7 +20,9 @@ import pytest
 from esper.nissa import InMemoryBackend, TelemetryHub
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.vectorized import run_training
-from tripwire.sync import SyncCounter, SyncEvent, check_scaling
+from tripwire.sync import SyncEvent
+from tripwire.sync.budget import check_scaling
+from tripwire.sync.counter import SyncCounter
 
 ENV_COUNTS = (1, 2, 4)
 EPOCHS = {"heuristic": 8, "ppo": 3}

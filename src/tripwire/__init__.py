@@ -4,11 +4,12 @@ Trainer-agnostic guardrails: sync-point accounting in named hot-path regions (`h
 `check_budget`), bitwise reproducibility trajectories that name the first diverging step
 (`TrajectoryRecorder`, `compare_trajectories`, `capture_context`), telemetry snapshots of counts and payload
 schemas (`reduce_events`), goldens under one baselines folder (`GoldenStore`), a static audit of sync-capable
-calls (`static_audit`), portable CPU numerics for bitwise goldens across x86-64 machines (`portable_cpu_env`),
+calls (`audit_sync_calls`), portable CPU numerics for bitwise goldens across x86-64 machines (`portable_cpu_env`),
 and CUDA-event timing (`CUDATimer`). tripwire never imports the trainer it guards; tests hand it what it checks.
 
-The public names are below. `import tripwire` loads no torch: the torch-free parts are imported here, the rest
-on first use (so the pytest plugin, and a `conftest.py` that sets the CPU pin, run before torch starts).
+The public names are below. `import tripwire` loads no torch and none of the gates: the errors, the CPU pin and
+`hot_path` are imported here, the rest on first use (so the pytest plugin, and a `conftest.py` that sets the CPU
+pin, run before torch starts, and a trainer that imports `tripwire.sync` loads nothing else).
 """
 
 from __future__ import annotations
@@ -16,22 +17,29 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tripwire.budget import SyncBudget, check_budget
 from tripwire.errors import GuardrailFailure, TripwireError
 from tripwire.numerics import apply_portable_cpu_env, portable_cpu_env
-from tripwire.static_audit import audit as static_audit
-from tripwire.sync import SyncCounter, hot_path
-from tripwire.telemetry import TelemetryCounts, reduce_events
+from tripwire.sync import hot_path
 
-if TYPE_CHECKING:  # loaded on first use (they import torch); named here for readers and type checkers
+if TYPE_CHECKING:  # imported on first use, so `import tripwire.sync` (a trainer's import) loads none of the gates
     from tripwire.context import capture_context
     from tripwire.goldens import GoldenStore
+    from tripwire.static_audit import audit as audit_sync_calls
+    from tripwire.sync.budget import SyncBudget, check_budget
+    from tripwire.sync.counter import SyncCounter
+    from tripwire.telemetry import TelemetryCounts, reduce_events
     from tripwire.timing import CUDATimer
     from tripwire.trajectory import Trajectory, TrajectoryRecorder, compare_trajectories
 
 __version__ = "0.1.0"
 
-_LAZY = {
+_LAZY = {  # public name -> "module" or "module:attribute"
+    "SyncBudget": "tripwire.sync.budget",
+    "check_budget": "tripwire.sync.budget",
+    "SyncCounter": "tripwire.sync.counter",
+    "TelemetryCounts": "tripwire.telemetry",
+    "reduce_events": "tripwire.telemetry",
+    "audit_sync_calls": "tripwire.static_audit:audit",
     "capture_context": "tripwire.context",
     "GoldenStore": "tripwire.goldens",
     "CUDATimer": "tripwire.timing",
@@ -51,18 +59,21 @@ __all__ = [
     "TrajectoryRecorder",
     "TripwireError",
     "apply_portable_cpu_env",
+    "audit_sync_calls",
     "capture_context",
     "check_budget",
     "compare_trajectories",
     "hot_path",
     "portable_cpu_env",
     "reduce_events",
-    "static_audit",
 ]
 
 
 def __getattr__(name: str) -> Any:
     """The torch-importing public names, imported on first use."""
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, _, attribute = _LAZY[name].partition(":")
+        value = getattr(importlib.import_module(module), attribute or name)
+        globals()[name] = value  # cache: later lookups skip __getattr__
+        return value
     raise AttributeError(f"module 'tripwire' has no attribute {name!r}")

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tripwire.budget import BudgetReport, SyncBudget, check_budget, write_budget
 from tripwire.context import capture_context, context_key, mismatches
 from tripwire.errors import GoldenFileError, NoGoldenApplies, SyncBudgetExceeded
 from tripwire.payloads import DEFAULT_EXCLUDED, check_payloads, payload_trajectory
-from tripwire.sync import SyncCounter
+from tripwire.sync.budget import BudgetReport, SyncBudget, check_budget, write_budget
+from tripwire.sync.counter import SyncCounter
 from tripwire.trajectory import Trajectory, compare_trajectories
 
 UPDATE_COMMAND = "nox -s baselines (or pytest --tripwire-update --snapshot-update), then review and commit baselines/"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tripwire.sync import SyncCounter
+from tripwire.sync.counter import SyncCounter
 from tripwire.telemetry import TelemetryCounts, reduce_events
 
 if TYPE_CHECKING:  # torch-importing modules load lazily, so merely having the plugin installed costs no torch import

@@ -25,7 +25,7 @@ from esper.simic.training.policy_client import PolicyClient
 from esper.simic.training.vectorized import run_training
 from tripwire.context import capture_context
 from tripwire.payloads import DEFAULT_EXCLUDED
-from tripwire.sync import SyncCounter
+from tripwire.sync.counter import SyncCounter
 from tripwire.trajectory import Trajectory, TrajectoryRecorder
 
 LIFECYCLE = ("heuristic", "--task", "cifar_baseline", "--envs", "4", "--slots", "r0c0", "r0c1", "r0c2")

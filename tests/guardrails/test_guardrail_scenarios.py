@@ -17,10 +17,10 @@ from guardrail_scenarios import (
     run_scenario,
 )
 
-from tripwire.budget import check_scaling
 from tripwire.goldens import GoldenStore
 from tripwire.payloads import compare_payloads, payload_trajectory
 from tripwire.pytest_plugin import GateLog, TelemetryCountsHelper
+from tripwire.sync.budget import check_scaling
 
 pytestmark = pytest.mark.guardrail
 

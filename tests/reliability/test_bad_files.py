@@ -30,7 +30,7 @@ from tripwire.bench.store import BaselineError, read_baseline
 from tripwire.context import capture_context, context_key
 from tripwire.errors import GoldenFileError, SyncBudgetExceeded, TrajectoryDivergence
 from tripwire.goldens import GoldenStore
-from tripwire.sync import SyncCounter
+from tripwire.sync.counter import SyncCounter
 from tripwire.trajectory import Trajectory, TrajectoryRecorder
 
 REPO = Path(__file__).resolve().parents[2]

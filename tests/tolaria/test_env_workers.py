@@ -26,7 +26,8 @@ from esper.simic.training.trainer import TrainingResult
 from esper.tolaria.engine import PREFETCH_STEPS, EngineConfig, EnvRuntime, VectorizedEngine
 from esper.tolaria.epoch import TrainAccumulators
 from run_helpers import first_event_difference, first_weight_difference, recorded_run
-from tripwire.sync import SyncCounter, SyncEvent, carried, hot_path
+from tripwire.sync import SyncEvent, carried, hot_path
+from tripwire.sync.counter import SyncCounter
 
 RUN: dict[str, Any] = {
     "n_episodes": 2,

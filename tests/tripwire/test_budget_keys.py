@@ -9,10 +9,11 @@ from types import ModuleType
 import pytest
 import torch
 
-from tripwire.budget import SyncBudget, check_budget, site_key
 from tripwire.errors import SyncBudgetExceeded
 from tripwire.goldens import GoldenStore
-from tripwire.sync import SyncCounter, hot_path
+from tripwire.sync import hot_path
+from tripwire.sync.budget import SyncBudget, check_budget, site_key
+from tripwire.sync.counter import SyncCounter
 
 ORIGINAL = """
 def step(t):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from tripwire.sync import SyncCounter, hot_path
+from tripwire.sync import hot_path
+from tripwire.sync.counter import SyncCounter
 
 
 def count_in_region(action: object) -> dict[str, int]:

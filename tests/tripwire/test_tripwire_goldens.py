@@ -10,7 +10,8 @@ import torch
 from tripwire.context import capture_context, context_key, mismatches
 from tripwire.errors import NoGoldenApplies, SyncBudgetExceeded, TrajectoryDivergence
 from tripwire.goldens import GoldenStore
-from tripwire.sync import SyncCounter, hot_path
+from tripwire.sync import hot_path
+from tripwire.sync.counter import SyncCounter
 from tripwire.trajectory import TrajectoryRecorder
 
 

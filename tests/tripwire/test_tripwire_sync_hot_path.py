@@ -6,7 +6,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import _len_torch_dispatch_stack
 
-from tripwire.sync import SyncCounter, _current_regions, hot_path
+from tripwire.sync import hot_path
+from tripwire.sync.counter import SyncCounter
+from tripwire.sync.regions import _current_regions
 
 
 def test_hot_path_without_a_counter_pushes_no_region_and_no_torch_mode() -> None:

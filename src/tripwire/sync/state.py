@@ -1,8 +1,8 @@
 """The shared state of sync accounting: region stacks, active counters and the delivery of one sync event.
 
-`tripwire.sync` (regions, counters) and `tripwire._sync_hooks` (the torch modes and patches that see syncs)
-both read and write it; keeping it here, with no torch import, means neither imports the other at module
-level: the hooks deliver events here, the counter installs the hooks when it starts.
+`tripwire.sync.regions`, `tripwire.sync.counter` and `tripwire.sync.hooks` (the torch modes and patches that
+see syncs) all read and write it; keeping it here, with no torch import, means none imports another at
+module level: the hooks deliver events here, the counter installs the hooks when it starts.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from types import FrameType
 from typing import Any
 
 OUTSIDE = "<outside>"
-_TRIPWIRE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# Frames in any tripwire module are skipped when the call site of a sync is looked up.
+_TRIPWIRE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tripwire import _sync_state as sync
+from tripwire.sync import state as sync
 
 _ROUTING_PROBES: dict[str, Callable[[torch.Tensor], object]] = {
     "__bool__": bool,

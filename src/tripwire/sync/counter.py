@@ -1,4 +1,4 @@
-"""Sync-point accounting: count host synchronizations per named hot-path region, with call sites.
+"""SyncCounter: record every host sync while active, per region, with call sites.
 
 Mark hot-path code with `hot_path("name")` (a context manager or decorator). While a `SyncCounter` is
 active, every host synchronization is recorded as a `SyncEvent(kind, region, site, function)`:
@@ -13,7 +13,7 @@ active, every host synchronization is recorded as a `SyncEvent(kind, region, sit
   `copy_to_cpu`, `cuda_synchronize`, `accelerator_synchronize`, `stream_synchronize`,
   `event_synchronize`, `timer_sync` (a `tripwire.timing.CUDATimer` reading its end event; it counts,
   because it is a real sync) and `implicit:<op>` for ops whose output size or value depends on data
-  (`nonzero`, boolean-mask indexing, `unique`, `_local_scalar_dense`, ...; see `_sync_hooks`).
+  (`nonzero`, boolean-mask indexing, `unique`, `_local_scalar_dense`, ...; see `tripwire.sync.hooks`).
 
 Counts are device-independent: on CPU these are "would-sync" sites (`.item()` on a CPU tensor counts
 the same as on CUDA), so one budget serves CPU CI and GPU runs. With no counter active, entering a
@@ -25,157 +25,25 @@ submitting thread's regions (the engine's parallel env workers use it). Patched 
 functions are seen on every thread. A reference taken
 before the counter started (`sync = torch.cuda.synchronize`) bypasses the patch.
 
-Budgets (`SyncBudget`, `check_budget`, `write_budget`) live in `tripwire.budget` and are re-exported
-here; see that module for how to read a budget failure.
+Budgets (`SyncBudget`, `check_budget`, `write_budget`) live in `tripwire.sync.budget`; see that module for
+how to read a budget failure.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
 from collections import Counter
-from collections.abc import Callable
-from contextlib import ContextDecorator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from tripwire._sync_state import (
-    _LOCAL,
-    _STATE,
-    OUTSIDE,
-    SyncEvent,
-    deliver,
-    relative_path,
-)
-from tripwire.budget import (
-    BudgetReport,
-    RegionProblem,
-    ScalingReport,
-    SiteCount,
-    SyncBudget,
-    check_budget,
-    check_scaling,
-    site_key,
-    write_budget,
-)
+from tripwire.sync.budget import site_key
+from tripwire.sync.state import _STATE, SyncEvent, relative_path
 
 if TYPE_CHECKING:
-    from tripwire._sync_hooks import Installation
+    from tripwire.sync.hooks import Installation
 
-__all__ = [
-    "OUTSIDE",
-    "BudgetReport",
-    "RegionProblem",
-    "ScalingReport",
-    "SiteCount",
-    "SyncBudget",
-    "SyncCounter",
-    "SyncEvent",
-    "carried",
-    "check_budget",
-    "check_scaling",
-    "hot_path",
-    "ignore_syncs",
-    "record_sync",
-    "site_key",
-    "sync_kind",
-    "write_budget",
-]
-
-T = TypeVar("T")
-
-
-class hot_path(ContextDecorator):
-    """Name a hot-path region: `with hot_path("train_pass"):` or `@hot_path("train_pass")`.
-
-    Names must be non-empty and contain no "/" (the separator of `SyncEvent.region_path`).
-    An instance may be kept at module level and re-entered, recursively too.
-    """
-
-    def __init__(self, name: str) -> None:
-        if not name or "/" in name:
-            raise ValueError(f"hot_path name must be non-empty and contain no '/': {name!r}")
-        self.name = name
-
-    def __enter__(self) -> hot_path:
-        if _STATE.active:
-            _LOCAL.regions.append((self, self.name))
-            with _STATE.lock:
-                _STATE.pushed += 1
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if _STATE.pushed:
-            regions = _LOCAL.regions
-            if regions and regions[-1][0] is self:
-                regions.pop()
-                with _STATE.lock:
-                    _STATE.pushed -= 1
-
-
-class ignore_syncs(ContextDecorator):
-    """Do not record syncs made inside (test bookkeeping such as digests; never trainer code)."""
-
-    def __enter__(self) -> None:
-        _LOCAL.suppress += 1
-
-    def __exit__(self, *exc_info: object) -> None:
-        _LOCAL.suppress -= 1
-
-
-class sync_kind(ContextDecorator):
-    """Record every sync made inside under `kind` (e.g. the timer's end-event wait as `timer_sync`)."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self._previous: list[str | None] = []
-
-    def __enter__(self) -> None:
-        self._previous.append(_LOCAL.label)
-        _LOCAL.label = self.kind
-
-    def __exit__(self, *exc_info: object) -> None:
-        _LOCAL.label = self._previous.pop()
-
-
-def carried(fn: Callable[..., T]) -> Callable[..., T]:
-    """Wrap `fn` to run on another thread as if it ran here: inside this thread's hot-path regions, with its
-    syncs counted by the active counters (the counting modes are pushed on the worker thread for the call).
-
-    Capture happens now, on the submitting thread; call the result on any thread. With no counter active
-    the wrapper only calls `fn`.
-    """
-    regions = list(_LOCAL.regions)
-    suppress, label = _LOCAL.suppress, _LOCAL.label
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> T:
-        if not _STATE.active:
-            return fn(*args, **kwargs)
-        from tripwire import _sync_hooks
-
-        local = _LOCAL
-        saved = (local.regions, local.suppress, local.label)
-        local.regions, local.suppress, local.label = list(regions), suppress, label
-        try:
-            with _sync_hooks.thread_modes(implicit=any(c.implicit for c in _STATE.counters)):
-                return fn(*args, **kwargs)
-        finally:
-            local.regions, local.suppress, local.label = saved
-
-    return run
-
-
-def record_sync(kind: str) -> None:
-    """Record a sync tripwire cannot see (C extensions, custom kernels, CPU timer fallbacks)."""
-    if _STATE.active:
-        deliver(kind)
+__all__ = ["SyncCounter"]
 
 
 class SyncCounter:
@@ -200,7 +68,7 @@ class SyncCounter:
         self._previous_debug_mode: int | None = None
 
     def __enter__(self) -> SyncCounter:
-        from tripwire import _sync_hooks
+        from tripwire.sync import hooks as _sync_hooks
 
         if not _STATE.counters:
             _STATE.root = os.getcwd() + os.sep
@@ -217,7 +85,7 @@ class SyncCounter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        from tripwire import _sync_hooks
+        from tripwire.sync import hooks as _sync_hooks
 
         try:
             if self.cuda_cross_check:
@@ -281,7 +149,7 @@ class SyncCounter:
         return {region: self.sites(region) for region in self.counts_by_region()}
 
     def site_keys(self, region: str) -> Counter[str]:
-        """Syncs per budget key (`file::function [kind]`, see `tripwire.budget.site_key`) within `region`."""
+        """Syncs per budget key (`file::function [kind]`, see `tripwire.sync.budget.site_key`) within `region`."""
         return Counter(site_key(e.site, e.function, e.kind) for e in self.events if e.region == region)
 
     def site_keys_by_region(self) -> dict[str, Counter[str]]:
@@ -318,11 +186,6 @@ class SyncCounter:
 
     def __repr__(self) -> str:
         return f"SyncCounter(total={self.total}, regions={self.counts_by_region()})"
-
-
-def _current_regions() -> list[str]:
-    """The current thread's region names, outermost first (tests and diagnostics)."""
-    return [name for _, name in _LOCAL.regions]
 
 
 def _active_counters() -> list[Any]:
