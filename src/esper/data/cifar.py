@@ -14,21 +14,26 @@ pickles, namely plain containers, numbers and strings, and numpy arrays, dtypes 
 `DataDirectoryError` line naming the file and the global. numpy's own array and dtype unpickling is not used
 either: a crafted dtype state can mark plain integers as object pointers, so arrays are rebuilt here from the
 pickled shape, a dtype made from its type code and byte order alone, and the raw bytes (`np.frombuffer`).
+A memo index beyond the opcodes before it is refused as well: the C unpickler would size its memo table
+by it (a 9-byte opcode can ask for gigabytes).
 
-Every file goes through this reader, the official ones too: md5s are not checked at all. A match with
-torchvision's published md5 would prove the file official and so harmless, but it would only allow what the
-reader already does, at the cost of reading 180 MB once more; and the reader then runs on every real download,
-not only on test copies. `LocalCIFAR10` therefore keeps torchvision's presence check (md5 None) so a subset, a
-test fixture or a re-pickled copy in the same format loads. After unpickling, each file's structure is checked
-(a dict with uint8 `data` [N, 3072] and N labels in 0..9; `label_names` a list of str), so a damaged file is
-also one line rather than an error deep in torch. This module imports torchvision (~1.7 s), so
-`esper.data.datasets` imports it only when CIFAR-10 is asked for.
+Every file goes through this reader, the official ones too, so md5s are not computed at all: a match with
+torchvision's published md5 (`CIFAR10.train_list`, `test_list`, `meta`) would prove a file official and harmless,
+but it would allow nothing the reader does not already allow, and would cost another read of 180 MB. One code
+path also means every real copy exercises the reader the tests check. `LocalCIFAR10` keeps torchvision's
+presence check (md5 None), so a subset, a test fixture or a re-pickled copy in the same format loads.
+
+After unpickling, each file's structure is checked (a dict with uint8 `data` [N, 3072] and N labels in 0..9;
+`label_names` a list of str), so a damaged file is also one line rather than an error deep in torch. This module
+imports torchvision (~1.7 s), so `esper.data.datasets` imports it only when CIFAR-10 is asked for.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import pickle
+import pickletools
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -45,6 +50,7 @@ NUM_CLASSES = 10
 # bool, integer and float types. Object, void (structured), string and datetime types are refused.
 NUMERIC_TYPE_CODES = frozenset({"b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8"})
 NESTING_LIMIT = 32  # containers deeper than this are not CIFAR-10 data
+MAX_DIMENSIONS = 32  # numpy 1.x's limit (numpy 2.x allows 64)
 SHOWN_CHARACTERS = 80  # of a refused global's name or an error's reason: both come from the file
 
 
@@ -118,11 +124,13 @@ def read_data_file(path: Path) -> Any:
     """Unpickle one CIFAR-10 file without running code: the value, or a one-line `DataDirectoryError`.
 
     Refused globals raise before anything is called. Every other failure (truncated or garbled bytes, a numpy
-    recipe with the wrong arguments, too deep a nesting) is reported as an incomplete or unreadable file.
+    recipe with the wrong arguments, too deep a nesting, an out-of-range memo index) is reported as an
+    incomplete or unreadable file.
     """
     try:
-        with open(path, "rb") as handle:
-            value = CifarUnpickler(handle, path).load()
+        content = path.read_bytes()  # checked and unpickled from the same bytes: no swap in between
+        _check_memo_indices(content)
+        value = CifarUnpickler(io.BytesIO(content), path).load()
         return _resolve(value, 0, {})
     except DataDirectoryError:
         raise
@@ -131,6 +139,20 @@ def read_data_file(path: Path) -> Any:
             f"CIFAR-10 data file {str(path)!r} is incomplete or unreadable ({_reason(error)}): replace it with a "
             "genuine CIFAR-10 file or pass --data-dir a complete copy"
         ) from None
+
+
+def _check_memo_indices(content: bytes) -> None:
+    """Refuse a memo index beyond the opcodes before it, before the C unpickler sees it.
+
+    The C unpickler sizes its memo table by the largest index a PUT names and clears the new entries, so one
+    `LONG_BINPUT 1376743797` in a 6 kB file made it allocate and clear about 20 GB (found by the fuzzer in
+    tests/reliability/test_data_files.py). A pickler numbers its memo entries in order, one per memoized object,
+    so no genuine index exceeds the count of opcodes before it. `pickletools.genops` also refuses a garbled
+    stream before any object is built.
+    """
+    for count, (opcode, index, _) in enumerate(pickletools.genops(content)):
+        if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and isinstance(index, int) and index > count:
+            raise ValueError(f"memo index {index} out of range")
 
 
 class CifarUnpickler(pickle.Unpickler):
@@ -204,11 +226,19 @@ def _as_bytes(raw: Any) -> bytes:
     raise ValueError(f"numpy raw data is a {type(raw).__name__}, not bytes")
 
 
+def _checked_shape(shape: Any) -> tuple[int, ...]:
+    """A shape of at most MAX_DIMENSIONS non-negative ints: `math.prod` of anything else could be costly."""
+    if not (isinstance(shape, tuple) and len(shape) <= MAX_DIMENSIONS):
+        raise ValueError("numpy array shape is malformed")
+    if not all(type(size) is int and size >= 0 for size in shape):
+        raise ValueError("numpy array shape is malformed")
+    return shape
+
+
 def _array_from(raw: Any, dtype: Any, shape: Any, order: Literal["C", "F"]) -> np.ndarray:
     if not isinstance(dtype, _Dtype):
         raise ValueError("numpy array without a dtype")
-    if not (isinstance(shape, tuple) and all(type(size) is int and size >= 0 for size in shape)):
-        raise ValueError("numpy array shape is malformed")
+    shape = _checked_shape(shape)
     data = _as_bytes(raw)
     if len(data) != math.prod(shape) * dtype.dtype.itemsize:
         raise ValueError("numpy array data does not match its shape")
@@ -216,7 +246,7 @@ def _array_from(raw: Any, dtype: Any, shape: Any, order: Literal["C", "F"]) -> n
 
 
 def _reconstruct(cls: Any, shape: Any, typecode: Any) -> _Array:
-    if cls is not _NDARRAY or not (isinstance(shape, tuple) and math.prod(shape) == 0):
+    if cls is not _NDARRAY or math.prod(_checked_shape(shape)) != 0:  # numpy writes (0,): BUILD sets the shape
         raise ValueError("numpy array recipe is malformed")
     return _Array()
 
