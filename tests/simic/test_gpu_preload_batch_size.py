@@ -7,7 +7,7 @@ import torch
 
 from esper.leyline import get_task_spec
 from esper.simic.training import wiring
-from esper.simic.training.config import TrainingConfig
+from esper.simic.training.config import ConfigError, TrainingConfig
 
 
 @pytest.fixture
@@ -51,7 +51,6 @@ def test_preloaded_and_host_iterators_serve_the_same_samples(preload_config: Tra
     assert all(torch.equal(p, q) for p, q in zip(a, b)) and len(a) == len(b) == 2
 
 
-def test_iterator_refuses_a_batch_larger_than_the_data() -> None:
-    config = TrainingConfig.from_dict({"n_envs": 2, "batch_size": 123, "train_samples": 100, "gpu_preload": True})
-    with pytest.raises(ValueError, match="use more samples or a smaller --batch-size"):
-        wiring.batch_source(config, get_task_spec(config.task), "train", [torch.device("cpu")])
+def test_a_batch_larger_than_the_training_samples_is_refused_before_any_data_is_built() -> None:
+    with pytest.raises(ConfigError, match="--batch-size 123 is larger than --train-samples 100"):
+        TrainingConfig.from_dict({"n_envs": 2, "batch_size": 123, "train_samples": 100, "gpu_preload": True})

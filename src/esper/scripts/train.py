@@ -13,50 +13,33 @@ at once (still exit 130, events flushed, the checkpoint untouched).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
+from enum import Enum
 from types import FrameType
 from typing import Any, NoReturn
+
+from esper.leyline import TelemetryLevel
+from esper.simic.training.config import (
+    GROUPS,
+    PRESETS,
+    ConfigError,
+    Option,
+    TrainingConfig,
+    check_value,
+    enum_choices,
+    option_of,
+    preset_config,
+)
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-
-# flag dest -> TrainingConfig field, for flags shared by both subcommands
-SHARED_FIELDS = {
-    "task": "task",
-    "slots": "slots",
-    "seed": "seed",
-    "device": "device",
-    "devices": "devices",
-    "telemetry_dir": "telemetry_dir",
-    "telemetry_level": "telemetry_level",
-    "run_name": "run_name",
-    "rounds": "n_episodes",
-    "envs": "n_envs",
-    "episode_length": "max_epochs",
-    "max_seeds": "max_seeds",
-    "train_samples": "train_samples",
-    "val_samples": "val_samples",
-    "batch_size": "batch_size",
-    "data_dir": "data_dir",
-    "dataset": "dataset",
-    "gpu_preload": "gpu_preload",
-    "env_workers": "env_workers",
-    "save": "save_path",
-    "resume": "resume_path",
-    "reward_mode": "reward_mode",
-}
-PPO_FIELDS = {
-    "amp": "amp",
-    "ppo_epochs": "ppo_updates_per_batch",
-    "memory_size": "lstm_hidden_dim",
-    "entropy_anneal_episodes": "entropy_anneal_episodes",
-    "lr": "lr",
-}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -69,7 +52,26 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.tool}: error: {one_line} (see --help)\n")
 
 
+def _number_parser(kind: type, field_name: str) -> Callable[[str], Any]:
+    """argparse `type=` for an int or float field: parses, then checks the field's range (one-line errors)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            noun = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+        try:
+            check_value(field_name, value)
+        except ConfigError as exc:  # "--envs must be a positive integer, got 0" -> "expected a positive ..."
+            raise argparse.ArgumentTypeError("expected " + str(exc).split(" must be ", 1)[-1]) from None
+        return value
+
+    return parse
+
+
 def positive_int(text: str) -> int:
+    """argparse `type=` for a count given outside TrainingConfig (e.g. the learning check's flags)."""
     try:
         value = int(text)
     except ValueError:
@@ -79,78 +81,72 @@ def positive_int(text: str) -> int:
     return value
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+def _add_config_flags(parser: argparse.ArgumentParser, *, ppo: bool) -> None:
+    """One flag per TrainingConfig field that declares one, grouped as the config is, help and default shown."""
+    defaults = TrainingConfig()
+    groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
+    hints = typing.get_type_hints(TrainingConfig)
+    for spec in dataclasses.fields(TrainingConfig):
+        meta = option_of(spec)
+        if meta.flag is None or (meta.ppo_only and not ppo):
+            continue
+        kwargs = _argument_kwargs(spec.name, hints[spec.name], meta)
+        default = getattr(defaults, spec.name)
+        shown = "none" if default is None else " ".join(default) if isinstance(default, tuple) else _shown(default)
+        text = meta.help if "default" in meta.help else f"{meta.help} (default: {shown})"
+        kwargs["help"] = text.replace("%", "%%")
+        groups[meta.group].add_argument(meta.flag, dest=spec.name, default=None, **kwargs)
 
 
-def _add_shared(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add("--task", help="task name (cifar_baseline, cifar_impaired, cifar_minimal, cifar_scale)")
-    add("--slots", nargs="+", metavar="SLOT", help="enabled slot ids r{row}c{col}, e.g. r0c0 r0c1 r0c2")
-    add("--seed", type=int, help="run seed (every random stream derives from it)")
-    add("--device", help="cpu, cuda or cuda:N")
-    add("--devices", nargs="+", help="env placement: env i runs on devices[i %% n]")
-    add("--telemetry-dir", help="write events to DIR/<run-name>/events.jsonl")
-    add("--telemetry-level", choices=["off", "minimal", "normal", "debug"])
-    add("--run-name", help="name of the telemetry run directory (default: timestamped)")
-    add("--rounds", type=positive_int, help="PPO rounds (each: K episodes, one update)")
-    add("--envs", type=positive_int, help="parallel envs K")
-    add("--episode-length", type=positive_int, help="epochs per episode (also the LSTM chunk length)")
-    add("--max-seeds", type=positive_int, help="seeds an env may germinate per episode")
-    add("--train-samples", type=positive_int, help="training samples per env per epoch")
-    add("--val-samples", type=positive_int, help="validation samples per env per epoch")
-    add("--batch-size", type=positive_int, help="batch size per env")
-    add("--dataset", choices=["synthetic", "cifar10"], help="task data (default synthetic; cifar10 needs --data-dir)")
-    add("--data-dir", help="folder holding cifar-10-batches-py (task data cifar10)")
-    add("--gpu-preload", action="store_true", default=None, help="keep the dataset on the device")
-    add(
-        "--env-workers",
-        type=positive_int,
-        help="train and validate CPU envs on N threads at once; pins one torch thread, so results equal a "
-        "one-thread run (OMP_NUM_THREADS=1) with envs in turn",
-    )
-    add("--save", help="write a checkpoint here after every round (atomic)")
-    add("--resume", help="resume from a checkpoint written by --save")
-    add("--reward-mode", choices=["shaped", "escrow", "simplified", "sparse"])
-    add("--quiet", action="store_true", help="no progress display")
+def _shown(value: Any) -> str:
+    if isinstance(value, TelemetryLevel):
+        return value.name.lower()
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _argument_kwargs(name: str, hint: Any, meta: Option) -> dict[str, Any]:
+    """argparse keyword arguments for one field, from its type."""
+    args = typing.get_args(hint)
+    base = next((a for a in args if a is not type(None)), hint) if args and type(None) in args else hint
+    if typing.get_origin(base) is tuple:
+        return {"nargs": "+", "metavar": meta.metavar}
+    if base is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if isinstance(base, type) and issubclass(base, Enum):
+        return {"choices": list(enum_choices(base))}
+    if base in (int, float):
+        return {"type": _number_parser(base, name), "metavar": "N" if base is int else "X"}
+    return {"metavar": meta.metavar or "TEXT"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m esper.scripts.train", description=__doc__.splitlines()[0])
+    parser = OneLineParser(
+        prog="python -m esper.scripts.train",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     heuristic = commands.add_parser("heuristic", help="run the rule-based controller")
-    _add_shared(heuristic)
     ppo = commands.add_parser("ppo", help="train the PPO controller")
-    _add_shared(ppo)
-    ppo.add_argument("--preset", help="cifar_baseline | cifar_baseline_stable | cifar_impaired | cifar_minimal")
-    ppo.add_argument("--config-json", help="a JSON object of TrainingConfig keys (unknown keys are refused)")
-    ppo.add_argument("--amp", choices=["off", "auto", "bfloat16", "float16"])
-    ppo.add_argument("--ppo-epochs", type=positive_int, help="PPO updates per round")
-    ppo.add_argument("--memory-size", type=positive_int, help="LSTM hidden size")
-    ppo.add_argument("--entropy-anneal-episodes", type=non_negative_int)
-    ppo.add_argument("--lr", type=float, help="policy learning rate")
+    ppo.add_argument("--preset", choices=list(PRESETS), help="start from a named preset (default: none)")
+    ppo.add_argument("--config-json", metavar="FILE", help="a JSON object of config keys; unknown keys are refused")
+    for sub, is_ppo in ((heuristic, False), (ppo, True)):
+        _add_config_flags(sub, ppo=is_ppo)
+        sub.add_argument("--quiet", action="store_true", help="no progress display and no summary line")
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
-    """Preset or defaults, then --config-json, then explicit flags."""
-    from esper.simic.training.config import TrainingConfig, preset_config
-
-    config = TrainingConfig()
-    if getattr(args, "preset", None):
-        config = preset_config(args.preset)
+def config_from_args(args: argparse.Namespace) -> TrainingConfig:
+    """Preset or defaults, then --config-json, then explicit flags (validated together, in one place)."""
+    config = preset_config(args.preset) if getattr(args, "preset", None) else TrainingConfig()
     if getattr(args, "config_json", None):
         config = TrainingConfig.from_json_file(args.config_json, base=config)
-    fields = dict(SHARED_FIELDS)
-    if args.command == "ppo":
-        fields.update(PPO_FIELDS)
-    overrides = {field: getattr(args, dest) for dest, field in fields.items() if getattr(args, dest, None) is not None}
+    names = [spec.name for spec in dataclasses.fields(TrainingConfig)]
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     return TrainingConfig.from_dict(overrides, base=config)
 
 
@@ -159,7 +155,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from esper.leyline import SlotIdError, UnknownTaskError
     from esper.nissa.backends import TelemetryPathError
     from esper.simic.training.checkpoint import CheckpointError
-    from esper.simic.training.config import ConfigError
     from esper.tolaria.devices import DeviceError
 
     return (

@@ -26,7 +26,6 @@ import queue
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from enum import Enum
 from functools import partial
 from typing import cast
 
@@ -35,19 +34,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from esper.kasmina.model import MorphogeneticModel
+from esper.leyline.options import AmpMode as AmpMode
 from esper.tolaria.batches import EnvBatch
 from esper.tolaria.epoch import STAT_COLUMNS, EnvEpochResult, TrainAccumulators, gather_rows, pack_row, unpack_row
 from esper.tolaria.governor import TolariaGovernor
 from tripwire.sync import carried, hot_path
-
-
-class AmpMode(str, Enum):
-    """`--amp`: off, or autocast in bf16 (no scaler) / fp16 (one GradScaler per env) on CUDA."""
-
-    OFF = "off"
-    AUTO = "auto"
-    BF16 = "bfloat16"
-    FP16 = "float16"
 
 
 def resolve_amp_dtype(mode: AmpMode, device: torch.device) -> torch.dtype | None:

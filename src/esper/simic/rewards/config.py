@@ -9,18 +9,9 @@ the fossil terminal bonus 3 * n_contributing_fossils, no capacity term, MIN_PRUN
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from esper.leyline.options import RewardMode as RewardMode
 from esper.leyline.stages import AUTO_PRUNE_PENALTY, MIN_HOLDING_EPOCHS, MIN_PRUNE_AGE
-
-
-class RewardMode(StrEnum):
-    """Which reward function scores an epoch."""
-
-    SHAPED = "shaped"
-    ESCROW = "escrow"
-    SIMPLIFIED = "simplified"
-    SPARSE = "sparse"
 
 
 def parse_reward_mode(text: str) -> RewardMode:

@@ -17,7 +17,7 @@ from esper.leyline.seeding import derive_seed
 from esper.nissa.backends import DirectoryBackend
 from esper.nissa.hub import TelemetryHub, make_run_name
 from esper.simic.agent.ppo import PPOAgent, PPOConfig, calculate_entropy_anneal_steps
-from esper.simic.rewards import RewardConfig, RewardMode, parse_reward_mode
+from esper.simic.rewards import RewardConfig, RewardMode, validate_reward_gamma
 from esper.simic.training import emitters
 from esper.simic.training.checkpoint import CheckpointLayout, load_checkpoint, save_checkpoint
 from esper.simic.training.config import TrainingConfig
@@ -31,7 +31,7 @@ from esper.tamiyo.features import state_dim
 from esper.tamiyo.policy import FactoredRecurrentActorCritic
 from esper.tolaria.batches import SharedBatchIterator
 from esper.tolaria.devices import resolve_devices
-from esper.tolaria.engine import AmpMode, EngineConfig, VectorizedEngine
+from esper.tolaria.engine import EngineConfig, VectorizedEngine
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ def prepare_run(config: TrainingConfig, controller: str) -> RunSetup:
         task=task,
         slot_config=slot_config,
         devices=devices,
-        reward_mode=parse_reward_mode(config.reward_mode),
-        reward_config=RewardConfig(gamma=config.gamma, param_budget=config.param_budget),
+        reward_mode=config.reward_mode,
+        reward_config=reward_config(config),
         client=client,
         layout=layout,
         train_source=batch_source(config, task, "train", devices),
@@ -79,6 +79,13 @@ def prepare_run(config: TrainingConfig, controller: str) -> RunSetup:
         start_round=start_round,
         resumed_state=resumed_state,
     )
+
+
+def reward_config(config: TrainingConfig) -> RewardConfig:
+    """The reward constants of a run; PBRS's gamma is PPO's (checked, so the two cannot drift apart)."""
+    rewards = RewardConfig(gamma=config.gamma, param_budget=config.param_budget)
+    validate_reward_gamma(rewards.gamma, config.gamma)
+    return rewards
 
 
 def build_engine(setup: RunSetup) -> VectorizedEngine:
@@ -118,7 +125,7 @@ def trainer_parts(
             devices=setup.devices,
             run_seed=config.seed,
             max_epochs=config.max_epochs,
-            amp=AmpMode(config.amp),
+            amp=config.amp,
             reward_mode=setup.reward_mode,
             plateau_threshold=config.plateau_threshold,
             permissive_gates=config.permissive_gates,
@@ -223,7 +230,7 @@ def batch_source(config: TrainingConfig, task: TaskSpec, split: str, devices: li
 def open_hub(config: TrainingConfig, hub: TelemetryHub | None) -> tuple[TelemetryHub, bool]:
     if hub is not None:
         return hub, False
-    level = TelemetryLevel.parse(config.telemetry_level)
+    level = config.telemetry_level
     own = TelemetryHub(level)
     if config.telemetry_dir is not None and level is not TelemetryLevel.OFF:
         own.add_backend(DirectoryBackend(config.telemetry_dir, config.run_name or make_run_name()))
@@ -247,8 +254,8 @@ def _run_settings(config: TrainingConfig, task: TaskSpec, slot_config: SlotConfi
         "clip_ratio": config.clip_ratio,
         "entropy_coef": config.entropy_coef,
         "param_budget": config.param_budget,
-        "reward_mode": config.reward_mode,
-        "amp": config.amp,
+        "reward_mode": config.reward_mode.value,
+        "amp": config.amp.value,
         "device": config.device,
         "train_samples_per_env": config.train_samples,
         "batch_size_per_env": config.batch_size,

@@ -1,0 +1,30 @@
+"""The enum-valued run options shared by the config, the CLI and the subsystems that act on them (no torch)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RewardMode(StrEnum):
+    """Which reward function scores an epoch."""
+
+    SHAPED = "shaped"
+    ESCROW = "escrow"
+    SIMPLIFIED = "simplified"
+    SPARSE = "sparse"
+
+
+class AmpMode(StrEnum):
+    """`--amp`: off, or autocast in bf16 (no scaler) / fp16 (one GradScaler per env) on CUDA; auto picks."""
+
+    OFF = "off"
+    AUTO = "auto"
+    BF16 = "bfloat16"
+    FP16 = "float16"
+
+
+class DatasetName(StrEnum):
+    """Where a task's images come from: generated in memory, or CIFAR-10 read from a local folder."""
+
+    SYNTHETIC = "synthetic"
+    CIFAR10 = "cifar10"
