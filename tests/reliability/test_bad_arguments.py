@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from esper.leyline import SlotConfig, get_task_spec
 from esper.scripts import train
 from esper.simic.training.config import PRESETS, ConfigError, TrainingConfig
+from esper.simic.training.outputs import claim_outputs
 from esper.tolaria.devices import resolve_devices
 
 FUZZ = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,10 +98,12 @@ FLAGS = [
     "--rounds", "--envs", "--episode-length", "--max-seeds", "--train-samples", "--val-samples", "--batch-size",
     "--dataset", "--data-dir", "--gpu-preload", "--save", "--resume", "--reward-mode", "--quiet", "--preset",
     "--config-json", "--amp", "--ppo-epochs", "--memory-size", "--entropy-anneal-episodes", "--lr",
+    "--overwrite", "--no-gpu-preload", "--no-overwrite",
 ]  # fmt: skip
 PLAUSIBLE = [
     "cifar_baseline", "cifar_minimal", "r0c0", "r0c1", "r1c2", "r9c9", "cpu", "cuda", "cuda:3", "shaped", "sparse",
     "off", "debug", "synthetic", "cifar10", "bfloat16", "nan", "inf", "-0", "1e3", "cifar_baseline_stable", "",
+    "../x", "/", "a/b", ".", "..", "out", "out/ck.pt", "notes.txt", "notes.txt/ck.pt", "/dev/null", "x\x00y",
 ]  # fmt: skip
 
 
@@ -115,11 +119,17 @@ TOKENS = st.one_of(
     st.floats(allow_nan=True).map(repr),
     st.text(max_size=12).filter(_not_help),
 )
-ARGV = st.tuples(st.sampled_from(["ppo", "heuristic", "ppo", "bogus", "--quiet"]), st.lists(TOKENS, max_size=10))
+FLAG_VALUE_PAIRS = st.lists(st.tuples(st.sampled_from(FLAGS), TOKENS), max_size=5).map(
+    lambda pairs: [token for pair in pairs for token in pair]
+)
+ARGV = st.tuples(
+    st.sampled_from(["ppo", "heuristic", "ppo", "bogus", "--quiet"]), st.lists(TOKENS, max_size=10) | FLAG_VALUE_PAIRS
+)
 
 
 def _pre_run_checks(config: TrainingConfig) -> None:
-    """What run_training checks before any work: task, slot ids and devices."""
+    """What run_training checks before any work: output paths (claimed, then let go), task, slot ids, devices."""
+    claim_outputs(config).release()
     get_task_spec(config.task)
     SlotConfig(tuple(config.slots))
     resolve_devices(config.device, config.devices)
@@ -132,9 +142,12 @@ def _one_line(message: str) -> bool:
 @pytest.mark.slow
 @FUZZ
 @given(ARGV)
-def test_fuzzed_command_lines_end_in_a_config_or_a_one_line_error(argv_parts: tuple[str, list[str]]) -> None:
+def test_fuzzed_command_lines_end_in_a_config_or_a_one_line_error(
+    fuzz_cwd: Path, argv_parts: tuple[str, list[str]]
+) -> None:
     argv = [argv_parts[0], *argv_parts[1]]
     stderr = io.StringIO()
+    (fuzz_cwd / "notes.txt").write_text("notes\n")  # a file that is not a checkpoint, for --save to meet
     try:
         with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
             args = train.build_parser().parse_args(argv)
@@ -146,6 +159,14 @@ def test_fuzzed_command_lines_end_in_a_config_or_a_one_line_error(argv_parts: tu
         assert stderr.getvalue().startswith("train: error:") and _one_line(stderr.getvalue()), (argv, stderr.getvalue())
     except DOCUMENTED as error:
         assert _one_line(str(error)), (argv, str(error))
+
+
+@pytest.fixture(scope="module")
+def fuzz_cwd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Fuzzed relative output paths are created here, not in the checkout."""
+    root = tmp_path_factory.mktemp("fuzz_cwd")
+    with contextlib.chdir(root):
+        yield root
 
 
 JSON_VALUES = st.recursive(

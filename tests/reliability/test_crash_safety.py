@@ -153,11 +153,12 @@ def test_a_killed_run_resumes_and_completes_the_remaining_rounds(
     assert _checkpoint_rounds(kill.checkpoint) == ROUNDS
 
 
-# ---- SIGINT: finish the epoch, keep the last completed round's checkpoint, flush, exit 130 ----
+# ---- SIGINT, SIGTERM, SIGHUP: finish the epoch, keep the last round, flush, exit 128+N ----
 
 
 @dataclass
 class Interrupted:
+    signum: int
     returncode: int
     stderr: str
     events: list[dict[str, Any]]
@@ -165,9 +166,10 @@ class Interrupted:
     argv: list[str]
 
 
-@pytest.fixture(scope="module")
-def interrupted(tmp_path_factory: pytest.TempPathFactory) -> Interrupted:
-    root = tmp_path_factory.mktemp("sigint")
+@pytest.fixture(scope="module", params=[signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def interrupted(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Interrupted:
+    signum = request.param
+    root = tmp_path_factory.mktemp(signum.name.lower())
     checkpoint = root / "ck.pt"
     argv = ppo_argv(root / "tel", "run", checkpoint, ROUNDS)
     events = root / "tel" / "run" / "events.jsonl"
@@ -181,25 +183,36 @@ def interrupted(tmp_path_factory: pytest.TempPathFactory) -> Interrupted:
     try:
         # line 30 is round 2's first EPOCH_COMPLETED: the signal arrives inside round 2
         assert wait_for(lambda: line_count(events) >= 30, RUN_TIMEOUT_S), "round 2 never started"
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
     finally:
         if process.poll() is None:
             process.kill()
-    return Interrupted(process.returncode, stderr, complete_lines(events), checkpoint, argv)
+    return Interrupted(signum, process.returncode, stderr, complete_lines(events), checkpoint, argv)
 
 
-def test_sigint_exits_130_with_a_message_and_no_traceback(interrupted: Interrupted) -> None:
-    assert interrupted.returncode == 130, interrupted.stderr
+def test_a_stop_signal_exits_128_plus_its_number_with_a_message_and_no_traceback(interrupted: Interrupted) -> None:
+    assert interrupted.returncode == 128 + interrupted.signum, interrupted.stderr  # 130, 143, 129
     assert "Traceback" not in interrupted.stderr
+    assert (
+        f"train: {signal.Signals(interrupted.signum).name} received: finishing the current epoch" in interrupted.stderr
+    )
     assert "train: interrupted in round 2 after epoch" in interrupted.stderr.splitlines()[-1]
+    assert "continue with --resume" in interrupted.stderr.splitlines()[-1]
 
 
-def test_sigint_keeps_the_last_completed_round_in_the_checkpoint(interrupted: Interrupted) -> None:
+def test_a_stopped_run_ends_its_events_with_the_discarded_round(interrupted: Interrupted) -> None:
+    last = interrupted.events[-1]
+    assert last["event_type"] == "TRAINING_ENDED"
+    assert last["data"]["outcome"] == "interrupted"
+    assert (last["data"]["rounds_completed"], last["data"]["discarded_round"]) == (1, 1)
+
+
+def test_a_stop_signal_keeps_the_last_completed_round_in_the_checkpoint(interrupted: Interrupted) -> None:
     assert _checkpoint_rounds(interrupted.checkpoint) == 1 == rounds_in(interrupted.events)
 
 
-def test_sigint_finishes_the_current_epoch_for_every_env(interrupted: Interrupted) -> None:
+def test_a_stop_signal_finishes_the_current_epoch_for_every_env(interrupted: Interrupted) -> None:
     last_round_end = max(i for i, e in enumerate(interrupted.events) if e["data"].get("kind") == "throughput")
     tail = [e for e in interrupted.events[last_round_end + 1 :] if e["event_type"] == "EPOCH_COMPLETED"]
     stopped_after = int(interrupted.stderr.splitlines()[-1].split("after epoch ")[1].split()[0])
@@ -207,7 +220,7 @@ def test_sigint_finishes_the_current_epoch_for_every_env(interrupted: Interrupte
         assert [e["epoch"] for e in tail if e["env_id"] == env_id] == list(range(1, stopped_after + 1))
 
 
-def test_a_run_stopped_by_sigint_resumes_and_completes(
+def test_a_run_stopped_by_a_signal_resumes_and_completes(
     interrupted: Interrupted, launcher: Launcher, tmp_path: Path
 ) -> None:
     resume = str(interrupted.checkpoint)

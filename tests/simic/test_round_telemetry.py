@@ -105,7 +105,15 @@ def test_each_round_ends_with_its_throughput_snapshot(tiny_run: tuple[TrainingRe
     ends = [e for e in events if e.data.get("kind") == "throughput"]
 
     assert [e.epoch for e in ends] == list(range(ROUNDS))
-    assert events[-1] is ends[-1]
+    assert events[-2] is ends[-1]  # then only the run's terminal event
+
+
+def test_the_run_ends_with_one_terminal_event(tiny_run: tuple[TrainingResult, list[TelemetryEvent]]) -> None:
+    events = tiny_run[1]
+    ended = [e for e in events if e.event_type is T.TRAINING_ENDED]
+
+    assert ended == [events[-1]]
+    assert ended[0].data["outcome"] == "completed" and ended[0].data["rounds_completed"] == ROUNDS
 
 
 def test_throughput_fps_is_one_thousand_over_the_step_time(

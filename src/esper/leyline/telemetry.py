@@ -38,6 +38,7 @@ class TelemetryEventType(Enum):
     ANALYTICS_SNAPSHOT = auto()
     EPISODE_OUTCOME = auto()
     ISOLATION_VIOLATION = auto()
+    TRAINING_ENDED = auto()  # every run's last event: completed, interrupted (with the discarded round) or failed
 
 
 LIFECYCLE_EVENT_TYPES = frozenset(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -14,6 +16,10 @@ EVENTS_FILE = "events.jsonl"
 
 class TelemetryPathError(ValueError):
     """The telemetry directory cannot be created or written; the message names `--telemetry-dir`."""
+
+
+class TelemetryWriteError(RuntimeError):
+    """Writing an event failed (disk full, file-size limit, I/O error); the file still ends with a whole line."""
 
 
 class TelemetryBackend(Protocol):
@@ -43,13 +49,17 @@ class InMemoryBackend:
         return [event for event in self.events if event.event_type is event_type]
 
 
-def _unique_run_dir(root: Path, run_name: str) -> Path:
+def _make_unique_run_dir(root: Path, run_name: str) -> Path:
+    """Create `root/run_name`, or `run_name_001`, `_002`, ... when taken (also by a run starting at once)."""
     candidate = root / run_name
     suffix = 1
-    while candidate.exists():
-        candidate = root / f"{run_name}_{suffix:03d}"
-        suffix += 1
-    return candidate
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            candidate = root / f"{run_name}_{suffix:03d}"
+            suffix += 1
 
 
 class DirectoryBackend:
@@ -57,17 +67,20 @@ class DirectoryBackend:
 
     Each event is encoded in full and written with a single `os.write` on an O_APPEND descriptor, so a run
     killed at any moment (SIGKILL included) leaves only complete lines: there is no user-space buffer to lose
-    and no line is ever written in two pieces. `flush()` and `close()` fsync the file.
+    and no line is ever written in two pieces. A write that fails part-way (disk full, the file-size limit) is
+    cut back to the last whole line and raises `TelemetryWriteError`, so every line in the file parses.
+    `flush()` and `close()` fsync the file. The events file is locked (flock) while the backend is open.
     """
 
     def __init__(self, root: str | os.PathLike[str], run_name: str) -> None:
         root_path = Path(root)
         try:
             root_path.mkdir(parents=True, exist_ok=True)
-            self.run_dir = _unique_run_dir(root_path, run_name)
-            self.run_dir.mkdir()
+            self.run_dir = _make_unique_run_dir(root_path, run_name)
             self.path = self.run_dir / EVENTS_FILE
             self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # this run's folder: no other writer
+            self._size = os.fstat(self._fd).st_size  # the end of the last whole line
         except OSError as error:
             raise TelemetryPathError(
                 f"cannot write telemetry under {str(root)!r} ({error.strerror}): pass --telemetry-dir a writable folder"
@@ -77,9 +90,24 @@ class DirectoryBackend:
         if self._fd is None:
             raise RuntimeError(f"{self.path} is closed")
         line = (json.dumps(event.to_json_dict(), sort_keys=False, allow_nan=False) + "\n").encode()
-        written = os.write(self._fd, line)
-        while written < len(line):  # regular files take the whole line at once; a short write is finished here
-            written += os.write(self._fd, line[written:])
+        try:
+            written = os.write(self._fd, line)
+            while written < len(line):  # regular files take the whole line at once; a short write is finished here
+                written += os.write(self._fd, line[written:])
+        except OSError as error:
+            self._cut_back()
+            raise TelemetryWriteError(
+                f"cannot write telemetry to {self.path} ({error.strerror}): the file ends with the last whole event; "
+                "free disk space (or raise the file-size limit) and --resume from the last checkpoint"
+            ) from None
+        self._size += len(line)
+
+    def _cut_back(self) -> None:
+        """Drop a partly written line, so the file ends with a whole event (best effort: the disk may be gone)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self._size)
 
     def flush(self) -> None:
         """Nothing is buffered in user space; fsync so that flushed events survive an OS crash as well (the

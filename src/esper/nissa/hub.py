@@ -20,7 +20,7 @@ import uuid
 from datetime import UTC, datetime
 
 from esper.leyline import EVENT_LEVEL, TelemetryEvent, TelemetryEventType, TelemetryLevel
-from esper.nissa.backends import TelemetryBackend
+from esper.nissa.backends import TelemetryBackend, TelemetryWriteError
 
 DEFAULT_QUEUE_SIZE = 1000
 _STOP = object()
@@ -107,6 +107,8 @@ class TelemetryHub:
     def _raise_pending(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
+            if isinstance(error, TelemetryWriteError):  # already one line naming the file and the fix
+                raise error
             raise RuntimeError(f"telemetry backend failed: {error}") from error
 
     def _deliver(self) -> None:

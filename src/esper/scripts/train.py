@@ -3,11 +3,13 @@
 Flow: preset (ppo) or defaults -> --config-json -> explicit flags -> TrainingConfig -> run. Bad input gets a
 one-line `train: error: ...` on stderr and exit code 2, never a traceback.
 
-Exit codes: 0 done; 1 the run failed (three consecutive non-finite PPO updates); 2 bad input (arguments,
-config, checkpoint, data or telemetry path); 130 interrupted. The first SIGINT (Ctrl-C) lets the current epoch
-finish, discards the unfinished round, flushes the telemetry and exits 130: the --save checkpoint (written after
-every round) then holds the last completed round, so `--resume` continues from there. A second SIGINT aborts
-at once (still exit 130, events flushed, the checkpoint untouched).
+Exit codes: 0 done (or nothing left to do); 1 the run failed (three consecutive non-finite PPO updates, or a
+telemetry write failed, e.g. the disk is full); 2 bad input (arguments, config, checkpoint, data, output or
+telemetry path), refused before any work starts; 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP. The first
+of those signals lets the current epoch finish, discards the unfinished round, flushes the telemetry and exits
+with 128 + the signal's number: the --save checkpoint (written after every round) then holds the last completed
+round, so `--resume` continues from there. A second signal aborts at once (same exit code, events flushed, the
+checkpoint untouched).
 """
 
 from __future__ import annotations
@@ -155,6 +157,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from esper.leyline import SlotIdError, UnknownTaskError
     from esper.nissa.backends import TelemetryPathError
     from esper.simic.training.checkpoint import CheckpointError
+    from esper.simic.training.outputs import OutputPathError
     from esper.tolaria.devices import DeviceError
 
     return (
@@ -165,16 +168,23 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         CheckpointError,
         DataDirectoryError,
         TelemetryPathError,
+        OutputPathError,
     )
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C; docker stop, SLURM, systemd; hang-up
+
+
 class InterruptFlag:
-    """SIGINT handling: the first signal asks the run to stop after the current epoch, the second aborts now."""
+    """SIGINT, SIGTERM and SIGHUP: the first asks the run to stop after the current epoch, a second aborts now.
+
+    `signum` keeps the first signal, so the exit code says which one ended the run (128 + signal number).
+    """
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
-        self._installed = False
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
 
     def __call__(self) -> bool:
         return self.requested
@@ -183,18 +193,26 @@ class InterruptFlag:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        self.signum = signum
+        name = signal.Signals(signum).name
         # os.write, not print: a handler may run while the main thread is inside a print to stderr
-        os.write(2, b"train: interrupt received: finishing the current epoch, then stopping (Ctrl-C again aborts)\n")
+        os.write(
+            2, f"train: {name} received: finishing the current epoch, then stopping (send it again to abort)\n".encode()
+        )
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signum if self.signum is not None else signal.SIGINT)
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():  # signal.signal works only there
-            self._previous = signal.signal(signal.SIGINT, self.handle)
-            self._installed = True
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self.handle)
 
     def restore(self) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
+        while self._previous:
+            signum, previous = self._previous.popitem()
+            signal.signal(signum, previous)
 
 
 def interrupted_message(config: Any, interrupted_at: tuple[int, int], rounds_run: int) -> str:
@@ -216,6 +234,7 @@ def interrupted_message(config: Any, interrupted_at: tuple[int, int], rounds_run
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors = _user_errors()
+    from esper.nissa.backends import TelemetryWriteError
     from esper.simic.agent.ppo import NonFiniteUpdateError
 
     stop = InterruptFlag()
@@ -232,17 +251,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors as exc:
         print(f"train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except NonFiniteUpdateError as exc:
+    except (NonFiniteUpdateError, TelemetryWriteError) as exc:
         print(f"train: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("train: aborted by a second interrupt; the checkpoint holds the last completed round", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return stop.exit_code
     finally:
         stop.restore()
     if result.interrupted_at is not None:
         print(interrupted_message(config, result.interrupted_at, len(result.rounds)), file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return stop.exit_code
+    if not result.rounds and result.start_round >= config.n_episodes:
+        print(
+            f"train: nothing to do: checkpoint {config.resume_path} already holds {result.start_round} round(s) and "
+            f"--rounds is {config.n_episodes}: raise --rounds to train further",
+            file=sys.stderr,
+        )
+        return 0
     last = result.rounds[-1] if result.rounds else None
     if last is not None and not args.quiet:
         print(

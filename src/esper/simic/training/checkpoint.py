@@ -63,6 +63,16 @@ def save_checkpoint(
         raise
 
 
+def _reason(exc: BaseException, limit: int = 160) -> str:
+    """The first line of an exception's message, shortened at a word boundary (never mid-word) when long."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if len(first) <= limit:
+        return first
+    cut = first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:")
+    return f"{cut} ..."
+
+
 def _verify_archive(source: Path) -> None:
     """Check the zip structure and every member's CRC: torch.load itself reads a flipped bit in tensor data
     silently, so a damaged checkpoint would resume with corrupted weights."""
@@ -70,9 +80,8 @@ def _verify_archive(source: Path) -> None:
         with zipfile.ZipFile(source) as archive:
             damaged = archive.testzip()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
-        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
-            f"checkpoint {source} is truncated or corrupted (not a readable zip archive: {reason}): "
+            f"checkpoint {source} is truncated or corrupted (not a readable zip archive: {_reason(exc)}): "
             "resume from an intact file or start without --resume"
         ) from None
     if damaged is not None:
@@ -82,32 +91,19 @@ def _verify_archive(source: Path) -> None:
         )
 
 
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is a readable esper checkpoint (any layout): the files --save may replace."""
+    try:
+        _read_payload(Path(path))
+    except CheckpointError:
+        return False
+    return True
+
+
 def load_checkpoint(path: str | Path, *, layout: CheckpointLayout) -> tuple[int, dict[str, Any]]:
     """Load and validate a checkpoint; returns (rounds_completed, state). Errors are one-line CheckpointErrors."""
     source = Path(path)
-    if not source.is_file():
-        raise CheckpointError(f"checkpoint {source} does not exist: pass an existing file to --resume")
-    _verify_archive(source)
-    try:
-        payload = torch.load(source, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"checkpoint {source} holds objects weights_only loading refuses ({first[:160]}): "
-            "only checkpoints written by --save can be resumed"
-        ) from None
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"checkpoint {source} is truncated or corrupted ({reason}): "
-            "resume from an intact file or start without --resume"
-        ) from None
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"checkpoint {source} is not an esper checkpoint: pass a file written by --save")
-    if payload.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(
-            f"checkpoint {source} has format version {payload.get('version')}, this trainer reads {CHECKPOINT_VERSION}"
-        )
+    payload = _read_payload(source)
     saved = CheckpointLayout(
         n_envs=int(payload["n_envs"]),
         slot_ids=tuple(payload["slot_ids"]),
@@ -122,3 +118,29 @@ def load_checkpoint(path: str | Path, *, layout: CheckpointLayout) -> tuple[int,
             "--envs, --slots and --task"
         )
     return int(payload["rounds_completed"]), payload["state"]
+
+
+def _read_payload(source: Path) -> dict[str, Any]:
+    """The checkpoint's payload dict, its format and version checked; one-line CheckpointErrors otherwise."""
+    if not source.is_file():
+        raise CheckpointError(f"checkpoint {source} does not exist: pass an existing file to --resume")
+    _verify_archive(source)
+    try:
+        payload = torch.load(source, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"checkpoint {source} holds objects weights_only loading refuses ({_reason(exc)}): "
+            "only checkpoints written by --save can be resumed"
+        ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint {source} is truncated or corrupted ({_reason(exc)}): "
+            "resume from an intact file or start without --resume"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"checkpoint {source} is not an esper checkpoint: pass a file written by --save")
+    if payload.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {source} has format version {payload.get('version')}, this trainer reads {CHECKPOINT_VERSION}"
+        )
+    return payload

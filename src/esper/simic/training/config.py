@@ -187,6 +187,9 @@ class TrainingConfig:
     resume_path: str | None = option(
         None, "resume from a checkpoint written by --save", "io", flag="--resume", metavar="PATH"
     )
+    overwrite: bool = option(
+        False, "let --save replace an existing file that is not an esper checkpoint", "io", flag="--overwrite"
+    )
     # test hooks
     inject_nan_epoch: int | None = option(
         None, "make env 0's loss non-finite at this epoch of round 0", "test", minimum=1
@@ -202,6 +205,7 @@ class TrainingConfig:
         """Every range and cross-field rule; raises ConfigError with one line naming the flag and the fix."""
         for spec in dataclasses.fields(self):
             _check_range(spec, getattr(self, spec.name))
+            _check_text(spec.name, getattr(self, spec.name))
         if not self.slots:
             raise ConfigError("--slots needs at least one slot id, e.g. --slots r0c1")
         if self.devices is not None and not self.devices:
@@ -291,6 +295,13 @@ def _check_range(spec: dataclasses.Field[Any], value: Any) -> None:
             raise ConfigError(f"{name} must be {bound}, got {value!r}")
     if meta.maximum is not None and value > meta.maximum:
         raise ConfigError(f"{name} must be <= {meta.maximum:g}, got {value!r}")
+
+
+def _check_text(name: str, value: Any) -> None:
+    """No NUL byte in any name or path: the OS refuses them deep inside a later call."""
+    texts = value if isinstance(value, tuple) else (value,)
+    if any(isinstance(text, str) and "\x00" in text for text in texts):
+        raise ConfigError(f"{display_name(name)} contains a NUL byte: pass plain text")
 
 
 def check_value(name: str, value: Any) -> None:

@@ -62,6 +62,27 @@ def emit_training_started(hub: TelemetryHub, settings: Mapping[str, Any]) -> Non
     emit(hub, TelemetryEventType.TRAINING_STARTED, settings, message="training started")
 
 
+def emit_training_ended(
+    hub: TelemetryHub,
+    outcome: str,
+    rounds_completed: int,
+    *,
+    discarded_round: int | None = None,
+    stopped_after_epoch: int | None = None,
+    cause: str | None = None,
+) -> None:
+    """The run's terminal event: outcome "completed", "interrupted" or "failed" (with its cause)."""
+    data = {
+        "outcome": outcome,
+        "rounds_completed": rounds_completed,
+        "discarded_round": discarded_round,
+        "stopped_after_epoch": stopped_after_epoch,
+        "cause": cause,
+    }
+    severity = "error" if outcome == "failed" else "warning" if outcome == "interrupted" else "info"
+    emit(hub, TelemetryEventType.TRAINING_ENDED, data, severity=severity, message=f"training {outcome}")
+
+
 def emit_checkpoint_loaded(hub: TelemetryHub, path: str, rounds_completed: int) -> None:
     emit(hub, TelemetryEventType.CHECKPOINT_LOADED, {"path": path, "rounds_completed": rounds_completed})
 

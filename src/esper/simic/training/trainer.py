@@ -47,6 +47,7 @@ class TrainingResult:
     # (round, epoch) after which a stop request ended the run early (epoch 0: before the round began); that
     # round's rollout was discarded.
     interrupted_at: tuple[int, int] | None = None
+    start_round: int = 0  # rounds the resumed checkpoint already held (0 for a fresh run)
 
 
 class TrainingProbe(Protocol):
@@ -92,7 +93,7 @@ class VectorizedPPOTrainer:
     def __init__(self, parts: TrainerParts) -> None:
         self.parts = parts
         self.config = parts.config
-        self.result = TrainingResult()
+        self.result = TrainingResult(start_round=parts.start_round)
         self.round_accuracies: list[float] = list(parts.trainer_state.get("round_accuracies", []))
         self.last_envs: list[ParallelEnvState] = []
 

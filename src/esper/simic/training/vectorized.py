@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from esper.leyline.seeding import derive_seed
+from esper.nissa.backends import TelemetryWriteError
 from esper.nissa.hub import TelemetryHub
-from esper.simic.training import wiring
+from esper.simic.training import emitters, wiring
 from esper.simic.training.config import TrainingConfig
+from esper.simic.training.outputs import claim_outputs
 from esper.simic.training.policy_client import PPOClient
 from esper.simic.training.progress import ProgressDisplay
 from esper.simic.training.trainer import TrainingProbe, TrainingResult, VectorizedPPOTrainer, weights_copy
@@ -56,6 +58,18 @@ def run_training(
     `stop` is polled after each epoch; when it returns True the run ends there (the round in progress is
     discarded, the checkpoint keeps the last completed round) and `result.interrupted_at` says where.
     """
+    with claim_outputs(config):  # output paths checked and the checkpoint path locked before any work
+        return _run(config, controller, hub, progress, probe, stop)
+
+
+def _run(
+    config: TrainingConfig,
+    controller: str,
+    hub: TelemetryHub | None,
+    progress: bool,
+    probe: TrainingProbe | None,
+    stop: Callable[[], bool] | None,
+) -> TrainingResult:
     torch.manual_seed(derive_seed(config.seed, "global"))
     setup = wiring.prepare_run(config, controller)
     telemetry, own_hub = wiring.open_hub(config, hub)
@@ -64,8 +78,14 @@ def run_training(
     try:
         wiring.announce(telemetry, setup)
         parts = wiring.trainer_parts(setup, telemetry, engine, on_epoch=display.advance, probe=probe, stop=stop)
-        result = VectorizedPPOTrainer(parts).run()
-        result.final_state = {"config": dataclasses.asdict(config)}
+        trainer = VectorizedPPOTrainer(parts)
+        try:
+            result = trainer.run()
+        except BaseException as exc:
+            _report_failure(telemetry, trainer.result, exc)
+            raise
+        _report_end(telemetry, result)
+        result.final_state = {"config": config.to_dict()}
         if isinstance(setup.client, PPOClient):
             result.final_weights.update(weights_copy("policy.", setup.client.agent.policy))
         return result
@@ -76,3 +96,29 @@ def run_training(
             telemetry.close()
         else:
             telemetry.flush()
+
+
+def _report_end(hub: TelemetryHub, result: TrainingResult) -> None:
+    """TRAINING_ENDED for a run that returned: completed, or interrupted with the round it discarded."""
+    rounds = result.start_round + len(result.rounds)
+    if result.interrupted_at is None:
+        emitters.emit_training_ended(hub, "completed", rounds)
+        return
+    round_idx, epoch = result.interrupted_at
+    emitters.emit_training_ended(hub, "interrupted", rounds, discarded_round=round_idx, stopped_after_epoch=epoch)
+
+
+def _report_failure(hub: TelemetryHub, partial: TrainingResult, exc: BaseException) -> None:
+    """TRAINING_ENDED for a run that raised (best effort: when telemetry itself failed, nothing more is written)."""
+    if isinstance(exc, TelemetryWriteError):
+        return
+    rounds = partial.start_round + len(partial.rounds)
+    if isinstance(exc, KeyboardInterrupt):
+        outcome, cause = "interrupted", "aborted by a second stop signal"
+    else:
+        outcome, cause = (
+            "failed",
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+        )
+    with contextlib.suppress(Exception):
+        emitters.emit_training_ended(hub, outcome, rounds, discarded_round=rounds, cause=cause)

@@ -19,7 +19,7 @@ from esper.nissa.hub import TelemetryHub, make_run_name
 from esper.simic.agent.ppo import PPOAgent, PPOConfig, calculate_entropy_anneal_steps
 from esper.simic.rewards import RewardConfig, RewardMode, validate_reward_gamma
 from esper.simic.training import emitters
-from esper.simic.training.checkpoint import CheckpointLayout, load_checkpoint, save_checkpoint
+from esper.simic.training.checkpoint import CheckpointError, CheckpointLayout, load_checkpoint, save_checkpoint
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.env_factory import EnvFactory
 from esper.simic.training.policy_client import HeuristicClient, PolicyClient, PPOClient
@@ -63,7 +63,13 @@ def prepare_run(config: TrainingConfig, controller: str) -> RunSetup:
     start_round, resumed_state = 0, None
     if config.resume_path is not None:
         start_round, resumed_state = load_checkpoint(config.resume_path, layout=layout)
-        client.load_state_dict(resumed_state["client"])
+        try:
+            client.load_state_dict(resumed_state["client"])
+        except (RuntimeError, KeyError, ValueError) as exc:  # e.g. another --memory-size: tensor shapes differ
+            raise CheckpointError(
+                f"checkpoint {config.resume_path} holds a controller of another shape or kind ({_first_line(exc)}): "
+                "resume with the --memory-size, hidden size and controller it was saved with"
+            ) from None
     return RunSetup(
         config=config,
         controller=controller,
@@ -282,3 +288,10 @@ class RunCheckpointer:
             self.hub.flush()
             state = {"client": self.client.state_dict(), "trainer": trainer_state}
             save_checkpoint(self.path, layout=self.layout, rounds_completed=rounds_completed, state=state)
+
+
+def _first_line(exc: BaseException, limit: int = 120) -> str:
+    """An exception's first line, shortened at a word boundary: torch's size-mismatch report runs 30 lines."""
+    text = str(exc).strip()
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return first if len(first) <= limit else first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:") + " ..."
