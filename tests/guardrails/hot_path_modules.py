@@ -5,6 +5,7 @@
 HOT_PATH_MODULES = (
     "src/esper/tolaria/engine.py",
     "src/esper/tolaria/epoch.py",
+    "src/esper/tolaria/streams.py",
     "src/esper/tolaria/batches.py",
     "src/esper/tolaria/governor.py",
     "src/esper/simic/training/trainer.py",

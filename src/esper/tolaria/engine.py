@@ -21,7 +21,6 @@ batches, in order, a few steps ahead of the workers. Run one intra-op thread per
 
 from __future__ import annotations
 
-import contextlib
 import queue
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -38,18 +37,8 @@ from esper.leyline.options import AmpMode as AmpMode
 from esper.tolaria.batches import EnvBatch
 from esper.tolaria.epoch import STAT_COLUMNS, EnvEpochResult, TrainAccumulators, gather_rows, pack_row, unpack_row
 from esper.tolaria.governor import TolariaGovernor
+from esper.tolaria.streams import autocast_context, join_streams, stream_context, wait_for_default_stream
 from tripwire.sync import carried, hot_path
-
-
-def resolve_amp_dtype(mode: AmpMode, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for `mode` on `device`; None means full precision (always the case on CPU)."""
-    if mode is AmpMode.OFF or device.type != "cuda":
-        return None
-    if mode is AmpMode.BF16:
-        return torch.bfloat16
-    if mode is AmpMode.FP16:
-        return torch.float16
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
 @dataclass
@@ -102,35 +91,6 @@ class FusedPlan:
     @property
     def num_configs(self) -> int:
         return max(1, len(self.alphas))
-
-
-def stream_context(env: EnvRuntime) -> contextlib.AbstractContextManager[object]:
-    """Run on the env's stream when it has one (CUDA), else in the current context."""
-    if env.stream is None:
-        return contextlib.nullcontext()
-    return torch.cuda.stream(env.stream)
-
-
-def autocast_context(env: EnvRuntime) -> contextlib.AbstractContextManager[object]:
-    if env.amp_dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=env.device.type, dtype=env.amp_dtype)
-
-
-def _wait_for_default_stream(env: EnvRuntime, tensors: Sequence[Tensor]) -> None:
-    """Make the env stream wait for the loader's copies and tell the allocator the env stream uses them."""
-    if env.stream is None:
-        return
-    env.stream.wait_stream(torch.cuda.default_stream(env.device))
-    for tensor in tensors:
-        tensor.record_stream(env.stream)
-
-
-def join_streams(envs: Sequence[EnvRuntime]) -> None:
-    """Make each device's default stream wait for every env stream on it (no host sync)."""
-    for env in envs:
-        if env.stream is not None:
-            torch.cuda.default_stream(env.device).wait_stream(env.stream)
 
 
 def alpha_table(plan: FusedPlan, device: torch.device) -> Tensor | None:
@@ -325,7 +285,7 @@ class VectorizedEngine:
         """Batch-first training of every env, each on its own stream when it has one."""
         for per_env in batches:
             for env, acc, (inputs, targets) in zip(envs, accs, per_env):
-                _wait_for_default_stream(env, (inputs, targets))
+                wait_for_default_stream(env, (inputs, targets))
                 with stream_context(env):
                     self.train_batch(env, acc, inputs, targets)
         join_streams(envs)
@@ -414,7 +374,7 @@ class VectorizedEngine:
         """Batch-first validation of every env, each on its own stream when it has one."""
         for per_env in batches:
             for env, plan, acc, table, (inputs, targets) in zip(envs, plans, accs, tables, per_env):
-                _wait_for_default_stream(env, (inputs, targets) if table is None else (inputs, targets, table))
+                wait_for_default_stream(env, (inputs, targets) if table is None else (inputs, targets, table))
                 with stream_context(env):
                     self.validate_batch(env, plan, acc, inputs, targets, table)
         join_streams(envs)

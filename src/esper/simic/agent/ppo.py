@@ -135,6 +135,25 @@ _SCALAR_KEYS: tuple[str, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class _RolloutView:
+    """One round's rollout, prepared for the PPO epochs (all device tensors)."""
+
+    norm_adv: torch.Tensor  # [K, T]
+    adv_mean: torch.Tensor
+    adv_std: torch.Tensor
+    returns: torch.Tensor  # [K, T]
+    relevance: torch.Tensor  # [K, T, heads]: 1 where the head mattered for the effective op
+    head_counts: torch.Tensor  # [heads]
+    obs: torch.Tensor
+    blueprint_idx: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    actions: dict[str, torch.Tensor]
+    old_log_probs: dict[str, torch.Tensor]
+    old_values: torch.Tensor
+    hidden0: tuple[torch.Tensor, torch.Tensor]
+
+
 class PPOAgent:
     """Owns the policy's optimizer, the rollout buffer and the PPO update."""
 
@@ -228,21 +247,7 @@ class PPOAgent:
     def _run_epochs(self, entropy_coef: float) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Run the PPO epochs; returns device scalars (sums over epochs) and per-head entropy sums."""
         cfg = self.config
-        buf = self.buffer
-        steps = buf.step_count
-        # ---- advantages: GAE, batch normalization, per-head relevance of the effective op ----
-        advantages, returns = buf.compute_gae(cfg.gamma, cfg.gae_lambda)
-        adv_mean, adv_std = advantages.mean(), advantages.std(correction=0)
-        norm_adv = (advantages - adv_mean) / (adv_std + _ADV_EPS)
-        relevance = self._relevance[buf.effective_op[:, :steps]]  # [K, T, 8]
-        head_counts = relevance.sum(dim=(0, 1)).clamp_min(1.0)  # [8]
-        obs, blueprint_idx = buf.obs[:, :steps], buf.blueprint_idx[:, :steps]
-        masks = {key: mask[:, :steps] for key, mask in buf.masks.items()}
-        actions = {name: act[:, :steps] for name, act in buf.actions.items()}
-        old_log_probs = {name: lp[:, :steps] for name, lp in buf.log_probs.items()}
-        old_values = buf.values[:, :steps]
-        hidden0 = buf.initial_hidden()
-
+        view = self._rollout_view()
         zero = torch.zeros((), device=self.device)
         sums = {key: zero.clone() for key in _SCALAR_KEYS}
         sums["ratio_min"].fill_(float("inf"))
@@ -250,25 +255,11 @@ class PPOAgent:
         stopped = torch.zeros((), dtype=torch.bool, device=self.device)
         params = [p for p in self.policy.parameters() if p.requires_grad]
         for _epoch in range(cfg.ppo_epochs):
-            log_probs, entropies, values = self.policy.evaluate_actions(obs, blueprint_idx, masks, actions, hidden0)
-            # ---- policy loss: clipped surrogate per head, summed; entropy bonus per head ----
-            policy_loss = zero
-            entropy_bonus = zero
-            joint_log_ratio = torch.zeros_like(norm_adv)
-            for h, name in enumerate(ACTION_HEAD_NAMES):
-                relevant = relevance[..., h]
-                log_ratio = log_probs[name] - old_log_probs[name]
-                ratio = log_ratio.exp()
-                clipped = ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)
-                surrogate = torch.min(ratio * norm_adv, clipped * norm_adv)
-                policy_loss = policy_loss - (surrogate * relevant).sum() / head_counts[h]
-                entropy_bonus = entropy_bonus + self._entropy_weights[h] * (
-                    (entropies[name] * relevant).sum() / head_counts[h]
-                )
-                joint_log_ratio = joint_log_ratio + log_ratio * relevant
-                head_entropy[f"entropy/{name}"] += entropies[name].detach().mean()
-            # ---- value loss ----
-            value_loss = F.mse_loss(values, returns)
+            log_probs, entropies, values = self.policy.evaluate_actions(
+                view.obs, view.blueprint_idx, view.masks, view.actions, view.hidden0
+            )
+            policy_loss, entropy_bonus, joint_log_ratio = self._surrogate(view, log_probs, entropies, head_entropy)
+            value_loss = F.mse_loss(values, view.returns)
             loss = policy_loss + cfg.value_coef * value_loss - entropy_coef * entropy_bonus
 
             # ---- telemetry and gates (device tensors only) ----
@@ -301,12 +292,63 @@ class PPOAgent:
                 sums["ratio_min"] = torch.minimum(sums["ratio_min"], joint_ratio.min())
 
         with torch.no_grad():
-            sums["explained_variance"] = _explained_variance(old_values, returns)
-            sums["advantage_mean"] = adv_mean
-            sums["advantage_std"] = adv_std
-            sums["return_mean"] = returns.mean()
-            sums["value_mean"] = old_values.mean()
+            sums["explained_variance"] = _explained_variance(view.old_values, view.returns)
+            sums["advantage_mean"] = view.adv_mean
+            sums["advantage_std"] = view.adv_std
+            sums["return_mean"] = view.returns.mean()
+            sums["value_mean"] = view.old_values.mean()
         return sums, head_entropy
+
+    def _rollout_view(self) -> _RolloutView:
+        """The round's rollout as the update reads it: GAE advantages (batch-normalized), returns, each head's
+        relevance to the effective op, and the buffer's tensors cut to the steps taken."""
+        cfg, buf = self.config, self.buffer
+        steps = buf.step_count
+        advantages, returns = buf.compute_gae(cfg.gamma, cfg.gae_lambda)
+        adv_mean, adv_std = advantages.mean(), advantages.std(correction=0)
+        relevance = self._relevance[buf.effective_op[:, :steps]]  # [K, T, 8]
+        return _RolloutView(
+            norm_adv=(advantages - adv_mean) / (adv_std + _ADV_EPS),
+            adv_mean=adv_mean,
+            adv_std=adv_std,
+            returns=returns,
+            relevance=relevance,
+            head_counts=relevance.sum(dim=(0, 1)).clamp_min(1.0),  # [8]
+            obs=buf.obs[:, :steps],
+            blueprint_idx=buf.blueprint_idx[:, :steps],
+            masks={key: mask[:, :steps] for key, mask in buf.masks.items()},
+            actions={name: act[:, :steps] for name, act in buf.actions.items()},
+            old_log_probs={name: lp[:, :steps] for name, lp in buf.log_probs.items()},
+            old_values=buf.values[:, :steps],
+            hidden0=buf.initial_hidden(),
+        )
+
+    def _surrogate(
+        self,
+        view: _RolloutView,
+        log_probs: dict[str, torch.Tensor],
+        entropies: dict[str, torch.Tensor],
+        head_entropy: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Clipped surrogate per head over the steps where the head mattered, summed; the entropy bonus per head;
+        the joint log-ratio (for KL and clip fraction). Adds each head's mean entropy to `head_entropy`."""
+        clip = self.config.clip
+        policy_loss = torch.zeros((), device=self.device)
+        entropy_bonus = torch.zeros((), device=self.device)
+        joint_log_ratio = torch.zeros_like(view.norm_adv)
+        for h, name in enumerate(ACTION_HEAD_NAMES):
+            relevant = view.relevance[..., h]
+            log_ratio = log_probs[name] - view.old_log_probs[name]
+            ratio = log_ratio.exp()
+            clipped = ratio.clamp(1.0 - clip, 1.0 + clip)
+            surrogate = torch.min(ratio * view.norm_adv, clipped * view.norm_adv)
+            policy_loss = policy_loss - (surrogate * relevant).sum() / view.head_counts[h]
+            entropy_bonus = entropy_bonus + self._entropy_weights[h] * (
+                (entropies[name] * relevant).sum() / view.head_counts[h]
+            )
+            joint_log_ratio = joint_log_ratio + log_ratio * relevant
+            head_entropy[f"entropy/{name}"] += entropies[name].detach().mean()
+        return policy_loss, entropy_bonus, joint_log_ratio
 
     def _gated_step(self, skip: torch.Tensor) -> None:
         """Optimizer step unless `skip` (a device bool): on-device for fused Adam, one host read otherwise."""

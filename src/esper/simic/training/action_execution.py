@@ -133,23 +133,14 @@ def _seed_params(slot: SeedSlot) -> int:
     return sum(p.numel() for p in slot.seed_parameters())
 
 
-def build_reward_inputs(
-    env: ParallelEnvState,
-    spec: ActionSpec,
-    effective_op: LifecycleOp,
-    valid: bool,
-    before: dict[str, tuple[SeedStage, int, float]],
-    ctx: ExecutionContext,
-) -> RewardInputs:
-    """Collect what the reward reads, from the env state before and after the action."""
-    slots = env.model.seed_slots
-    target = slots[spec.slot_id]
-    target_state = target.state
-    stage_before, epochs_before, _ = before[spec.slot_id]
+def _slot_reward_states(
+    env: ParallelEnvState, before: dict[str, tuple[SeedStage, int, float]]
+) -> tuple[list[SlotRewardState], int, int]:
+    """Every slot before and after the action, the fossils' parameter count and how many fossils contribute."""
     slot_states = []
     fossil_params = 0
     contributing = 0
-    for slot_id, slot in slots.items():
+    for slot_id, slot in env.model.seed_slots.items():
         stage_after, epochs_after, alpha_after = _slot_snapshot(slot)
         params = _seed_params(slot)
         contribution = None if slot.state is None else slot.state.contribution
@@ -169,6 +160,23 @@ def build_reward_inputs(
                 contribution=contribution,
             )
         )
+    return slot_states, fossil_params, contributing
+
+
+def build_reward_inputs(
+    env: ParallelEnvState,
+    spec: ActionSpec,
+    effective_op: LifecycleOp,
+    valid: bool,
+    before: dict[str, tuple[SeedStage, int, float]],
+    ctx: ExecutionContext,
+) -> RewardInputs:
+    """Collect what the reward reads, from the env state before and after the action."""
+    slots = env.model.seed_slots
+    target = slots[spec.slot_id]
+    target_state = target.state
+    stage_before, epochs_before, _ = before[spec.slot_id]
+    slot_states, fossil_params, contributing = _slot_reward_states(env, before)
     improvement = None if env.all_off_acc is None else env.val_acc - env.all_off_acc
     return RewardInputs(
         op=effective_op,

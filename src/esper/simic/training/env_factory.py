@@ -15,8 +15,9 @@ from esper.nissa.hub import TelemetryHub
 from esper.simic.rewards import EscrowLedger, RewardMode
 from esper.simic.training.parallel_env_state import EpochClock, LifecycleForwarder, ParallelEnvState
 from esper.tamiyo.signals import SignalTracker
-from esper.tolaria.engine import AmpMode, EnvRuntime, resolve_amp_dtype
+from esper.tolaria.engine import AmpMode, EnvRuntime
 from esper.tolaria.governor import TolariaGovernor
+from esper.tolaria.streams import resolve_amp_dtype
 
 
 @dataclass(frozen=True)
