@@ -262,7 +262,7 @@ HAZARDS: tuple[Hazard, ...] = (
         "train_pass_20pct_slower",
         "20 % more CPU work in every train pass (busy work proportional to the pass)",
         (
-            Edit(ENGINE, "import contextlib\n", "import contextlib\nimport time\n"),
+            Edit(ENGINE, "import queue\n", "import queue\nimport time\n"),
             Edit(
                 ENGINE,
                 "        accs = [self.new_accumulators(env) for env in envs]\n",

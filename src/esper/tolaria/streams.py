@@ -6,15 +6,25 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from esper.leyline.options import AmpMode
 
-if TYPE_CHECKING:
-    from esper.tolaria.engine import EnvRuntime
+
+class EnvRuntime(Protocol):
+    """What these helpers read of an env (`esper.tolaria.engine.EnvRuntime` has it)."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def stream(self) -> torch.cuda.Stream | None: ...
+
+    @property
+    def amp_dtype(self) -> torch.dtype | None: ...
 
 
 def resolve_amp_dtype(mode: AmpMode, device: torch.device) -> torch.dtype | None:
