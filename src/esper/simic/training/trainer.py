@@ -64,11 +64,40 @@ class TrainingProbe(Protocol):
     def after_update(self, round_idx: int, policy: PolicyClient) -> None: ...
 
 
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the trainer reads of a run's configuration; nothing else of the config reaches it."""
+
+    rounds: int  # --rounds: rounds to reach (a resumed run starts at TrainerParts.start_round)
+    n_envs: int
+    max_epochs: int  # --episode-length
+    max_seeds: int | None
+    seed: int
+    train_samples: int  # per env per epoch (throughput telemetry)
+    plateau_threshold: float
+    improvement_threshold: float
+    inject_nan_epoch: int | None = None  # fault injection (reliability tests)
+
+    @classmethod
+    def from_config(cls, config: TrainingConfig) -> LoopSettings:
+        return cls(
+            rounds=config.n_episodes,
+            n_envs=config.n_envs,
+            max_epochs=config.max_epochs,
+            max_seeds=config.max_seeds,
+            seed=config.seed,
+            train_samples=config.train_samples,
+            plateau_threshold=config.plateau_threshold,
+            improvement_threshold=config.improvement_threshold,
+            inject_nan_epoch=config.inject_nan_epoch,
+        )
+
+
 @dataclass
 class TrainerParts:
-    """The explicit dependency surface of the trainer (built by vectorized.train_ppo_vectorized)."""
+    """The explicit dependency surface of the trainer (built by wiring.trainer_parts)."""
 
-    config: TrainingConfig
+    loop: LoopSettings
     slot_config: SlotConfig
     hub: TelemetryHub
     engine: VectorizedEngine
@@ -92,13 +121,13 @@ class VectorizedPPOTrainer:
 
     def __init__(self, parts: TrainerParts) -> None:
         self.parts = parts
-        self.config = parts.config
+        self.loop = parts.loop
         self.result = TrainingResult(start_round=parts.start_round)
         self.round_accuracies: list[float] = list(parts.trainer_state.get("round_accuracies", []))
         self.last_envs: list[ParallelEnvState] = []
 
     def run(self) -> TrainingResult:
-        for round_idx in range(self.parts.start_round, self.config.n_episodes):
+        for round_idx in range(self.parts.start_round, self.loop.rounds):
             if round_idx > self.parts.start_round and self.stop_requested():  # asked during the last round's end
                 self.result.interrupted_at = (round_idx, 0)
                 break
@@ -113,17 +142,17 @@ class VectorizedPPOTrainer:
     def run_round(self, round_idx: int) -> bool:
         """Run one round; False when a stop request ended it after an epoch (its rollout is then discarded)."""
         self.parts.env_factory.clock.epoch = 0
-        envs = self.parts.env_factory.create(round_idx, self.config.n_envs)
+        envs = self.parts.env_factory.create(round_idx, self.loop.n_envs)
         self.parts.policy.begin_round(len(envs))
         timer = CUDATimer(self.parts.policy_device)
         epoch_ms: list[float] = []
-        for epoch in range(1, self.config.max_epochs + 1):
+        for epoch in range(1, self.loop.max_epochs + 1):
             timer.start()
             self.run_epoch(envs, round_idx, epoch)
             epoch_ms.append(timer.stop())
             if self.parts.on_epoch is not None:
                 self.parts.on_epoch(round_idx, epoch)
-            if epoch < self.config.max_epochs and self.stop_requested():
+            if epoch < self.loop.max_epochs and self.stop_requested():
                 self.result.interrupted_at = (round_idx, epoch)
                 return False
         self.finish_round(envs, round_idx, epoch_ms)
@@ -149,7 +178,7 @@ class VectorizedPPOTrainer:
         for env, result, layout in zip(envs, results, layouts):
             self.absorb_epoch(env, result, layout, epoch)
         rolled_back = [self.check_governor(env, epoch) for env in envs]
-        obs = build_observations(envs, max_seeds=self.config.max_seeds, device=parts.policy_device)
+        obs = build_observations(envs, max_seeds=self.loop.max_seeds, device=parts.policy_device)
         decided = parts.policy.act(obs)
         ctx = self.execution_context(round_idx, epoch)
         rewards, effective_ops = [], []
@@ -167,14 +196,14 @@ class VectorizedPPOTrainer:
         parts.policy.record(epoch - 1, effective_ops, rewards, rolled_back)
         if parts.probe is not None:  # the reward normalizer has just absorbed this step's rewards
             parts.probe.after_record(round_idx, epoch, parts.policy)
-        if epoch == self.config.max_epochs:
+        if epoch == self.loop.max_epochs:
             parts.policy.bootstrap(
-                build_observations(envs, max_seeds=self.config.max_seeds, device=parts.policy_device)
+                build_observations(envs, max_seeds=self.loop.max_seeds, device=parts.policy_device)
             )
 
     def arm_faults(self, envs: Sequence[ParallelEnvState], round_idx: int, epoch: int) -> None:
         """Fault injection for reliability tests: poison env 0's loss at the configured epoch of round 0."""
-        if round_idx == 0 and self.config.inject_nan_epoch == epoch:
+        if round_idx == 0 and self.loop.inject_nan_epoch == epoch:
             envs[0].runtime.poison_next_batch = True
 
     def absorb_epoch(
@@ -225,12 +254,12 @@ class VectorizedPPOTrainer:
         return actions.ExecutionContext(
             round_idx=round_idx,
             epoch=epoch,
-            max_epochs=self.config.max_epochs,
-            run_seed=self.config.seed,
+            max_epochs=self.loop.max_epochs,
+            run_seed=self.loop.seed,
             slot_config=self.parts.slot_config,
             reward_mode=self.parts.reward_mode,
             reward_config=self.parts.reward_config,
-            max_seeds=self.config.max_seeds,
+            max_seeds=self.loop.max_seeds,
         )
 
     def finish_round(self, envs: list[ParallelEnvState], round_idx: int, epoch_ms: list[float]) -> None:
@@ -246,7 +275,7 @@ class VectorizedPPOTrainer:
             self.result.ppo_metrics.append(metrics)
         summary = self.summarize(envs, round_idx, sum(epoch_ms) / 1000.0)
         previous = rolling_mean(self.round_accuracies[:-1])
-        thresholds = (self.config.plateau_threshold, self.config.improvement_threshold)
+        thresholds = (self.loop.plateau_threshold, self.loop.improvement_threshold)
         emitters.emit_round_summary(hub, summary, previous, thresholds, envs)
         emitters.emit_throughput(hub, round_idx, self.throughput(epoch_ms))
         self.result.rounds.append(summary)
@@ -256,7 +285,7 @@ class VectorizedPPOTrainer:
         totals = tuple(env.total_reward for env in envs)
         mean_final = sum(finals) / len(finals)
         self.round_accuracies.append(mean_final)
-        env_epochs = len(envs) * self.config.max_epochs
+        env_epochs = len(envs) * self.loop.max_epochs
         return BatchSummary(
             round_idx=round_idx,
             episodes_completed=(round_idx + 1) * len(envs),
@@ -271,7 +300,7 @@ class VectorizedPPOTrainer:
         )
 
     def throughput(self, epoch_ms: Sequence[float]) -> dict[str, Any]:
-        n_envs = self.config.n_envs
+        n_envs = self.loop.n_envs
         step_ms = sum(epoch_ms) / max(len(epoch_ms), 1)
         return {
             "timer": "cuda_event" if self.parts.policy_device.type == "cuda" else "perf_counter",
@@ -279,7 +308,7 @@ class VectorizedPPOTrainer:
             "step_time_ms": step_ms,
             "fps": 1000.0 / step_ms if step_ms > 0 else 0.0,
             "env_epochs_per_s": 1000.0 * n_envs / step_ms if step_ms > 0 else 0.0,
-            "samples_per_s": 1000.0 * n_envs * self.config.train_samples / step_ms if step_ms > 0 else 0.0,
+            "samples_per_s": 1000.0 * n_envs * self.loop.train_samples / step_ms if step_ms > 0 else 0.0,
         }
 
 

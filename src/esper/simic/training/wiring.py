@@ -24,6 +24,7 @@ from esper.simic.training.config import TrainingConfig
 from esper.simic.training.env_factory import EnvFactory
 from esper.simic.training.policy_client import HeuristicClient, PolicyClient, PPOClient
 from esper.simic.training.trainer import (
+    LoopSettings,
     TrainerParts,
     TrainingProbe,
 )
@@ -121,7 +122,7 @@ def trainer_parts(
     """The trainer's dependency surface for this run."""
     config = setup.config
     return TrainerParts(
-        config=config,
+        loop=LoopSettings.from_config(config),
         slot_config=setup.slot_config,
         hub=hub,
         engine=engine,
