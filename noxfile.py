@@ -8,6 +8,7 @@ installed once, not once per session.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -37,6 +38,17 @@ GATE_ENV = {**PINNED_ENV, **portable_cpu_env()}
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"
+
+
+class _NoUvProbeNotice(logging.Filter):
+    """nox probes for uv on every session and logs "uv binary not found." when it is absent, which reads like an
+    error; the sessions here never use uv (they run the project env's own pip), so that line is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "uv binary not found."
+
+
+logging.getLogger("nox").addFilter(_NoUvProbeNotice())
 
 
 def _pyproject_hash() -> str:

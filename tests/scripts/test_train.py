@@ -223,3 +223,23 @@ def test_a_field_declared_once_becomes_a_flag_that_reaches_the_config(monkeypatc
         False,
         ("r0c0", "r0c2"),
     )
+
+
+def test_the_summary_names_every_file_the_run_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tiny = ["--rounds", "1", "--envs", "1", "--train-samples", "50", "--val-samples", "25", "--batch-size", "25"]
+    argv = ["heuristic", *tiny, "--episode-length", "2", "--telemetry-dir", str(tmp_path / "tel"), "--run-name", "r"]
+    code = train.main([*argv, "--save", str(tmp_path / "ck.pt")])
+
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert out[-1].startswith("done: 1 round(s), ")
+    assert out[-1].endswith(
+        f"; wrote events {tmp_path / 'tel' / 'r' / 'events.jsonl'}, checkpoint {tmp_path / 'ck.pt'}"
+    )
+    assert (tmp_path / "tel" / "r" / "events.jsonl").is_file() and (tmp_path / "ck.pt").is_file()
+
+
+def test_the_summary_says_how_to_get_files_when_none_were_written() -> None:
+    assert train.written_summary({}) == (
+        "wrote no files (pass --telemetry-dir DIR for events, --save PATH for a checkpoint)"
+    )

@@ -273,9 +273,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if last is not None and not args.quiet:
         print(
             f"done: {len(result.rounds)} round(s), mean final accuracy {last.mean_final_accuracy:.2f}%, "
-            f"mean episode reward {last.mean_reward:.3f}, {last.env_epochs_per_s:.2f} env-epochs/s"
+            f"mean episode reward {last.mean_reward:.3f}, {last.env_epochs_per_s:.2f} env-epochs/s; "
+            + written_summary(result.outputs)
         )
     return 0
+
+
+def written_summary(outputs: dict[str, str]) -> str:
+    """One line naming every file the run wrote (or saying that it wrote none, and how to get them)."""
+    if not outputs:
+        return "wrote no files (pass --telemetry-dir DIR for events, --save PATH for a checkpoint)"
+    return "wrote " + ", ".join(f"{kind} {path}" for kind, path in outputs.items())
 
 
 if __name__ == "__main__":

@@ -48,6 +48,8 @@ class TrainingResult:
     # round's rollout was discarded.
     interrupted_at: tuple[int, int] | None = None
     start_round: int = 0  # rounds the resumed checkpoint already held (0 for a fresh run)
+    # Files the run wrote: "events" (events.jsonl) and "checkpoint" (the --save file, once a round completed).
+    outputs: dict[str, str] = field(default_factory=dict)
 
 
 class TrainingProbe(Protocol):
@@ -197,9 +199,7 @@ class VectorizedPPOTrainer:
         if parts.probe is not None:  # the reward normalizer has just absorbed this step's rewards
             parts.probe.after_record(round_idx, epoch, parts.policy)
         if epoch == self.loop.max_epochs:
-            parts.policy.bootstrap(
-                build_observations(envs, max_seeds=self.loop.max_seeds, device=parts.policy_device)
-            )
+            parts.policy.bootstrap(build_observations(envs, max_seeds=self.loop.max_seeds, device=parts.policy_device))
 
     def arm_faults(self, envs: Sequence[ParallelEnvState], round_idx: int, epoch: int) -> None:
         """Fault injection for reliability tests: poison env 0's loss at the configured epoch of round 0."""

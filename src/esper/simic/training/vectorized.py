@@ -72,7 +72,7 @@ def _run(
 ) -> TrainingResult:
     torch.manual_seed(derive_seed(config.seed, "global"))
     setup = wiring.prepare_run(config, controller)
-    telemetry, own_hub = wiring.open_hub(config, hub)
+    telemetry, own_hub, events_path = wiring.open_hub(config, hub)
     engine = wiring.build_engine(setup)
     display = ProgressDisplay(total=(config.n_episodes - setup.start_round) * config.max_epochs, enabled=progress)
     try:
@@ -86,6 +86,10 @@ def _run(
             raise
         _report_end(telemetry, result)
         result.final_state = {"config": config.to_dict()}
+        if events_path is not None:
+            result.outputs["events"] = str(events_path)
+        if config.save_path is not None and result.rounds:
+            result.outputs["checkpoint"] = config.save_path
         if isinstance(setup.client, PPOClient):
             result.final_weights.update(weights_copy("policy.", setup.client.agent.policy))
         return result

@@ -234,14 +234,17 @@ def batch_source(config: TrainingConfig, task: TaskSpec, split: str, devices: li
     return BatchSource(iterator, generator, config.seed, split)
 
 
-def open_hub(config: TrainingConfig, hub: TelemetryHub | None) -> tuple[TelemetryHub, bool]:
+def open_hub(config: TrainingConfig, hub: TelemetryHub | None) -> tuple[TelemetryHub, bool, Path | None]:
+    """The run's hub (the caller's, or one of our own) and whether we own it, plus the events file it writes."""
     if hub is not None:
-        return hub, False
+        return hub, False, None
     level = config.telemetry_level
     own = TelemetryHub(level)
-    if config.telemetry_dir is not None and level is not TelemetryLevel.OFF:
-        own.add_backend(DirectoryBackend(config.telemetry_dir, config.run_name or make_run_name()))
-    return own, True
+    if config.telemetry_dir is None or level is TelemetryLevel.OFF:
+        return own, True, None
+    backend = DirectoryBackend(config.telemetry_dir, config.run_name or make_run_name())
+    own.add_backend(backend)
+    return own, True, backend.path
 
 
 def _run_settings(config: TrainingConfig, task: TaskSpec, slot_config: SlotConfig, controller: str) -> dict[str, Any]:
