@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+import textwrap
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,16 +106,51 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     log = config.stash.get(GATE_LOG_KEY, None)
     if log is None or not log.rows:
         return
-    rows = [("check", "scenario", "status", "detail"), *log.rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
     terminalreporter.section("tripwire guardrails")
     against = str(config.getoption("tripwire_against", ""))
     if against:
         terminalreporter.write_line(f"goldens: recorded from base {against} on this machine, just now")
-    for row in rows:
-        cells = [row[i].ljust(widths[i]) for i in range(3)]
-        terminalreporter.write_line(f"{cells[0]}  {cells[1]}  {cells[2]}  {row[3][:100]}")
+    width = getattr(terminalreporter, "_tw", None)
+    for line in format_gate_table(log.rows, getattr(width, "fullwidth", 120)):
+        terminalreporter.write_line(line)
     log.rows.clear()
+
+
+def format_gate_table(rows: list[tuple[str, str, str, str]], width: int = 120) -> list[str]:
+    """The gate table: every row with its status; the detail column wraps at word boundaries, never cut."""
+    table = [("check", "scenario", "status", "detail"), *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(3)]
+    indent = sum(widths) + 6
+    room = max(40, width - indent)
+    lines = []
+    for row in table:
+        head = "  ".join(row[i].ljust(widths[i]) for i in range(3))
+        detail = textwrap.wrap(row[3], room, break_long_words=False, break_on_hyphens=False) or [""]
+        lines.append(f"{head}  {detail[0]}".rstrip())
+        lines.extend(" " * indent + more for more in detail[1:])
+    return lines
+
+
+_ROWS_AT_SETUP = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A guardrail test that failed before logging its row still gets one, marked FAILED, with the error's first
+    line: the table never drops a failing check."""
+    outcome = yield
+    report = outcome.get_result()
+    log = item.config.stash.get(GATE_LOG_KEY, None)
+    if log is None or "gate_log" not in getattr(item, "fixturenames", ()):
+        return
+    if report.when == "setup":
+        item.stash[_ROWS_AT_SETUP] = len(log.rows)
+    elif report.when == "call" and report.failed and len(log.rows) == item.stash.get(_ROWS_AT_SETUP, len(log.rows)):
+        error = str(call.excinfo.value).strip() if call.excinfo is not None else ""
+        first = _ANSI.sub("", error.splitlines()[0]) if error else report.outcome
+        name = getattr(item, "originalname", item.name)
+        subject = item.callspec.id if hasattr(item, "callspec") else ""
+        log.add(name.removeprefix("test_").replace("_", " "), subject, "FAILED", first)
 
 
 @pytest.fixture

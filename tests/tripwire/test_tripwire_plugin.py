@@ -100,3 +100,42 @@ def test_goldens_recorded_into_another_directory_are_compared_from_there(traject
     assert list((scratch / "trajectories" / "s").glob("cpu-*.json"))
     compared = pytest_in(trajectory_project, "-o", f"tripwire_baselines={scratch}", "--tripwire-against=base", ci=True)
     assert compared.returncode == 0, compared.stdout
+
+
+GATE_TABLE_TEST = """
+import pytest
+
+
+def test_logged_check(gate_log):
+    gate_log.add("logged check", "s1", "passed", "word " * 60)
+
+
+@pytest.mark.parametrize("scenario", ["s2"])
+def test_check_that_fails_before_logging(gate_log, scenario):
+    raise AssertionError("trajectory diverged at checkpoint 3 of 29")
+"""
+
+
+def test_the_gate_table_shows_a_failing_check_and_wraps_long_details(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (tmp_path / "test_gate.py").write_text(GATE_TABLE_TEST, encoding="utf-8")
+    done = pytest_in(tmp_path)
+    after = done.stdout.split("tripwire guardrails")[1].splitlines()[1:]
+    table = after[: next(i for i, line in enumerate(after) if line.startswith("="))]
+
+    [start] = [i for i, line in enumerate(table) if "FAILED" in line]
+    assert table[start].split()[:7] == ["check", "that", "fails", "before", "logging", "s2", "FAILED"]
+    row_text = " ".join(line.strip() for line in table[start:])
+    assert "trajectory diverged at checkpoint 3 of 29" in row_text
+    words = [line for line in table if "word" in line]
+    assert len(words) > 1  # wrapped onto continuation lines
+    assert sum(line.count("word") for line in words) == 60  # nothing cut
+    assert all(line.rstrip().endswith("word") for line in words)  # never mid-word
+
+
+def test_format_gate_table_wraps_at_words_within_the_width() -> None:
+    from tripwire.pytest_plugin import format_gate_table
+
+    lines = format_gate_table([("c", "s", "passed", "alpha beta gamma delta " * 10)], width=80)
+    assert all(len(line) <= 80 for line in lines)
+    assert " ".join(" ".join(lines[1:]).split()[3:]) == ("alpha beta gamma delta " * 10).strip()
