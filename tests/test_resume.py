@@ -86,7 +86,9 @@ def test_resumed_run_emits_the_same_events_after_the_resume_point(straight_and_r
 def test_checkpoint_loaded_names_the_rounds_already_done(straight_and_resumed: dict[str, Any]) -> None:
     loaded = straight_and_resumed["resumed_events"][1]
 
-    assert loaded["data"] == {"path": str(straight_and_resumed["ckpt"]), "rounds_completed": 1}
+    ckpt = str(straight_and_resumed["ckpt"])
+    # previous_events is None: the first run recorded its events in memory, not in an events.jsonl
+    assert loaded["data"] == {"path": ckpt, "rounds_completed": 1, "previous_events": None}
 
 
 def test_resumed_run_reports_only_the_rounds_it_ran(straight_and_resumed: dict[str, Any]) -> None:

@@ -153,9 +153,9 @@ HAZARDS: tuple[Hazard, ...] = (
         (
             Edit(
                 TRAINER,
-                "            emitters.emit_epoch_completed(parts.hub, env, epoch)\n",
-                "            emitters.emit_epoch_completed(parts.hub, env, epoch)\n"
-                "            emitters.emit_epoch_completed(parts.hub, env, epoch)\n",
+                "            emitters.emit_epoch_completed(parts.hub, env, round_idx, epoch)\n",
+                "            emitters.emit_epoch_completed(parts.hub, env, round_idx, epoch)\n"
+                "            emitters.emit_epoch_completed(parts.hub, env, round_idx, epoch)\n",
             ),
         ),
         TELEMETRY,

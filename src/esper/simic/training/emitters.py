@@ -83,8 +83,10 @@ def emit_training_ended(
     emit(hub, TelemetryEventType.TRAINING_ENDED, data, severity=severity, message=f"training {outcome}")
 
 
-def emit_checkpoint_loaded(hub: TelemetryHub, path: str, rounds_completed: int) -> None:
-    emit(hub, TelemetryEventType.CHECKPOINT_LOADED, {"path": path, "rounds_completed": rounds_completed})
+def emit_checkpoint_loaded(hub: TelemetryHub, path: str, rounds_completed: int, previous_events: str | None) -> None:
+    """`previous_events`: the events.jsonl of the run that wrote the checkpoint (None if it wrote none)."""
+    data = {"path": path, "rounds_completed": rounds_completed, "previous_events": previous_events}
+    emit(hub, TelemetryEventType.CHECKPOINT_LOADED, data)
 
 
 def _seed_summary(env: ParallelEnvState) -> dict[str, Any]:
@@ -102,7 +104,7 @@ def _seed_summary(env: ParallelEnvState) -> dict[str, Any]:
     return seeds
 
 
-def emit_epoch_completed(hub: TelemetryHub, env: ParallelEnvState, epoch: int) -> None:
+def emit_epoch_completed(hub: TelemetryHub, env: ParallelEnvState, round_idx: int, epoch: int) -> None:
     stats = env.epoch_result
     assert stats is not None, "an env's epoch results are absorbed before its epoch is reported"
     emit(
@@ -110,6 +112,7 @@ def emit_epoch_completed(hub: TelemetryHub, env: ParallelEnvState, epoch: int) -
         TelemetryEventType.EPOCH_COMPLETED,
         {
             "env_id": env.env_id,
+            "round": round_idx,
             "inner_epoch": epoch,
             "train_loss": stats.train_loss,
             "train_accuracy": stats.train_acc,

@@ -190,7 +190,7 @@ class VectorizedPPOTrainer:
             rewards.append(outcome.reward)
             effective_ops.append(int(outcome.effective_op))
             env.model.step_epoch()
-            emitters.emit_epoch_completed(parts.hub, env, epoch)
+            emitters.emit_epoch_completed(parts.hub, env, round_idx, epoch)
             emitters.emit_last_action(parts.hub, env, epoch, outcome, decided)
             emitters.emit_counterfactual_matrix(parts.hub, env, epoch)
         if parts.probe is not None:

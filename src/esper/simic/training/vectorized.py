@@ -77,7 +77,9 @@ def _run(
     display = ProgressDisplay(total=(config.n_episodes - setup.start_round) * config.max_epochs, enabled=progress)
     try:
         wiring.announce(telemetry, setup)
-        parts = wiring.trainer_parts(setup, telemetry, engine, on_epoch=display.advance, probe=probe, stop=stop)
+        parts = wiring.trainer_parts(
+            setup, telemetry, engine, events_path=events_path, on_epoch=display.advance, probe=probe, stop=stop
+        )
         trainer = VectorizedPPOTrainer(parts)
         try:
             result = trainer.run()

@@ -107,7 +107,11 @@ def announce(hub: TelemetryHub, setup: RunSetup) -> None:
     config = setup.config
     emitters.emit_training_started(hub, _run_settings(config, setup.task, setup.slot_config, setup.controller))
     if config.resume_path is not None:
-        emitters.emit_checkpoint_loaded(hub, str(Path(config.resume_path)), setup.start_round)
+        trainer_state = (setup.resumed_state or {}).get("trainer", {})
+        previous = trainer_state.get("events") if isinstance(trainer_state, dict) else None
+        emitters.emit_checkpoint_loaded(
+            hub, str(Path(config.resume_path)), setup.start_round, previous if isinstance(previous, str) else None
+        )
 
 
 def trainer_parts(
@@ -115,6 +119,7 @@ def trainer_parts(
     hub: TelemetryHub,
     engine: VectorizedEngine,
     *,
+    events_path: Path | None = None,
     on_epoch: Callable[[int, int], None] | None = None,
     probe: TrainingProbe | None = None,
     stop: Callable[[], bool] | None = None,
@@ -144,7 +149,7 @@ def trainer_parts(
         policy_device=setup.devices[0],
         reward_mode=setup.reward_mode,
         reward_config=setup.reward_config,
-        save_checkpoint=RunCheckpointer(config, setup.layout, setup.client, hub),
+        save_checkpoint=RunCheckpointer(config, setup.layout, setup.client, hub, events_path),
         start_round=setup.start_round,
         trainer_state={} if setup.resumed_state is None else dict(setup.resumed_state.get("trainer", {})),
         on_epoch=on_epoch,
@@ -280,17 +285,24 @@ class RunCheckpointer:
     """
 
     def __init__(
-        self, config: TrainingConfig, layout: CheckpointLayout, client: PolicyClient, hub: TelemetryHub
+        self,
+        config: TrainingConfig,
+        layout: CheckpointLayout,
+        client: PolicyClient,
+        hub: TelemetryHub,
+        events_path: Path | None = None,
     ) -> None:
         self.path = config.save_path
         self.layout = layout
         self.client = client
         self.hub = hub
+        self.events_path = events_path  # recorded, so a resumed run's CHECKPOINT_LOADED links back to it
 
     def __call__(self, rounds_completed: int, trainer_state: dict[str, Any]) -> None:
         if self.path is not None:
             self.hub.flush()
-            state = {"client": self.client.state_dict(), "trainer": trainer_state}
+            trainer = {**trainer_state, "events": None if self.events_path is None else str(self.events_path)}
+            state = {"client": self.client.state_dict(), "trainer": trainer}
             save_checkpoint(self.path, layout=self.layout, rounds_completed=rounds_completed, state=state)
 
 
