@@ -243,3 +243,31 @@ def test_the_summary_says_how_to_get_files_when_none_were_written() -> None:
     assert train.written_summary({}) == (
         "wrote no files (pass --telemetry-dir DIR for events, --save PATH for a checkpoint)"
     )
+
+
+@pytest.mark.parametrize(("accuracy", "dataset_args", "noted"), [(100.0, (), True), (73.5, (), False)])
+def test_a_perfect_accuracy_on_synthetic_data_is_explained(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    accuracy: float,
+    dataset_args: tuple[str, ...],
+    noted: bool,
+) -> None:
+    from esper.leyline import BatchSummary
+
+    summary = BatchSummary(
+        round_idx=0,
+        episodes_completed=1,
+        mean_reward=1.0,
+        mean_final_accuracy=accuracy,
+        rolling_accuracy=accuracy,
+        env_final_accuracies=(accuracy,),
+        env_total_rewards=(1.0,),
+        rollbacks=0,
+        train_time_s=1.0,
+        env_epochs_per_s=5.0,
+    )
+    monkeypatch.setattr(vectorized, "run_training", lambda *a, **k: TrainingResult(rounds=[summary]))
+    assert train.main(["heuristic", "--rounds", "1", *dataset_args]) == 0
+    out = capsys.readouterr().out
+    assert ("note: the synthetic task's classes separate fully" in out) == noted
