@@ -40,7 +40,7 @@ class RoundClock:
         self.policy.begin_round(n_envs)
         self.started = time.perf_counter()
 
-    def epoch_done(self, round_idx: int, epoch: int) -> None:
+    def epoch_done(self, step: object) -> None:
         self.epoch_ends.append(time.perf_counter())
 
     def __getattr__(self, name: str) -> Any:

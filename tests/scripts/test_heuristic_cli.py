@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -122,13 +123,19 @@ def test_epoch_completed_stages_match_the_lifecycle_events(events: list[dict[str
     assert checked == ENVS * EPOCHS * len(SLOTS)
 
 
-def test_progress_display_is_silent_off_a_terminal(
+def test_off_a_terminal_progress_is_one_plain_line_per_round_on_stderr(
     heuristic_run: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
     result, _ = heuristic_run
-    assert result.stderr == ""
+    [line] = result.stderr.splitlines()
+    total = ENVS * EPOCHS
+    assert re.fullmatch(
+        rf"round 1/1 done: {total}/{total} env-epochs, mean episode reward -?[0-9.]+, accuracy [0-9.]+%, "
+        r"about 0s left",
+        line,
+    ), line
+    assert "\x1b" not in result.stderr + result.stdout  # no control characters off a terminal
     assert result.stdout.startswith("done: 1 round(s)")
-    assert len(result.stdout.splitlines()) == 1
 
 
 # One subprocess per kind of bad input (each pays ~2-4 s of torch import); the variants below run in-process.
@@ -202,25 +209,26 @@ class FakeTerminal(io.StringIO):
 
 
 def test_progress_display_draws_on_a_terminal_stderr_and_leaves_stdout_clean(monkeypatch: pytest.MonkeyPatch) -> None:
-    from esper.simic.training.progress import ProgressDisplay
+    from esper.simic.training.progress import EpochProgress, ProgressDisplay
 
     terminal, stdout = FakeTerminal(), io.StringIO()
     monkeypatch.setattr(sys, "stderr", terminal)
     monkeypatch.setattr(sys, "stdout", stdout)
-    display = ProgressDisplay(total=3, enabled=True)
-    for epoch in range(3):
-        display.advance(0, epoch)
-    display.close()
-    assert "round 0" in terminal.getvalue()
+    display = ProgressDisplay(rounds=2, start_round=0, env_epochs=12, enabled=True)
+    for epoch in range(1, 4):
+        display.advance(EpochProgress(0, epoch, 3, n_envs=2, mean_accuracy=41.5, mean_reward=1.25))
+    display.close()  # the last refresh draws the final state, then the transient bar is cleared
+    drawn = terminal.getvalue()
+    assert "round 1/2" in drawn and "6/12" in drawn and "reward 1.25" in drawn and "accuracy 41.5%" in drawn
     assert stdout.getvalue() == ""
 
 
 def test_progress_display_stays_silent_when_disabled_even_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from esper.simic.training.progress import ProgressDisplay
+    from esper.simic.training.progress import EpochProgress, ProgressDisplay
 
     terminal = FakeTerminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    display = ProgressDisplay(total=3, enabled=False)
-    display.advance(0, 0)
+    display = ProgressDisplay(rounds=1, start_round=0, env_epochs=3, enabled=False)
+    display.advance(EpochProgress(0, 3, 3, n_envs=1, mean_accuracy=10.0, mean_reward=0.0))
     display.close()
     assert terminal.getvalue() == ""

@@ -26,6 +26,7 @@ from esper.simic.training.env_factory import EnvFactory
 from esper.simic.training.observations import build_observations
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import PolicyClient
+from esper.simic.training.progress import EpochProgress
 from esper.tolaria.batches import SharedBatchIterator
 from esper.tolaria.engine import VectorizedEngine
 from esper.tolaria.epoch import EnvEpochResult
@@ -113,7 +114,7 @@ class TrainerParts:
     save_checkpoint: Callable[[int, dict[str, Any]], None]  # (rounds completed, trainer state) -> None
     start_round: int = 0
     trainer_state: dict[str, Any] = field(default_factory=dict)  # restored on resume
-    on_epoch: Callable[[int, int], None] | None = None  # progress hook: (round, epoch)
+    on_epoch: Callable[[EpochProgress], None] | None = None  # progress hook, after every epoch
     probe: TrainingProbe | None = None  # observer hook; None costs one attribute check per epoch
     stop_requested: Callable[[], bool] | None = None  # polled after each epoch (the CLI's SIGINT flag)
 
@@ -153,13 +154,23 @@ class VectorizedPPOTrainer:
             self.run_epoch(envs, round_idx, epoch)
             epoch_ms.append(timer.stop())
             if self.parts.on_epoch is not None:
-                self.parts.on_epoch(round_idx, epoch)
+                self.parts.on_epoch(self.epoch_progress(envs, round_idx, epoch))
             if epoch < self.loop.max_epochs and self.stop_requested():
                 self.result.interrupted_at = (round_idx, epoch)
                 return False
         self.finish_round(envs, round_idx, epoch_ms)
         self.last_envs = envs
         return True
+
+    def epoch_progress(self, envs: Sequence[ParallelEnvState], round_idx: int, epoch: int) -> EpochProgress:
+        return EpochProgress(
+            round_idx=round_idx,
+            epoch=epoch,
+            max_epochs=self.loop.max_epochs,
+            n_envs=len(envs),
+            mean_accuracy=sum(env.val_acc for env in envs) / len(envs),
+            mean_reward=sum(env.total_reward for env in envs) / len(envs),
+        )
 
     def stop_requested(self) -> bool:
         return self.parts.stop_requested is not None and self.parts.stop_requested()

@@ -74,7 +74,12 @@ def _run(
     setup = wiring.prepare_run(config, controller)
     telemetry, own_hub, events_path = wiring.open_hub(config, hub)
     engine = wiring.build_engine(setup)
-    display = ProgressDisplay(total=(config.n_episodes - setup.start_round) * config.max_epochs, enabled=progress)
+    display = ProgressDisplay(
+        rounds=config.n_episodes,
+        start_round=setup.start_round,
+        env_epochs=(config.n_episodes - setup.start_round) * config.max_epochs * config.n_envs,
+        enabled=progress,
+    )
     try:
         wiring.announce(telemetry, setup)
         parts = wiring.trainer_parts(

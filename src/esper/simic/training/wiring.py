@@ -23,6 +23,7 @@ from esper.simic.training.checkpoint import CheckpointError, CheckpointLayout, l
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.env_factory import EnvFactory
 from esper.simic.training.policy_client import HeuristicClient, PolicyClient, PPOClient
+from esper.simic.training.progress import EpochProgress
 from esper.simic.training.trainer import (
     LoopSettings,
     TrainerParts,
@@ -120,7 +121,7 @@ def trainer_parts(
     engine: VectorizedEngine,
     *,
     events_path: Path | None = None,
-    on_epoch: Callable[[int, int], None] | None = None,
+    on_epoch: Callable[[EpochProgress], None] | None = None,
     probe: TrainingProbe | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> TrainerParts:
