@@ -16,7 +16,7 @@ from esper.data.records import (
     check_split,
 )
 
-VALID_DATASETS: tuple[str, ...] = ("synthetic", "cifar10")
+VALID_DATASETS: tuple[str, ...] = ("synthetic", "cifar10", "npz")
 AUGMENT_PADDING = 4
 
 
@@ -28,6 +28,7 @@ def load_task_data(
     - "synthetic": generated from (seed, split); `n_samples` None means the default size of the split.
     - "cifar10": read from `data_dir` (required); "val" and "test" both read the test batch; `n_samples` keeps
       the first n samples of the split; `seed` is not used.
+    - "npz": your own images from the `.npz` archive `data_dir` (any channels, size and classes; `arrays`).
     """
     check_split(split)
     if n_samples is not None and n_samples < 1:
@@ -46,6 +47,12 @@ def load_task_data(
         from esper.data.cifar import load_cifar10
 
         return load_cifar10(data_dir, train=split == "train", n_samples=n_samples)
+    if dataset == "npz":
+        if data_dir is None:
+            raise DataDirectoryError("--dataset npz reads your own images: pass --data-dir PATH.npz (see docs)")
+        from esper.data.arrays import load_npz
+
+        return load_npz(data_dir, split=split, n_samples=n_samples)
     raise ValueError(f"unknown dataset {dataset!r}: choose one of {', '.join(VALID_DATASETS)}")
 
 

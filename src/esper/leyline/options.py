@@ -24,7 +24,8 @@ class AmpMode(StrEnum):
 
 
 class DatasetName(StrEnum):
-    """Where a task's images come from: generated in memory, or CIFAR-10 read from a local folder."""
+    """Where a task's images come from: generated in memory, CIFAR-10 from a local folder, or your own .npz file."""
 
     SYNTHETIC = "synthetic"
     CIFAR10 = "cifar10"
+    NPZ = "npz"

@@ -115,7 +115,11 @@ class TrainingConfig:
     val_samples: int = option(200, "validation samples per env per epoch", "data", flag="--val-samples", minimum=1)
     batch_size: int = option(50, "batch size per env", "data", flag="--batch-size", minimum=1)
     data_dir: str | None = option(
-        None, "folder holding cifar-10-batches-py (needs --dataset cifar10)", "data", flag="--data-dir", metavar="DIR"
+        None,
+        "cifar10: the folder holding cifar-10-batches-py; npz: the .npz archive of your own images",
+        "data",
+        flag="--data-dir",
+        metavar="PATH",
     )
     dataset: DatasetName | None = option(
         None, "task data (default: the task's own, synthetic)", "data", flag="--dataset"
@@ -215,9 +219,9 @@ class TrainingConfig:
                 f"--batch-size {self.batch_size} is larger than --train-samples {self.train_samples}: an epoch would "
                 "have no full training batch; lower --batch-size or raise --train-samples"
             )
-        if self.data_dir is not None and self.dataset is not DatasetName.CIFAR10:
+        if self.data_dir is not None and self.dataset not in (DatasetName.CIFAR10, DatasetName.NPZ):
             raise ConfigError(
-                "--data-dir is read only with --dataset cifar10: add --dataset cifar10 or drop --data-dir"
+                "--data-dir is read only with --dataset cifar10 or npz: add the --dataset it holds or drop --data-dir"
             )
         if self.run_name is not None:
             _check_run_name(self.run_name)

@@ -3,6 +3,7 @@ resume state) and the TrainerParts handed to the trainer. No training happens he
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import torch
 
 from esper.data.datasets import load_task_data
+from esper.data.records import ImageDataset
 from esper.kasmina.host import CNNHost
 from esper.leyline import SlotConfig, TaskSpec, TelemetryLevel, get_task_spec
 from esper.leyline.seeding import derive_seed
@@ -72,21 +74,34 @@ def prepare_run(config: TrainingConfig, controller: str) -> RunSetup:
                 f"checkpoint {config.resume_path} holds a controller of another shape or kind ({_first_line(exc)}): "
                 "resume with the --memory-size, hidden size and controller it was saved with"
             ) from None
+    rewards = reward_config(config)
+    train_source = batch_source(config, task, "train", devices)
+    val_source = batch_source(config, task, "val", devices)
     return RunSetup(
         config=config,
         controller=controller,
-        task=task,
+        task=fit_task_to_data(task, train_source.iterator.dataset, val_source.iterator.dataset),
         slot_config=slot_config,
         devices=devices,
         reward_mode=config.reward_mode,
-        reward_config=reward_config(config),
+        reward_config=rewards,
         client=client,
         layout=layout,
-        train_source=batch_source(config, task, "train", devices),
-        val_source=batch_source(config, task, "val", devices),
+        train_source=train_source,
+        val_source=val_source,
         start_round=start_round,
         resumed_state=resumed_state,
     )
+
+
+def fit_task_to_data(task: TaskSpec, train: ImageDataset, val: ImageDataset) -> TaskSpec:
+    """The task's host shaped for the data: input channels, image size and class count (unchanged for the
+    built-in CIFAR-shaped data; your own `--dataset npz` images may have 1 channel, 8x8 pixels, 4 classes)."""
+    _, channels, height, _ = train.images.shape
+    classes = max(train.num_classes, val.num_classes)
+    if (channels, height, classes) == (task.in_channels, task.image_size, task.num_classes):
+        return task
+    return dataclasses.replace(task, in_channels=channels, image_size=height, num_classes=classes)
 
 
 def reward_config(config: TrainingConfig) -> RewardConfig:
