@@ -41,6 +41,41 @@ class TrajectoryDivergence(GuardrailFailure):
     """A recorded trajectory differs from its golden; the message names the first divergence."""
 
 
+# The command that records goldens on purpose, named in every "regenerate with ..." message. A project sets it
+# with the `tripwire_update_command` ini option (this repository: `nox -s baselines`); the default works anywhere.
+DEFAULT_UPDATE_COMMAND = "pytest --tripwire-update --snapshot-update"
+_update_command = DEFAULT_UPDATE_COMMAND
+
+
+# How to compare a head tree against its base on one machine when no committed golden applies (ini option
+# `tripwire_against_command`; this repository: `nox -s guardrails -- --against origin/main`).
+DEFAULT_AGAINST_COMMAND = (
+    "record the base tree's goldens into a scratch folder (pytest --tripwire-update -o tripwire_baselines=DIR), "
+    "then run this tree with -o tripwire_baselines=DIR --tripwire-against BASE"
+)
+_against_command = DEFAULT_AGAINST_COMMAND
+
+
+def against_command() -> str:
+    return _against_command
+
+
+def set_against_command(command: str | None) -> None:
+    global _against_command
+    _against_command = command or DEFAULT_AGAINST_COMMAND
+
+
+def update_command() -> str:
+    """How this project records goldens on purpose (for messages)."""
+    return _update_command
+
+
+def set_update_command(command: str | None) -> None:
+    """Name the project's own update command in messages (None or "" restores the default)."""
+    global _update_command
+    _update_command = command or DEFAULT_UPDATE_COMMAND
+
+
 def read_golden_json(path: Path, missing: str) -> Any:
     """Parse a JSON golden file; any unreadable file raises `GoldenFileError` naming it.
 

@@ -11,7 +11,7 @@ Trajectory and payload goldens are keyed by determinism context (`tripwire.conte
 has no golden SKIPS the comparison with the differing settings as the reason, instead of failing falsely. A store
 with `require=True` (the pytest plugin sets it under `CI`, unless the run compares against a base tree) FAILS
 there instead, in one line saying what to do: a check that cannot run is never a silent pass in CI.
-Updating is explicit (`pytest --tripwire-update`, or `nox -s baselines`) and refused when `CI` is set.
+Updating is explicit (`pytest --tripwire-update`, or the project's own command) and refused when `CI` is set.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.context import capture_context, context_key, mismatches
-from tripwire.errors import GoldenFileError, NoGoldenApplies, SyncBudgetExceeded
+from tripwire.errors import GoldenFileError, NoGoldenApplies, SyncBudgetExceeded, against_command, update_command
 from tripwire.payloads import DEFAULT_EXCLUDED, check_payloads, payload_trajectory
 from tripwire.sync.budget import BudgetReport, SyncBudget, check_budget, write_budget
 from tripwire.sync.counter import SyncCounter
 from tripwire.trajectory import Trajectory, compare_trajectories
 
-UPDATE_COMMAND = "nox -s baselines (or pytest --tripwire-update --snapshot-update), then review and commit baselines/"
-AGAINST_COMMAND = "nox -s guardrails -- --against origin/main"
+
+def _update() -> str:
+    return f"{update_command()}, then review and commit the goldens"
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class GoldenStore:
         try:
             budget = SyncBudget.load(path)
         except GoldenFileError as error:
-            raise SyncBudgetExceeded(f"{error}; create it with {UPDATE_COMMAND}") from None
+            raise SyncBudgetExceeded(f"{error}; create it with {_update()}") from None
         report: BudgetReport = check_budget(counter, budget)
         if not report.ok:
             raise SyncBudgetExceeded(f"scenario {scenario!r}: {report.format()}")
@@ -136,7 +137,7 @@ class GoldenStore:
         if self.require:
             raise NoGoldenApplies(
                 f"{check} golden for {scenario!r} cannot be checked on this machine ({reason}); under CI a skipped "
-                f"check is a failure: compare base and head here with `{AGAINST_COMMAND}`"
+                f"check is a failure: compare base and head here: {against_command()}"
             )
         return GoldenOutcome("skipped", reason)
 
@@ -144,7 +145,7 @@ class GoldenStore:
         """Why no golden applies here: the settings that differ from each recorded context."""
         others = sorted(folder.glob("*.json")) if folder.is_dir() else []
         if not others:
-            return f"no {kind} golden in {folder}: record one with {UPDATE_COMMAND}"
+            return f"no {kind} golden in {folder}: record one with {_update()}"
         reasons = []
         for other in others:
             recorded = Trajectory.load(other).context

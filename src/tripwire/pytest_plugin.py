@@ -25,6 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tripwire.errors import (
+    DEFAULT_AGAINST_COMMAND,
+    DEFAULT_UPDATE_COMMAND,
+    set_against_command,
+    set_update_command,
+    update_command,
+)
 from tripwire.sync.counter import SyncCounter
 from tripwire.telemetry import TelemetryCounts, reduce_events
 
@@ -67,6 +74,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("tripwire_baselines", "directory holding tripwire's goldens", default="baselines")
     parser.addini(
+        "tripwire_update_command",
+        "the command that records this project's goldens, named in failure messages",
+        default=DEFAULT_UPDATE_COMMAND,
+    )
+    parser.addini(
+        "tripwire_against_command",
+        "how this project compares a tree against its base when no golden applies, named under CI",
+        default=DEFAULT_AGAINST_COMMAND,
+    )
+    parser.addini(
         "tripwire_round_end",
         "the event label that closes a round in your telemetry (per-round counts); empty: one segment",
         default="",
@@ -76,11 +93,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[GATE_LOG_KEY] = GateLog()
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with a reason where there is none")
+    set_update_command(str(config.getini("tripwire_update_command")))
+    set_against_command(str(config.getini("tripwire_against_command")))
     active = [flag for flag, dest in UPDATE_FLAGS.items() if getattr(config.option, dest, False)]
     if active and os.environ.get("CI"):
         raise pytest.UsageError(
             f"{' and '.join(active)} refused: CI is set, and goldens are never rewritten in CI; "
-            "regenerate them locally with `nox -s baselines` and commit the diff"
+            f"regenerate them locally with `{update_command()}` and commit the diff"
         )
     try:
         from tripwire.snapshot import set_snapshot_directory
@@ -194,7 +213,7 @@ class TelemetryCountsHelper:
         if Path(location).exists() and not _is_counts_snapshot(Path(location)):
             pytest.fail(
                 f"{shown}: telemetry snapshot is unreadable (not the JSON tripwire writes): regenerate it with "
-                "`nox -s baselines` and review the diff",
+                f"`{update_command()}` and review the diff",
                 pytrace=False,
             )
         diff = [_ANSI.sub("", line) for line in target.get_assert_diff()]

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tripwire.errors import update_command
+
 Schema = dict[str, dict[str, str]]  # {event label: {dotted field path: "type|type"}}
 
 
@@ -102,7 +104,7 @@ def _named_once(label: str, paths: set[str], change: str) -> list[str]:
 def diff_schema(expected: Mapping[str, Mapping[str, str]] | None, actual: Mapping[str, Mapping[str, str]]) -> list[str]:
     """Readable schema changes, per label in sorted order: dropped fields, added fields, then retyped ones."""
     if expected is None:
-        return ["the golden has no payload schema (recorded before schemas were): record it with nox -s baselines"]
+        return [f"the golden has no payload schema (recorded before schemas were): record it with {update_command()}"]
     lines: list[str] = []
     for label in sorted(set(expected) | set(actual)):
         if label not in actual:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tripwire.errors import GoldenFileError, GuardrailFailure, read_golden_json
+from tripwire.errors import GoldenFileError, GuardrailFailure, read_golden_json, update_command
 
 FORMAT = "tripwire-static-sync/1"
 PLAIN_KINDS = {"item", "cpu", "tolist", "numpy", "synchronize", "wait_stream", "wait_event"}
@@ -189,7 +189,7 @@ def write_budget(path: str | Path, sites: StaticSites) -> Path:
 
 def load_budget(path: str | Path) -> dict[str, dict[str, int]]:
     """Read a static budget; a missing or malformed file raises `GoldenFileError` naming it."""
-    data = read_golden_json(Path(path), "static sync budget does not exist (record it with `nox -s baselines`)")
+    data = read_golden_json(Path(path), f"static sync budget does not exist (record it with `{update_command()}`)")
     sites = data.get("sites") if isinstance(data, Mapping) and data.get("format") == FORMAT else None
     if not isinstance(sites, Mapping) or not all(
         isinstance(entries, Mapping) and all(isinstance(n, int) and n >= 0 for n in entries.values())
@@ -214,7 +214,7 @@ class StaticReport:
         if self.ok:
             return "static sync audit within budget" + (f" ({len(self.under)} can be tightened)" if self.under else "")
         head = f"static sync audit over budget in {len(self.over)} function(s):"
-        hint = "  remove the calls, or regenerate with `nox -s baselines` (refused under CI) and commit the diff"
+        hint = f"  remove the calls, or regenerate with `{update_command()}` (refused under CI) and commit the diff"
         return "\n".join([head, *(f"  {row}" for row in self.over), hint])
 
 

@@ -84,7 +84,8 @@ def trajectory_project(tmp_path: Path) -> Path:
 def test_under_ci_a_trajectory_golden_that_does_not_apply_fails_with_what_to_do(trajectory_project: Path) -> None:
     done = pytest_in(trajectory_project, ci=True)
     assert done.returncode == 1
-    assert "NoGoldenApplies" in done.stdout and "nox -s guardrails -- --against" in done.stdout
+    assert "NoGoldenApplies" in done.stdout and "--tripwire-against BASE" in done.stdout
+    assert "nox" not in done.stdout  # a project without this repository's nox sessions is not told to run them
 
 
 def test_under_ci_a_base_comparison_turns_the_missing_golden_into_a_skip(trajectory_project: Path) -> None:
@@ -139,3 +140,10 @@ def test_format_gate_table_wraps_at_words_within_the_width() -> None:
     lines = format_gate_table([("c", "s", "passed", "alpha beta gamma delta " * 10)], width=80)
     assert all(len(line) <= 80 for line in lines)
     assert " ".join(" ".join(lines[1:]).split()[3:]) == ("alpha beta gamma delta " * 10).strip()
+
+
+def test_failure_messages_name_the_projects_own_update_command(trajectory_project: Path) -> None:
+    default = pytest_in(trajectory_project, "--tripwire-against=abc", ci=True)
+    assert "no trajectory golden" in default.stdout and "pytest --tripwire-update --snapshot-update" in default.stdout
+    custom = pytest_in(trajectory_project, "--tripwire-against=abc", "-o", "tripwire_update_command=make goldens")
+    assert "record one with make goldens, then review and commit the goldens" in custom.stdout

@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from tripwire.errors import GoldenFileError, read_golden_json
+from tripwire.errors import GoldenFileError, read_golden_json, update_command
 
-UPDATE_HINT = "if intended, regenerate with `nox -s baselines` (refused under CI) and commit the diff"
+
+def _update_hint() -> str:
+    return f"if intended, regenerate with `{update_command()}` (refused under CI) and commit the diff"
 
 
 def site_key(site: str, function: str, kind: str) -> str:
@@ -94,7 +96,7 @@ class SyncBudget:
     def load(cls, path: str | Path) -> SyncBudget:
         """Read a budget file; a missing or malformed file raises `GoldenFileError` naming it."""
         path = Path(path)
-        data = read_golden_json(path, f"sync budget file does not exist ({UPDATE_HINT})")
+        data = read_golden_json(path, f"sync budget file does not exist ({_update_hint()})")
         if not isinstance(data, Mapping):
             raise GoldenFileError(f"{path}: expected a JSON object")
         return cls.from_dict(data, source=str(path))
@@ -109,6 +111,7 @@ class SiteCount:
     function: str = ""
     kinds: dict[str, int] = field(default_factory=dict)
     new: bool = False
+    via: tuple[str, ...] = ()  # torch code that synced on the site's behalf (Adam's step counters, ...)
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,7 @@ class BudgetReport:
                 f"from {problem.budget} to {problem.count}"
             )
         if failing:
-            lines.append(f"  remove the syncs, or {UPDATE_HINT}")
+            lines.append(f"  remove the syncs, or {_update_hint()}")
         if self.old_format:
             lines.append("  (an old-format budget keyed by file:line: sites matched by file only; regenerate it)")
         return "\n".join(lines)
@@ -172,7 +175,8 @@ def _site_lines(problem: RegionProblem, sites_known: bool) -> list[str]:
         kinds = ", ".join(f"{kind}×{n}" for kind, n in sorted(site.kinds.items()))
         marker = "NEW " if site.new else "    "
         function = f" in {site.function}" if site.function else ""
-        lines.append(f"    {marker}{site.site}{function}  ×{site.count}  [{kinds}]")
+        inside = f"  (inside torch: {', '.join(site.via)})" if site.via else ""
+        lines.append(f"    {marker}{site.site}{function}  ×{site.count}  [{kinds}]{inside}")
     return lines
 
 
@@ -182,10 +186,14 @@ def _region_sites(source: CountSource, region: str, recorded: Mapping[str, int] 
     A row shows the lines it was seen on now (`src/engine.py:120,131`), for the reader only.
     """
     rows: dict[str, tuple[str, list[str], int, str]] = {}
+    internals_of = getattr(source, "site_internals", None)
+    internals: dict[str, set[str]] = internals_of(region) if callable(internals_of) else {}
+    via_by_key: dict[str, set[str]] = {}
     for site, (function, kinds) in source.site_details(region).items():
         line = site.rsplit(":", 1)[-1]
         for kind, count in kinds.items():
             key = site_key(site, function, kind)
+            via_by_key.setdefault(key, set()).update(internals.get(site, ()))
             file, lines, total, _ = rows.get(key, (key.split("::", 1)[0], [], 0, kind))
             rows[key] = (file, sorted({*lines, line}, key=lambda x: (len(x), x)), total + count, kind)
     sites = [
@@ -195,6 +203,7 @@ def _region_sites(source: CountSource, region: str, recorded: Mapping[str, int] 
             key.split("::", 1)[1].rsplit(" [", 1)[0],
             {kind: count},
             new=recorded is None or not _known(key, recorded),
+            via=tuple(sorted(via_by_key.get(key, ()))),
         )
         for key, (file, lines, count, kind) in rows.items()
     ]

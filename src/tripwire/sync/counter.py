@@ -31,6 +31,7 @@ how to read a budget failure.
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from collections import Counter
@@ -59,6 +60,7 @@ class SyncCounter:
         self.implicit = implicit
         self.cuda_cross_check = cuda_cross_check
         self.events: list[SyncEvent] = []
+        self._marks: list[int] = []  # len(events) at each mark_iteration()
         self.cuda_sync_warnings: int | None = None
         self.cuda_warning_sites: Counter[str] = Counter()
         self.cross_check_note = ""
@@ -164,9 +166,31 @@ class SyncCounter:
                 details.setdefault(event.site, (event.function, Counter()))[1][event.kind] += 1
         return details
 
+    def mark_iteration(self) -> None:
+        """Close one iteration of the user's loop (call it at the end of each step, epoch or update)."""
+        self._marks.append(len(self.events))
+
+    def iteration_counts(self) -> list[dict[str, int]]:
+        """Syncs per region in each iteration closed by `mark_iteration`, in order: a count that grows with the
+        iteration index, or one iteration that differs, points at a sync that depends on the loop's state."""
+        bounds = [0, *self._marks]
+        return [
+            dict(sorted(Counter(event.region for event in self.events[start:end]).items()))
+            for start, end in itertools.pairwise(bounds)
+        ]
+
+    def site_internals(self, region: str) -> dict[str, set[str]]:
+        """Per call site in `region`: the torch code that synced on its behalf (see `SyncEvent.via`), if any."""
+        internals: dict[str, set[str]] = {}
+        for event in self.events:
+            if event.region == region and event.via:
+                internals.setdefault(event.site, set()).add(event.via)
+        return internals
+
     def clear(self) -> None:
-        """Forget the events recorded so far (e.g. after warm-up); the counter stays active."""
+        """Forget the events and iteration marks recorded so far (e.g. after warm-up); the counter stays active."""
         self.events.clear()
+        self._marks.clear()
 
     def format(self) -> str:
         """A per-region table of counts and call sites, for logs and failure messages."""
@@ -175,9 +199,11 @@ class SyncCounter:
         lines = [f"{self.total} host syncs recorded:"]
         for region, count in self.counts_by_region().items():
             lines.append(f"  region {region!r}: {count}")
+            internals = self.site_internals(region)
             for site, (function, kinds) in sorted(self.site_details(region).items()):
                 kind_text = ", ".join(f"{k}×{n}" for k, n in sorted(kinds.items()))
-                lines.append(f"    {site} in {function}  [{kind_text}]")
+                inside = f"  (inside torch: {', '.join(sorted(internals[site]))})" if site in internals else ""
+                lines.append(f"    {site} in {function}  [{kind_text}]{inside}")
         if self.cuda_sync_warnings is not None:
             lines.append(f"  cuda sync-debug warnings: {self.cuda_sync_warnings}")
         if self.cross_check_note:

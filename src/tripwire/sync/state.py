@@ -28,6 +28,9 @@ class SyncEvent:
     site: str
     function: str
     region_path: str = OUTSIDE
+    # The torch code that synced on the user's behalf ("torch/optim/adam.py:_single_tensor_adam"), when the user's
+    # line did not sync itself (Adam's step counters, a distribution's argument validation); "" otherwise.
+    via: str = ""
 
 
 class _GlobalState:
@@ -62,33 +65,52 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
         return
     if local.label is not None:
         kind = local.label
-    site, function = _call_site()
+    site, function, via = _call_site()
     regions = local.regions
     region = regions[-1][1] if regions else OUTSIDE
     path = "/".join(name for _, name in regions) if regions else OUTSIDE
-    event = SyncEvent(kind, region, site, function, path)
+    event = SyncEvent(kind, region, site, function, path, via)
     for counter in list(_STATE.counters):
         if implicit and not counter.implicit:
             continue
         counter.events.append(event)
 
 
-def _call_site() -> tuple[str, str]:
-    """`(file:line, function)` of the innermost frame outside torch and tripwire."""
+# torch's own dispatch machinery: never "the torch code behind a sync", only the road to the hook.
+_MACHINERY = ("overrides.py", "_tensor.py", "_ops.py", "_python_dispatch.py", "_jit_internal.py")
+
+
+def _call_site() -> tuple[str, str, str]:
+    """`(file:line, function, via)`: the innermost frame outside torch and tripwire, and the innermost torch frame
+    (not dispatch machinery) between it and the hook, named `torch/<file>:<function>`."""
     frame: FrameType | None = sys._getframe(1)
     prefixes = _STATE.skip_prefixes
+    via = ""
     while frame is not None and frame.f_code.co_filename.startswith(prefixes):
+        filename = frame.f_code.co_filename
+        if not via and not filename.startswith(_TRIPWIRE_DIR) and not filename.endswith(_MACHINERY):
+            via = f"{_torch_relative(filename)}:{frame.f_code.co_qualname}"
         frame = frame.f_back
     if frame is None:
-        return "<unknown>", "<unknown>"
-    return f"{relative_path(frame.f_code.co_filename)}:{frame.f_lineno}", frame.f_code.co_qualname
+        return "<unknown>", "<unknown>", via
+    return f"{relative_path(frame.f_code.co_filename)}:{frame.f_lineno}", frame.f_code.co_qualname, via
+
+
+def _torch_relative(filename: str) -> str:
+    marker = f"{os.sep}torch{os.sep}"
+    return "torch/" + filename.rsplit(marker, 1)[1].replace(os.sep, "/") if marker in filename else filename
 
 
 def relative_path(filename: str) -> str:
-    """`filename` relative to the counter's root directory when under it, else unchanged."""
+    """`filename` relative to the counter's root directory when under it; else relative to the longest `sys.path`
+    entry holding it (the path its import uses, the same on every machine); else unchanged."""
     root = _STATE.root
     if root and filename.startswith(root):
         return filename[len(root) :]
+    entries = [os.path.join(os.path.abspath(entry), "") for entry in sys.path if entry]
+    holders = [entry for entry in entries if filename.startswith(entry)]
+    if holders:
+        return filename[len(max(holders, key=len)) :]
     return filename
 
 

@@ -1,0 +1,60 @@
+"""Sync accounting on someone else's trainer: portable call sites, and the torch code behind a hidden sync named."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tripwire.sync import hot_path
+from tripwire.sync.budget import SyncBudget, check_budget
+from tripwire.sync.counter import SyncCounter
+
+TRAINER = """
+import torch
+
+
+def step(opt, param):
+    param.sum().backward()
+    opt.step()  # Adam reads its step counters on the host
+    return torch.ones(2).sum().item()  # the trainer's own read
+"""
+
+
+@pytest.fixture
+def foreign_trainer(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> object:
+    outside = tmp_path_factory.mktemp("elsewhere")  # not under the working directory
+    (outside / "foreign_ppo.py").write_text(TRAINER, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(outside))
+    sys.modules.pop("foreign_ppo", None)
+    return importlib.import_module("foreign_ppo")
+
+
+def test_sites_outside_the_working_directory_are_named_as_imported_and_hidden_syncs_name_torch(
+    foreign_trainer: object,
+) -> None:
+    param = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.Adam([param], foreach=False)
+    with SyncCounter() as counter, hot_path("update"):
+        foreign_trainer.step(opt, param)  # type: ignore[attr-defined]
+
+    sites = {event.site: event for event in counter.events}
+    assert set(sites) == {"foreign_ppo.py:7", "foreign_ppo.py:8"}  # not an absolute path of this machine
+    assert sites["foreign_ppo.py:7"].via == "torch/optim/optimizer.py:_get_value"
+    assert sites["foreign_ppo.py:8"].via == ""  # the trainer's own .item(): nothing inside torch to name
+    assert "(inside torch: torch/optim/optimizer.py:_get_value)" in counter.format()
+
+    report = check_budget(counter, SyncBudget(regions={"update": 1}))  # one row per (file, function, kind)
+    assert "NEW foreign_ppo.py:7,8 in step  ×2  [item×2]  (inside torch: torch/optim/optimizer.py:_get_value)" in (
+        report.format()
+    )
+
+
+def test_a_sync_on_the_users_own_line_under_the_working_directory_stays_relative(tmp_path: Path) -> None:
+    with SyncCounter() as counter, hot_path("r"):
+        torch.ones(1).item()
+    [event] = counter.events
+    assert event.site.startswith("tests/tripwire/test_sync_foreign_code.py:") and event.via == ""
