@@ -77,8 +77,10 @@ def test_pull_requests_gate_against_their_base_branch_and_pushes_against_the_gol
     assert "--against" not in by_event["github.event_name != 'pull_request'"]
 
 
-def test_both_jobs_cache_the_project_environment_keyed_on_pyproject() -> None:
+def test_the_nox_jobs_cache_the_project_environment_keyed_on_pyproject() -> None:
     for name, job in load()["jobs"].items():
+        if name == "uv-verbatim":  # uv keeps its own cache (setup-uv); no nox environment there
+            continue
         caches = [step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/cache@")]
         assert len(caches) == 1, name
         settings = caches[0]["with"]
@@ -123,3 +125,10 @@ def test_the_learning_workflow_passes_the_schema_and_runs_the_learning_session_w
     assert set(data["on"]) == {"schedule", "workflow_dispatch"}
     (job,) = data["jobs"].values()
     assert "nox -s learning" in run_lines(job)
+
+
+def test_the_workflow_runs_the_plans_commands_verbatim_under_uv() -> None:
+    steps = load()["jobs"]["uv-verbatim"]["steps"]
+    commands = " ".join(str(step.get("run", "")) for step in steps)
+    assert "UV_CACHE_DIR=.uv-cache uv run pytest -q tests/test_import_isolation.py" in commands
+    assert "uv run python -m esper.scripts.train ppo --preset cifar_baseline" in commands

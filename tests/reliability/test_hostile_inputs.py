@@ -138,7 +138,10 @@ def test_a_full_disk_leaves_only_whole_event_lines_and_one_error_line(tmp_path: 
         (("--lr", "-1"), "argument --lr: expected > 0, got -1.0"),
         (("--batch-size", "64", "--train-samples", "8"), "--batch-size 64 is larger than --train-samples 8"),
         (("--envs", "100000"), "argument --envs: expected <= 4096, got 100000"),
-        (("--data-dir", "/tmp"), "--data-dir is read only with --dataset cifar10"),
+        (
+            ("--data-dir", "/tmp"),
+            "--data-dir is read only with --dataset cifar10, npz or a package.module:function loader",
+        ),
     ],
 )
 def test_bad_values_are_refused_in_one_line(argv: Sequence[str], needle: str) -> None:

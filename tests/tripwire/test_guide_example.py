@@ -1,4 +1,4 @@
-"""docs/tripwire-for-your-trainer.md's complete example runs as written and prints what the page says."""
+"""docs/tripwire.md's complete example runs as written and prints what the page says."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 import re
 from pathlib import Path
 
-GUIDE = Path(__file__).parents[2] / "docs" / "tripwire-for-your-trainer.md"
+GUIDE = Path(__file__).parents[2] / "docs" / "tripwire.md"
 
 
 def test_the_guides_complete_example_runs_and_prints_its_claimed_counts() -> None:

@@ -7,6 +7,8 @@ imports torchvision, about 1.7 s) is only imported when CIFAR-10 is asked for.
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 from torch import Tensor
 
@@ -29,6 +31,8 @@ def load_task_data(
     - "cifar10": read from `data_dir` (required); "val" and "test" both read the test batch; `n_samples` keeps
       the first n samples of the split; `seed` is not used.
     - "npz": your own images from the `.npz` archive `data_dir` (any channels, size and classes; `arrays`).
+    - "package.module:function": your own loader, called with these keyword arguments; it returns an ImageDataset
+      (example: `esper.data.digits:load`, scikit-learn's digits).
     """
     check_split(split)
     if n_samples is not None and n_samples < 1:
@@ -53,7 +57,25 @@ def load_task_data(
         from esper.data.arrays import load_npz
 
         return load_npz(data_dir, split=split, n_samples=n_samples)
+    if ":" in dataset:
+        return _from_callable(dataset, split=split, n_samples=n_samples, seed=seed, data_dir=data_dir)
     raise ValueError(f"unknown dataset {dataset!r}: choose one of {', '.join(VALID_DATASETS)}")
+
+
+def _from_callable(spec: str, *, split: str, n_samples: int | None, seed: int, data_dir: str | None) -> ImageDataset:
+    """`--dataset package.module:function`: import the function, call it for one split, check what it returns."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        loader = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise DataDirectoryError(
+            f"--dataset {spec}: cannot import {attribute!r} from {module_name!r} ({error}): pass an importable "
+            "package.module:function"
+        ) from None
+    dataset = loader(split=split, n_samples=n_samples, seed=seed, data_dir=data_dir)
+    if not isinstance(dataset, ImageDataset):
+        raise DataDirectoryError(f"--dataset {spec} returned {type(dataset).__name__}, not an esper ImageDataset")
+    return dataset
 
 
 def augment_batch(x: Tensor, generator: torch.Generator) -> Tensor:

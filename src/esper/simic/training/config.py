@@ -121,8 +121,13 @@ class TrainingConfig:
         flag="--data-dir",
         metavar="PATH",
     )
-    dataset: DatasetName | None = option(
-        None, "task data (default: the task's own, synthetic)", "data", flag="--dataset"
+    dataset: str | None = option(
+        None,
+        "task data: synthetic, cifar10, npz, or your own loader as package.module:function, e.g. "
+        "esper.data.digits:load (default: the task's own, synthetic)",
+        "data",
+        flag="--dataset",
+        metavar="NAME",
     )
     # PPO
     lr: float = option(
@@ -219,9 +224,12 @@ class TrainingConfig:
                 f"--batch-size {self.batch_size} is larger than --train-samples {self.train_samples}: an epoch would "
                 "have no full training batch; lower --batch-size or raise --train-samples"
             )
-        if self.data_dir is not None and self.dataset not in (DatasetName.CIFAR10, DatasetName.NPZ):
+        if self.dataset is not None:
+            _check_dataset(self.dataset)
+        if self.data_dir is not None and self.dataset in (None, DatasetName.SYNTHETIC):
             raise ConfigError(
-                "--data-dir is read only with --dataset cifar10 or npz: add the --dataset it holds or drop --data-dir"
+                "--data-dir is read only with --dataset cifar10, npz or a package.module:function loader: add the "
+                "--dataset it holds or drop --data-dir"
             )
         if self.run_name is not None:
             _check_run_name(self.run_name)
@@ -306,6 +314,17 @@ def _check_text(name: str, value: Any) -> None:
     texts = value if isinstance(value, tuple) else (value,)
     if any(isinstance(text, str) and "\x00" in text for text in texts):
         raise ConfigError(f"{display_name(name)} contains a NUL byte: pass plain text")
+
+
+def _check_dataset(dataset: str) -> None:
+    if dataset in enum_choices(DatasetName):
+        return
+    module, _, function = dataset.partition(":")
+    if not (module and function and all(part.isidentifier() for part in [*module.split("."), function])):
+        raise ConfigError(
+            f"--dataset must be one of {', '.join(enum_choices(DatasetName))} or package.module:function, "
+            f"got {dataset!r}"
+        )
 
 
 def check_value(name: str, value: Any) -> None:
