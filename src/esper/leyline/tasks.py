@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 
@@ -73,9 +74,34 @@ TASKS: dict[str, TaskSpec] = {
 VALID_TASKS: tuple[str, ...] = tuple(TASKS)
 
 
+def register_task(spec: TaskSpec) -> TaskSpec:
+    """Add your own task (host shape, learning rates) under `spec.name`; refuses to replace a built-in one."""
+    if spec.name in VALID_TASKS:
+        raise UnknownTaskError(f"task {spec.name!r} is built in: give your task another name")
+    TASKS[spec.name] = spec
+    return spec
+
+
 def get_task_spec(name: str) -> TaskSpec:
-    """Look up a task by name; unknown names raise with the list of valid ones."""
+    """Look up a task by name, or import one given as `package.module:ATTRIBUTE` (a TaskSpec); unknown names raise
+    with the list of valid ones."""
+    if ":" in name:
+        return _imported_task(name)
     try:
         return TASKS[name]
     except KeyError:
-        raise UnknownTaskError(f"unknown task {name!r}: choose one of {', '.join(VALID_TASKS)}") from None
+        choices = ", ".join(TASKS)
+        raise UnknownTaskError(
+            f"unknown task {name!r}: choose one of {choices}, or pass package.module:ATTRIBUTE naming a TaskSpec"
+        ) from None
+
+
+def _imported_task(spec: str) -> TaskSpec:
+    module_name, _, attribute = spec.partition(":")
+    try:
+        task = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise UnknownTaskError(f"--task {spec}: cannot import {attribute!r} from {module_name!r} ({error})") from None
+    if not isinstance(task, TaskSpec):
+        raise UnknownTaskError(f"--task {spec} is a {type(task).__name__}, not an esper.leyline TaskSpec")
+    return task

@@ -76,7 +76,7 @@ class TrainingConfig:
     )
     task: str = option(
         "cifar_baseline",
-        "task (cifar_baseline, cifar_impaired, cifar_minimal, cifar_scale)",
+        "task: cifar_baseline, cifar_impaired, cifar_minimal, cifar_scale, or package.module:NAME of your TaskSpec",
         "loop",
         flag="--task",
         metavar="NAME",
@@ -120,6 +120,12 @@ class TrainingConfig:
         "data",
         flag="--data-dir",
         metavar="PATH",
+    )
+    augment: bool | None = option(
+        None,
+        "train-time random crop (padding 4) and horizontal flip (default: on for cifar10 only)",
+        "data",
+        flag="--augment",
     )
     dataset: str | None = option(
         None,

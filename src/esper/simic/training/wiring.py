@@ -249,7 +249,7 @@ def batch_source(config: TrainingConfig, task: TaskSpec, split: str, devices: li
         shuffle=split == "train",
         drop_last=split == "train",
         generator=generator,
-        augment=split == "train" and dataset_name == "cifar10",
+        augment=split == "train" and (dataset_name == "cifar10" if config.augment is None else config.augment),
         gpu_preload=config.gpu_preload,
     )
     return BatchSource(iterator, generator, config.seed, split)
