@@ -140,7 +140,7 @@ def test_a_full_disk_leaves_only_whole_event_lines_and_one_error_line(tmp_path: 
         (("--envs", "100000"), "argument --envs: expected <= 4096, got 100000"),
         (
             ("--data-dir", "/tmp"),
-            "--data-dir is read only with --dataset cifar10, npz or a package.module:function loader",
+            "--data-dir is read only with --dataset cifar10, npz, imagefolder or a package.module:function loader",
         ),
     ],
 )

@@ -24,15 +24,15 @@ from esper.data.records import DataDirectoryError, ImageDataset
 SPLIT_KEYS = {"train": ("x_train", "y_train"), "val": ("x_val", "y_val"), "test": ("x_test", "y_test")}
 
 
-def load_npz(path: str, *, split: str, n_samples: int | None) -> ImageDataset:
+def load_npz(path: str, *, split: str, n_samples: int | None, normalize: bool = True) -> ImageDataset:
     """One split of an `.npz` archive as a normalized ImageDataset; DataDirectoryError (one line) otherwise."""
     source = Path(path)
     arrays = _read(source)
     x_train, y_train = _split(arrays, source, "train")
     x, y = (x_train, y_train) if split == "train" else _held_out(arrays, source)
     classes = int(max(y_train.max(), y.max())) + 1
-    mean = x_train.mean(axis=(0, 2, 3), keepdims=True)
-    std = x_train.std(axis=(0, 2, 3), keepdims=True) + 1e-6
+    mean = x_train.mean(axis=(0, 2, 3), keepdims=True) if normalize else 0.0
+    std = x_train.std(axis=(0, 2, 3), keepdims=True) + 1e-6 if normalize else 1.0
     if n_samples is not None:
         x, y = x[:n_samples], y[:n_samples]
     images = torch.from_numpy(((x - mean) / std).astype(np.float32))

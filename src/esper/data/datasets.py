@@ -18,12 +18,18 @@ from esper.data.records import (
     check_split,
 )
 
-VALID_DATASETS: tuple[str, ...] = ("synthetic", "cifar10", "npz")
+VALID_DATASETS: tuple[str, ...] = ("synthetic", "cifar10", "npz", "imagefolder")
 AUGMENT_PADDING = 4
 
 
 def load_task_data(
-    dataset: str, *, split: str, n_samples: int | None, seed: int, data_dir: str | None = None
+    dataset: str,
+    *,
+    split: str,
+    n_samples: int | None,
+    seed: int,
+    data_dir: str | None = None,
+    normalize: bool = True,
 ) -> ImageDataset:
     """Load one split of a task's data set.
 
@@ -31,6 +37,8 @@ def load_task_data(
     - "cifar10": read from `data_dir` (required); "val" and "test" both read the test batch; `n_samples` keeps
       the first n samples of the split; `seed` is not used.
     - "npz": your own images from the `.npz` archive `data_dir` (any channels, size and classes; `arrays`).
+    - "imagefolder": your own image files, `data_dir/train/<class>/` and `data_dir/val/<class>/` (`folders`).
+    `normalize` (your own data only) turns the per-channel normalization with the train split's statistics off.
     - "package.module:function": your own loader, called with these keyword arguments; it returns an ImageDataset
       (example: `esper.data.digits:load`, scikit-learn's digits).
     """
@@ -56,7 +64,15 @@ def load_task_data(
             raise DataDirectoryError("--dataset npz reads your own images: pass --data-dir PATH.npz (see docs)")
         from esper.data.arrays import load_npz
 
-        return load_npz(data_dir, split=split, n_samples=n_samples)
+        return load_npz(data_dir, split=split, n_samples=n_samples, normalize=normalize)
+    if dataset == "imagefolder":
+        if data_dir is None:
+            raise DataDirectoryError(
+                "--dataset imagefolder reads DIR/train/<class>/ and DIR/val/<class>/: pass --data-dir DIR"
+            )
+        from esper.data.folders import load_image_folder
+
+        return load_image_folder(data_dir, split=split, n_samples=n_samples, normalize=normalize)
     if ":" in dataset:
         return _from_callable(dataset, split=split, n_samples=n_samples, seed=seed, data_dir=data_dir)
     raise ValueError(f"unknown dataset {dataset!r}: choose one of {', '.join(VALID_DATASETS)}")

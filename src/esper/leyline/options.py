@@ -29,3 +29,4 @@ class DatasetName(StrEnum):
     SYNTHETIC = "synthetic"
     CIFAR10 = "cifar10"
     NPZ = "npz"
+    IMAGEFOLDER = "imagefolder"

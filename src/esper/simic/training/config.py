@@ -127,9 +127,15 @@ class TrainingConfig:
         "data",
         flag="--augment",
     )
+    normalize: bool = option(
+        True,
+        "normalize your own data (npz, imagefolder) per channel with the train split's statistics",
+        "data",
+        flag="--normalize",
+    )
     dataset: str | None = option(
         None,
-        "task data: synthetic, cifar10, npz, or your own loader as package.module:function, e.g. "
+        "task data: synthetic, cifar10, npz, imagefolder, or your own loader as package.module:function, e.g. "
         "esper.data.digits:load (default: the task's own, synthetic)",
         "data",
         flag="--dataset",
@@ -234,8 +240,8 @@ class TrainingConfig:
             _check_dataset(self.dataset)
         if self.data_dir is not None and self.dataset in (None, DatasetName.SYNTHETIC):
             raise ConfigError(
-                "--data-dir is read only with --dataset cifar10, npz or a package.module:function loader: add the "
-                "--dataset it holds or drop --data-dir"
+                "--data-dir is read only with --dataset cifar10, npz, imagefolder or a package.module:function "
+                "loader: add the --dataset it holds or drop --data-dir"
             )
         if self.run_name is not None:
             _check_run_name(self.run_name)

@@ -239,6 +239,7 @@ def batch_source(config: TrainingConfig, task: TaskSpec, split: str, devices: li
         n_samples=per_env * config.n_envs,
         seed=config.seed,
         data_dir=config.data_dir,
+        normalize=config.normalize,
     )
     generator = torch.Generator()
     iterator = SharedBatchIterator(
