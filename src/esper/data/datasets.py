@@ -38,44 +38,46 @@ def load_task_data(
       the first n samples of the split; `seed` is not used.
     - "npz": your own images from the `.npz` archive `data_dir` (any channels, size and classes; `arrays`).
     - "imagefolder": your own image files, `data_dir/train/<class>/` and `data_dir/val/<class>/` (`folders`).
-    `normalize` (your own data only) turns the per-channel normalization with the train split's statistics off.
-    - "package.module:function": your own loader, called with these keyword arguments; it returns an ImageDataset
-      (example: `esper.data.digits:load`, scikit-learn's digits).
+    - "package.module:function": your own loader, called with split, n_samples, seed and data_dir; it returns an
+      ImageDataset (example: `esper.data.digits:load`, scikit-learn's digits).
+
+    `normalize` (npz and imagefolder) turns the per-channel normalization with the train split's statistics off.
     """
     check_split(split)
     if n_samples is not None and n_samples < 1:
         raise ValueError(f"n_samples must be positive, got {n_samples}")
+    if ":" in dataset:
+        return _from_callable(dataset, split=split, n_samples=n_samples, seed=seed, data_dir=data_dir)
     if dataset == "synthetic":
         from esper.data.synthetic import SYNTHETIC_DEFAULT_SIZES, make_synthetic
 
-        n = SYNTHETIC_DEFAULT_SIZES[split] if n_samples is None else n_samples
-        return make_synthetic(n, seed=seed, split=split)
+        return make_synthetic(
+            SYNTHETIC_DEFAULT_SIZES[split] if n_samples is None else n_samples, seed=seed, split=split
+        )
+    if dataset not in _NEEDS_DIR:
+        raise ValueError(f"unknown dataset {dataset!r}: choose one of {', '.join(VALID_DATASETS)}")
+    if data_dir is None:
+        raise DataDirectoryError(_NEEDS_DIR[dataset])
     if dataset == "cifar10":
-        if data_dir is None:
-            raise DataDirectoryError(
-                "CIFAR-10 is read from a local copy: pass --data-dir pointing at a folder containing "
-                "cifar-10-batches-py"
-            )
         from esper.data.cifar import load_cifar10
 
         return load_cifar10(data_dir, train=split == "train", n_samples=n_samples)
     if dataset == "npz":
-        if data_dir is None:
-            raise DataDirectoryError("--dataset npz reads your own images: pass --data-dir PATH.npz (see docs)")
         from esper.data.arrays import load_npz
 
         return load_npz(data_dir, split=split, n_samples=n_samples, normalize=normalize)
-    if dataset == "imagefolder":
-        if data_dir is None:
-            raise DataDirectoryError(
-                "--dataset imagefolder reads DIR/train/<class>/ and DIR/val/<class>/: pass --data-dir DIR"
-            )
-        from esper.data.folders import load_image_folder
+    from esper.data.folders import load_image_folder
 
-        return load_image_folder(data_dir, split=split, n_samples=n_samples, normalize=normalize)
-    if ":" in dataset:
-        return _from_callable(dataset, split=split, n_samples=n_samples, seed=seed, data_dir=data_dir)
-    raise ValueError(f"unknown dataset {dataset!r}: choose one of {', '.join(VALID_DATASETS)}")
+    return load_image_folder(data_dir, split=split, n_samples=n_samples, normalize=normalize)
+
+
+# The sources read from --data-dir, and what to pass when it is missing.
+_NEEDS_DIR = {
+    "cifar10": "CIFAR-10 is read from a local copy: pass --data-dir pointing at a folder containing "
+    "cifar-10-batches-py",
+    "npz": "--dataset npz reads your own images: pass --data-dir PATH.npz (see docs)",
+    "imagefolder": "--dataset imagefolder reads DIR/train/<class>/ and DIR/val/<class>/: pass --data-dir DIR",
+}
 
 
 def _from_callable(spec: str, *, split: str, n_samples: int | None, seed: int, data_dir: str | None) -> ImageDataset:

@@ -260,9 +260,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return stop.exit_code
     finally:
         stop.restore()
+    return report_end(config, result, stop.exit_code, quiet=args.quiet)
+
+
+def report_end(config: Any, result: Any, interrupted_code: int, *, quiet: bool) -> int:
+    """The run's last words and exit code: where it stopped, that nothing was left to do, or the done line."""
     if result.interrupted_at is not None:
         print(interrupted_message(config, result.interrupted_at, len(result.rounds)), file=sys.stderr)
-        return stop.exit_code
+        return interrupted_code
     if not result.rounds and result.start_round >= config.n_episodes:
         print(
             f"train: nothing to do: checkpoint {config.resume_path} already holds {result.start_round} round(s) and "
@@ -271,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     last = result.rounds[-1] if result.rounds else None
-    if last is not None and not args.quiet:
+    if last is not None and not quiet:
         print(
             f"done: {len(result.rounds)} round(s), mean final accuracy {last.mean_final_accuracy:.2f}%, "
             f"mean episode reward {last.mean_reward:.3f}, {last.env_epochs_per_s:.2f} env-epochs/s; "
