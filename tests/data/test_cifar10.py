@@ -1,72 +1,20 @@
-"""CIFAR-10 through the real loader from a tiny copy in the real on-disk format (no download, no md5 match).
-
-The official batches are Python 2 pickles: their keys and the numpy buffers are Python 2 `str`, which Python 3
-reads as b"data"/b"labels" with `encoding="bytes"` and as "data"/"labels" with `encoding="latin1"` (what
-torchvision uses). `Py2StrPickler` writes bytes with the Python 2 string opcodes, so the fixture files have
-exactly that property; a plain Python 3 pickle of b"data" would not load under torchvision at all.
-"""
+"""CIFAR-10 through the real loader from a tiny copy in the real on-disk format (no download, no md5 match);
+the copy is written by tests/cifar_files.py (Python 2 pickles, as the official batches are)."""
 
 from __future__ import annotations
 
 import pickle
-import struct
 from pathlib import Path
-from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 import torch
 
+from cifar_files import PER_BATCH, write_tiny_cifar
+from cifar_files import labels as _labels
+from cifar_files import pixels as _pixels
 from esper.data import CIFAR10_MEAN, CIFAR10_STD, DataDirectoryError, load_task_data
 from esper.data.cifar import BATCH_FOLDER
-
-PER_BATCH = 6
-TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
-
-
-def _pixels(n: int, offset: int) -> np.ndarray:
-    """Row-major CIFAR layout: 1024 red, 1024 green, 1024 blue values per image."""
-    rng = np.random.default_rng(offset)
-    return rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
-
-
-def _labels(n: int, offset: int) -> list[int]:
-    return [(offset + i) % 10 for i in range(n)]
-
-
-class Py2StrPickler(pickle._Pickler):
-    """Protocol-2 pickler that writes `bytes` as Python 2 `str` (SHORT_BINSTRING / BINSTRING), as CIFAR's files do."""
-
-    dispatch: ClassVar[dict[type, Any]] = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
-
-    def save_py2_str(self, obj: bytes) -> None:
-        if len(obj) < 256:
-            self.write(pickle.SHORT_BINSTRING + bytes([len(obj)]) + obj)
-        else:
-            self.write(pickle.BINSTRING + struct.pack("<i", len(obj)) + obj)
-        self.memoize(obj)
-
-    dispatch[bytes] = save_py2_str
-
-
-def _dump_py2(path: Path, obj: Any) -> None:
-    with path.open("wb") as handle:
-        Py2StrPickler(handle, protocol=2).dump(obj)
-
-
-def _dump(path: Path, data: np.ndarray, labels: list[int]) -> None:
-    _dump_py2(path, {b"batch_label": b"fixture", b"labels": labels, b"data": data, b"filenames": []})
-
-
-def write_tiny_cifar(root: Path) -> Path:
-    folder = root / BATCH_FOLDER
-    folder.mkdir(parents=True)
-    for index, name in enumerate(TRAIN_FILES):
-        _dump(folder / name, _pixels(PER_BATCH, index), _labels(PER_BATCH, index))
-    _dump(folder / "test_batch", _pixels(PER_BATCH, 99), _labels(PER_BATCH, 99))
-    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-    _dump_py2(folder / "batches.meta", {b"label_names": [n.encode() for n in names], b"num_vis": 3072})
-    return root
 
 
 @pytest.fixture

@@ -19,67 +19,25 @@ import pickle
 import pickletools
 import random
 import shlex
-import struct
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
 from reliability_helpers import child_env
 from torchvision.datasets import CIFAR10
 
+from cifar_files import NAMES, PER_BATCH, write_tiny_cifar
+from cifar_files import labels as _labels
+from cifar_files import pixels as _pixels
 from esper.data import DataDirectoryError, cifar, load_task_data
 from esper.data.cifar import BATCH_FOLDER, LocalCIFAR10
 
 TINY_RUN = ("--train-samples", "4", "--val-samples", "4", "--batch-size", "2")
-NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-PER_BATCH = 6
-
-
-def _pixels(n: int, offset: int) -> np.ndarray:
-    """Row-major CIFAR layout: 1024 red, 1024 green, 1024 blue values per image."""
-    return np.random.default_rng(offset).integers(0, 256, size=(n, 3072), dtype=np.uint8)
-
-
-def _labels(n: int, offset: int) -> list[int]:
-    return [(offset + i) % 10 for i in range(n)]
-
-
-class Py2StrPickler(pickle._Pickler):
-    """Protocol 2 with `bytes` written as Python 2 `str`, as the official batches are (tests/data/test_cifar10.py)."""
-
-    dispatch: ClassVar[dict[type, Any]] = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
-
-    def save_py2_str(self, obj: bytes) -> None:
-        if len(obj) < 256:
-            self.write(pickle.SHORT_BINSTRING + bytes([len(obj)]) + obj)
-        else:
-            self.write(pickle.BINSTRING + struct.pack("<i", len(obj)) + obj)
-        self.memoize(obj)
-
-    dispatch[bytes] = save_py2_str
-
-
-def _dump_py2(path: Path, obj: Any) -> None:
-    with path.open("wb") as handle:
-        Py2StrPickler(handle, protocol=2).dump(obj)
-
-
-def write_tiny_cifar(root: Path) -> Path:
-    """A tiny CIFAR-10 folder in the official on-disk format: five train batches, the test batch, the meta file."""
-    folder = root / BATCH_FOLDER
-    folder.mkdir(parents=True)
-    for index in range(5):
-        entry = {b"batch_label": b"tiny", b"labels": _labels(PER_BATCH, index), b"data": _pixels(PER_BATCH, index)}
-        _dump_py2(folder / f"data_batch_{index + 1}", {**entry, b"filenames": []})
-    test = {b"batch_label": b"tiny", b"labels": _labels(PER_BATCH, 99), b"data": _pixels(PER_BATCH, 99)}
-    _dump_py2(folder / "test_batch", {**test, b"filenames": []})
-    _dump_py2(folder / "batches.meta", {b"label_names": [n.encode() for n in NAMES], b"num_vis": 3072})
-    return root
 
 
 class TrustedCIFAR10(CIFAR10):
