@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from esper.data.records import DataDirectoryError, ImageDataset
+from esper.messages import first_line
 
 SPLIT_KEYS = {"train": ("x_train", "y_train"), "val": ("x_val", "y_val"), "test": ("x_test", "y_test")}
 
@@ -46,9 +47,8 @@ def _read(source: Path) -> dict[str, np.ndarray]:
         with np.load(source, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise DataDirectoryError(
-            f"--data-dir {source} is not a readable .npz archive of plain arrays ({reason}): write it with "
+            f"--data-dir {source} is not a readable .npz archive of plain arrays ({first_line(error)}): write it with "
             "numpy.savez(path, x_train=..., y_train=..., x_val=..., y_val=...)"
         ) from None
 

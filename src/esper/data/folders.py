@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from esper.data.records import DataDirectoryError, ImageDataset
+from esper.messages import first_line
 
 
 def load_image_folder(root: str, *, split: str, n_samples: int | None, normalize: bool = True) -> ImageDataset:
@@ -49,7 +50,7 @@ def _read(
     try:
         dataset = image_folder(str(folder))
     except (FileNotFoundError, OSError) as error:
-        raise DataDirectoryError(f"--data-dir {folder}: {str(error).splitlines()[0]}") from None
+        raise DataDirectoryError(f"--data-dir {folder}: {first_line(error)}") from None
     if classes is not None and dataset.classes != classes:
         raise DataDirectoryError(
             f"--data-dir {folder} has classes {dataset.classes}, the train folder {classes}: use the same class folders"

@@ -17,8 +17,11 @@ from typing import Any
 
 import torch
 
+from esper.messages import first_line
+
 CHECKPOINT_FORMAT = "esper-checkpoint"
 CHECKPOINT_VERSION = 1
+REASON_CHARACTERS = 160  # of an exception's message quoted in a one-line error
 
 
 class CheckpointError(ValueError):
@@ -63,16 +66,6 @@ def save_checkpoint(
         raise
 
 
-def _reason(exc: BaseException, limit: int = 160) -> str:
-    """The first line of an exception's message, shortened at a word boundary (never mid-word) when long."""
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    if len(first) <= limit:
-        return first
-    cut = first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:")
-    return f"{cut} ..."
-
-
 def _verify_archive(source: Path) -> None:
     """Check the zip structure and every member's CRC: torch.load itself reads a flipped bit in tensor data
     silently, so a damaged checkpoint would resume with corrupted weights."""
@@ -80,8 +73,9 @@ def _verify_archive(source: Path) -> None:
         with zipfile.ZipFile(source) as archive:
             damaged = archive.testzip()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
+        reason = first_line(exc, REASON_CHARACTERS)
         raise CheckpointError(
-            f"checkpoint {source} is truncated or corrupted (not a readable zip archive: {_reason(exc)}): "
+            f"checkpoint {source} is truncated or corrupted (not a readable zip archive: {reason}): "
             "resume from an intact file or start without --resume"
         ) from None
     if damaged is not None:
@@ -129,12 +123,12 @@ def _read_payload(source: Path) -> dict[str, Any]:
         payload = torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
-            f"checkpoint {source} holds objects weights_only loading refuses ({_reason(exc)}): "
+            f"checkpoint {source} holds objects weights_only loading refuses ({first_line(exc, REASON_CHARACTERS)}): "
             "only checkpoints written by --save can be resumed"
         ) from None
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as exc:
         raise CheckpointError(
-            f"checkpoint {source} is truncated or corrupted ({_reason(exc)}): "
+            f"checkpoint {source} is truncated or corrupted ({first_line(exc, REASON_CHARACTERS)}): "
             "resume from an intact file or start without --resume"
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from esper.leyline.seeding import derive_seed
+from esper.messages import first_line
 from esper.nissa.backends import TelemetryWriteError
 from esper.nissa.hub import TelemetryHub
 from esper.simic.training import emitters, wiring
@@ -127,9 +128,6 @@ def _report_failure(hub: TelemetryHub, partial: TrainingResult, exc: BaseExcepti
     if isinstance(exc, KeyboardInterrupt):
         outcome, cause = "interrupted", "aborted by a second stop signal"
     else:
-        outcome, cause = (
-            "failed",
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
-        )
+        outcome, cause = "failed", f"{type(exc).__name__}: {first_line(exc, fallback='')}"
     with contextlib.suppress(Exception):
         emitters.emit_training_ended(hub, outcome, rounds, discarded_round=rounds, cause=cause)

@@ -16,6 +16,7 @@ from esper.data.records import ImageDataset
 from esper.kasmina.host import CNNHost
 from esper.leyline import SlotConfig, TaskSpec, TelemetryLevel, get_task_spec
 from esper.leyline.seeding import derive_seed
+from esper.messages import first_line
 from esper.nissa.backends import DirectoryBackend
 from esper.nissa.hub import TelemetryHub, make_run_name
 from esper.simic.agent.ppo import PPOAgent, PPOConfig, calculate_entropy_anneal_steps
@@ -70,8 +71,9 @@ def prepare_run(config: TrainingConfig, controller: str) -> RunSetup:
         try:
             client.load_state_dict(resumed_state["client"])
         except (RuntimeError, KeyError, ValueError) as exc:  # e.g. another --memory-size: tensor shapes differ
+            reason = first_line(exc, 120)  # torch's size-mismatch report runs 30 lines
             raise CheckpointError(
-                f"checkpoint {config.resume_path} holds a controller of another shape or kind ({_first_line(exc)}): "
+                f"checkpoint {config.resume_path} holds a controller of another shape or kind ({reason}): "
                 "resume with the --memory-size, hidden size and controller it was saved with"
             ) from None
     rewards = reward_config(config)
@@ -321,10 +323,3 @@ class RunCheckpointer:
             trainer = {**trainer_state, "events": None if self.events_path is None else str(self.events_path)}
             state = {"client": self.client.state_dict(), "trainer": trainer}
             save_checkpoint(self.path, layout=self.layout, rounds_completed=rounds_completed, state=state)
-
-
-def _first_line(exc: BaseException, limit: int = 120) -> str:
-    """An exception's first line, shortened at a word boundary: torch's size-mismatch report runs 30 lines."""
-    text = str(exc).strip()
-    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
-    return first if len(first) <= limit else first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:") + " ..."
