@@ -60,14 +60,6 @@ class TelemetryLevel(IntEnum):
     NORMAL = 2
     DEBUG = 3
 
-    @classmethod
-    def parse(cls, text: str) -> TelemetryLevel:
-        try:
-            return cls[text.upper()]
-        except KeyError:
-            choices = ", ".join(level.name.lower() for level in cls)
-            raise ValueError(f"unknown telemetry level {text!r}: choose one of {choices}") from None
-
 
 class AnalyticsKind(str, Enum):
     """`kind` of an ANALYTICS_SNAPSHOT payload."""

@@ -8,7 +8,6 @@ from esper.simic.rewards.config import (
     DEFAULT_REWARD_CONFIG,
     RewardConfig,
     RewardMode,
-    parse_reward_mode,
     validate_reward_gamma,
 )
 from esper.simic.rewards.dispatch import compute_reward
@@ -41,7 +40,6 @@ __all__ = [
     "escrow_credit_target",
     "escrow_move",
     "layout_potentials",
-    "parse_reward_mode",
     "slot_potential",
     "validate_reward_gamma",
 ]

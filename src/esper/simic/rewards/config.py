@@ -14,15 +14,6 @@ from esper.leyline.options import RewardMode as RewardMode
 from esper.leyline.stages import AUTO_PRUNE_PENALTY, MIN_HOLDING_EPOCHS, MIN_PRUNE_AGE
 
 
-def parse_reward_mode(text: str) -> RewardMode:
-    """Parse a CLI/config reward-mode name (case-insensitive); a bad name is a one-line ValueError."""
-    try:
-        return RewardMode(text.strip().lower())
-    except ValueError:
-        choices = ", ".join(mode.value for mode in RewardMode)
-        raise ValueError(f"unknown reward mode {text!r}; choose one of: {choices}") from None
-
-
 def validate_reward_gamma(reward_gamma: float, ppo_gamma: float) -> None:
     """PBRS keeps the optimal policy only when its gamma is PPO's gamma (Ng et al., 1999); raise otherwise."""
     if reward_gamma != ppo_gamma:
