@@ -26,7 +26,6 @@ from enum import Enum
 from types import FrameType
 from typing import Any, NoReturn
 
-from esper.leyline import TelemetryLevel
 from esper.simic.training.config import (
     GROUPS,
     PRESETS,
@@ -35,6 +34,7 @@ from esper.simic.training.config import (
     TrainingConfig,
     check_value,
     enum_choices,
+    json_value,
     option_of,
     preset_config,
 )
@@ -95,17 +95,19 @@ def _add_config_flags(parser: argparse.ArgumentParser, *, ppo: bool) -> None:
             continue
         kwargs = _argument_kwargs(spec.name, hints[spec.name], meta)
         default = getattr(defaults, spec.name)
-        shown = "none" if default is None else " ".join(default) if isinstance(default, tuple) else _shown(default)
+        shown = _shown(default)
         text = meta.help if "default" in meta.help else f"{meta.help} (default: {shown})"
         kwargs["help"] = text.replace("%", "%%")
         groups[meta.group].add_argument(meta.flag, dest=spec.name, default=None, **kwargs)
 
 
 def _shown(value: Any) -> str:
-    if isinstance(value, TelemetryLevel):
-        return value.name.lower()
-    if isinstance(value, Enum):
-        return str(value.value)
+    """A default as --help shows it: as the flag spells it, lists space-separated, switches on/off."""
+    value = json_value(value)
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return " ".join(map(str, value))
     if isinstance(value, bool):
         return "on" if value else "off"
     return f"{value:g}" if isinstance(value, float) else str(value)

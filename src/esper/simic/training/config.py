@@ -257,7 +257,7 @@ class TrainingConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values, the inverse of `from_dict` (enums as their names in the CLI, tuples as lists)."""
-        return {spec.name: _to_json(getattr(self, spec.name)) for spec in dataclasses.fields(self)}
+        return {spec.name: json_value(getattr(self, spec.name)) for spec in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], base: TrainingConfig | None = None) -> TrainingConfig:
@@ -355,9 +355,7 @@ def _check_run_name(run_name: str) -> None:
 
 def enum_choices(enum: type[Enum]) -> tuple[str, ...]:
     """How the CLI and JSON spell `enum`'s members (telemetry levels by lower-case name, the rest by value)."""
-    if issubclass(enum, TelemetryLevel):
-        return tuple(level.name.lower() for level in enum)
-    return tuple(str(member.value) for member in enum)
+    return tuple(str(json_value(member)) for member in enum)
 
 
 def parse_enum(enum: type[Enum], text: str, name: str) -> Any:
@@ -368,7 +366,9 @@ def parse_enum(enum: type[Enum], text: str, name: str) -> Any:
     raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {text!r}")
 
 
-def _to_json(value: Any) -> Any:
+def json_value(value: Any) -> Any:
+    """A field's value as the CLI and JSON spell it: telemetry levels by lower-case name, other enums by value,
+    tuples as lists."""
     if isinstance(value, TelemetryLevel):
         return value.name.lower()
     if isinstance(value, Enum):
