@@ -14,7 +14,7 @@ from torch import Tensor
 from esper.leyline.options import AmpMode
 
 
-class EnvRuntime(Protocol):
+class StreamedEnv(Protocol):
     """What these helpers read of an env (`esper.tolaria.engine.EnvRuntime` has it)."""
 
     @property
@@ -38,20 +38,20 @@ def resolve_amp_dtype(mode: AmpMode, device: torch.device) -> torch.dtype | None
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
-def stream_context(env: EnvRuntime) -> contextlib.AbstractContextManager[object]:
+def stream_context(env: StreamedEnv) -> contextlib.AbstractContextManager[object]:
     """Run on the env's stream when it has one (CUDA), else in the current context."""
     if env.stream is None:
         return contextlib.nullcontext()
     return torch.cuda.stream(env.stream)
 
 
-def autocast_context(env: EnvRuntime) -> contextlib.AbstractContextManager[object]:
+def autocast_context(env: StreamedEnv) -> contextlib.AbstractContextManager[object]:
     if env.amp_dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=env.device.type, dtype=env.amp_dtype)
 
 
-def wait_for_default_stream(env: EnvRuntime, tensors: Sequence[Tensor]) -> None:
+def wait_for_default_stream(env: StreamedEnv, tensors: Sequence[Tensor]) -> None:
     """Make the env stream wait for the loader's copies and tell the allocator the env stream uses them."""
     if env.stream is None:
         return
@@ -60,7 +60,7 @@ def wait_for_default_stream(env: EnvRuntime, tensors: Sequence[Tensor]) -> None:
         tensor.record_stream(env.stream)
 
 
-def join_streams(envs: Sequence[EnvRuntime]) -> None:
+def join_streams(envs: Sequence[StreamedEnv]) -> None:
     """Make each device's default stream wait for every env stream on it (no host sync)."""
     for env in envs:
         if env.stream is not None:
