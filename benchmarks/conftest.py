@@ -1,68 +1,33 @@
 """Fixtures of the benchmark suite: the device under test, the calibration workload, a telemetry hub, hazards.
 
 - The device comes from `TRIPWIRE_BENCH_DEVICE` (set by `python -m tripwire.bench --device`; default cpu).
-- `ESPER_BENCH_SLOWDOWN=train_pass:0.20` is a hazard for proving the gate: after every
+- `ESPER_BENCH_SLOWDOWN=train_pass:0.20` is a hazard for proving the gate (benchmarks/slowdowns.py): after every
   `VectorizedEngine.train_pass` call it busy-spins until the process has used 20 % more CPU time than the pass
-  itself did (proportional busy work: the pass costs 1.2x, in CPU time and at least as much in wall time).
-  Only this suite reads it; the trainer itself has no such hook.
+  itself did. Only this suite reads it; the trainer itself has no such hook.
 - The machine info saved with the results gains the torch version, thread count, device and GPU name.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import platform
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 
 from esper.nissa import TelemetryHub
-from esper.tolaria.engine import EnvRuntime, VectorizedEngine
-from esper.tolaria.epoch import TrainAccumulators
+from esper.tolaria.engine import VectorizedEngine
+from slowdowns import SLOWDOWN_ENV, SlowdownError, patches
 from tripwire.bench.fixture import CalibrationWorkload
 from workloads import GATE, EpochWorkload, bench_config
 
 DEVICE_ENV = "TRIPWIRE_BENCH_DEVICE"
-SLOWDOWN_ENV = "ESPER_BENCH_SLOWDOWN"
-_ORIGINAL_TRAIN_PASS = VectorizedEngine.train_pass
 
 
 def bench_device_name() -> str:
     return os.environ.get(DEVICE_ENV, "cpu")
-
-
-def parse_slowdown(text: str) -> float:
-    """`train_pass:0.20` -> 0.20; anything else is a one-line error naming the variable."""
-    target, _, fraction = text.partition(":")
-    try:
-        value = float(fraction)
-    except ValueError:
-        value = -1.0
-    if target != "train_pass" or not 0.0 < value < 10.0:
-        raise pytest.UsageError(f"{SLOWDOWN_ENV}={text!r}: expected train_pass:<fraction>, e.g. train_pass:0.20")
-    return value
-
-
-class SlowedTrainPass:
-    """`VectorizedEngine.train_pass` followed by busy work of `fraction` times its own CPU time."""
-
-    def __init__(self, fraction: float) -> None:
-        self.fraction = fraction
-
-    def __get__(self, engine: VectorizedEngine | None, owner: type | None = None) -> Any:
-        return self if engine is None else functools.partial(self, engine)
-
-    def __call__(self, engine: VectorizedEngine, envs: Sequence[EnvRuntime], batches: Any) -> list[TrainAccumulators]:
-        start = time.process_time()
-        result = _ORIGINAL_TRAIN_PASS(engine, envs, batches)
-        deadline = time.process_time() + (time.process_time() - start) * self.fraction
-        while time.process_time() < deadline:
-            pass
-        return result
 
 
 def cpu_model() -> str:
@@ -141,12 +106,13 @@ def warm_process(bench_device: str, calibration: CalibrationWorkload, hub: Telem
 
 
 @pytest.fixture(scope="session", autouse=True)
-def injected_slowdown() -> Iterator[float]:
+def injected_slowdown() -> Iterator[str]:
     text = os.environ.get(SLOWDOWN_ENV, "")
-    if not text:
-        yield 0.0
-        return
-    fraction = parse_slowdown(text)
+    try:
+        found = patches(text)
+    except SlowdownError as exc:
+        raise pytest.UsageError(str(exc)) from exc
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(VectorizedEngine, "train_pass", SlowedTrainPass(fraction))
-        yield fraction
+        for attribute, wrapper in found:
+            patch.setattr(VectorizedEngine, attribute, wrapper)
+        yield text

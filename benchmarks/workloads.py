@@ -11,13 +11,15 @@ the original was measured on (cifar_baseline, 1000 train / 200 val samples per e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from unittest import mock
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+import slowdowns
 from esper.kasmina.slot import SeedSlot
 from esper.leyline import BlueprintAction, GerminationStyle, TempoAction, get_task_spec
 from esper.nissa import TelemetryHub
@@ -31,6 +33,7 @@ from esper.simic.training.trainer import TrainerParts, TrainingResult, Vectorize
 from esper.tolaria.engine import EnvRuntime, FusedPlan
 from tripwire.bench.fixture import Workload
 from tripwire.bench.ops import OpCounter
+from tripwire.bench.paired_spec import PairedBench
 from tripwire.sync.counter import SyncCounter
 
 
@@ -251,3 +254,58 @@ def measure_proxies(workload: Workload, counted: Workload, label: str) -> dict[s
     with OpCounter() as ops:
         counted.run()
     return {f"syncs_per_{label}": syncs.total, f"aten_ops_per_{label}": ops.total}
+
+
+def _gate_workload(kind: type[_TrainerWorkload], n_envs: int) -> Callable[[], _TrainerWorkload]:
+    def make() -> _TrainerWorkload:
+        return kind(bench_config(n_envs, GATE), TelemetryHub())
+
+    return make
+
+
+def _epoch_workload(n_envs: int, size: Size, *, threads: int = 1, workers: int = 1) -> Callable[[], EpochWorkload]:
+    def make() -> EpochWorkload:
+        config = replace(bench_config(n_envs, size), env_workers=workers)
+        return EpochWorkload(config, TelemetryHub(), episodes=size is ORIGINAL)
+
+    return make
+
+
+def paired_benchmarks() -> dict[str, PairedBench]:
+    """The suite the paired A/B (`python -m tripwire bench-ab`) times, unit by unit, in two worker processes.
+
+    Same workloads as the pytest-benchmark suite, one torch thread, gate sizes; `runs_per_unit` keeps every unit
+    at roughly 30-100 ms on this kind of machine. `ESPER_BENCH_SLOWDOWN` (benchmarks/slowdowns.py) is applied
+    here, so an A/B can inject a slowdown into one side only.
+    """
+    slowdowns.install()
+    gate_units = {"samples": float(GATE.train_samples)}
+    suite = {
+        f"epoch[{n}env]": PairedBench(
+            _epoch_workload(n, GATE), {"env_epochs": float(n), **{k: n * v for k, v in gate_units.items()}}, threads=1
+        )
+        for n in (1, 2, 4)
+    }
+    suite["train_pass"] = PairedBench(
+        _gate_workload(TrainPassWorkload, 2), {"samples": 2.0 * GATE.train_samples}, threads=1
+    )
+    suite["fused_validation"] = PairedBench(
+        _gate_workload(ValidationWorkload, 2), {"samples": 2.0 * GATE.val_samples}, runs_per_unit=3, threads=1
+    )
+    suite["policy_call"] = PairedBench(
+        _gate_workload(PolicyCallWorkload, 4), {"env_epochs": 4.0}, runs_per_unit=8, threads=1
+    )
+    suite["ppo_update"] = PairedBench(
+        _gate_workload(PPOUpdateWorkload, 4), {"transitions": 4.0 * EPISODE_LENGTH}, threads=1
+    )
+    return suite
+
+
+def ours_at_best(n_envs: int, cores: int) -> PairedBench:
+    """Our trainer on the original's workload at its best setting on `cores` cores (original_comparison.py):
+    one env on every core as torch threads; several envs on `min(cores, n)` env workers of one thread each."""
+    threads, workers = (cores, 1) if n_envs == 1 else (1, min(cores, n_envs))
+    units = {"env_epochs": float(n_envs), "samples": float(n_envs * ORIGINAL.train_samples)}
+    return PairedBench(
+        _epoch_workload(n_envs, ORIGINAL, workers=workers), units, threads=threads, proxies=False, tolerance=0.05
+    )

@@ -1,7 +1,7 @@
 """`python -m tripwire COMMAND ...`: the harness's command-line tools behind one entry point.
 
     python -m tripwire bench ...            run a benchmark suite, save a baseline or gate against one
-    python -m tripwire bench-ab ...         interleaved base-vs-head benchmark A/B on this machine
+    python -m tripwire bench-ab ...         paired base-vs-head benchmark A/B on this machine
     python -m tripwire baselines-diff A B   what changed between two baselines/ folders (markdown)
 
 Each command's own `--help` lists its options; `python -m tripwire.bench` and friends still work.
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 COMMANDS = {
     "bench": ("tripwire.bench.cli", "run a benchmark suite, save a baseline or gate against one"),
-    "bench-ab": ("tripwire.bench.ab", "interleaved base-vs-head benchmark A/B on this machine"),
+    "bench-ab": ("tripwire.bench.ab", "paired base-vs-head benchmark A/B on this machine"),
     "baselines-diff": ("tripwire.baselines_diff", "what changed between two baselines/ folders (markdown)"),
 }
 

@@ -88,11 +88,12 @@ def test_the_nox_jobs_cache_the_project_environment_keyed_on_pyproject() -> None
         assert "pyproject.toml')" in settings["key"] and "hashFiles(" in settings["key"], name
 
 
-def test_the_bench_job_checks_out_base_and_head_and_runs_the_interleaved_ab() -> None:
+def test_the_bench_job_checks_out_base_and_head_and_runs_the_paired_ab() -> None:
     job = load()["jobs"]["bench-ab"]
     checkouts = [step["with"] for step in job["steps"] if str(step.get("uses", "")).startswith("actions/checkout@")]
     assert sorted(c["path"] for c in checkouts) == ["base", "head"]
-    assert "tripwire.bench.ab --base ../base --head ." in run_lines(job)
+    assert "python -m tripwire bench-ab --base ../base --head ." in run_lines(job)
+    assert "bench-ab.png" in run_lines(job)  # the job summary links the plots
 
 
 def test_no_step_updates_goldens_or_baselines() -> None:

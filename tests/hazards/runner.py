@@ -104,20 +104,23 @@ def run_static(clean: Path, tree: Path) -> dict[str, str]:
 
 
 def run_bench(clean: Path, tree: Path, bench_filter: str) -> dict[str, str]:
-    """Interleaved A/B of the clean copy (A) and the patched copy (B) through `tripwire.bench.ab`."""
+    """Paired A/B of the clean copy (base) and the patched copy (head) through `python -m tripwire bench-ab`."""
     out = tree / "build" / "bench-ab"
-    command = [sys.executable, "-m", "tripwire.bench.ab", "--base", str(clean), "--head", str(tree)]
-    command += ["--turns", "2", "--out", str(out), "-k", bench_filter]
+    command = [sys.executable, "-m", "tripwire", "bench-ab", "--base", str(clean), "--head", str(tree)]
+    command += ["--out", str(out), "-k", bench_filter]
     done = subprocess.run(command, cwd=tree, env=tree_env(clean), capture_output=True, text=True, check=False)
     if done.returncode not in (0, 1) or not (out / "bench-ab.json").exists():
         raise RuntimeError(f"bench A/B failed (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    rows = json.loads((out / "bench-ab.json").read_text(encoding="utf-8"))["rows"]
-    failed = [row for row in rows if row["verdict"] in ("REGRESSION", "CHANGED", "MISSING", "NEW")]
+    report = json.loads((out / "bench-ab.json").read_text(encoding="utf-8"))
+    failed = [outcome for outcome in report["outcomes"] if outcome["fails"]]
     if not failed:
         return {}
-    row = failed[0]
-    change = "" if row["change"] is None else f" {100 * row['change']:+.1f}%"
-    return {BENCH: f"{row['benchmark']} {row['metric']}{change} p={row['p_value']:.2g} {row['verdict']}"}
+    outcome = failed[0]
+    ratio = outcome["ratios"].get(report["clock"])
+    change = ""
+    if ratio is not None:
+        change = f" {100 * ratio['change']:+.1f}% [{100 * ratio['low']:+.1f}%, {100 * ratio['high']:+.1f}%]"
+    return {BENCH: f"{outcome['name']}{change} {outcome['verdict']} {outcome['note']}".rstrip()}
 
 
 def judge(hazard: Hazard, fired: dict[str, str]) -> str:
@@ -223,8 +226,8 @@ at the copy's `src/`. Scenario goldens (telemetry counts and schema, sync budget
 are first recorded from the unpatched copy on the same machine, and the unpatched copy must then pass them in a
 fresh process (the control rows), so the catalogue holds in any determinism context. The import hazards run
 `lint-imports` on the copy; the static-audit hazard audits the copy's hot-path modules against the unpatched copy's
-counts; the slowdown runs `python -m tripwire.bench.ab` with the unpatched copy as base and the patched one as head
-(two interleaved turns: base, head, head, base).
+counts; the slowdown runs the paired `python -m tripwire bench-ab` with the unpatched copy as base and the patched
+one as head (units alternating ABBA between two worker processes).
 
 `caught` means the expected guardrail fired and nothing outside its tolerated companions did. A trajectory hazard
 may also change which lifecycle events happen, so trajectory hazards tolerate a telemetry change; a changed event

@@ -1,130 +1,144 @@
-"""`python -m tripwire.bench.ab`: benchmark two source trees on one machine in interleaved turns, then gate B on A.
+"""`python -m tripwire bench-ab`: paired A/B of two source trees on one machine, gated on a confidence interval.
 
-    python -m tripwire.bench.ab --base ../base --head . [--turns 2] [--out build/bench-ab] [-k train_pass]
+    python -m tripwire bench-ab --base ../base --head . [-k train_pass] [--out build/bench-ab]
+    python -m tripwire bench-ab --base . --head . --head-env ESPER_BENCH_SLOWDOWN=train_pass:0.10   # prove it
 
-Each turn runs the benchmark suite of both trees once, alternating which goes first (A B, then B A, ...), so a
-machine that gets slower or faster during the job affects both sides alike. Each tree runs its own suite
-(`<tree>/benchmarks`) with `PYTHONPATH=<tree>/src`. The per-round samples of all turns are pooled per side and
-compared by the same gate as `python -m tripwire.bench --compare` (calibration-normalized rounds, Mann-Whitney U
-plus a per-benchmark threshold, exact proxies). This is the pull-request check: no committed baseline is needed,
-because base and head are measured side by side. Arguments the tool does not know go to pytest.
+Base and head each run in a persistent worker process (`tripwire.bench.worker`) that imports its own tree's
+trainer; the two alternate unit by unit (ABBA, then BAAB), warm-ups discarded, so both see the same machine noise.
+The verdict per benchmark comes from the distribution of paired ratios: REGRESSION when the 95 % bootstrap
+interval lies above zero and the estimate exceeds the benchmark's tolerance (`tripwire.bench.paired_stats`); any
+difference in the exact proxies (aten ops, host syncs per run) fails as CHANGED. No stored baseline is involved,
+so the figures never mix machines or days. This is what the pull-request workflow runs.
 
-Exit codes: 0 pass, 1 regression / changed proxy / missing benchmark (or a suite failed), 2 a usage error.
-The markdown report is appended to `$GITHUB_STEP_SUMMARY` when it is set.
+Each tree's suite is `<tree>/benchmarks/workloads.py:paired_benchmarks` (`--suite`, `--suite-dir`); a base whose
+suite lacks the function is timed with the head's suite (`--workloads-from` chooses explicitly). Outputs in `--out`:
+`bench-ab.md` (also appended to `$GITHUB_STEP_SUMMARY`), `bench-ab.json` (every raw unit), `bench-ab.png` and
+`bench-ab.svg`, and each worker's log. Exit codes: 0 pass, 1 a regression / changed proxy / missing benchmark or a
+worker failure, 2 a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
-from tripwire.bench.gate import compare_runs
-from tripwire.bench.report import dumps_json, render_markdown, render_text
-from tripwire.bench.store import BenchRecord, BenchRun, ResultsError, load_results
+from tripwire.bench.paired import PairedComparison, PairedError, Schedule, Side, compare_sides
+from tripwire.bench.paired_report import dumps_json, render_markdown, render_text
+from tripwire.bench.plots import plot_paired
 
-DEVICE_ENV = "TRIPWIRE_BENCH_DEVICE"
-SIDES = ("base", "head")
+
+class UsageError(Exception):
+    """A bad invocation; the message is one line saying what to do instead."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tripwire.bench.ab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tripwire bench-ab", description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the tree to compare against (A), e.g. a checkout of main")
     parser.add_argument("--head", required=True, help="the tree under test (B)")
-    parser.add_argument("--turns", type=int, default=2, help="interleaved turns; each runs both suites (default 2)")
-    parser.add_argument("--suite", default="benchmarks", help="suite folder inside each tree (default benchmarks)")
-    parser.add_argument("--device", default="cpu", help="device the suites run on (default cpu)")
-    parser.add_argument("--out", default="build/bench-ab", help="results and reports (default build/bench-ab)")
+    parser.add_argument("--suite", default="workloads:paired_benchmarks", help="module:function of the suite")
+    parser.add_argument("--suite-dir", default="benchmarks", help="folder of the suite module inside each tree")
+    parser.add_argument(
+        "--workloads-from",
+        choices=("auto", "own", "head"),
+        default="auto",
+        help="whose suite each side runs (auto: its own, or the head's for a base that has none)",
+    )
+    parser.add_argument("--device", default="cpu", help="device the workers run on (default cpu)")
+    parser.add_argument("--clock", choices=("cpu", "wall"), help="gated clock (default: cpu on CPU, wall on CUDA)")
+    parser.add_argument("-k", dest="keywords", action="append", default=[], help="only benchmarks containing this")
+    parser.add_argument("--budget-s", type=float, default=30.0, help="seconds per benchmark at most (default 30)")
+    parser.add_argument("--min-blocks", type=int, default=12, help="ABBA blocks at least (default 12)")
+    parser.add_argument("--max-blocks", type=int, default=48, help="ABBA blocks at most (default 48)")
+    parser.add_argument("--warmup-units", type=int, default=2, help="discarded units per side (default 2)")
+    parser.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE", help="extra env for base")
+    parser.add_argument("--head-env", action="append", default=[], metavar="KEY=VALUE", help="extra env for head")
+    parser.add_argument("--pin-cpu", type=int, metavar="N", help="run both workers on CPU N only")
+    parser.add_argument("--out", default="build/bench-ab", help="reports, plots and logs (default build/bench-ab)")
+    parser.add_argument("--title", default="Benchmarks A/B: head vs base, paired units on one machine")
     return parser
 
 
-def turn_order(turn: int) -> tuple[str, str]:
-    """A B on even turns, B A on odd ones."""
-    return SIDES if turn % 2 == 0 else (SIDES[1], SIDES[0])
+def parse_env(pairs: Sequence[str], flag: str) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} {pair!r}: expected KEY=VALUE, e.g. {flag} ESPER_BENCH_SLOWDOWN=train_pass:0.1")
+        env[key] = value
+    return env
 
 
-def run_suite(tree: Path, suite: str, device: str, results: Path, extra: Sequence[str]) -> int:
-    """Run `tree`'s benchmark suite against `tree`'s own sources; returns pytest's exit code."""
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(tree / suite),
-        "-p",
-        "no:cacheprovider",
-        "--benchmark-only",
-        f"--benchmark-json={results}",
-        "--benchmark-columns=min,median,max,rounds",
-        "-q",
-        *extra,
-    ]
-    path = os.pathsep.join([str(tree / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env = {**os.environ, DEVICE_ENV: device, "PYTHONPATH": path}
-    print(f"running {tree}: {' '.join(command[1:])}", flush=True)
-    return subprocess.run(command, cwd=tree, env=env, check=False).returncode
+def defines(suite_dir: Path, suite: str) -> bool:
+    """Whether `suite_dir` holds the module of `module:function` and the module defines the function."""
+    module, _, function = suite.partition(":")
+    path = suite_dir / (module.replace(".", "/") + ".py")
+    return path.is_file() and f"def {function}(" in path.read_text(encoding="utf-8", errors="replace")
 
 
-def pool(runs: Sequence[BenchRun]) -> BenchRun:
-    """One run whose records hold the rounds of every run (the first run's settings, proxies and context)."""
-    first = runs[0]
-    records: dict[str, BenchRecord] = {}
-    for name, record in first.records.items():
-        same = [run.records[name] for run in runs if name in run.records]
-        records[name] = replace(
-            record,
-            samples_ms=tuple(v for r in same for v in r.samples_ms),
-            calibration_ms=tuple(v for r in same for v in r.calibration_ms),
-            cpu_ms=tuple(v for r in same for v in r.cpu_ms),
-            calibration_cpu_ms=tuple(v for r in same for v in r.calibration_cpu_ms),
+def sides_from(args: argparse.Namespace) -> tuple[Side, Side]:
+    trees = {"base": Path(args.base).resolve(), "head": Path(args.head).resolve()}
+    for label, tree in trees.items():
+        if not (tree / args.suite_dir).is_dir():
+            raise UsageError(f"--{label} {tree} has no {args.suite_dir}/ folder; pass the root of a checkout")
+    suite_dirs = {label: tree / args.suite_dir for label, tree in trees.items()}
+    if args.workloads_from == "head" or (args.workloads_from == "auto" and not defines(suite_dirs["base"], args.suite)):
+        if args.workloads_from == "auto":
+            print(f"note: the base has no {args.suite}; timing the base with the head's suite", file=sys.stderr)
+        suite_dirs["base"] = suite_dirs["head"]
+    envs = {"base": parse_env(args.base_env, "--base-env"), "head": parse_env(args.head_env, "--head-env")}
+    base, head = (Side(label, trees[label], suite_dirs[label], args.suite, env=envs[label]) for label in trees)
+    return base, head
+
+
+def schedule_from(args: argparse.Namespace) -> Schedule:
+    clock = args.clock or ("cpu" if args.device.split(":")[0] == "cpu" else "wall")
+    try:
+        return Schedule(
+            warmup_units=args.warmup_units,
+            min_blocks=args.min_blocks,
+            max_blocks=args.max_blocks,
+            budget_s=args.budget_s,
+            clock=clock,
         )
-    return BenchRun(device=first.device, context=dict(first.context), records=records)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
 
 
-def report(base: BenchRun, head: BenchRun, out: Path, title: str) -> int:
-    comparison = compare_runs(base, head)
-    markdown = f"### {title}\n\n{render_markdown(comparison)}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench-ab.md").write_text(markdown, encoding="utf-8")
+def write_reports(comparison: PairedComparison, out: Path, title: str) -> Path:
+    plots = plot_paired(comparison, out)
+    markdown = render_markdown(comparison, title, [path.name for path in plots if path.suffix == ".png"])
+    report = out / "bench-ab.md"
+    report.write_text(markdown, encoding="utf-8")
     (out / "bench-ab.json").write_text(dumps_json(comparison), encoding="utf-8")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as handle:
             handle.write(markdown + "\n")
-    print(f"\n{title}\n{render_text(comparison)}\nreports: {out / 'bench-ab.md'}, {out / 'bench-ab.json'}")
-    return 1 if comparison.failed else 0
+    print(f"\n{title}\n{render_text(comparison)}")
+    print(f"reports: {report}, {out / 'bench-ab.json'}; plots: {', '.join(str(p) for p in plots) or 'none'}")
+    return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, extra = build_parser().parse_known_args(sys.argv[1:] if argv is None else list(argv))
-    trees = {"base": Path(args.base).resolve(), "head": Path(args.head).resolve()}
-    for side, tree in trees.items():
-        if not (tree / args.suite).is_dir():
-            print(f"error: --{side} {tree} has no {args.suite}/ folder; pass the root of a checkout", file=sys.stderr)
-            return 2
-    if args.turns < 1:
-        print(f"error: --turns {args.turns}: need at least 1 turn", file=sys.stderr)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        sides, schedule = sides_from(args), schedule_from(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, list[BenchRun]] = {side: [] for side in SIDES}
     try:
-        for turn in range(args.turns):
-            for side in turn_order(turn):
-                path = out / f"{side}-{turn}.json"
-                code = run_suite(trees[side], args.suite, args.device, path, extra)
-                if code != 0:
-                    print(f"error: the {side} suite failed (pytest exit {code}); nothing was gated", file=sys.stderr)
-                    return 1
-                results[side].append(load_results(path))
-    except ResultsError as exc:
+        comparison = compare_sides(
+            sides, schedule, out, device=args.device, keywords=args.keywords, pin_cpu=args.pin_cpu
+        )
+    except PairedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    title = f"Benchmarks A/B: head vs base, {args.turns} interleaved turn(s) on one machine"
-    return report(pool(results["base"]), pool(results["head"]), out, title)
+    write_reports(comparison, out, args.title)
+    return 1 if comparison.failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,169 @@
+"""The paired A/B: ABBA blocks, the interval verdict, equal worker environments, and real workers end to end.
+
+The end-to-end tests run two real worker processes on a tiny suite written here (a chain of small matrix
+products); `TINY_SLOW` adds busy work of that fraction to one side only, `TINY_EXTRA_OP` one extra aten op.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tripwire.bench.ab import main
+from tripwire.bench.paired import PAD_VARIABLE, Schedule, Side, abba, compare_sides, worker_environments
+from tripwire.bench.paired_stats import PairedVerdict, RatioEstimate, block_ratios, decide, estimate
+
+TINY_SUITE = """
+import os
+import time
+
+import torch
+
+from tripwire.bench.paired_spec import PairedBench
+
+
+class Products:
+    def __init__(self):
+        self.matrix = torch.randn(64, 64, generator=torch.Generator().manual_seed(0)) / 8
+        self.slow = float(os.environ.get("TINY_SLOW", "0"))
+        self.extra = os.environ.get("TINY_EXTRA_OP") == "1"
+
+    def prepare(self):
+        pass
+
+    def run(self):
+        start = time.process_time()
+        value = self.matrix
+        for _ in range(150):
+            value = value @ self.matrix
+        if self.extra:
+            value.clone()
+        deadline = time.process_time() + (time.process_time() - start) * self.slow
+        while time.process_time() < deadline:
+            pass
+
+
+def paired_benchmarks():
+    return {"products": PairedBench(Products, {"products": 150.0}, tolerance=0.05, threads=1)}
+"""
+
+QUICK = Schedule(warmup_units=1, fresh_every=4, min_blocks=8, max_blocks=8, budget_s=60.0)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "tree" / "benchmarks").mkdir(parents=True)
+    (tmp_path / "tree" / "benchmarks" / "workloads.py").write_text(TINY_SUITE, encoding="utf-8")
+    return tmp_path / "tree"
+
+
+def sides(tree: Path, head_env: dict[str, str] | None = None) -> tuple[Side, Side]:
+    base = Side("base", tree, tree / "benchmarks")
+    return base, Side("head", tree, tree / "benchmarks", env=head_env or {})
+
+
+def test_blocks_alternate_abba_and_baab() -> None:
+    assert [abba(block) for block in range(3)] == [(0, 1, 1, 0), (1, 0, 0, 1), (0, 1, 1, 0)]
+
+
+def test_a_block_ratio_is_the_head_pair_over_the_base_pair() -> None:
+    assert block_ratios([1.0, 3.0, 2.0, 2.0], [2.0, 2.0, 3.0, 3.0]) == [1.0, 1.5]
+    with pytest.raises(ValueError, match="two per side per block"):
+        block_ratios([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
+
+
+def test_identical_ratios_give_a_zero_width_interval() -> None:
+    ratio = estimate([1.0] * 10)
+    assert (ratio.change, ratio.low, ratio.high, ratio.blocks) == (0.0, 0.0, 0.0, 10)
+
+
+def test_the_interval_brackets_a_clear_slowdown_and_is_reproducible() -> None:
+    ratios = [1.10 + 0.01 * ((i * 7) % 5 - 2) for i in range(20)]
+    first, again = estimate(ratios, "x"), estimate(ratios, "x")
+    assert first == again
+    assert 0.08 < first.low < first.change < first.high < 0.12
+
+
+def test_regression_needs_the_interval_above_zero_and_the_estimate_past_the_tolerance() -> None:
+    assert decide(RatioEstimate(0.06, 0.01, 0.11, 20), 0.05) is PairedVerdict.REGRESSION
+    assert decide(RatioEstimate(0.06, -0.01, 0.13, 20), 0.05) is PairedVerdict.OK  # could be no change at all
+    assert decide(RatioEstimate(0.03, 0.02, 0.04, 20), 0.05) is PairedVerdict.OK  # real, but within tolerance
+    assert decide(RatioEstimate(-0.08, -0.12, -0.04, 20), 0.05) is PairedVerdict.IMPROVED
+
+
+def test_both_workers_get_environments_of_the_same_size(tmp_path: Path) -> None:
+    long_tree = tmp_path / ("a-much-longer-directory-name" * 3)
+    base = Side("base", tmp_path / "b", tmp_path / "b" / "benchmarks")
+    head = Side("head", long_tree, long_tree / "benchmarks", env={"EXTRA": "1"})
+    envs = worker_environments((base, head), tmp_path / "shim")
+    sizes = [sum(len(k) + len(v) + 2 for k, v in env.items()) for env in envs]
+    assert sizes[0] == sizes[1]
+    assert len(envs[0][PAD_VARIABLE]) > len(envs[1][PAD_VARIABLE])
+    assert envs[1]["PYTHONPATH"].startswith(str(tmp_path / "shim"))
+
+
+def test_an_unchanged_tree_passes_and_reports_every_unit(tree: Path, tmp_path: Path) -> None:
+    comparison = compare_sides(sides(tree), QUICK, tmp_path / "out")
+    (outcome,) = comparison.outcomes
+    assert not comparison.failed, outcome
+    assert outcome.proxy_verdict is PairedVerdict.OK and outcome.proxies["aten_ops"][0] == 150
+    assert len(outcome.base.cpu_ms) == len(outcome.head.cpu_ms) == 2 * QUICK.min_blocks
+    assert comparison.contexts["base"]["aslr"] in {"off", "unknown"}
+
+
+def test_an_added_op_fails_as_a_changed_proxy(tree: Path, tmp_path: Path) -> None:
+    comparison = compare_sides(sides(tree, {"TINY_EXTRA_OP": "1"}), QUICK, tmp_path / "out")
+    (outcome,) = comparison.outcomes
+    assert comparison.failed and outcome.proxy_verdict is PairedVerdict.CHANGED
+    assert outcome.note == "aten_ops 150 -> 151"
+
+
+def test_the_cli_writes_reports_and_plots_and_exits_1_on_a_regression(tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["--base", str(tree), "--head", str(tree), "--out", str(out), "--head-env", "TINY_SLOW=0.4"]
+    assert main([*args, "--min-blocks", "8", "--max-blocks", "8", "--warmup-units", "1"]) == 1
+    report = json.loads((out / "bench-ab.json").read_text(encoding="utf-8"))
+    (outcome,) = report["outcomes"]
+    assert report["passed"] is False and outcome["verdict"] == "REGRESSION", outcome["ratios"]
+    assert outcome["proxy_verdict"] == "ok"  # busy work adds no op: only timing sees it
+    assert 0.2 < outcome["ratios"]["cpu"]["change"] < 1.0
+    markdown = (out / "bench-ab.md").read_text(encoding="utf-8")
+    assert "![bench-ab.png](bench-ab.png)" in markdown and "**REGRESSION**" in markdown
+    assert (out / "bench-ab.png").stat().st_size > 0 and (out / "bench-ab.svg").stat().st_size > 0
+
+
+def test_a_suite_that_fails_to_load_is_one_line_naming_the_side(
+    tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken"
+    (broken / "benchmarks").mkdir(parents=True)
+    (broken / "benchmarks" / "workloads.py").write_text("def paired_benchmarks():\n    raise RuntimeError('boom')\n")
+    assert main(["--base", str(broken), "--head", str(tree), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: base (") and "RuntimeError: boom" in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--head-env", "NOEQUALS"], "expected KEY=VALUE"),
+        (["--min-blocks", "2"], "min_blocks"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(
+    tree: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--base", str(tree), "--head", str(tree), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_a_tree_without_a_benchmarks_folder_is_a_usage_error(tree: Path, tmp_path: Path) -> None:
+    assert main(["--base", str(tmp_path), "--head", str(tree)]) == 2
+
+
+def test_the_worker_runs_under_this_interpreter() -> None:
+    assert Side("x", Path("."), Path(".")).python == sys.executable
