@@ -11,7 +11,10 @@ passed on to pytest (e.g. `-k epoch`). pytest-benchmark's own `--benchmark-compa
 has no significance test and gates neither throughput nor exact counts; this tool does (see `tripwire.bench.gate`).
 
 Outputs (under `--out`, default build/bench): `current.json` (pytest-benchmark JSON, raw rounds included),
-`bench-report.json` and `bench-report.md`; the markdown is appended to `$GITHUB_STEP_SUMMARY` when it is set.
+`bench-report.json`, `bench-report.md` (appended to `$GITHUB_STEP_SUMMARY` when that is set) and, with
+`--compare`, `bench.png` / `bench.svg`: baseline vs this run per benchmark, and the baseline's committed history.
+Comparing against a stored baseline is for local use: across machines it can only judge by the threshold (the
+report says so); the pull-request gate is the paired A/B, `python -m tripwire bench-ab`.
 Exit codes: 0 pass, 1 regression / changed proxy / missing benchmark (or the suite failed), 2 a usage error or a
 missing, corrupted or hand-edited baseline (one line on stderr naming the file and the fix).
 """
@@ -26,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tripwire.bench.gate import compare_runs
+from tripwire.bench.history import baseline_history
+from tripwire.bench.plots import plot_baseline
 from tripwire.bench.report import dumps_json, render_markdown, render_text
 from tripwire.bench.store import BaselineError, BenchRun, ResultsError, baseline_path, load_results, read_baseline
 from tripwire.bench.store import write_baseline as write_baseline_file
@@ -91,7 +96,8 @@ def gate(baseline_file: Path, current: BenchRun, out: Path) -> int:
     if baseline.device != current.device:
         raise BaselineError(f"{baseline_file}: recorded on {baseline.device}, this run is on {current.device}")
     comparison = compare_runs(baseline, current)
-    markdown = render_markdown(comparison)
+    plots = plot_baseline(baseline, current, baseline_history(baseline_file), out)
+    markdown = render_markdown(comparison, [path.name for path in plots if path.suffix == ".png"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench-report.md").write_text(markdown)
     (out / "bench-report.json").write_text(dumps_json(comparison))
@@ -100,7 +106,7 @@ def gate(baseline_file: Path, current: BenchRun, out: Path) -> int:
         with open(summary, "a", encoding="utf-8") as handle:
             handle.write(markdown)
     print(f"\ncompared against {baseline_file}\n{render_text(comparison)}")
-    print(f"reports: {out / 'bench-report.md'}, {out / 'bench-report.json'}")
+    print(f"reports: {out / 'bench-report.md'}, {out / 'bench-report.json'}; plots: {', '.join(map(str, plots))}")
     return EXIT_FAIL if comparison.failed else 0
 
 

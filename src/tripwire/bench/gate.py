@@ -57,6 +57,8 @@ class Row:
     threshold: float | None
     verdict: Verdict
     note: str = ""
+    raw_change: float | None = None  # the same relative change on the raw medians, machine differences included
+    machine: float | None = None  # calibration now / calibration at the baseline - 1 (+ = this machine is slower)
 
 
 @dataclass(frozen=True)
@@ -131,17 +133,21 @@ def compare_record(base: BenchRecord, now: BenchRecord) -> Row:
             verdict = Verdict.NOISE
     if base.metric != now.metric or base.clock != now.clock:
         note = f"gated metric changed from {base.metric} ({base.clock}) to {now.metric} ({now.clock})"
+    raw_before, raw_after = statistics.median(raw_values(base)), statistics.median(raw_values(now))
+    machine = statistics.median(now.gated_calibration_ms) / statistics.median(base.gated_calibration_ms) - 1.0
     return Row(
         benchmark=now.name,
         metric=f"{now.metric} ({now.clock})",
         unit=metric_unit(now),
-        baseline=statistics.median(raw_values(base)),
-        now=statistics.median(raw_values(now)),
+        baseline=raw_before,
+        now=raw_after,
         change=change,
         p_value=p_value,
         threshold=now.threshold,
         verdict=verdict,
         note=note,
+        raw_change=raw_after / raw_before - 1.0,
+        machine=machine,
     )
 
 

@@ -128,6 +128,7 @@ def plot_baseline(
     left.legend(loc="lower right", fontsize="small")
     if history:
         right = axes[0][1]
+        history = [*history, ("this run", current)]
         for name in names:
             points = [
                 (index, statistics.median(normalized_values(run.records[name])))
@@ -138,10 +139,10 @@ def plot_baseline(
                 first = points[0][1]
                 right.plot([i for i, _ in points], [v / first for _, v in points], marker="o", label=name)
         right.set_xticks(range(len(history)), [label for label, _ in history], rotation=45, ha="right")
-        right.set_ylabel("baseline median / its first version")
-        right.set_title("baseline history (committed versions)")
+        right.set_ylabel("median / the first version's")
+        right.set_title("baseline history (committed versions), then this run")
         right.legend(fontsize="x-small")
-    figure.suptitle("benchmarks against the stored baseline")
+    left.set_title("the stored baseline vs this run")
     written = _save(figure, out, stem)
     plt.close(figure)
     return written

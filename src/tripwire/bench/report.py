@@ -1,8 +1,13 @@
-"""Renders a benchmark comparison: a terminal table, a markdown table (CI summaries) and a JSON report.
+"""Renders a stored-baseline comparison: a terminal table, a markdown table (CI summaries) and a JSON report.
 
-Columns: benchmark, metric, baseline, now, change, p, threshold, verdict. `baseline` and `now` are raw medians
-in the metric's unit on each run's own machine; `change` is computed on calibration-normalized values, which is
-what the gate judges (so it can differ from now/baseline when the machines differ).
+Columns: benchmark, metric, baseline, now, raw, machine, change, p, threshold, verdict.
+- `baseline` and `now` are raw medians in the metric's unit, each on the machine and day it was measured;
+- `raw` is their relative change (+ = slower for a time, faster for a throughput), machine differences included;
+- `machine` is how much slower (+) the calibration step ran now than when the baseline was recorded;
+- `change` is what the gate judges: the raw change with the machine divided out (calibration-normalized).
+So `raw` and `change` can disagree in sign: 13.7 -> 13.1 env-epochs/s is raw -4.4 %, but on a machine whose
+calibration runs 20 % slower it is change +14.7 %. The legend under the table says so, and when the baseline
+comes from another machine it says that the p-value cannot tell a machine from a regression there.
 """
 
 from __future__ import annotations
@@ -13,7 +18,11 @@ from typing import Any
 
 from tripwire.bench.gate import Comparison, Row
 
-HEADERS = ("benchmark", "metric", "baseline", "now", "change", "p", "threshold", "verdict")
+HEADERS = ("benchmark", "metric", "baseline", "now", "raw", "machine", "change", "p", "threshold", "verdict")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100.0 * value:+.1f}%"
 
 
 def _number(value: float | None, unit: str) -> str:
@@ -27,7 +36,7 @@ def _number(value: float | None, unit: str) -> str:
 
 
 def _cells(row: Row) -> tuple[str, ...]:
-    change = "-" if row.change is None else f"{100.0 * row.change:+.1f}%"
+    change = _percent(row.change)
     p_value = "-" if row.p_value is None else f"{row.p_value:.2g}"
     if row.unit == "count":
         threshold = "exact"
@@ -39,6 +48,8 @@ def _cells(row: Row) -> tuple[str, ...]:
         row.metric,
         _number(row.baseline, row.unit),
         _number(row.now, row.unit),
+        "-" if row.unit == "count" else _percent(row.raw_change),
+        "-" if row.unit == "count" else _percent(row.machine),
         change,
         p_value,
         threshold,
@@ -55,13 +66,34 @@ def summary_line(comparison: Comparison) -> str:
     return f"bench gate: FAIL ({len(failures)} of {len(comparison.rows)} rows): {names}"
 
 
+LEGEND = (
+    "baseline, now: raw medians, each on the machine and day it ran; raw: their change (+ = slower time or faster "
+    "throughput); machine: how much slower (+) the fixed calibration step ran now than at the baseline; change: "
+    "raw with the machine divided out (calibration-normalized), which is what the gate judges against the threshold."
+)
+
+
+def other_machine(comparison: Comparison) -> bool:
+    base, now = comparison.baseline_context, comparison.current_context
+    return any(
+        base.get(key) != now.get(key) for key in ("node", "cpu", "torch", "gpu") if base.get(key) or now.get(key)
+    )
+
+
 def context_lines(comparison: Comparison) -> list[str]:
     base, now = comparison.baseline_context, comparison.current_context
-    lines = []
-    for key in ("cpu", "gpu", "torch"):
+    lines = [LEGEND]
+    for key in ("node", "cpu", "gpu", "torch"):
         if base.get(key) or now.get(key):
-            same = "" if base.get(key) == now.get(key) else "  (differs: timings are compared as calibration ratios)"
+            same = "" if base.get(key) == now.get(key) else "  (differs)"
             lines.append(f"{key}: baseline {base.get(key) or '-'} | now {now.get(key) or '-'}{same}")
+    if other_machine(comparison):
+        lines.append(
+            "the baseline comes from another machine or build: its rounds and these differ by the machine as well "
+            "as by the code, so a p-value here is small whenever the machines differ and only the threshold "
+            "decides. For a verdict on the code alone, measure base and head side by side on one machine: "
+            "python -m tripwire bench-ab --base <checkout of the base> --head ."
+        )
     return lines
 
 
@@ -78,7 +110,7 @@ def render_text(comparison: Comparison) -> str:
     return "\n".join(out)
 
 
-def render_markdown(comparison: Comparison) -> str:
+def render_markdown(comparison: Comparison, plots: list[str] | None = None) -> str:
     lines = ["### Benchmark gate", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     for row in comparison.rows:
         cells = list(_cells(row))
@@ -88,6 +120,7 @@ def render_markdown(comparison: Comparison) -> str:
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     lines.append("")
     lines.extend(f"- {line}" for line in context_lines(comparison))
+    lines.extend(f"\n![{plot}]({plot})" for plot in plots or [])
     lines.append(f"\n**{summary_line(comparison)}**")
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,47 @@
+"""The committed versions of a baseline file, read from git, for the baseline-history plot.
+
+`baseline_history(path)` lists the commits that changed `path` (newest last, at most `limit`), reads each version
+with `git show` and verifies it like any baseline (`store.read_baseline`). A version that does not verify, or a
+file outside a git work tree, is left out: the history is an aid for reading, never an input of the gate.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tripwire.bench.store import BaselineError, BenchRun, read_baseline
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def baseline_history(path: Path, limit: int = 12) -> list[tuple[str, BenchRun]]:
+    """(label "<short sha> <date>", run) for each committed version of `path`, oldest first."""
+    path = path.resolve()
+    top = _git(path.parent, "rev-parse", "--show-toplevel")
+    if top is None:
+        return []
+    root = Path(top.strip())
+    relative = path.relative_to(root).as_posix()
+    log = _git(root, "log", f"-{limit}", "--format=%h %cs", "--", relative)
+    history: list[tuple[str, BenchRun]] = []
+    for line in reversed((log or "").splitlines()):
+        sha = line.split()[0]
+        text = _git(root, "show", f"{sha}:{relative}")
+        if text is None:
+            continue
+        with tempfile.TemporaryDirectory() as scratch:
+            version = Path(scratch) / path.name
+            version.write_text(text, encoding="utf-8")
+            try:
+                history.append((line, read_baseline(version)))
+            except BaselineError:
+                continue
+    return history
