@@ -164,16 +164,22 @@ def _merge_base(session: nox.Session) -> str:
     raise AssertionError  # unreachable: session.error raises
 
 
-def _record_base(session: nox.Session, ref: str) -> list[str]:
-    """Check out `ref` in a worktree under build/, record its goldens there; pytest args to compare against them."""
+def _worktree(ref: str, folder: str) -> tuple[str, Path]:
+    """`ref` checked out (once) as a detached git worktree under build/<folder>/; returns (sha, path)."""
     sha = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
-    tree = ROOT / "build" / "against" / sha[:12]
-    goldens = tree.parent / f"{sha[:12]}-goldens"
+    tree = ROOT / "build" / folder / sha[:12]
     if not (tree / ".git").exists():
         if tree.exists():
             shutil.rmtree(tree)
         _git("worktree", "prune")
         _git("worktree", "add", "--detach", str(tree), sha)
+    return sha, tree
+
+
+def _record_base(session: nox.Session, ref: str) -> list[str]:
+    """Check out `ref` in a worktree under build/, record its goldens there; pytest args to compare against them."""
+    sha, tree = _worktree(ref, "against")
+    goldens = tree.parent / f"{sha[:12]}-goldens"
     if goldens.exists():
         shutil.rmtree(goldens)
     paths = [path for path in AGAINST_RECORD_PATHS if (tree / path).exists()]
@@ -227,15 +233,24 @@ def baselines(session: nox.Session) -> None:
 
 @nox.session(default=False, tags=["perf"])
 def bench(session: nox.Session) -> None:
-    """Throughput benchmarks; `-- --compare baselines/` gates on the committed baseline, `-- --save` records one."""
+    """Throughput benchmarks; `-- --compare baselines/` gates on the committed baseline, `-- --save` records one,
+    `-- --ab [REF]` runs the paired A/B of this tree against REF (default: the merge-base with main)."""
     env = {**os.environ, **project_env(session), **PINNED_ENV}
-    command = [str(BIN / "python"), "-m", "tripwire.bench", "--suite", "benchmarks", *session.posargs]
+    args = list(session.posargs)
+    if "--ab" in args:
+        position = args.index("--ab")
+        ref = args[position + 1] if position + 1 < len(args) and not args[position + 1].startswith("-") else ""
+        del args[position : position + (2 if ref else 1)]
+        _, base = _worktree(ref or _merge_base(session), "ab")
+        command = [str(BIN / "python"), "-m", "tripwire", "bench-ab", "--base", str(base), "--head", str(ROOT), *args]
+    else:
+        command = [str(BIN / "python"), "-m", "tripwire.bench", "--suite", "benchmarks", *args]
     session.log(" ".join(command[1:]))
     code = subprocess.run(command, env=env, cwd=ROOT, check=False).returncode
     if code == 2:  # a usage error or a missing/corrupted baseline: keep the tool's exit code (nox would say 1)
         raise SystemExit(2)
     if code:
-        session.error(f"bench failed (exit {code}): see the table above and build/bench/bench-report.md")
+        session.error(f"bench failed (exit {code}): see the table above and the report it names")
 
 
 @nox.session(default=False, tags=["ci"])

@@ -88,7 +88,8 @@ def legend(comparison: PairedComparison) -> list[str]:
     for label in comparison.labels:
         ctx = comparison.contexts.get(label, {})
         lines.append(
-            f"{label}: torch {ctx.get('torch', '?')}, {ctx.get('threads', '?')} threads, {ctx.get('cpu', '?')}"
+            f"{label}: torch {ctx.get('torch', '?')}, {ctx.get('threads', '?')} threads, {ctx.get('cpu', '?')}, "
+            f"address-space randomization {ctx.get('aslr', '?')}"
         )
     return lines
 
