@@ -1,122 +1,163 @@
-"""Wall-clock throughput on the original's workload, against the original's published figures.
+"""Ours against the original, side by side in one run on one machine: env-epochs/s, their ratio, our overhead.
 
-    python benchmarks/original_comparison.py [--episodes 6] [--json build/original_comparison.json]
+    python benchmarks/original_comparison.py --original PATH [--runs 3] [--json build/original_comparison.json]
 
-The workload is the one the original was measured on (cifar_baseline, 1000 train / 200 val samples per env per
-epoch, batch 50 per env, whole 5-epoch episodes through `VectorizedPPOTrainer.run_epoch`, fresh envs per
-episode), built by `workloads.EpochWorkload` exactly as `run_training` builds a run. Each setting runs one
-warm-up episode, then `--episodes` timed ones; the figure is the median episode's env-epochs per second.
+PATH is a checkout of the original (esper-lite; commit 11ebe0f6 is the one the refactor plans describe, e.g.
+`git clone https://github.com/tachyon-beep/esper-lite && git -C esper-lite checkout 11ebe0f6`). Nothing of it is
+stored here, not even its figures: both systems are measured now, interleaved, on the same workload (task
+cifar_baseline, mock CIFAR-10 data scaled per env, 1000 train / 200 val samples per env per epoch, batch 50 per env,
+whole 5-epoch episodes with fresh envs, one epoch per measured unit), each in its own persistent worker process of
+the paired A/B (`tripwire.bench.paired`), the two alternating epoch by epoch in ABBA order, wall clock.
 
-Settings, all on this machine's cores (2 here):
-- `sequential, 1 thread`: envs one after another, one torch thread (what the gated `nox -s bench` runs);
-- `best`: one env uses every core as torch intra-op threads; several envs run on `env_workers = cores`
-  threads with one torch thread each (`--env-workers N` on the command line).
+Settings, for 1, 2 and 4 envs:
+- `best`: each at its best on this machine. The original: `--num-workers 0`, compile off, torch's default thread
+  count (benchmarks/original_workloads.py). Ours: one env on every core as torch threads, several envs on
+  min(cores, n) env workers of one thread each (`original_side_benchmarks` in workloads.py).
+- `1 thread`: both on one torch thread (ours: envs in turn).
+Then the overhead of our trainer over the plain PyTorch loop on the same hosts and batches (one thread, the first
+epoch of fresh envs, so neither has seeds yet), measured the same paired way.
 
-Overhead: the trainer's first epoch of fresh envs (no seeds yet, so both train the same hosts) against
-`workloads.PlainLoopWorkload` (the same hosts, batches and validation set, no controller), one torch thread,
-envs in turn, the two interleaved; the figure is the ratio of the median epoch times minus one.
-
-This is a measurement, not a gate: run it on a quiet machine (the gate, with its noise handling, is
-`nox -s bench`).
+The interpreter must import the original too: this project's environment plus `psutil` (in the `test` extra).
+Each figure is the median over `--runs` runs (fresh workers each run) with the range; one run takes about 3 minutes
+on a 2-core machine. A measurement, not a gate; run it on a machine that is otherwise quiet and quote its load.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
 import sys
-import time
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import torch
+from tripwire.bench.paired import BenchOutcome, PairedComparison, Schedule, Side, compare_sides
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from esper.leyline import TelemetryLevel
-from esper.nissa import TelemetryHub
-from workloads import ORIGINAL, EpochWorkload, PlainLoopWorkload, bench_config
-
-ORIGINAL_ENV_EPOCHS_PER_S = {1: 3.9, 2: 4.8, 4: 5.2}  # ../shared/reference/esper-lite-measured.md
-TARGET_FACTOR = 1.5
-
-
-def settings(n_envs: int, cores: int) -> dict[str, tuple[int, int]]:
-    """name -> (torch threads, env workers)."""
-    best = (cores, 1) if n_envs == 1 else (1, min(cores, n_envs))
-    return {"sequential, 1 thread": (1, 1), "best": best}
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SETTINGS = {  # setting -> (the original's suite function, ours)
+    "best": ("paired_benchmarks", "original_side_benchmarks"),
+    "1 thread": ("paired_benchmarks_one_thread", "original_side_one_thread"),
+}
+TARGET = 1.5  # the issue's aim: at least 1.5x the original at its best, at every env count
 
 
-def measure(n_envs: int, threads: int, workers: int, episodes: int) -> float:
-    """Median env-epochs/s over `episodes` whole episodes, after one warm-up episode."""
-    torch.set_num_threads(threads)
-    config = dataclasses.replace(bench_config(n_envs, ORIGINAL), env_workers=workers)
-    workload = EpochWorkload(config, TelemetryHub(TelemetryLevel.NORMAL), episodes=True)
-    rates: list[float] = []
-    try:
-        for episode in range(episodes + 1):
-            elapsed = 0.0
-            for _ in range(config.max_epochs):
-                workload.prepare()
-                start = time.perf_counter()
-                workload.run()
-                elapsed += time.perf_counter() - start
-            if episode > 0:
-                rates.append(n_envs * config.max_epochs / elapsed)
-    finally:
-        workload.parts.engine.close()
-    return statistics.median(rates)
+@dataclass
+class Figure:
+    """One benchmark of one run: both sides' env-epochs/s and ours / original with its interval."""
+
+    original: float
+    ours: float
+    speedup: float
+    low: float
+    high: float
 
 
-def overhead(n_envs: int, repeats: int) -> float:
-    """Trainer epoch time over plain-loop epoch time, minus one (medians of `repeats` interleaved runs)."""
-    torch.set_num_threads(1)
-    config = bench_config(n_envs, ORIGINAL)
-    hub = TelemetryHub(TelemetryLevel.NORMAL)
-    trainer, plain = EpochWorkload(config, hub), PlainLoopWorkload(config, hub)
-    times: dict[str, list[float]] = {"trainer": [], "plain": []}
-    for index in range(repeats + 1):
-        for name, workload in (("trainer", trainer), ("plain", plain)):
-            workload.prepare()
-            start = time.perf_counter()
-            workload.run()
-            if index > 0:  # the first round of each warms up
-                times[name].append(time.perf_counter() - start)
-    return statistics.median(times["trainer"]) / statistics.median(times["plain"]) - 1.0
+def env_epochs_per_s(outcome: BenchOutcome, times_ms: list[float]) -> float:
+    envs = float(outcome.settings["units"]["env_epochs"]) * int(outcome.settings.get("runs_per_unit", 1))
+    return 1000.0 * envs / statistics.median(times_ms)
+
+
+def figures(comparison: PairedComparison) -> dict[str, Figure]:
+    """Per benchmark: the base side is the slower reference (original, or the plain loop), the head is ours."""
+    found = {}
+    for outcome in comparison.outcomes:
+        ratio = outcome.ratios.get(comparison.clock)
+        if ratio is None:
+            continue
+        found[outcome.name] = Figure(
+            original=env_epochs_per_s(outcome, outcome.base.on(comparison.clock)),
+            ours=env_epochs_per_s(outcome, outcome.head.on(comparison.clock)),
+            speedup=1.0 / (1.0 + ratio.change),
+            low=1.0 / (1.0 + ratio.high),
+            high=1.0 / (1.0 + ratio.low),
+        )
+    return found
+
+
+def measure(original: Side, ours: Side, envs: list[int], schedule: Schedule, out: Path) -> dict[str, Figure]:
+    keywords = [f"[{n}env]" for n in envs]
+    return figures(compare_sides((original, ours), schedule, out, keywords=keywords))
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def print_tables(results: dict[str, dict[str, list[Figure]]], overhead: dict[str, list[Figure]], load: str) -> None:
+    print(f"\n| envs | setting | original, env-epochs/s | ours, env-epochs/s | ours / original | target x{TARGET} |")
+    print("|---|---|---|---|---|---|")
+    for setting, by_name in results.items():
+        for name, runs in by_name.items():
+            speedups = [f.speedup for f in runs]
+            target = "met" if min(speedups) >= TARGET else "not met"
+            row = f"| {name.split('[')[1].rstrip(']')} | {setting} | {spread([f.original for f in runs])} | "
+            print(
+                row
+                + f"{spread([f.ours for f in runs])} | {spread(speedups)}x | {target if setting == 'best' else '-'} |"
+            )
+    print("\n| envs | trainer overhead over the plain loop (1 thread, epoch 1 of fresh envs), median (range) |")
+    print("|---|---|")
+    for name, runs in overhead.items():
+        over = [100.0 * (1.0 / f.speedup - 1.0) for f in runs]
+        envs = name.split("[")[1].rstrip("]")
+        print(f"| {envs} | {statistics.median(over):+.1f} % ({min(over):+.1f} to {max(over):+.1f} %) |")
+    print(f"\nmedians over {len(next(iter(overhead.values()), []))} runs (range in brackets); load average: {load}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=6, help="timed episodes per setting")
-    parser.add_argument("--envs", type=int, nargs="+", default=sorted(ORIGINAL_ENV_EPOCHS_PER_S))
-    parser.add_argument("--overhead-repeats", type=int, default=15, help="interleaved epochs per overhead figure")
-    parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--original", required=True, help="a checkout of the original (esper-lite, e.g. 11ebe0f6)")
+    parser.add_argument("--original-python", default=sys.executable, help="interpreter for the original's worker")
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--runs", type=int, default=3, help="whole repetitions, fresh workers each (default 3)")
+    parser.add_argument("--blocks", type=int, default=6, help="ABBA blocks per benchmark and run (default 6)")
+    parser.add_argument("--json", help="also write every figure here")
     args = parser.parse_args()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    rows = []
-    print(f"| envs | original | target (x{TARGET_FACTOR}) | setting | threads x workers | ours | vs original |")
-    print("|---|---|---|---|---|---|---|")
-    for n_envs in args.envs:
-        original = ORIGINAL_ENV_EPOCHS_PER_S.get(n_envs)
-        for name, (threads, workers) in settings(n_envs, cores).items():
-            rate = measure(n_envs, threads, workers, args.episodes)
-            ratio = f"{rate / original:.2f}x" if original else "-"
-            target = f"{original * TARGET_FACTOR:.1f}" if original else "-"
-            print(
-                f"| {n_envs} | {original or '-'} | {target} | {name} | {threads} x {workers} | {rate:.2f} | {ratio} |"
+    checkout = Path(args.original).resolve()
+    if not (checkout / "src" / "esper" / "simic").is_dir():
+        print(
+            f"error: --original {checkout} has no src/esper/simic: pass the root of an esper-lite checkout",
+            file=sys.stderr,
+        )
+        return 2
+    schedule = Schedule(
+        warmup_units=2, fresh_every=0, min_blocks=args.blocks, max_blocks=args.blocks, budget_s=1e9, clock="wall"
+    )
+    results: dict[str, dict[str, list[Figure]]] = {setting: {} for setting in SETTINGS}
+    overhead: dict[str, list[Figure]] = {}
+    loads = []
+    with tempfile.TemporaryDirectory(prefix="original-comparison-") as scratch:
+        for run in range(args.runs):
+            loads.append(os.getloadavg()[0])
+            for setting, (theirs, mine) in SETTINGS.items():
+                original = Side("original", checkout, HERE, f"original_workloads:{theirs}", python=args.original_python)
+                ours = Side("ours", ROOT, HERE, f"workloads:{mine}")
+                out = Path(scratch) / f"{run}-{setting.replace(' ', '')}"
+                for name, figure in measure(original, ours, args.envs, schedule, out).items():
+                    results[setting].setdefault(name, []).append(figure)
+            plain, trainer = (
+                Side("plain", ROOT, HERE, "workloads:plain_loop_side"),
+                Side("ours", ROOT, HERE, "workloads:trainer_epoch_side"),
             )
-            rows.append({"envs": n_envs, "setting": name, "threads": threads, "workers": workers, "rate": rate})
-    print("\n| envs | trainer overhead over the plain loop (1 thread, epoch 1) |\n|---|---|")
-    overheads = {}
-    for n_envs in args.envs:
-        overheads[n_envs] = overhead(n_envs, args.overhead_repeats)
-        print(f"| {n_envs} | {overheads[n_envs]:+.1%} |")
+            for name, figure in measure(plain, trainer, args.envs, schedule, Path(scratch) / f"{run}-overhead").items():
+                overhead.setdefault(name, []).append(figure)
+            print(f"run {run + 1} of {args.runs} done", file=sys.stderr, flush=True)
+    loads.append(os.getloadavg()[0])
+    load = ", ".join(f"{value:.2f}" for value in loads)
+    print_tables(results, overhead, load)
     if args.json:
+        payload: dict[str, Any] = {
+            "original": str(checkout),
+            "load": loads,
+            "results": {s: {n: [vars(f) for f in runs] for n, runs in by.items()} for s, by in results.items()},
+            "overhead": {n: [vars(f) for f in runs] for n, runs in overhead.items()},
+        }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        payload = {"cores": cores, "torch": torch.__version__, "rows": rows, "overhead": overheads}
-        Path(args.json).write_text(json.dumps(payload, indent=1))
+        Path(args.json).write_text(json.dumps(payload, indent=1), encoding="utf-8")
     return 0
 
 
