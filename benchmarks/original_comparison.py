@@ -83,6 +83,11 @@ def measure(original: Side, ours: Side, envs: list[int], schedule: Schedule, out
     return figures(compare_sides((original, ours), schedule, out, keywords=keywords))
 
 
+def envs_of(name: str) -> str:
+    """`original_workload[4env]` -> `4`."""
+    return name.split("[")[1].rstrip("]").removesuffix("env")
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
@@ -94,7 +99,7 @@ def print_tables(results: dict[str, dict[str, list[Figure]]], overhead: dict[str
         for name, runs in by_name.items():
             speedups = [f.speedup for f in runs]
             target = "met" if min(speedups) >= TARGET else "not met"
-            row = f"| {name.split('[')[1].rstrip(']')} | {setting} | {spread([f.original for f in runs])} | "
+            row = f"| {envs_of(name)} | {setting} | {spread([f.original for f in runs])} | "
             print(
                 row
                 + f"{spread([f.ours for f in runs])} | {spread(speedups)}x | {target if setting == 'best' else '-'} |"
@@ -103,8 +108,7 @@ def print_tables(results: dict[str, dict[str, list[Figure]]], overhead: dict[str
     print("|---|---|")
     for name, runs in overhead.items():
         over = [100.0 * (1.0 / f.speedup - 1.0) for f in runs]
-        envs = name.split("[")[1].rstrip("]")
-        print(f"| {envs} | {statistics.median(over):+.1f} % ({min(over):+.1f} to {max(over):+.1f} %) |")
+        print(f"| {envs_of(name)} | {statistics.median(over):+.1f} % ({min(over):+.1f} to {max(over):+.1f} %) |")
     print(f"\nmedians over {len(next(iter(overhead.values()), []))} runs (range in brackets); load average: {load}")
 
 
