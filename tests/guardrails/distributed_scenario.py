@@ -1,11 +1,16 @@
 """A scenario on the ranks of a local torchrun launch (gloo, localhost), recorded as the gate records one process.
 
     python -m torch.distributed.run --standalone --nproc-per-node N distributed_scenario.py OUT ARGV...
+    python distributed_scenario.py --fork N OUT ARGV...   (the same ranks, forked from one warm process)
 
 Each rank builds its config from the `python -m esper.scripts.train` command line ARGV, opens its shard as the
 CLI does under torchrun (`sharding.open_shard`), and runs `run_training` with the gate's trajectory probe under
 a SyncCounter. It writes OUT/rank<r>.json (its trajectory and every sync it made) and OUT/rank<r>.weights.pt (its
-final weights: its own envs' and the policy replica). `start_ranks` launches that in the background,
+final weights: its own envs' and the policy replica). `--fork N` is a warm launcher for tests: it imports torch
+and the trainer once and forks the N ranks with the environment torchrun gives them (RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT; rank 0 hosts the store), saving each rank's start-up and torchrun's own
+(seconds each on the shared 2-core test machine); the ranks run the same code as under torchrun, from
+`open_shard` on. `start_ranks` launches either way in the background,
 `collect_ranks` reads the ranks back as one run: the trajectory merged into the single-process order (checkpoints
 every rank records must agree bitwise across ranks), the merged events.jsonl, and all ranks' syncs in one counter.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -56,11 +62,17 @@ def torchrun_command(ranks: int, script: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *script]
 
 
-def start_ranks(ranks: int, argv: Sequence[str], out: Path, run_name: str = "ranked") -> RankLaunch:
-    """Launch ARGV on `ranks` ranks with its telemetry under OUT; returns at once."""
+def start_ranks(
+    ranks: int, argv: Sequence[str], out: Path, run_name: str = "ranked", *, fork: bool = False
+) -> RankLaunch:
+    """Launch ARGV on `ranks` ranks (torchrun, or `fork`ed from one warm process) with its telemetry under OUT;
+    returns at once."""
     out.mkdir(parents=True, exist_ok=True)
     argv = [*argv, "--telemetry-dir", str(out / "telemetry"), "--run-name", run_name]
-    command = torchrun_command(ranks, [str(Path(__file__)), str(out), *argv])
+    script = [str(Path(__file__)), str(out), *argv]
+    command = (
+        [sys.executable, script[0], "--fork", str(ranks), *script[1:]] if fork else torchrun_command(ranks, script)
+    )
     env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return RankLaunch(process, out, ranks, out / "telemetry" / run_name / "events.jsonl")
@@ -144,5 +156,34 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
+def fork_ranks(ranks: int, argv: Sequence[str]) -> int:
+    """The warm launcher: import once, fork one process per rank with torchrun's environment, wait for all."""
+    import guardrail_scenarios  # noqa: F401  (the warm import: torch, the trainer and the gate)
+
+    torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # its first construction imports torch._dynamo: seconds
+
+    with socket.socket() as probe:  # a free port for rank 0's store
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    children = []
+    for rank in range(ranks):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                env = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": ranks, "MASTER_PORT": port}
+                os.environ.update({name: str(value) for name, value in env.items()}, MASTER_ADDR="127.0.0.1")
+                code = main(argv)
+            finally:
+                sys.stdout.flush()
+                os._exit(code)
+        children.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
+    print(f"ranks exited with {codes}")
+    return 0 if not any(codes) else 1
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--fork"]:
+        sys.exit(fork_ranks(int(sys.argv[2]), sys.argv[3:]))
     sys.exit(main(sys.argv[1:]))
