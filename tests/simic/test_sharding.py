@@ -4,6 +4,7 @@ refusals, and a one-process run that neither stamps nor exchanges anything."""
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 from pathlib import Path
 
@@ -116,3 +117,19 @@ def test_the_cli_refuses_more_ranks_than_envs_before_connecting(
         "train: error: 4 ranks for 2 envs: every rank needs at least one env; pass --envs 4 or more, or start "
         "fewer ranks (--nproc-per-node)\n"
     )
+
+
+def test_an_observation_crosses_ranks_bitwise_with_its_masks_sent_as_bytes() -> None:
+    from esper.simic.training.observations import EnvObservation
+    from esper.tamiyo.features import SlotObservation
+    from esper.tamiyo.signals import TrainingSignals
+
+    masks = {"op": torch.tensor([True, False, True]), "slot_by_op": torch.tensor([[True, False], [False, True]])}
+    signals = TrainingSignals(1, 5, 2.3, 10.0, (2.3,), (10.0,), plateau=False, stable=True)
+    sent = EnvObservation(3, [0.1, 1e-30], [0, 2], masks, signals, (SlotObservation.empty(),))
+    received = pickle.loads(pickle.dumps(sent))
+    assert (received.env_id, received.features, received.blueprints) == (3, [0.1, 1e-30], [0, 2])
+    assert received.signals == signals and received.slots == sent.slots
+    for key, mask in masks.items():
+        got = received.masks[key]
+        assert got.dtype == mask.dtype and got.shape == mask.shape and torch.equal(got, mask)
