@@ -4,7 +4,7 @@
     python distributed_scenario.py --fork N OUT ARGV...   (the same ranks, forked from one warm process)
 
 Each rank builds its config from the `python -m esper.scripts.train` command line ARGV, opens its shard as the
-CLI does under torchrun (`sharding.open_shard`), and runs `run_training` with the gate's trajectory probe under
+CLI does under torchrun (`launch.open_shard`), and runs `run_training` with the gate's trajectory probe under
 a SyncCounter. It writes OUT/rank<r>.json (its trajectory and every sync it made) and OUT/rank<r>.weights.pt (its
 final weights: its own envs' and the policy replica). `--fork N` is a warm launcher for tests: it imports torch
 and the trainer once and forks the N ranks with the environment torchrun gives them (RANK, WORLD_SIZE,
@@ -133,7 +133,7 @@ def main(argv: Sequence[str]) -> int:
     from guardrail_scenarios import TrajectoryProbe, single_threaded
 
     from esper.scripts.train import build_parser, config_from_args
-    from esper.simic.training.sharding import open_shard
+    from esper.simic.training.launch import open_shard
     from esper.simic.training.vectorized import run_training
     from tripwire.context import capture_context
     from tripwire.sync.counter import SyncCounter

@@ -15,6 +15,7 @@ from esper.leyline import TelemetryEvent, TelemetryEventType
 from esper.nissa import InMemoryBackend, TelemetryHub
 from esper.nissa.event_schema import validate_line
 from esper.scripts.train import main
+from esper.simic.training.launch import torchrun_launch
 from esper.simic.training.sharding import (
     EventOrder,
     LocalShard,
@@ -22,7 +23,6 @@ from esper.simic.training.sharding import (
     ShardError,
     shard_env_ids,
     state_digest,
-    torchrun_launch,
 )
 
 T = TelemetryEventType

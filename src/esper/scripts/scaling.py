@@ -80,7 +80,7 @@ def collectives(n_envs: int, repeats: int) -> list[dict[str, Any]]:
     from esper.nissa import TelemetryHub
     from esper.simic.training import wiring
     from esper.simic.training.config import TrainingConfig
-    from esper.simic.training.sharding import open_shard
+    from esper.simic.training.launch import open_shard
 
     config = TrainingConfig.from_dict({"n_envs": n_envs, "slots": ["r0c0", "r0c1", "r0c2"], "train_samples": 50})
     with open_shard(n_envs, "cpu", None) as shard:

@@ -255,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             import torch
 
             torch.set_num_threads(1)  # one intra-op thread per env worker, or the workers oversubscribe the cores
-        from esper.simic.training.sharding import open_shard
+        from esper.simic.training.launch import open_shard
         from esper.simic.training.vectorized import run_training
 
         with open_shard(config.n_envs, config.device, config.devices) as shard:

@@ -62,7 +62,7 @@ def run_training(
 
     `stop` is polled after each epoch; when it returns True the run ends there (the round in progress is
     discarded, the checkpoint keeps the last completed round) and `result.interrupted_at` says where.
-    `shard` is this process's rank of a run sharded over torch.distributed (`sharding.open_shard`); None runs
+    `shard` is this process's rank of a run sharded over torch.distributed (`launch.open_shard`); None runs
     every env here.
     """
     shard = shard or LocalShard(config.n_envs)
