@@ -321,6 +321,20 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line(exc, fallback='')}"
 
 
+WireTensor = tuple[torch.dtype, tuple[int, ...], bytes]
+
+
+def tensor_to_wire(tensor: torch.Tensor) -> WireTensor:
+    """A host tensor as (dtype, shape, raw bytes) for a gather: it pickles ~50x faster than the tensor itself."""
+    return tensor.dtype, tuple(tensor.shape), tensor.numpy().tobytes()
+
+
+def tensor_from_wire(wire: WireTensor) -> torch.Tensor:
+    """The inverse of `tensor_to_wire`, bitwise."""
+    dtype, shape, raw = wire
+    return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
+
+
 def state_digest(state: Any) -> str:
     """sha256 of a nested state (tensors bitwise, one host copy per device; other values by repr)."""
     digest = hashlib.sha256()
