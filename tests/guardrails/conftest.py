@@ -9,7 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from guardrail_scenarios import SCENARIOS, TWO_ENVS, ScenarioRun, run_scenario
+from guardrail_scenarios import (
+    SCENARIOS,
+    TWO_ENVS,
+    RankedScenario,
+    ScenarioRun,
+    finish_ranked,
+    run_scenario,
+    start_ranked,
+)
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +39,22 @@ def second_process(guardrail_dir: Path) -> Iterator[tuple[subprocess.Popen[str],
     if child.poll() is None:
         child.kill()
     child.communicate()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ranked_launch(guardrail_dir: Path) -> Iterator[RankedScenario]:
+    """Scenario (e) on two torchrun ranks, started first so it runs beside the in-process scenarios."""
+    ranked = start_ranked(SCENARIOS["e_distributed"], guardrail_dir)
+    yield ranked
+    if ranked.launch.process.poll() is None:
+        ranked.launch.process.kill()
+    ranked.launch.process.communicate()
+
+
+@pytest.fixture(scope="session")
+def run_e_distributed(ranked_launch: RankedScenario) -> ScenarioRun:
+    """Scenario (e): the two-env scenario sharded over two gloo ranks, read back as one run."""
+    return finish_ranked(ranked_launch)
 
 
 @pytest.fixture(scope="session")

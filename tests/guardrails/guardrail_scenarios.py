@@ -3,12 +3,15 @@
 Each scenario is a `python -m esper.scripts.train ...` argument list (so it can be replayed by hand) plus,
 where the CLI has no flag for it, extra TrainingConfig keys passed as a `--config-json` file. Running one
 returns its telemetry events (wire dicts), its trajectory (digests at every epoch/round checkpoint) and
-the SyncCounter that watched it.
+the SyncCounter that watched it. A scenario with `ranks > 1` runs on that many torchrun ranks (gloo on
+localhost, `distributed_scenario.py`): its trajectory is merged into the single-process order, its events are
+the run's merged events.jsonl, and its counter holds every rank's syncs and collectives.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from distributed_scenario import RankLaunch, collect_ranks, start_ranks
 
 from esper.nissa import InMemoryBackend, TelemetryHub
 from esper.scripts.train import build_parser, config_from_args
@@ -59,10 +63,11 @@ class Scenario:
     argv: tuple[str, ...]
     config_json: dict[str, Any] = field(default_factory=dict)
     must_occur: tuple[str, ...] = ()
+    ranks: int = 1  # > 1: sharded over that many torchrun ranks
 
     def with_args(self, *extra: str, name: str | None = None) -> Scenario:
         """The same scenario with more CLI arguments (later flags win)."""
-        return Scenario(name or self.name, (*self.argv, *extra), dict(self.config_json), self.must_occur)
+        return Scenario(name or self.name, (*self.argv, *extra), dict(self.config_json), self.must_occur, self.ranks)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -83,6 +88,10 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 TWO_ENVS = SCENARIOS["a_baseline"].with_args("--envs", "2", "--train-samples", "100", name="a_two_envs")
+# (e): TWO_ENVS sharded over 2 ranks (one env each), so it must equal the single-process a_two_envs bitwise.
+SCENARIOS["e_distributed"] = Scenario("e_distributed", TWO_ENVS.argv, ranks=2)
+# Payload fields of a sharded run's events that a single process's events do not have.
+RANK_FIELDS = ("rank",)
 
 
 class TrajectoryProbe:
@@ -92,9 +101,9 @@ class TrajectoryProbe:
         self.recorder = recorder
 
     def after_train_pass(self, round_idx: int, epoch: int, envs: Sequence[ParallelEnvState]) -> None:
-        for position, env in enumerate(envs):
+        for env in envs:  # a sharded run's rank sees only its envs: the checkpoint is named by the env's id
             state = {"model": env.model.state_dict(), "optimizer": env.runtime.host_optimizer.state_dict()}
-            self.recorder.record(f"r{round_idx}/e{epoch}/env{position}/train", state)
+            self.recorder.record(f"r{round_idx}/e{epoch}/env{env.env_id}/train", state)
 
     def after_actions(
         self, round_idx: int, epoch: int, heads: Sequence[Sequence[int]], rewards: Sequence[float]
@@ -154,7 +163,10 @@ def single_threaded() -> Iterator[None]:
 def run_scenario(
     scenario: Scenario, workdir: Path, *extra: str, recorder: TrajectoryRecorder | None = None, probe: bool = True
 ) -> ScenarioRun:
-    """Run in-process under a SyncCounter with a trajectory probe (unless `probe=False`); events stay in memory."""
+    """Run in-process under a SyncCounter with a trajectory probe (unless `probe=False`); events stay in memory.
+    A scenario with `ranks > 1` runs on torchrun ranks instead (`start_ranked`, `finish_ranked`)."""
+    if scenario.ranks > 1:
+        return finish_ranked(start_ranked(scenario, workdir, *extra))
     config, controller = scenario_config(scenario, workdir, *extra)
     hub = TelemetryHub()
     backend = InMemoryBackend()
@@ -166,6 +178,30 @@ def run_scenario(
             run_training(config, controller=controller, hub=hub, probe=observer)
     hub.close()
     return ScenarioRun(scenario, [event.to_json_dict() for event in backend.events], recorder.trajectory, counter)
+
+
+@dataclass
+class RankedScenario:
+    """A ranked scenario launched in the background."""
+
+    scenario: Scenario
+    launch: RankLaunch
+
+
+def start_ranked(scenario: Scenario, workdir: Path, *extra: str) -> RankedScenario:
+    """Launch a ranked scenario (it runs beside whatever the caller does next)."""
+    out = workdir / f"{scenario.name}.ranks"
+    if out.exists():
+        shutil.rmtree(out)
+    return RankedScenario(scenario, start_ranks(scenario.ranks, [*scenario.argv, *extra], out, scenario.name))
+
+
+def finish_ranked(ranked: RankedScenario) -> ScenarioRun:
+    """Wait for a ranked scenario; its ranks read back as one run."""
+    run = collect_ranks(ranked.launch)
+    counter = SyncCounter()
+    counter.events = run.sync_events
+    return ScenarioRun(ranked.scenario, run.events, run.trajectory, counter)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -6,8 +6,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from guardrail_scenarios import SCENARIOS, ScenarioRun, run_scenario
+from guardrail_scenarios import PAYLOAD_EXCLUDED, RANK_FIELDS, SCENARIOS, ScenarioRun, run_scenario
 
+from tripwire.payloads import compare_payloads, payload_trajectory
 from tripwire.pytest_plugin import GateLog
 from tripwire.trajectory import Trajectory, compare_trajectories
 
@@ -57,3 +58,23 @@ def test_trajectory_probe_adds_no_host_sync(
     with_probe, without = run_a_baseline.counter.counts_by_region(), unobserved.counter.counts_by_region()
     gate_log.add("probe adds no sync", "a_baseline", "passed" if with_probe == without else "FAILED", str(without))
     assert with_probe == without, f"with probe {with_probe}, without {without}"
+
+
+def test_two_ranks_reproduce_the_single_process_run_bitwise(
+    run_a_two_envs: ScenarioRun, run_e_distributed: ScenarioRun, gate_log: GateLog
+) -> None:
+    # (e) is a_two_envs sharded over two gloo ranks: the same trajectory, and the same events in the same order
+    # once the rank stamp is left out (beside ids, timestamps and wall-clock fields).
+    report = compare_trajectories(run_a_two_envs.trajectory, run_e_distributed.trajectory, source="single process")
+    context = run_a_two_envs.trajectory.context
+    excluded = (*PAYLOAD_EXCLUDED, *RANK_FIELDS)
+    golden, now = (
+        payload_trajectory(run.events, context, exclude=excluded) for run in (run_a_two_envs, run_e_distributed)
+    )
+    payloads = compare_payloads(golden, now, source="the single-process run")
+    verdict = "passed" if report.ok and payloads is None else "FAILED"
+    detail = f"{len(run_e_distributed.trajectory)} checkpoints, {len(run_e_distributed.events)} events equal"
+    gate_log.add("2 ranks == 1 process", "e_distributed", verdict, detail if verdict == "passed" else "diverged")
+    report.raise_if_diverged()
+    assert payloads is None, payloads
+    assert {event["rank"] for event in run_e_distributed.events} == {0, 1}

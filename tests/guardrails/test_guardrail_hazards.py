@@ -53,9 +53,9 @@ def _batch_source_with_extra_draw(self: BatchSource, round_idx: int, epoch: int)
     return iterator
 
 
-def _run_epoch_reversed(self: VectorizedPPOTrainer, envs: list[Any], round_idx: int, epoch: int) -> None:
+def _run_epoch_reversed(self: VectorizedPPOTrainer, envs: list[Any], round_idx: int, epoch: int) -> Any:
     """Hazard: the env loop walks the envs in reverse order."""
-    _RUN_EPOCH(self, list(reversed(envs)), round_idx, epoch)
+    return _RUN_EPOCH(self, list(reversed(envs)), round_idx, epoch)
 
 
 _REWARD_UPDATE = RewardNormalizer.update

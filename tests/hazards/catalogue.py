@@ -162,6 +162,21 @@ HAZARDS: tuple[Hazard, ...] = (
         "a_baseline",
     ),
     Hazard(
+        "all_reduce_per_env",
+        "an extra all-reduce per env in the epoch loop of a sharded run (a debugging cross-rank check left in)",
+        (
+            Edit(
+                TRAINER,
+                "            env.model.step_epoch()\n",
+                "            env.model.step_epoch()\n"
+                "            if torch.distributed.is_initialized():\n"
+                "                torch.distributed.all_reduce(torch.zeros(1))\n",
+            ),
+        ),
+        SYNC_BUDGET,
+        "e_distributed",
+    ),
+    Hazard(
         "import_back_into_vectorized",
         "action_execution.py imports simic.training.vectorized (the split grows back)",
         (

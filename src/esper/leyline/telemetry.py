@@ -111,7 +111,9 @@ class TelemetryEvent:
     named in `WALL_CLOCK_DATA_KEYS` differ.
 
     `env_id` is -1 for run-level events; `epoch` is the inner epoch for per-epoch events and the round
-    index for per-round events.
+    index for per-round events. `rank` and `order` are set only in a run sharded over torch.distributed ranks:
+    the rank that emitted the event, and its merge key (round, epoch, phase, env, sequence) that puts the
+    ranks' events back in the order one process emits them; a single-process run's lines carry neither.
     """
 
     event_type: TelemetryEventType
@@ -125,10 +127,12 @@ class TelemetryEvent:
     group_id: str = "default"
     event_id: str = ""
     timestamp: str = ""
+    rank: int | None = None
+    order: tuple[int, ...] | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """The wire form: one JSON object per events.jsonl line, `event_type` as the enum name."""
-        return {
+        wire = {
             "event_id": self.event_id,
             "event_type": self.event_type.name,
             "timestamp": self.timestamp,
@@ -141,3 +145,8 @@ class TelemetryEvent:
             "severity": self.severity,
             "data": _jsonable(self.data),
         }
+        if self.rank is not None:
+            wire["rank"] = self.rank
+        if self.order is not None:
+            wire["order"] = list(self.order)
+        return wire

@@ -70,14 +70,24 @@ class DirectoryBackend:
     and no line is ever written in two pieces. A write that fails part-way (disk full, the file-size limit) is
     cut back to the last whole line and raises `TelemetryWriteError`, so every line in the file parses.
     `flush()` and `close()` fsync the file. The events file is locked (flock) while the backend is open.
+
+    A rank of a sharded run writes its own `events_file` (`events.rank<r>.jsonl`) into the run folder rank 0 made
+    (`new_folder=False`); `esper.nissa.merge` then writes the merged `events.jsonl`.
     """
 
-    def __init__(self, root: str | os.PathLike[str], run_name: str) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        run_name: str,
+        *,
+        events_file: str = EVENTS_FILE,
+        new_folder: bool = True,
+    ) -> None:
         root_path = Path(root)
         try:
             root_path.mkdir(parents=True, exist_ok=True)
-            self.run_dir = _make_unique_run_dir(root_path, run_name)
-            self.path = self.run_dir / EVENTS_FILE
+            self.run_dir = _make_unique_run_dir(root_path, run_name) if new_folder else root_path / run_name
+            self.path = self.run_dir / events_file
             self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # this run's folder: no other writer
             self._size = os.fstat(self._fd).st_size  # the end of the last whole line

@@ -6,7 +6,9 @@ real runs against it, so a payload that gains, loses or retypes a field fails un
 
 Conventions of the wire form (`TelemetryEvent.to_json_dict`): enums are written by name; a non-finite float is
 written as the string "nan", "inf" or "-inf"; `epoch` is the epoch within an episode for per-env events and
-the round index for per-round events.
+the round index for per-round events. A run sharded over torch.distributed ranks adds `rank` (the rank that
+emitted the event) to every line, and its per-rank files `order` (the merge key); TRAINING_ENDED of a run in
+which a rank failed adds `failed_rank`.
 
 Usage from any language: validate each line against the schema (draft 2020-12). From Python:
 `esper.nissa.event_schema.validate_line(line)` raises `jsonschema.ValidationError` naming the field.
@@ -49,6 +51,11 @@ def mapping(values: dict[str, Any]) -> dict[str, Any]:
 def record(**fields: dict[str, Any]) -> dict[str, Any]:
     """An object with exactly these fields, all present."""
     return {"type": "object", "properties": fields, "required": sorted(fields), "additionalProperties": False}
+
+
+def with_optional(schema: dict[str, Any], **fields: dict[str, Any]) -> dict[str, Any]:
+    """`schema` (a record) that may also carry these fields."""
+    return {**schema, "properties": {**schema["properties"], **fields}}
 
 
 SEED_SUMMARY = record(
@@ -214,12 +221,15 @@ DATA: dict[TelemetryEventType, dict[str, Any]] = {
     TelemetryEventType.PLATEAU_DETECTED: TREND,
     TelemetryEventType.BATCH_EPOCH_COMPLETED: record(**ROUND_SUMMARY_FIELDS),
     TelemetryEventType.ANALYTICS_SNAPSHOT: {"oneOf": [{"$ref": f"#/$defs/analytics_{k}"} for k in ANALYTICS_KINDS]},
-    TelemetryEventType.TRAINING_ENDED: record(
-        outcome={"enum": ["completed", "interrupted", "failed"]},
-        rounds_completed=INT,
-        discarded_round=nullable(INT),
-        stopped_after_epoch=nullable(INT),
-        cause=nullable(STR),
+    TelemetryEventType.TRAINING_ENDED: with_optional(
+        record(
+            outcome={"enum": ["completed", "interrupted", "failed"]},
+            rounds_completed=INT,
+            discarded_round=nullable(INT),
+            stopped_after_epoch=nullable(INT),
+            cause=nullable(STR),
+        ),
+        failed_rank=INT,
     ),
     TelemetryEventType.GRADIENT_ANOMALY: NEVER_EMITTED,
     TelemetryEventType.PERFORMANCE_DEGRADATION: NEVER_EMITTED,
@@ -243,6 +253,8 @@ def _event(event_type: TelemetryEventType) -> dict[str, Any]:
             "message": STR,
             "severity": {"enum": ["debug", "info", "warning", "error", "critical"]},
             "data": {"$ref": f"#/$defs/data_{event_type.name}"},
+            "rank": INT,  # sharded runs only
+            "order": array(INT),  # per-rank files of a sharded run only: [round, epoch, phase, env_id, sequence]
         },
         "required": [
             "data", "env_id", "epoch", "event_id", "event_type", "group_id", "message", "seed_id", "severity",

@@ -9,6 +9,11 @@ Guarantees:
 
 A backend that raises stops delivery: the error is re-raised from the next `emit`, `flush` or `close`
 rather than silently swallowed.
+
+Two options serve a run sharded over ranks: `annotate` is applied to every event on the emitting thread, at
+`emit` (it stamps the rank and the merge key, which must be read where the loop is, not where the worker is),
+and `synchronous=True` writes each event to the backends inside `emit`, with no queue and no worker, so a
+rank that dies (even by SIGKILL) has lost no event it emitted.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import dataclasses
 import queue
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from esper.leyline import EVENT_LEVEL, TelemetryEvent, TelemetryEventType, TelemetryLevel
@@ -35,7 +41,14 @@ def make_run_name(now: datetime | None = None) -> str:
 class TelemetryHub:
     """Fan-out of telemetry events to backends through one bounded queue and one worker thread."""
 
-    def __init__(self, level: TelemetryLevel = TelemetryLevel.NORMAL, *, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
+    def __init__(
+        self,
+        level: TelemetryLevel = TelemetryLevel.NORMAL,
+        *,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        annotate: Callable[[TelemetryEvent], TelemetryEvent] | None = None,
+        synchronous: bool = False,
+    ) -> None:
         if queue_size < 1:
             raise ValueError(f"queue_size must be positive, got {queue_size}")
         self.level = level
@@ -47,8 +60,11 @@ class TelemetryHub:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
         self._error: BaseException | None = None
         self._closed = False
+        self._annotate = annotate
+        self.synchronous = synchronous
         self._worker = threading.Thread(target=self._deliver, name="nissa-hub", daemon=True)
-        self._worker.start()
+        if not synchronous:
+            self._worker.start()
 
     def add_backend(self, backend: TelemetryBackend) -> None:
         self.flush()
@@ -70,6 +86,14 @@ class TelemetryHub:
             event_id=event.event_id or uuid.uuid4().hex,
             timestamp=event.timestamp or datetime.now(UTC).isoformat(),
         )
+        if self._annotate is not None:
+            stamped = self._annotate(stamped)
+        if self.synchronous:
+            for backend in self.backends:
+                backend.write(stamped)
+            self.emitted += 1
+            self.delivered += 1
+            return
         self._queue.put(stamped)  # blocks when full: back-pressure, never a drop
         self.emitted += 1
         depth = self._queue.qsize()
@@ -78,7 +102,7 @@ class TelemetryHub:
 
     def flush(self) -> None:
         """Wait until every queued event reached every backend, then flush the backends."""
-        if not self._closed:
+        if not self._closed and not self.synchronous:
             self._queue.join()
         self._raise_pending()
         for backend in self.backends:
@@ -92,8 +116,9 @@ class TelemetryHub:
             self.flush()
         finally:
             self._closed = True
-            self._queue.put(_STOP)
-            self._worker.join()
+            if not self.synchronous:
+                self._queue.put(_STOP)
+                self._worker.join()
             for backend in self.backends:
                 backend.close()
         self._raise_pending()

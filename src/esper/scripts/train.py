@@ -10,6 +10,12 @@ of those signals lets the current epoch finish, discards the unfinished round, f
 with 128 + the signal's number: the --save checkpoint (written after every round) then holds the last completed
 round, so `--resume` continues from there. A second signal aborts at once (same exit code, events flushed, the
 checkpoint untouched).
+
+Under `torchrun --nproc-per-node N -m esper.scripts.train ...` the K envs are sharded over the N ranks (gloo on
+CPU, NCCL on CUDA) with results bitwise equal to one process (`esper.simic.training.sharding`); rank 0 writes the
+checkpoint and the merged events.jsonl and prints the last line. A stop signal sent to torchrun reaches every rank,
+and all stop at the same epoch boundary. A rank that fails ends the run with exit code 1 on every rank, and the
+events end with TRAINING_ENDED naming the failed rank.
 """
 
 from __future__ import annotations
@@ -161,6 +167,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from esper.nissa.backends import TelemetryPathError
     from esper.simic.training.checkpoint import CheckpointError
     from esper.simic.training.outputs import OutputPathError
+    from esper.simic.training.sharding import ShardError
     from esper.tolaria.devices import DeviceError
 
     return (
@@ -172,6 +179,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         DataDirectoryError,
         TelemetryPathError,
         OutputPathError,
+        ShardError,
     )
 
 
@@ -237,24 +245,26 @@ def interrupted_message(config: Any, interrupted_at: tuple[int, int], rounds_run
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors = _user_errors()
-    from esper.nissa.backends import TelemetryWriteError
-    from esper.simic.agent.ppo import NonFiniteUpdateError
-
+    failures = _run_failures()
     stop = InterruptFlag()
     stop.install()
+    leader = True
     try:
         config = config_from_args(args)
         if config.env_workers > 1:
             import torch
 
             torch.set_num_threads(1)  # one intra-op thread per env worker, or the workers oversubscribe the cores
+        from esper.simic.training.launch import open_shard
         from esper.simic.training.vectorized import run_training
 
-        result = run_training(config, controller=args.command, progress=not args.quiet, stop=stop)
+        with open_shard(config.n_envs, config.device, config.devices) as shard:
+            leader = shard.is_leader
+            result = run_training(config, controller=args.command, progress=not args.quiet, stop=stop, shard=shard)
     except errors as exc:
         print(f"train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (NonFiniteUpdateError, TelemetryWriteError) as exc:
+    except failures as exc:
         print(f"train: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
@@ -262,14 +272,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return stop.exit_code
     finally:
         stop.restore()
-    return report_end(config, result, stop.exit_code, quiet=args.quiet)
+    return report_end(config, result, stop.exit_code, quiet=args.quiet or not leader, speak=leader)
 
 
-def report_end(config: Any, result: Any, interrupted_code: int, *, quiet: bool) -> int:
-    """The run's last words and exit code: where it stopped, that nothing was left to do, or the done line."""
+def _run_failures() -> tuple[type[BaseException], ...]:
+    """Errors that end a run that had started (exit 1, one line): PPO gone non-finite, a telemetry write that
+    failed, and in a sharded run a failed rank or diverged replicas."""
+    from esper.nissa.backends import TelemetryWriteError
+    from esper.simic.agent.ppo import NonFiniteUpdateError
+    from esper.simic.training.sharding import PeerFailure, ReplicaDivergence
+    from esper.simic.training.trainer import InjectedRankFailure
+
+    return (NonFiniteUpdateError, TelemetryWriteError, PeerFailure, ReplicaDivergence, InjectedRankFailure)
+
+
+def report_end(config: Any, result: Any, interrupted_code: int, *, quiet: bool, speak: bool = True) -> int:
+    """The run's last words and exit code: where it stopped, that nothing was left to do, or the done line
+    (`speak=False`: a sharded run's other ranks, which only return the exit code)."""
     if result.interrupted_at is not None:
-        print(interrupted_message(config, result.interrupted_at, len(result.rounds)), file=sys.stderr)
+        if speak:
+            print(interrupted_message(config, result.interrupted_at, len(result.rounds)), file=sys.stderr)
         return interrupted_code
+    if not speak:
+        return 0
     if not result.rounds and result.start_round >= config.n_episodes:
         print(
             f"train: nothing to do: checkpoint {config.resume_path} already holds {result.start_round} round(s) and "

@@ -11,6 +11,9 @@ here there are none.
 - `gpu_preload`: the whole split is copied once to every device used; each step gathers on the device.
   Augmentation then runs on the device with a device generator seeded from the iterator's generator.
 
+`env_ids` selects the envs whose chunks are yielded (a rank of a sharded run runs a block of envs): the loader
+batch is still drawn, shuffled and augmented whole, so env i's chunk is the same whichever envs are selected.
+
 Re-seeding the generator before an iteration makes that iteration's order reproducible on its own. With
 `gpu_preload` and augmentation, the device generators are seeded from the generator's last seed (reading its
 state would be a host sync), so the caller must re-seed before every epoch, as the trainer's BatchSource does,
@@ -45,6 +48,7 @@ class SharedBatchIterator:
         generator: torch.Generator,
         augment: bool = False,
         gpu_preload: bool = False,
+        env_ids: Sequence[int] | None = None,
     ) -> None:
         if n_envs < 1 or batch_size_per_env < 1:
             raise ValueError(f"n_envs and batch_size_per_env must be positive, got {n_envs}, {batch_size_per_env}")
@@ -60,6 +64,7 @@ class SharedBatchIterator:
         self.augment = augment
         self.gpu_preload = gpu_preload
         self.loader_batch = batch_size_per_env * n_envs
+        self.env_ids = list(range(n_envs)) if env_ids is None else list(env_ids)
         self._device_data: dict[torch.device, tuple[Tensor, Tensor]] = {}
         self._device_generators: dict[torch.device, torch.Generator] = {}
         if gpu_preload:
@@ -102,20 +107,26 @@ class SharedBatchIterator:
             images = augment_batch(images, self.generator)
         images = images.contiguous(memory_format=torch.channels_last)
         labels = self.dataset.labels[index]
+        chunks = list(zip(self.devices, images.tensor_split(self.n_envs), labels.tensor_split(self.n_envs)))
         out: list[EnvBatch] = []
-        for device, x, y in zip(self.devices, images.tensor_split(self.n_envs), labels.tensor_split(self.n_envs)):
+        for device, x, y in (chunks[env_id] for env_id in self.env_ids):
             if device.type == "cuda":
                 x, y = x.pin_memory(), y.pin_memory()
             out.append((x.to(device, non_blocking=True), y.to(device, non_blocking=True)))
         return out
 
     def _preloaded(self, index: Tensor) -> list[EnvBatch]:
-        out: list[EnvBatch] = []
-        for device, chunk in zip(self.devices, index.tensor_split(self.n_envs)):
+        # With augmentation every env's chunk is augmented, selected or not: the device generators then draw the
+        # same numbers in the same order whichever envs this iterator serves.
+        wanted = set(self.env_ids)
+        by_env: dict[int, EnvBatch] = {}
+        for env_id, (device, chunk) in enumerate(zip(self.devices, index.tensor_split(self.n_envs))):
+            if env_id not in wanted and not self.augment:
+                continue
             images, labels = self._device_data[device]
             local = chunk.to(device, non_blocking=True)
             x = images.index_select(0, local)
             if self.augment:
                 x = augment_batch(x, self._device_generators[device]).contiguous(memory_format=torch.channels_last)
-            out.append((x, labels.index_select(0, local)))
-        return out
+            by_env[env_id] = (x, labels.index_select(0, local))
+        return [by_env[env_id] for env_id in self.env_ids]

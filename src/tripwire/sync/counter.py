@@ -12,8 +12,10 @@ active, every host synchronization is recorded as a `SyncEvent(kind, region, sit
   `complex`, `format` (printing a tensor), `contains`, `to_cpu`, `to_cpu_nonblocking`,
   `copy_to_cpu`, `cuda_synchronize`, `accelerator_synchronize`, `stream_synchronize`,
   `event_synchronize`, `timer_sync` (a `tripwire.timing.CUDATimer` reading its end event; it counts,
-  because it is a real sync) and `implicit:<op>` for ops whose output size or value depends on data
-  (`nonzero`, boolean-mask indexing, `unique`, `_local_scalar_dense`, ...; see `tripwire.sync.hooks`).
+  because it is a real sync), `implicit:<op>` for ops whose output size or value depends on data
+  (`nonzero`, boolean-mask indexing, `unique`, `_local_scalar_dense`, ...; see `tripwire.sync.hooks`), and
+  `collective:<op>` for a `torch.distributed` collective or point-to-point call (`collective:all_gather`):
+  every rank waits there for the others.
 
 Counts are device-independent: on CPU these are "would-sync" sites (`.item()` on a CPU tensor counts
 the same as on CUDA), so one budget serves CPU CI and GPU runs. With no counter active, entering a

@@ -14,6 +14,12 @@
 - Tensor dunders that do not route through function modes in the running torch (probed once; in
   torch 2.14 all of `__bool__/__float__/__int__/__index__/__complex__` do) are wrapped on
   `torch.Tensor` while active, then restored.
+- `torch.distributed` collectives and point-to-point calls (`COLLECTIVES`: `all_reduce`, `all_gather`,
+  `all_gather_object`, `broadcast`, `barrier`, `send`, `recv`, ...) are replaced, in `torch.distributed` and in
+  `torch.distributed.distributed_c10d`, while a counter is active: each call is one sync point of kind
+  `collective:<op>` (every rank waits there for the others). What torch does inside one (the size exchange and
+  `.item()` of `all_gather_object`) is not counted again. Methods of a `ProcessGroup` object called directly, and
+  references taken before the counter started (`from torch.distributed import all_reduce`), are not seen.
 
 Reading failures: an event's kind names the hook that saw it; `implicit:<op>` names the aten op.
 """
@@ -61,6 +67,35 @@ _SIMPLE_KINDS: dict[Any, str] = {
     torch.Tensor.__repr__: "format",
     torch.Tensor.__contains__: "contains",
 }
+
+# torch.distributed entry points counted as `collective:<name>` while a counter is active (those the running torch
+# has; a build without torch.distributed has none).
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "monitored_barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "batch_isend_irecv",
+    "send_object_list",
+    "recv_object_list",
+)
 
 _MASK_DTYPES = (torch.bool, torch.uint8)
 _NO_IMPLICIT = "-"
@@ -280,6 +315,27 @@ def _patch_sync_functions(installation: Installation) -> None:
     for name in sorted(set(_DUNDER_KINDS) - routed_dunders()):
         method = functools.partialmethod(_counted_method, _DUNDER_KINDS[name], getattr(torch.Tensor, name))
         _patch(installation, torch.Tensor, name, method)
+    _patch_collectives(installation)
+
+
+def _patch_collectives(installation: Installation) -> None:
+    """Count every `torch.distributed` collective and point-to-point call as `collective:<name>`.
+
+    Both namespaces are patched: user code calls `torch.distributed.<name>`, and torch's own helpers call the
+    `distributed_c10d` module's globals (those nested calls are suppressed by the outer count, never doubled).
+    """
+    if not torch.distributed.is_available():
+        return
+    from torch.distributed import distributed_c10d
+
+    for name in COLLECTIVES:
+        original = getattr(distributed_c10d, name, None) or getattr(torch.distributed, name, None)
+        if original is None:
+            continue
+        replacement = functools.wraps(original)(functools.partial(_counted_call, f"collective:{name}", original))
+        for owner in (torch.distributed, distributed_c10d):
+            if getattr(owner, name, None) is original:
+                _patch(installation, owner, name, replacement)
 
 
 def install(*, implicit: bool) -> Installation:

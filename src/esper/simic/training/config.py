@@ -215,6 +215,9 @@ class TrainingConfig:
     inject_nan_epoch: int | None = option(
         None, "make env 0's loss non-finite at this epoch of round 0", "test", minimum=1
     )
+    inject_rank_failure: tuple[int, ...] | None = option(
+        None, "[rank, epoch]: in a sharded run, that rank raises at that epoch of round 0", "test"
+    )
 
     def __post_init__(self) -> None:
         hints = _type_hints()
@@ -245,6 +248,9 @@ class TrainingConfig:
             )
         if self.run_name is not None:
             _check_run_name(self.run_name)
+        fault = self.inject_rank_failure
+        if fault is not None and (len(fault) != 2 or fault[0] < 0 or fault[1] < 1):
+            raise ConfigError(f"inject_rank_failure must be [rank >= 0, epoch >= 1], got {list(fault)}")
 
     @property
     def chunk_length(self) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from esper.leyline import (
     ActionOutcome,
@@ -32,6 +32,13 @@ RATIO_COLLAPSE = 0.1
 VALUE_COLLAPSE_EV = 0.1
 GRADIENT_PATHOLOGY_NORM = 100.0
 STABILITY_WINDOW = 20
+
+
+class CountsOps(Protocol):
+    """An env's op counts so far in the episode (a ParallelEnvState, or the EnvOutcome a rank gathered)."""
+
+    @property
+    def op_counts(self) -> Mapping[str, int]: ...
 
 
 def emit(
@@ -70,15 +77,19 @@ def emit_training_ended(
     discarded_round: int | None = None,
     stopped_after_epoch: int | None = None,
     cause: str | None = None,
+    failed_rank: int | None = None,
 ) -> None:
-    """The run's terminal event: outcome "completed", "interrupted" or "failed" (with its cause)."""
-    data = {
+    """The run's terminal event: outcome "completed", "interrupted" or "failed" (with its cause, and in a sharded
+    run the rank that failed, when known)."""
+    data: dict[str, Any] = {
         "outcome": outcome,
         "rounds_completed": rounds_completed,
         "discarded_round": discarded_round,
         "stopped_after_epoch": stopped_after_epoch,
         "cause": cause,
     }
+    if failed_rank is not None:
+        data["failed_rank"] = failed_rank
     severity = "error" if outcome == "failed" else "warning" if outcome == "interrupted" else "info"
     emit(hub, TelemetryEventType.TRAINING_ENDED, data, severity=severity, message=f"training {outcome}")
 
@@ -252,7 +263,7 @@ def emit_round_summary(
     summary: BatchSummary,
     previous_rolling: float | None,
     thresholds: tuple[float, float],
-    envs: Sequence[ParallelEnvState],
+    envs: Sequence[CountsOps],
 ) -> None:
     """batch_stats, the trend event, BATCH_EPOCH_COMPLETED and the action distribution, in that order."""
     r = summary.round_idx

@@ -40,7 +40,11 @@ class EnvFactory:
         return self.devices[env_id % len(self.devices)]
 
     def create(self, round_idx: int, n_envs: int) -> list[ParallelEnvState]:
-        return [self.create_env(round_idx, env_id) for env_id in range(n_envs)]
+        return self.create_envs(round_idx, range(n_envs))
+
+    def create_envs(self, round_idx: int, env_ids: Sequence[int]) -> list[ParallelEnvState]:
+        """The envs of `env_ids` (a sharded run's rank creates its own): each seeded by its id, not by its rank."""
+        return [self.create_env(round_idx, env_id) for env_id in env_ids]
 
     def create_env(self, round_idx: int, env_id: int) -> ParallelEnvState:
         device = self.device_for(env_id)

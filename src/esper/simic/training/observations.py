@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -11,6 +12,7 @@ from torch import Tensor
 from esper.kasmina.slot import SeedSlot
 from esper.leyline import CNN_BLUEPRINTS, TEMPO_EPOCHS, AlphaMode, SeedStage
 from esper.simic.training.parallel_env_state import ParallelEnvState
+from esper.simic.training.sharding import tensor_from_wire, tensor_to_wire
 from esper.tamiyo.features import SlotObservation, batch_features, build_features
 from esper.tamiyo.heuristic import EnvView
 from esper.tamiyo.masks import SlotMaskState, compute_action_masks, stack_masks
@@ -84,42 +86,78 @@ def stage_counts(slots: Sequence[SeedSlot]) -> tuple[int, int, int]:
     )
 
 
+@dataclass(frozen=True)
+class EnvObservation:
+    """One env's observation on the host, before batching: what a rank sends the others of a sharded run."""
+
+    env_id: int
+    features: list[float]
+    blueprints: list[int]
+    masks: dict[str, Tensor]
+    signals: TrainingSignals
+    slots: tuple[SlotObservation, ...]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (by a sharded run's gather) with the host-side masks as raw bytes: pickling a tensor costs
+        ~50 us, and a rank sends nine per env."""
+        return {**vars(self), "masks": {key: tensor_to_wire(mask) for key, mask in self.masks.items()}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        masks = {key: tensor_from_wire(wire) for key, wire in state["masks"].items()}
+        for name, value in {**state, "masks": masks}.items():
+            object.__setattr__(self, name, value)
+
+
+def observe_env(env: ParallelEnvState, *, max_seeds: int | None) -> EnvObservation:
+    """Features, blueprint indices and action masks of one env."""
+    assert env.signals is not None, "signals are updated before observations are built"
+    slots = list(env.model.seed_slots.values())
+    observations = tuple(slot_observation(slot, env) for slot in slots)
+    masks = compute_action_masks(
+        [mask_state(slot) for slot in slots],
+        max_seeds=max_seeds,
+        seeds_used=env.seeds_germinated,
+        allowed_blueprints=ALLOWED_BLUEPRINTS,
+    )
+    return EnvObservation(
+        env_id=env.env_id,
+        features=build_features(env.signals, list(observations), env.last_action, stage_counts(slots)),
+        blueprints=[obs.blueprint_index for obs in observations],
+        masks=masks,
+        signals=env.signals,
+        slots=observations,
+    )
+
+
 def build_observations(
-    envs: Sequence[ParallelEnvState], *, max_seeds: int | None, device: torch.device
+    envs: Sequence[ParallelEnvState],
+    *,
+    max_seeds: int | None,
+    device: torch.device,
+    exchange: Callable[[list[EnvObservation]], list[EnvObservation]] | None = None,
 ) -> ObservationBatch:
-    """Features, blueprint indices and masks of every env, moved to the policy device in one go each."""
-    rows: list[list[float]] = []
-    blueprints: list[list[int]] = []
-    masks = []
-    per_env_observations: list[tuple[SlotObservation, ...]] = []
-    env_signals: list[TrainingSignals] = []
-    for env in envs:
-        assert env.signals is not None, "signals are updated before observations are built"
-        env_signals.append(env.signals)
-        slots = list(env.model.seed_slots.values())
-        observations = [slot_observation(slot, env) for slot in slots]
-        per_env_observations.append(tuple(observations))
-        rows.append(build_features(env.signals, observations, env.last_action, stage_counts(slots)))
-        blueprints.append([obs.blueprint_index for obs in observations])
-        env_masks = compute_action_masks(
-            [mask_state(slot) for slot in slots],
-            max_seeds=max_seeds,
-            seeds_used=env.seeds_germinated,
-            allowed_blueprints=ALLOWED_BLUEPRINTS,
-        )
-        masks.append(env_masks)
-    host_masks = stack_masks(masks, torch.device("cpu"))
+    """Features, blueprint indices and masks of every env, moved to the policy device in one go each.
+
+    `exchange` turns these envs' observations into every env's (a sharded run's `EnvShard.gather`, in env-id
+    order); without it the batch holds `envs` alone.
+    """
+    observed = [observe_env(env, max_seeds=max_seeds) for env in envs]
+    if exchange is not None:
+        observed = exchange(observed)
+    host_masks = stack_masks([obs.masks for obs in observed], torch.device("cpu"))
     op_rows = host_masks["op"].tolist()
     slot_rows = host_masks["slot_by_op"].tolist()
     views = [
         EnvView(
-            signals=signals,
-            slots=per_env_observations[i],
+            signals=obs.signals,
+            slots=obs.slots,
             op_mask=tuple(op_rows[i]),
             slot_by_op=tuple(tuple(row) for row in slot_rows[i]),
         )
-        for i, signals in enumerate(env_signals)
+        for i, obs in enumerate(observed)
     ]
-    features, blueprint_idx = batch_features(rows, blueprints, device)
+    features, blueprint_idx = batch_features(
+        [obs.features for obs in observed], [obs.blueprints for obs in observed], device
+    )
     device_masks = {key: value.to(device) for key, value in host_masks.items()}
     return ObservationBatch(features=features, blueprint_idx=blueprint_idx, masks=device_masks, views=views)

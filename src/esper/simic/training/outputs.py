@@ -48,13 +48,16 @@ class OutputLocks:
         self.release()
 
 
-def claim_outputs(config: TrainingConfig) -> OutputLocks:
-    """Check every output path of `config` and lock the checkpoint path; raises OutputPathError."""
+def claim_outputs(config: TrainingConfig, *, lock_checkpoint: bool = True) -> OutputLocks:
+    """Check every output path of `config` and lock the checkpoint path; raises OutputPathError.
+
+    `lock_checkpoint=False` (the ranks of a sharded run other than rank 0, which alone writes the checkpoint)
+    checks the telemetry folder only."""
     locks = OutputLocks()
     try:
         if config.telemetry_dir is not None:
             _check_folder(Path(config.telemetry_dir), "--telemetry-dir")
-        if config.save_path is not None:
+        if config.save_path is not None and lock_checkpoint:
             target = Path(config.save_path)
             _check_save_target(target, config)
             locks.held.append(_lock(target))

@@ -99,3 +99,31 @@ class ParallelEnvState:
     @property
     def total_reward(self) -> float:
         return float(sum(self.episode_rewards))
+
+
+@dataclass(frozen=True)
+class EnvOutcome:
+    """One env's step as every rank records it: what the rollout buffer, the progress line and the round summary
+    read. In a sharded run each rank sends its envs' outcomes to the others (`EnvShard.gather`)."""
+
+    env_id: int
+    reward: float
+    effective_op: int
+    rolled_back: bool
+    val_acc: float  # after this step (the round summary reads the last step's)
+    total_reward: float
+    rollbacks: int
+    op_counts: dict[str, int]
+
+    @classmethod
+    def of(cls, env: ParallelEnvState, reward: float, effective_op: int, rolled_back: bool) -> EnvOutcome:
+        return cls(
+            env_id=env.env_id,
+            reward=reward,
+            effective_op=effective_op,
+            rolled_back=rolled_back,
+            val_acc=env.val_acc,
+            total_reward=env.total_reward,
+            rollbacks=env.rollbacks,
+            op_counts=dict(env.op_counts),
+        )

@@ -23,10 +23,11 @@ from esper.simic.training import emitters
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.counterfactual_eval import CounterfactualLayout, attribute, build_layout
 from esper.simic.training.env_factory import EnvFactory
-from esper.simic.training.observations import build_observations
-from esper.simic.training.parallel_env_state import ParallelEnvState
+from esper.simic.training.observations import ObservationBatch, build_observations
+from esper.simic.training.parallel_env_state import EnvOutcome, ParallelEnvState
 from esper.simic.training.policy_client import PolicyClient
 from esper.simic.training.progress import EpochProgress
+from esper.simic.training.sharding import EnvShard, LocalShard, Phase
 from esper.tolaria.batches import SharedBatchIterator
 from esper.tolaria.engine import VectorizedEngine
 from esper.tolaria.epoch import EnvEpochResult
@@ -80,6 +81,7 @@ class LoopSettings:
     plateau_threshold: float
     improvement_threshold: float
     inject_nan_epoch: int | None = None  # fault injection (reliability tests)
+    inject_rank_failure: tuple[int, ...] | None = None  # (rank, epoch): that rank raises at that epoch of round 0
 
     @classmethod
     def from_config(cls, config: TrainingConfig) -> LoopSettings:
@@ -93,6 +95,7 @@ class LoopSettings:
             plateau_threshold=config.plateau_threshold,
             improvement_threshold=config.improvement_threshold,
             inject_nan_epoch=config.inject_nan_epoch,
+            inject_rank_failure=config.inject_rank_failure,
         )
 
 
@@ -117,14 +120,24 @@ class TrainerParts:
     on_epoch: Callable[[EpochProgress], None] | None = None  # progress hook, after every epoch
     probe: TrainingProbe | None = None  # observer hook; None costs one attribute check per epoch
     stop_requested: Callable[[], bool] | None = None  # polled after each epoch (the CLI's SIGINT flag)
+    shard: EnvShard | None = None  # the envs this rank runs and the exchanges between ranks (None: all, alone)
+
+
+class InjectedRankFailure(RuntimeError):
+    """The test fault `inject_rank_failure`: one rank of a sharded run raises at a chosen epoch."""
 
 
 class VectorizedPPOTrainer:
-    """Runs rounds of K parallel episodes and one policy update per round."""
+    """Runs rounds of K parallel episodes and one policy update per round.
+
+    In a run sharded over ranks (`sharding`), this rank runs the envs of `shard.env_ids`; the policy side (act,
+    record, update) always sees all K envs, gathered in env-id order, exactly as one process does.
+    """
 
     def __init__(self, parts: TrainerParts) -> None:
         self.parts = parts
         self.loop = parts.loop
+        self.shard: EnvShard = parts.shard or LocalShard(parts.loop.n_envs)
         self.result = TrainingResult(start_round=parts.start_round)
         self.round_accuracies: list[float] = list(parts.trainer_state.get("round_accuracies", []))
         self.last_envs: list[ParallelEnvState] = []
@@ -145,39 +158,49 @@ class VectorizedPPOTrainer:
     def run_round(self, round_idx: int) -> bool:
         """Run one round; False when a stop request ended it after an epoch (its rollout is then discarded)."""
         self.parts.env_factory.clock.epoch = 0
-        envs = self.parts.env_factory.create(round_idx, self.loop.n_envs)
-        self.parts.policy.begin_round(len(envs))
+        envs = self.parts.env_factory.create_envs(round_idx, self.shard.env_ids)
+        self.parts.policy.begin_round(self.loop.n_envs)
         timer = CUDATimer(self.parts.policy_device)
         epoch_ms: list[float] = []
+        outcomes: list[EnvOutcome] = []
         for epoch in range(1, self.loop.max_epochs + 1):
             timer.start()
-            self.run_epoch(envs, round_idx, epoch)
+            outcomes = self.run_epoch(envs, round_idx, epoch)
             epoch_ms.append(timer.stop())
             if self.parts.on_epoch is not None:
-                self.parts.on_epoch(self.epoch_progress(envs, round_idx, epoch))
+                self.parts.on_epoch(self.epoch_progress(outcomes, round_idx, epoch))
             if epoch < self.loop.max_epochs and self.stop_requested():
                 self.result.interrupted_at = (round_idx, epoch)
                 return False
-        self.finish_round(envs, round_idx, epoch_ms)
+        self.finish_round(envs, outcomes, round_idx, epoch_ms)
         self.last_envs = envs
         return True
 
-    def epoch_progress(self, envs: Sequence[ParallelEnvState], round_idx: int, epoch: int) -> EpochProgress:
+    def epoch_progress(self, outcomes: Sequence[EnvOutcome], round_idx: int, epoch: int) -> EpochProgress:
         return EpochProgress(
             round_idx=round_idx,
             epoch=epoch,
             max_epochs=self.loop.max_epochs,
-            n_envs=len(envs),
-            mean_accuracy=sum(env.val_acc for env in envs) / len(envs),
-            mean_reward=sum(env.total_reward for env in envs) / len(envs),
+            n_envs=len(outcomes),
+            mean_accuracy=sum(outcome.val_acc for outcome in outcomes) / len(outcomes),
+            mean_reward=sum(outcome.total_reward for outcome in outcomes) / len(outcomes),
         )
 
     def stop_requested(self) -> bool:
-        return self.parts.stop_requested is not None and self.parts.stop_requested()
+        """Whether to stop at this epoch boundary; in a sharded run every rank gets the same answer."""
+        return self.shard.any(self.parts.stop_requested is not None and self.parts.stop_requested())
 
-    def run_epoch(self, envs: list[ParallelEnvState], round_idx: int, epoch: int) -> None:
-        parts = self.parts
+    def observe(self, envs: Sequence[ParallelEnvState]) -> ObservationBatch:
+        """Every env's observation (this rank's envs, then the others' gathered in env-id order) for one policy call."""
+        return build_observations(
+            envs, max_seeds=self.loop.max_seeds, device=self.parts.policy_device, exchange=self.shard.gather
+        )
+
+    def run_epoch(self, envs: list[ParallelEnvState], round_idx: int, epoch: int) -> list[EnvOutcome]:
+        """One epoch of this rank's envs; returns every env's outcome (all K, in env-id order)."""
+        parts, mark = self.parts, self.shard.mark
         parts.env_factory.clock.epoch = epoch
+        mark(round_idx, epoch, Phase.TRAIN)
         self.arm_faults(envs, round_idx, epoch)
         layouts = [build_layout(env.model) for env in envs]
         results = parts.engine.run_epoch(
@@ -188,34 +211,41 @@ class VectorizedPPOTrainer:
         )
         if parts.probe is not None:  # after the epoch's one transfer, so a probe adds no sync inside the pass
             parts.probe.after_train_pass(round_idx, epoch, envs)
+        mark(round_idx, epoch, Phase.ABSORB)
         for env, result, layout in zip(envs, results, layouts):
             self.absorb_epoch(env, result, layout, epoch)
+        mark(round_idx, epoch, Phase.GOVERNOR)
         rolled_back = [self.check_governor(env, epoch) for env in envs]
-        obs = build_observations(envs, max_seeds=self.loop.max_seeds, device=parts.policy_device)
-        decided = parts.policy.act(obs)
+        decided = parts.policy.act(self.observe(envs))
+        mark(round_idx, epoch, Phase.ACT)
         ctx = self.execution_context(round_idx, epoch)
-        rewards, effective_ops = [], []
+        mine = []
         for env, rollback in zip(envs, rolled_back):
             env_ctx = replace(ctx, rollback_penalty=env.runtime.governor.death_penalty) if rollback else ctx
             outcome = actions.execute_action(env, decided.heads[env.env_id], env_ctx)
-            rewards.append(outcome.reward)
-            effective_ops.append(int(outcome.effective_op))
+            mine.append(EnvOutcome.of(env, outcome.reward, int(outcome.effective_op), rollback))
             env.model.step_epoch()
             emitters.emit_epoch_completed(parts.hub, env, round_idx, epoch)
             emitters.emit_last_action(parts.hub, env, epoch, outcome, decided)
             emitters.emit_counterfactual_matrix(parts.hub, env, epoch)
+        outcomes = self.shard.gather(mine)
+        rewards = [o.reward for o in outcomes]
         if parts.probe is not None:
-            parts.probe.after_actions(round_idx, epoch, [decided.heads[env.env_id] for env in envs], rewards)
-        parts.policy.record(epoch - 1, effective_ops, rewards, rolled_back)
+            parts.probe.after_actions(round_idx, epoch, [decided.heads[o.env_id] for o in outcomes], rewards)
+        parts.policy.record(epoch - 1, [o.effective_op for o in outcomes], rewards, [o.rolled_back for o in outcomes])
         if parts.probe is not None:  # the reward normalizer has just absorbed this step's rewards
             parts.probe.after_record(round_idx, epoch, parts.policy)
         if epoch == self.loop.max_epochs:
-            parts.policy.bootstrap(build_observations(envs, max_seeds=self.loop.max_seeds, device=parts.policy_device))
+            parts.policy.bootstrap(self.observe(envs))
+        return outcomes
 
     def arm_faults(self, envs: Sequence[ParallelEnvState], round_idx: int, epoch: int) -> None:
-        """Fault injection for reliability tests: poison env 0's loss at the configured epoch of round 0."""
-        if round_idx == 0 and self.loop.inject_nan_epoch == epoch:
+        """Fault injection for reliability tests: poison env 0's loss at the configured epoch of round 0, or make
+        the configured rank of a sharded run raise there."""
+        if round_idx == 0 and self.loop.inject_nan_epoch == epoch and envs[0].env_id == 0:
             envs[0].runtime.poison_next_batch = True
+        if round_idx == 0 and self.loop.inject_rank_failure == (self.shard.rank, epoch):
+            raise InjectedRankFailure(f"injected failure of rank {self.shard.rank} at epoch {epoch} of round 1")
 
     def absorb_epoch(
         self, env: ParallelEnvState, result: EnvEpochResult, layout: CounterfactualLayout, epoch: int
@@ -273,39 +303,44 @@ class VectorizedPPOTrainer:
             max_seeds=self.loop.max_seeds,
         )
 
-    def finish_round(self, envs: list[ParallelEnvState], round_idx: int, epoch_ms: list[float]) -> None:
+    def finish_round(
+        self, envs: list[ParallelEnvState], outcomes: Sequence[EnvOutcome], round_idx: int, epoch_ms: list[float]
+    ) -> None:
         """Episode outcomes, the policy update, round telemetry and throughput."""
         hub = self.parts.hub
+        self.shard.mark(round_idx, self.loop.max_epochs, Phase.OUTCOMES)
         for env in envs:
             emitters.emit_episode_outcome(hub, env, round_idx)
+        self.shard.mark(round_idx, self.loop.max_epochs, Phase.UPDATE)
         metrics = self.parts.policy.end_round()
+        self.shard.check_replicas(self.parts.policy.state_dict, round_idx)
         if self.parts.probe is not None:
             self.parts.probe.after_update(round_idx, self.parts.policy)
         if metrics is not None:
             emitters.emit_ppo_round(hub, metrics, round_idx)
             self.result.ppo_metrics.append(metrics)
-        summary = self.summarize(envs, round_idx, sum(epoch_ms) / 1000.0)
+        summary = self.summarize(outcomes, round_idx, sum(epoch_ms) / 1000.0)
         previous = rolling_mean(self.round_accuracies[:-1])
         thresholds = (self.loop.plateau_threshold, self.loop.improvement_threshold)
-        emitters.emit_round_summary(hub, summary, previous, thresholds, envs)
+        emitters.emit_round_summary(hub, summary, previous, thresholds, outcomes)
         emitters.emit_throughput(hub, round_idx, self.throughput(epoch_ms))
         self.result.rounds.append(summary)
 
-    def summarize(self, envs: Sequence[ParallelEnvState], round_idx: int, seconds: float) -> BatchSummary:
-        finals = tuple(env.val_acc for env in envs)
-        totals = tuple(env.total_reward for env in envs)
+    def summarize(self, outcomes: Sequence[EnvOutcome], round_idx: int, seconds: float) -> BatchSummary:
+        finals = tuple(outcome.val_acc for outcome in outcomes)
+        totals = tuple(outcome.total_reward for outcome in outcomes)
         mean_final = sum(finals) / len(finals)
         self.round_accuracies.append(mean_final)
-        env_epochs = len(envs) * self.loop.max_epochs
+        env_epochs = len(outcomes) * self.loop.max_epochs
         return BatchSummary(
             round_idx=round_idx,
-            episodes_completed=(round_idx + 1) * len(envs),
+            episodes_completed=(round_idx + 1) * len(outcomes),
             mean_reward=sum(totals) / len(totals),
             mean_final_accuracy=mean_final,
             rolling_accuracy=rolling_mean(self.round_accuracies) or 0.0,
             env_final_accuracies=finals,
             env_total_rewards=totals,
-            rollbacks=sum(env.rollbacks for env in envs),
+            rollbacks=sum(outcome.rollbacks for outcome in outcomes),
             train_time_s=seconds,
             env_epochs_per_s=env_epochs / seconds if seconds > 0 else 0.0,
         )

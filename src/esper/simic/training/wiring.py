@@ -4,7 +4,7 @@ resume state) and the TrainerParts handed to the trainer. No training happens he
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,11 +14,10 @@ import torch
 from esper.data.datasets import load_task_data
 from esper.data.records import ImageDataset
 from esper.kasmina.host import CNNHost
-from esper.leyline import SlotConfig, TaskSpec, TelemetryLevel, get_task_spec
+from esper.leyline import SlotConfig, TaskSpec, get_task_spec
 from esper.leyline.seeding import derive_seed
 from esper.messages import first_line
-from esper.nissa.backends import DirectoryBackend
-from esper.nissa.hub import TelemetryHub, make_run_name
+from esper.nissa.hub import TelemetryHub
 from esper.simic.agent.ppo import PPOAgent, PPOConfig, calculate_entropy_anneal_steps
 from esper.simic.rewards import RewardConfig, RewardMode, validate_reward_gamma
 from esper.simic.training import emitters
@@ -27,6 +26,7 @@ from esper.simic.training.config import TrainingConfig
 from esper.simic.training.env_factory import EnvFactory
 from esper.simic.training.policy_client import HeuristicClient, PolicyClient, PPOClient
 from esper.simic.training.progress import EpochProgress
+from esper.simic.training.sharding import EnvShard, LocalShard
 from esper.simic.training.trainer import (
     LoopSettings,
     TrainerParts,
@@ -58,11 +58,15 @@ class RunSetup:
     resumed_state: dict[str, Any] | None = None
 
 
-def prepare_run(config: TrainingConfig, controller: str) -> RunSetup:
-    """Resolve the task, slots and devices, build the controller, load the resume checkpoint, open the data."""
+def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None = None) -> RunSetup:
+    """Resolve the task, slots and devices, build the controller, load the resume checkpoint, open the data.
+
+    A rank of a sharded run uses its own device and serves its own envs' batches (every rank loads the same
+    checkpoint: it was written once, by rank 0)."""
+    shard = shard or LocalShard(config.n_envs)
     task = get_task_spec(config.task)
     slot_config = SlotConfig(tuple(config.slots))
-    devices = resolve_devices(config.device, config.devices)
+    devices = [shard.device] if shard.device is not None else resolve_devices(config.device, config.devices)
     client = build_policy_client(config, controller, slot_config.num_slots, devices[0])
     layout = CheckpointLayout(config.n_envs, slot_config.slot_ids, task.name, controller)
     start_round, resumed_state = 0, None
@@ -77,8 +81,8 @@ def prepare_run(config: TrainingConfig, controller: str) -> RunSetup:
                 "resume with the --memory-size, hidden size and controller it was saved with"
             ) from None
     rewards = reward_config(config)
-    train_source = batch_source(config, task, "train", devices)
-    val_source = batch_source(config, task, "val", devices)
+    train_source = batch_source(config, task, "train", devices, env_ids=shard.env_ids)
+    val_source = batch_source(config, task, "val", devices, env_ids=shard.env_ids)
     return RunSetup(
         config=config,
         controller=controller,
@@ -141,9 +145,11 @@ def trainer_parts(
     on_epoch: Callable[[EpochProgress], None] | None = None,
     probe: TrainingProbe | None = None,
     stop: Callable[[], bool] | None = None,
+    shard: EnvShard | None = None,
 ) -> TrainerParts:
     """The trainer's dependency surface for this run."""
     config = setup.config
+    shard = shard or LocalShard(config.n_envs)
     return TrainerParts(
         loop=LoopSettings.from_config(config),
         slot_config=setup.slot_config,
@@ -167,12 +173,13 @@ def trainer_parts(
         policy_device=setup.devices[0],
         reward_mode=setup.reward_mode,
         reward_config=setup.reward_config,
-        save_checkpoint=RunCheckpointer(config, setup.layout, setup.client, hub, events_path),
+        save_checkpoint=RunCheckpointer(config, setup.layout, setup.client, hub, events_path, shard),
         start_round=setup.start_round,
         trainer_state={} if setup.resumed_state is None else dict(setup.resumed_state.get("trainer", {})),
         on_epoch=on_epoch,
         probe=probe,
         stop_requested=stop,
+        shard=shard,
     )
 
 
@@ -232,7 +239,13 @@ class BatchSource:
         return self.iterator
 
 
-def batch_source(config: TrainingConfig, task: TaskSpec, split: str, devices: list[torch.device]) -> BatchSource:
+def batch_source(
+    config: TrainingConfig,
+    task: TaskSpec,
+    split: str,
+    devices: list[torch.device],
+    env_ids: Sequence[int] | None = None,
+) -> BatchSource:
     per_env = config.train_samples if split == "train" else config.val_samples
     dataset_name = config.dataset or task.dataset
     dataset = load_task_data(
@@ -254,21 +267,9 @@ def batch_source(config: TrainingConfig, task: TaskSpec, split: str, devices: li
         generator=generator,
         augment=split == "train" and (dataset_name == "cifar10" if config.augment is None else config.augment),
         gpu_preload=config.gpu_preload,
+        env_ids=env_ids,
     )
     return BatchSource(iterator, generator, config.seed, split)
-
-
-def open_hub(config: TrainingConfig, hub: TelemetryHub | None) -> tuple[TelemetryHub, bool, Path | None]:
-    """The run's hub (the caller's, or one of our own) and whether we own it, plus the events file it writes."""
-    if hub is not None:
-        return hub, False, None
-    level = config.telemetry_level
-    own = TelemetryHub(level)
-    if config.telemetry_dir is None or level is TelemetryLevel.OFF:
-        return own, True, None
-    backend = DirectoryBackend(config.telemetry_dir, config.run_name or make_run_name())
-    own.add_backend(backend)
-    return own, True, backend.path
 
 
 def _run_settings(config: TrainingConfig, task: TaskSpec, slot_config: SlotConfig, controller: str) -> dict[str, Any]:
@@ -300,7 +301,8 @@ class RunCheckpointer:
     """Saves the controller after each round when --save is given.
 
     The hub is flushed first, so every event of the rounds a checkpoint covers is in the backends before the
-    checkpoint names them: a run killed after the save has lost no event of its completed rounds.
+    checkpoint names them: a run killed after the save has lost no event of its completed rounds. In a sharded run
+    every rank flushes, then rank 0 alone writes the checkpoint once all have (every rank holds the same state).
     """
 
     def __init__(
@@ -310,8 +312,10 @@ class RunCheckpointer:
         client: PolicyClient,
         hub: TelemetryHub,
         events_path: Path | None = None,
+        shard: EnvShard | None = None,
     ) -> None:
         self.path = config.save_path
+        self.shard = shard or LocalShard(config.n_envs)
         self.layout = layout
         self.client = client
         self.hub = hub
@@ -320,6 +324,9 @@ class RunCheckpointer:
     def __call__(self, rounds_completed: int, trainer_state: dict[str, Any]) -> None:
         if self.path is not None:
             self.hub.flush()
+            self.shard.barrier()
+            if not self.shard.is_leader:
+                return
             trainer = {**trainer_state, "events": None if self.events_path is None else str(self.events_path)}
             state = {"client": self.client.state_dict(), "trainer": trainer}
             save_checkpoint(self.path, layout=self.layout, rounds_completed=rounds_completed, state=state)

@@ -1,0 +1,89 @@
+"""torch.distributed collectives are sync points: counted per region as `collective:<op>`, with their call site."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tripwire.sync import hot_path
+from tripwire.sync.budget import SyncBudget, check_budget
+from tripwire.sync.counter import SyncCounter
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="this torch build has no torch.distributed")
+
+
+@pytest.fixture
+def one_rank_group(tmp_path: Path) -> Iterator[None]:
+    """A real gloo process group of one rank in this process (a FileStore, no network)."""
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def exchange(values: list[float]) -> list[float]:
+    """A loop step of a sharded trainer: one all-reduce and one object gather."""
+    total = torch.tensor(values)
+    dist.all_reduce(total)
+    gathered: list[object] = [None]
+    dist.all_gather_object(gathered, {"rewards": values})
+    return total.tolist()
+
+
+def test_each_collective_is_one_sync_of_kind_collective_op_in_its_region(one_rank_group: None) -> None:
+    with SyncCounter() as counter, hot_path("rank_exchange"):
+        exchange([1.0, 2.0])
+    in_region = [event for event in counter.events if event.region == "rank_exchange"]
+    kinds = sorted(event.kind for event in in_region)
+    # all_gather_object's own size exchange and .item() inside torch are not counted a second time
+    assert kinds == ["collective:all_gather_object", "collective:all_reduce", "tolist"], counter.format()
+    sites = {event.kind: event for event in in_region}
+    assert sites["collective:all_reduce"].site.startswith("tests/tripwire/test_sync_collectives.py:")
+    assert sites["collective:all_reduce"].function == "exchange"
+
+
+def test_barrier_and_broadcast_are_counted_too(one_rank_group: None) -> None:
+    with SyncCounter() as counter, hot_path("setup"):
+        dist.barrier()
+        dist.broadcast_object_list(["run-dir"], src=0)
+        dist.broadcast(torch.zeros(2), src=0)
+    assert counter.counts_by_kind("setup") == {
+        "collective:barrier": 1,
+        "collective:broadcast": 1,
+        "collective:broadcast_object_list": 1,
+    }
+
+
+def test_an_extra_collective_per_env_is_caught_by_the_budget(one_rank_group: None) -> None:
+    def epoch(n_envs: int, extra: bool) -> None:
+        with hot_path("rank_exchange"):
+            exchange([0.5] * n_envs)
+            for _ in range(n_envs if extra else 0):  # the hazard: an all-reduce per env left in the loop
+                dist.all_reduce(torch.zeros(1))
+
+    with SyncCounter() as clean:
+        epoch(3, extra=False)
+    budget = SyncBudget(regions=clean.counts_by_region(), sites=clean.site_keys_by_region())
+    with SyncCounter() as hazard:
+        epoch(3, extra=True)
+    report = check_budget(hazard, budget)
+    assert not report.ok
+    text = report.format()
+    assert "region 'rank_exchange': 6 syncs, budget 3 (+3)" in text, text
+    assert "in test_an_extra_collective_per_env_is_caught_by_the_budget.<locals>.epoch" in text
+    assert "[collective:all_reduce×3]" in text and "NEW " in text
+
+
+def test_the_patches_are_removed_when_the_counter_stops() -> None:
+    original = dist.all_reduce
+    with SyncCounter():
+        assert dist.all_reduce is not original
+        assert dist.distributed_c10d.all_gather_object is not None
+    assert dist.all_reduce is original
+    assert dist.distributed_c10d.all_reduce is original
