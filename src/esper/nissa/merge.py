@@ -25,12 +25,12 @@ import json
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from esper.files import replace_atomically
 from esper.nissa.backends import EVENTS_FILE
 
 RANK_FILE = re.compile(r"^events\.rank(\d+)\.jsonl$")
@@ -136,17 +136,11 @@ def merge_run_dir(run_dir: str | os.PathLike[str]) -> MergeResult:
 
 
 def _write_atomically(target: Path, events: Sequence[dict[str, Any]]) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for event in events:
-                handle.write(json.dumps(event, allow_nan=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    def write(handle: IO[bytes]) -> None:
+        for event in events:
+            handle.write((json.dumps(event, allow_nan=False) + "\n").encode("utf-8"))
+
+    replace_atomically(target, write)
 
 
 def main(argv: Sequence[str]) -> int:

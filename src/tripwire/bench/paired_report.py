@@ -13,6 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tripwire.bench.paired import CLOCKS, BenchOutcome, PairedComparison
+from tripwire.bench.report import markdown_table
 
 
 def _percent(value: float) -> str:
@@ -127,15 +128,8 @@ def render_text(comparison: PairedComparison) -> str:
 
 
 def render_markdown(comparison: PairedComparison, title: str, plots: list[str] | None = None) -> str:
-    head = headers(comparison)
-    lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for outcome in comparison.outcomes:
-        row = list(cells(outcome, comparison.clock))
-        row[0] = f"`{row[0]}`"
-        if outcome.fails:
-            row[-1] = f"**{row[-1]}**"
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
-    lines.append("")
+    rows = [(cells(outcome, comparison.clock), outcome.fails) for outcome in comparison.outcomes]
+    lines = [f"### {title}", "", *markdown_table(headers(comparison), rows), ""]
     lines.extend(f"- {line}" for line in proxy_lines(comparison) + legend(comparison))
     for plot in plots or []:
         lines.append(f"\n![{plot}]({plot})")

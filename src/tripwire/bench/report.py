@@ -110,15 +110,18 @@ def render_text(comparison: Comparison) -> str:
     return "\n".join(out)
 
 
+def markdown_table(headers: tuple[str, ...], rows: list[tuple[tuple[str, ...], bool]]) -> list[str]:
+    """A markdown table: the first cell of each row as code, the last in bold where the row fails."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for cells, fails in rows:
+        marked = [f"`{cells[0]}`", *cells[1:-1], f"**{cells[-1]}**" if fails else cells[-1]]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in marked) + " |")
+    return lines
+
+
 def render_markdown(comparison: Comparison, plots: list[str] | None = None) -> str:
-    lines = ["### Benchmark gate", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    for row in comparison.rows:
-        cells = list(_cells(row))
-        cells[0] = f"`{cells[0]}`"
-        if row.verdict.fails:
-            cells[-1] = f"**{cells[-1]}**"
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    lines.append("")
+    rows = [(_cells(row), row.verdict.fails) for row in comparison.rows]
+    lines = ["### Benchmark gate", "", *markdown_table(HEADERS, rows), ""]
     lines.extend(f"- {line}" for line in context_lines(comparison))
     lines.extend(f"\n![{plot}]({plot})" for plot in plots or [])
     lines.append(f"\n**{summary_line(comparison)}**")

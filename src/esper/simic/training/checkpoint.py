@@ -7,9 +7,7 @@ layout is refused.
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 
 import torch
 
+from esper.files import replace_atomically
 from esper.messages import first_line
 
 CHECKPOINT_FORMAT = "esper-checkpoint"
@@ -54,16 +53,7 @@ def save_checkpoint(
         "controller": layout.controller,
         "state": state,
     }
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    replace_atomically(target, lambda handle: torch.save(payload, handle))
 
 
 def _verify_archive(source: Path) -> None:
