@@ -96,6 +96,17 @@ def test_the_bench_job_checks_out_base_and_head_and_runs_the_paired_ab() -> None
     assert "bench-ab.png" in run_lines(job)  # the job summary links the plots
 
 
+def test_the_instructions_job_counts_base_then_head_under_valgrind_on_pull_requests_only() -> None:
+    job = load()["jobs"]["instructions"]
+    assert job["if"] == "github.event_name == 'pull_request'"  # a count costs ~15 CPU minutes: not on every push
+    commands = run_lines(job)
+    assert "apt-get install -y -q valgrind" in commands
+    base = commands.index("--path ../base/src")
+    head = commands.index("--compare build/instructions-base.json")
+    assert base < head  # the base is counted first, in the same job, so the contexts agree
+    assert "--tolerance 0.02" in commands and "python -m tripwire.bench.instructions" in commands
+
+
 def test_no_step_updates_goldens_or_baselines() -> None:
     workflow = load()
     commands = "\n".join(run_lines(job) for job in workflow["jobs"].values())
