@@ -21,6 +21,7 @@ from esper.nissa import TelemetryHub
 from esper.tolaria.engine import VectorizedEngine
 from slowdowns import SLOWDOWN_ENV, SlowdownError, patches
 from tripwire.bench.fixture import CalibrationWorkload
+from tripwire.bench.worker import cpu_model
 from workloads import GATE, EpochWorkload, bench_config
 
 DEVICE_ENV = "TRIPWIRE_BENCH_DEVICE"
@@ -30,20 +31,8 @@ def bench_device_name() -> str:
     return os.environ.get(DEVICE_ENV, "cpu")
 
 
-def cpu_model() -> str:
-    """The CPU model from /proc/cpuinfo (Linux), else platform.processor(); py-cpuinfo is not needed."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def pytest_benchmark_generate_machine_info(config: pytest.Config) -> dict[str, Any]:
-    """pytest-benchmark's machine info without its py-cpuinfo dependency (the CPU model is read directly)."""
+    """pytest-benchmark's machine info without its py-cpuinfo dependency (`cpu_model` reads /proc/cpuinfo)."""
     uname = platform.uname()
     return {
         "node": uname.node,

@@ -20,7 +20,6 @@ worker failure, 2 a usage error.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 from tripwire.bench.paired import PairedComparison, PairedError, Schedule, Side, compare_sides
 from tripwire.bench.paired_report import dumps_json, render_markdown, render_text
 from tripwire.bench.plots import plot_paired
+from tripwire.bench.report import publish_report
 
 
 class UsageError(Exception):
@@ -110,15 +110,9 @@ def schedule_from(args: argparse.Namespace) -> Schedule:
 def write_reports(comparison: PairedComparison, out: Path, title: str) -> Path:
     plots = plot_paired(comparison, out)
     markdown = render_markdown(comparison, title, [path.name for path in plots if path.suffix == ".png"])
-    report = out / "bench-ab.md"
-    report.write_text(markdown, encoding="utf-8")
-    (out / "bench-ab.json").write_text(dumps_json(comparison), encoding="utf-8")
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as handle:
-            handle.write(markdown + "\n")
+    report, data = publish_report(out, "bench-ab", markdown, dumps_json(comparison))
     print(f"\n{title}\n{render_text(comparison)}")
-    print(f"reports: {report}, {out / 'bench-ab.json'}; plots: {', '.join(str(p) for p in plots) or 'none'}")
+    print(f"reports: {report}, {data}; plots: {', '.join(str(p) for p in plots) or 'none'}")
     return report
 
 

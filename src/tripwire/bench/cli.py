@@ -31,7 +31,7 @@ from pathlib import Path
 from tripwire.bench.gate import compare_runs
 from tripwire.bench.history import baseline_history
 from tripwire.bench.plots import plot_baseline
-from tripwire.bench.report import dumps_json, render_markdown, render_text
+from tripwire.bench.report import dumps_json, publish_report, render_markdown, render_text
 from tripwire.bench.store import BaselineError, BenchRun, ResultsError, baseline_path, load_results, read_baseline
 from tripwire.bench.store import write_baseline as write_baseline_file
 
@@ -98,15 +98,9 @@ def gate(baseline_file: Path, current: BenchRun, out: Path) -> int:
     comparison = compare_runs(baseline, current)
     plots = plot_baseline(baseline, current, baseline_history(baseline_file), out)
     markdown = render_markdown(comparison, [path.name for path in plots if path.suffix == ".png"])
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench-report.md").write_text(markdown)
-    (out / "bench-report.json").write_text(dumps_json(comparison))
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as handle:
-            handle.write(markdown)
+    report, data = publish_report(out, "bench-report", markdown, dumps_json(comparison))
     print(f"\ncompared against {baseline_file}\n{render_text(comparison)}")
-    print(f"reports: {out / 'bench-report.md'}, {out / 'bench-report.json'}; plots: {', '.join(map(str, plots))}")
+    print(f"reports: {report}, {data}; plots: {', '.join(map(str, plots))}")
     return EXIT_FAIL if comparison.failed else 0
 
 

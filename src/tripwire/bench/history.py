@@ -1,17 +1,16 @@
 """The committed versions of a baseline file, read from git, for the baseline-history plot.
 
 `baseline_history(path)` lists the commits that changed `path` (newest last, at most `limit`), reads each version
-with `git show` and verifies it like any baseline (`store.read_baseline`). A version that does not verify, or a
+with `git show` and verifies it like any baseline (`store.parse_baseline`). A version that does not verify, or a
 file outside a git work tree, is left out: the history is an aid for reading, never an input of the gate.
 """
 
 from __future__ import annotations
 
 import subprocess
-import tempfile
 from pathlib import Path
 
-from tripwire.bench.store import BaselineError, BenchRun, read_baseline
+from tripwire.bench.store import BaselineError, BenchRun, parse_baseline
 
 
 def _git(cwd: Path, *args: str) -> str | None:
@@ -37,11 +36,8 @@ def baseline_history(path: Path, limit: int = 12) -> list[tuple[str, BenchRun]]:
         text = _git(root, "show", f"{sha}:{relative}")
         if text is None:
             continue
-        with tempfile.TemporaryDirectory() as scratch:
-            version = Path(scratch) / path.name
-            version.write_text(text, encoding="utf-8")
-            try:
-                history.append((line, read_baseline(version)))
-            except BaselineError:
-                continue
+        try:
+            history.append((line, parse_baseline(text, Path(f"{sha}:{relative}"))))
+        except BaselineError:
+            continue
     return history

@@ -21,7 +21,7 @@ from typing import Any
 
 from tripwire.bench.paired import select
 from tripwire.bench.paired_spec import PairedBench
-from tripwire.bench.worker import load_suite
+from tripwire.bench.worker import cpu_model, load_suite
 
 LABEL = "tripwire-run"
 
@@ -97,13 +97,7 @@ def run_label(bench: int, unit: int, run: int) -> str:
 
 
 def _context() -> dict[str, str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    context = {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu}
+    context = {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu_model()}
     torch = sys.modules.get("torch")
     if torch is not None:
         context["torch"] = str(torch.__version__)
@@ -135,10 +129,7 @@ def count_inner(suite_spec: str, keywords: Sequence[str], units: int, warmup: in
         bench: PairedBench = suite[name]
         _one_thread()
         clock, cpu_clock = time.perf_counter(), time.process_time()
-        workload = bench.make()
-        for _ in range(warmup * bench.runs_per_unit):
-            workload.prepare()
-            workload.run()
+        workload = bench.make_warm(warmup)
         build_s, build_cpu_s = time.perf_counter() - clock, time.process_time() - cpu_clock
         requests.start_instrumentation()
         seconds, cpu_seconds = [], []

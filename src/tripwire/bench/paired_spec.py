@@ -29,8 +29,8 @@ class PairedBench:
     `units`: the work one `run()` does ({"env_epochs": 2, "samples": 512}), for throughput figures.
     `runs_per_unit`: `run()` calls timed together as one measured unit (keep a unit at >= ~20 ms so timer and
     scheduler granularity stay below 1 %).
-    `tolerance`: the smallest slowdown that fails; the gate fails when the whole confidence interval of the
-    paired ratio lies above it.
+    `tolerance`: the smallest slowdown that fails; the gate fails when the confidence interval of the paired
+    ratio lies wholly above zero and its estimate exceeds the tolerance (`tripwire.bench.paired_stats.decide`).
     `threads`: torch intra-op threads while this benchmark runs (None: leave the process setting).
     `proxies`: count aten ops and host syncs of one `run()` on a fresh copy, compared exactly between sides.
     """
@@ -49,6 +49,14 @@ class PairedBench:
             raise ValueError(f"tolerance must be a fraction in (0, 1), got {self.tolerance}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be at least 1, got {self.threads}")
+
+    def make_warm(self, units: int) -> Workload:
+        """A freshly built workload after `units` untimed warm-up units (`prepare()` then `run()`, per run)."""
+        workload = self.make()
+        for _ in range(units * self.runs_per_unit):
+            workload.prepare()
+            workload.run()
+        return workload
 
 
 PairedSuite = Mapping[str, PairedBench]

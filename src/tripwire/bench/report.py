@@ -13,7 +13,9 @@ comes from another machine it says that the p-value cannot tell a machine from a
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from tripwire.bench.gate import Comparison, Row
@@ -146,3 +148,16 @@ def report_json(comparison: Comparison) -> dict[str, Any]:
 
 def dumps_json(comparison: Comparison) -> str:
     return json.dumps(report_json(comparison), indent=2, sort_keys=True) + "\n"
+
+
+def publish_report(out: Path, stem: str, markdown: str, json_text: str) -> tuple[Path, Path]:
+    """Write `<stem>.md` and `<stem>.json` into `out` and append the markdown to `$GITHUB_STEP_SUMMARY` when set."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = out / f"{stem}.md", out / f"{stem}.json"
+    paths[0].write_text(markdown, encoding="utf-8")
+    paths[1].write_text(json_text, encoding="utf-8")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(markdown + "\n")
+    return paths

@@ -193,9 +193,16 @@ def read_baseline(path: str | Path) -> BenchRun:
     if not source.is_file():
         raise BaselineError(f"{source}: no benchmark baseline for this device; {RESAVE_HINT}")
     try:
-        body = json.loads(source.read_text())
+        text = source.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise BaselineError(f"{source}: unreadable baseline ({exc}); {RESAVE_HINT}") from None
+    return parse_baseline(text, source)
+
+
+def parse_baseline(text: str, source: Path) -> BenchRun:
+    """Verify and decode a baseline's text; `source` names it in errors (a path, or `sha:path` from git)."""
+    try:
+        body = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BaselineError(
             f"{source}: corrupted baseline, not valid JSON ({exc.msg} at line {exc.lineno}); "

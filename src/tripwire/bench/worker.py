@@ -45,21 +45,27 @@ def load_suite(spec: str) -> Mapping[str, PairedBench]:
     return suite
 
 
+def cpu_model() -> str:
+    """The CPU model from /proc/cpuinfo (Linux), else platform.processor() or the architecture."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def context(device: str) -> dict[str, str]:
     """Where this side runs: the torch build, its threads, the CPU and the source tree of the trainer."""
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
-    except OSError:
-        pass
     return {
         "torch": torch.__version__,
         "threads": str(torch.get_num_threads()),
         "device": device,
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "pid": str(os.getpid()),
         "aslr": aslr_state(),
@@ -159,10 +165,7 @@ class Worker:
         bench = self.bench(name)
         self.set_threads(bench)
         self.live.pop(name, None)
-        self.live[name] = workload = bench.make()
-        for _ in range(warmup * bench.runs_per_unit):
-            workload.prepare()
-            workload.run()
+        self.live[name] = bench.make_warm(warmup)
         return {}
 
     def proxies(self, name: str) -> dict[str, Any]:
