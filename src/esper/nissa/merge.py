@@ -21,6 +21,7 @@ rank was killed: `python -m esper.nissa.merge RUN_DIR`.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -136,11 +137,12 @@ def merge_run_dir(run_dir: str | os.PathLike[str]) -> MergeResult:
 
 
 def _write_atomically(target: Path, events: Sequence[dict[str, Any]]) -> None:
-    def write(handle: IO[bytes]) -> None:
-        for event in events:
-            handle.write((json.dumps(event, allow_nan=False) + "\n").encode("utf-8"))
+    replace_atomically(target, functools.partial(_write_lines, events))
 
-    replace_atomically(target, write)
+
+def _write_lines(events: Sequence[dict[str, Any]], handle: IO[bytes]) -> None:
+    for event in events:
+        handle.write((json.dumps(event, allow_nan=False) + "\n").encode("utf-8"))
 
 
 def main(argv: Sequence[str]) -> int:

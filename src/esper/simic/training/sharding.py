@@ -339,21 +339,22 @@ def state_digest(state: Any) -> str:
     """sha256 of a nested state (tensors bitwise, one host copy per device; other values by repr)."""
     digest = hashlib.sha256()
     by_device: dict[torch.device, list[torch.Tensor]] = {}
-
-    def walk(value: Any, path: str) -> None:
-        if isinstance(value, torch.Tensor):
-            digest.update(f"{path}:{value.dtype}:{tuple(value.shape)};".encode())
-            by_device.setdefault(value.device, []).append(value.detach().reshape(-1).contiguous().view(torch.uint8))
-        elif isinstance(value, Mapping):
-            for key in value:
-                walk(value[key], f"{path}/{key}")
-        elif isinstance(value, (list, tuple)):
-            for index, item in enumerate(value):
-                walk(item, f"{path}/{index}")
-        else:
-            digest.update(f"{path}={value!r};".encode())
-
-    walk(state, "")
+    _digest_walk(state, "", digest, by_device)
     for parts in by_device.values():
         digest.update(torch.cat(parts).cpu().numpy().tobytes())
     return digest.hexdigest()
+
+
+def _digest_walk(value: Any, path: str, digest: Any, by_device: dict[torch.device, list[torch.Tensor]]) -> None:
+    """Hash the structure and plain values of `value` into `digest`; collect its tensors' bytes by device."""
+    if isinstance(value, torch.Tensor):
+        digest.update(f"{path}:{value.dtype}:{tuple(value.shape)};".encode())
+        by_device.setdefault(value.device, []).append(value.detach().reshape(-1).contiguous().view(torch.uint8))
+    elif isinstance(value, Mapping):
+        for key in value:
+            _digest_walk(value[key], f"{path}/{key}", digest, by_device)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _digest_walk(item, f"{path}/{index}", digest, by_device)
+    else:
+        digest.update(f"{path}={value!r};".encode())
