@@ -375,15 +375,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _inner_main(args: argparse.Namespace) -> int:
+    status = 0
     try:
         manifest = count_inner(args.suite, args.keywords, args.units, args.warmup)
     except Exception as exc:  # the outer process reports it as one line
         text = " ".join(str(exc).split()) or type(exc).__name__
         manifest = {"error": text if isinstance(exc, InstructionsError) else f"{type(exc).__name__}: {text}"}
-        args.inner.write_text(json.dumps(manifest), encoding="utf-8")
-        return EXIT_USAGE
+        status = EXIT_USAGE
     args.inner.write_text(json.dumps(manifest), encoding="utf-8")
-    return 0
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
