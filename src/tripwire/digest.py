@@ -16,7 +16,7 @@ import hashlib
 import json
 import random
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -88,27 +88,83 @@ def _plain_digest(value: Any) -> str:
     return hashlib.sha256(b"value|" + encoded.encode()).hexdigest()
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
-    """Add one digest per tensor leaf of a nested mapping/sequence; other leaves per-key too."""
+def leaves(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """`(dotted name, leaf)` pairs of a nested mapping/sequence, in its own order: what `state_digest` digests.
+
+    A leaf is a tensor, a generator, a module, a plain value, or a list of plain values (digested whole); an empty
+    mapping is the leaf `{}` named `prefix` (or `<empty>`).
+    """
     if isinstance(value, Mapping):
         if not value:
-            out[prefix or "<empty>"] = _plain_digest({})
+            yield prefix or "<empty>", {}
         for key, item in value.items():
-            _flatten(f"{prefix}.{key}" if prefix else str(key), item, out)
+            yield from leaves(f"{prefix}.{key}" if prefix else str(key), item)
     elif isinstance(value, (list, tuple)) and any(isinstance(v, (Mapping, list, tuple, torch.Tensor)) for v in value):
         for index, item in enumerate(value):
-            _flatten(f"{prefix}.{index}" if prefix else str(index), item, out)
-    elif isinstance(value, torch.Tensor):
-        out[prefix] = tensor_digest(value)
+            yield from leaves(f"{prefix}.{index}" if prefix else str(index), item)
     else:
-        out[prefix] = _leaf_digest(value)
+        yield prefix, value
 
 
-def _leaf_digest(value: Any) -> str:
-    """Digest of a non-container leaf (tensor, generator or plain value)."""
-    if isinstance(value, (torch.Tensor, torch.Generator, torch.nn.Module)):
-        return value_digest(value)
-    return _plain_digest(value)
+def leaf_digest(leaf: Any) -> str:
+    """Digest of one leaf of `leaves` (tensor, generator, module or plain value)."""
+    if isinstance(leaf, torch.Tensor):
+        return tensor_digest(leaf)
+    if isinstance(leaf, (torch.Generator, torch.nn.Module)):
+        return value_digest(leaf)
+    return _plain_digest(leaf)
+
+
+def leaf_spec(leaf: Any) -> str:
+    """What a leaf is, apart from its value: `float32[64,4]` for a tensor, `float`, `int`, `list[3]`, ...
+
+    Two trajectories whose leaf under one name has different specs changed structure (reshaped or retyped),
+    not only values.
+    """
+    if isinstance(leaf, torch.Tensor):
+        dtype = str(leaf.dtype).removeprefix("torch.")
+        return f"{dtype}[{','.join(str(size) for size in leaf.shape)}]"
+    if isinstance(leaf, bool):
+        return "bool"
+    if isinstance(leaf, (list, tuple)):
+        return f"list[{len(leaf)}]"
+    if isinstance(leaf, torch.Generator):
+        return "generator"
+    if leaf is None:
+        return "none"
+    return type(leaf).__name__
+
+
+def leaf_value(leaf: Any) -> torch.Tensor | None:
+    """A detached CPU copy of a leaf's numbers, for measuring how far two values are apart; None when it has none.
+
+    Python floats become float64 scalars, ints int64, lists of numbers a 1-d tensor; strings and objects have no
+    value to measure (their digests still compare).
+    """
+    with ignore_syncs():
+        if isinstance(leaf, torch.Tensor):
+            if leaf.device.type == "meta" or leaf.layout != torch.strided:
+                return None
+            return leaf.detach().resolve_conj().resolve_neg().to("cpu", copy=True)
+        if isinstance(leaf, torch.Generator):
+            return leaf.get_state().clone()
+        if isinstance(leaf, bool):
+            return torch.tensor(leaf)
+        if isinstance(leaf, (int, float)):
+            return torch.tensor(leaf, dtype=torch.float64 if isinstance(leaf, float) else torch.int64)
+        if isinstance(leaf, (list, tuple)) and leaf and all(isinstance(v, (int, float)) for v in leaf):
+            floating = any(isinstance(v, float) for v in leaf)
+            try:
+                return torch.tensor(list(leaf), dtype=torch.float64 if floating else torch.int64)
+            except (OverflowError, RuntimeError):
+                return None
+    return None
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    """Add one digest per leaf of a nested mapping/sequence (see `leaves`)."""
+    for name, leaf in leaves(prefix, value):
+        out[name] = leaf_digest(leaf)
 
 
 def state_digest(mapping: Mapping[str, Any] | Iterable[Any], prefix: str = "") -> dict[str, str]:

@@ -2,18 +2,22 @@
 
 A recorder collects checkpoints such as `r0/e1/env0/train` (weights after an env's train pass),
 `r0/e1/actions`, `r0/e1/rewards` or `r0/policy` (policy after the update). Each checkpoint maps tensor
-names to digests (see `tripwire.digest`). Comparing two trajectories walks them in order and names the
-FIRST checkpoint whose digests differ and, inside it, the first tensor; everything after a first
-divergence usually differs too, so only a count of later divergences is given.
+names to digests (see `tripwire.digest`) and to specs (`float32[64,4]`: dtype and shape, `float`, `list[3]`).
+Comparing two trajectories walks them in order and names the FIRST checkpoint whose digests differ and, inside
+it, what changed: structure (tensors added, removed, renamed with the same digest, reshaped or retyped) apart from
+values. Everything after a first divergence usually differs too, so only a count of later divergences is given.
 
 Reading a failure (`TrajectoryReport.format()`):
 
     trajectory diverged at checkpoint 3 of 21, 'r0/e2/env0/train' (18 later checkpoints differ too)
+      structure: renamed critic.0.weight -> value.0.weight; added value.2.bias (float32[1])
       first tensor: 'model.host.conv1.weight'  golden 1f0c3a5e9b2d7c41  now 8e77b0d2c9a1f3e5
       2 of 14 tensors differ: model.host.conv1.weight, model.host.conv1.bias
+      magnitude: low-bit drift: max |Δ| 2.4e-09 = 3 ULP (1 of scale) in 2 tensor(s)
 
-Goldens carry the determinism context they were recorded in (`tripwire.context`); see
-`tripwire.goldens` for the file layout and the skip-on-context-mismatch rule.
+The magnitude line appears when both sides kept their values (`TrajectoryRecorder(keep_values=True)`, a result of
+`python -m tripwire run`): see `tripwire.magnitude` for the rule. Goldens carry the determinism context they were
+recorded in (`tripwire.context`); see `tripwire.goldens` for the file layout and the skip-on-context-mismatch rule.
 """
 
 from __future__ import annotations
@@ -27,32 +31,45 @@ from typing import Any
 
 import torch
 
-from tripwire.digest import short, state_digest, tensor_digest, value_digest
+from tripwire.digest import leaf_digest, leaf_spec, leaf_value, leaves, short, value_digest
 from tripwire.errors import GoldenFileError, TrajectoryDivergence, TripwireError, read_golden_json
+from tripwire.magnitude import Magnitude, checkpoint_deltas, classify, growth_point
+from tripwire.tensor_diff import TensorChanges, tensor_changes
 
-FORMAT = "tripwire-trajectory/1"
+FORMAT = "tripwire-trajectory/2"  # 2 adds each checkpoint's specs; format 1 (digests only) still loads
+FORMATS = ("tripwire-trajectory/1", FORMAT)
 STORED_CHARS = 16  # digests are stored shortened: 64 bits per tensor is ample to detect a change
+VALUES_FILE_SUFFIX = ".values.pt"
+
+# Values kept for measuring differences, per checkpoint: {tensor name: CPU tensor}.
+Values = dict[str, dict[str, torch.Tensor]]
+
+
+def checkpoint_leaves(value: Any) -> list[tuple[str, Any, str]]:
+    """`(tensor name, leaf, digest)` of a checkpoint's value: a tensor, module, generator, mapping or plain value."""
+    if isinstance(value, torch.nn.Module):
+        value = value.state_dict()
+    if isinstance(value, torch.Tensor):
+        return [("value", value, leaf_digest(value))]
+    if isinstance(value, torch.Generator):
+        return [("state", value, value_digest(value))]
+    if isinstance(value, Mapping) and value:
+        return [(name, leaf, leaf_digest(leaf)) for name, leaf in leaves("", value)]
+    return [("value", value, value_digest(value))]
 
 
 def digest_value(value: Any) -> dict[str, str]:
     """`{tensor name: digest}` of a tensor, module, generator, mapping, sequence or plain value."""
-    if isinstance(value, torch.nn.Module):
-        return state_digest(value.state_dict())
-    if isinstance(value, torch.Tensor):
-        return {"value": tensor_digest(value)}
-    if isinstance(value, torch.Generator):
-        return {"state": value_digest(value)}
-    if isinstance(value, Mapping) and value:
-        return state_digest(value)
-    return {"value": value_digest(value)}
+    return {name: digest for name, _, digest in checkpoint_leaves(value)}
 
 
 @dataclass
 class Trajectory:
-    """An ordered list of `(checkpoint name, {tensor name: digest})`, plus where it was recorded."""
+    """An ordered list of `(checkpoint name, {tensor name: digest})`, their specs, and where it was recorded."""
 
     checkpoints: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     context: dict[str, Any] = field(default_factory=dict)
+    specs: dict[str, dict[str, str]] = field(default_factory=dict)  # checkpoint name -> {tensor name: spec}
 
     def names(self) -> list[str]:
         """Checkpoint names in recording order."""
@@ -66,26 +83,36 @@ class Trajectory:
 
     def select(self, prefix: str) -> Trajectory:
         """The checkpoints whose name starts with `prefix` (e.g. one round: `r1/`)."""
-        return Trajectory([(n, d) for n, d in self.checkpoints if n.startswith(prefix)], dict(self.context))
+        kept = [(n, d) for n, d in self.checkpoints if n.startswith(prefix)]
+        return Trajectory(kept, dict(self.context), {n: self.specs[n] for n, _ in kept if n in self.specs})
 
     def to_json(self) -> dict[str, Any]:
-        """The golden-file form: format tag, context, and checkpoints with shortened digests."""
-        return {
-            "format": FORMAT,
-            "context": dict(sorted(self.context.items())),
-            "checkpoints": [[name, {k: v[:STORED_CHARS] for k, v in digests.items()}] for name, digests in self],
-        }
+        """The golden-file form: format tag, context, and checkpoints with shortened digests (and specs)."""
+        rows: list[list[Any]] = []
+        for name, digests in self:
+            row: list[Any] = [name, {k: v[:STORED_CHARS] for k, v in digests.items()}]
+            if self.specs.get(name):
+                row.append(dict(self.specs[name]))
+            rows.append(row)
+        return {"format": FORMAT, "context": dict(sorted(self.context.items())), "checkpoints": rows}
 
     @classmethod
     def from_json(cls, data: Any, source: str = "<json>") -> Trajectory:
         """Parse the golden-file form; raises `GoldenFileError` naming `source` when malformed."""
-        if not isinstance(data, Mapping) or data.get("format") != FORMAT:
+        if not isinstance(data, Mapping) or data.get("format") not in FORMATS:
             raise GoldenFileError(f'{source}: not a trajectory golden (expected "format": "{FORMAT}")')
         raw = data.get("checkpoints")
         if not isinstance(raw, list) or not all(_is_checkpoint(item) for item in raw):
-            raise GoldenFileError(f"{source}: 'checkpoints' must be a list of [name, {{tensor: digest}}] pairs")
+            raise GoldenFileError(
+                f"{source}: 'checkpoints' must be a list of [name, {{tensor: digest}}, {{tensor: spec}}?] rows"
+            )
         context = data.get("context", {})
-        return cls([(str(n), dict(d)) for n, d in raw], dict(context) if isinstance(context, Mapping) else {})
+        specs = {str(item[0]): dict(item[2]) for item in raw if len(item) == 3}
+        return cls(
+            [(str(item[0]), dict(item[1])) for item in raw],
+            dict(context) if isinstance(context, Mapping) else {},
+            specs,
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> Trajectory:
@@ -113,18 +140,53 @@ class Trajectory:
 
 
 def _is_checkpoint(item: Any) -> bool:
-    """True for a `[name, {tensor: digest}]` pair with string digests."""
-    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+    """True for a `[name, {tensor: digest}]` or `[name, {tensor: digest}, {tensor: spec}]` row of strings."""
+    if not (isinstance(item, list) and len(item) in (2, 3) and isinstance(item[0], str)):
         return False
-    digests = item[1]
-    return isinstance(digests, Mapping) and all(isinstance(v, str) for v in digests.values())
+    maps = item[1:]
+    return all(isinstance(m, Mapping) and all(isinstance(v, str) for v in m.values()) for m in maps)
+
+
+def save_values(path: str | Path, values: Values) -> Path:
+    """Write kept values (`torch.save` of plain CPU tensors; read back with `load_values`, never unpickling code)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"format": "tripwire-values/1", "checkpoints": values}, path)
+    return path
+
+
+def load_values(path: str | Path) -> Values:
+    """Read values written by `save_values` (`weights_only`: a crafted file cannot run code)."""
+    try:
+        data = torch.load(Path(path), map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, ValueError, EOFError) as error:
+        raise GoldenFileError(f"{path}: unreadable values file ({type(error).__name__}): record it again") from None
+    if not isinstance(data, dict) or data.get("format") != "tripwire-values/1":
+        raise GoldenFileError(f"{path}: not a tripwire values file: record it again")
+    checkpoints: Values = data["checkpoints"]
+    return checkpoints
 
 
 class TrajectoryRecorder:
-    """Records named checkpoints in order: `recorder.record("r0/e1/env0/train", model)`."""
+    """Records named checkpoints in order: `recorder.record("r0/e1/env0/train", model)`.
 
-    def __init__(self, context: Mapping[str, Any] | None = None) -> None:
+    `keep_values=True` also keeps a CPU copy of every number, so a comparison with another run of this machine
+    can say how big a difference is (`tripwire.magnitude`); past `values_limit_bytes` only digests are kept.
+    """
+
+    def __init__(
+        self,
+        context: Mapping[str, Any] | None = None,
+        *,
+        keep_values: bool = False,
+        values_limit_bytes: int = 512 * 2**20,
+    ) -> None:
         self.trajectory = Trajectory(context=dict(context or {}))
+        self.keep_values = keep_values
+        self.values: Values = {}
+        self.values_limit_bytes = values_limit_bytes
+        self.values_bytes = 0
+        self.values_truncated_at = ""  # the first checkpoint whose values were not kept (over the limit)
         self._seen: set[str] = set()
 
     def record(self, name: str, value: Any) -> dict[str, str]:
@@ -132,9 +194,22 @@ class TrajectoryRecorder:
         if name in self._seen:
             raise TripwireError(f"checkpoint {name!r} recorded twice: give each checkpoint a unique name")
         self._seen.add(name)
-        digests = digest_value(value)
+        entries = checkpoint_leaves(value)
+        digests = {tensor: digest for tensor, _, digest in entries}
         self.trajectory.checkpoints.append((name, digests))
+        self.trajectory.specs[name] = {tensor: leaf_spec(leaf) for tensor, leaf, _ in entries}
+        if self.keep_values and not self.values_truncated_at:
+            self._keep(name, entries)
         return digests
+
+    def _keep(self, name: str, entries: Sequence[tuple[str, Any, str]]) -> None:
+        kept = {tensor: v for tensor, leaf, _ in entries if (v := leaf_value(leaf)) is not None}
+        size = sum(v.numel() * v.element_size() for v in kept.values())
+        if self.values_bytes + size > self.values_limit_bytes:
+            self.values_truncated_at = name
+            return
+        self.values_bytes += size
+        self.values[name] = kept
 
     def __len__(self) -> int:
         return len(self.trajectory)
@@ -155,14 +230,29 @@ class TrajectoryReport:
     later_divergences: int = 0
     structure: str = ""  # a missing/extra/renamed checkpoint, when that is the first difference
     source: str = ""
+    changes: TensorChanges | None = None  # inside the first diverging checkpoint: structure apart from values
+    magnitude: Magnitude | None = None  # how big the value difference is, when both sides kept values
 
     @property
     def ok(self) -> bool:
         """True when both trajectories are bitwise identical, checkpoint for checkpoint."""
         return self.first_index is None
 
-    def format(self) -> str:
-        """Human-readable report; the first line names the first diverging checkpoint."""
+    @property
+    def kind(self) -> str:
+        """`identical`, `checkpoints` (added, dropped or reordered), `structure`, `low-bit drift`, `value change`,
+        or `values` (values differ, magnitude unknown)."""
+        if self.ok:
+            return "identical"
+        if self.structure:
+            return "checkpoints"
+        if self.changes is not None and self.changes.structural and not self.changes.changed:
+            return "structure"
+        return self.magnitude.kind if self.magnitude is not None and self.magnitude.deltas else "values"
+
+    def format(self, labels: tuple[str, str] = ("golden", "now")) -> str:
+        """Human-readable report; the first line names the first diverging checkpoint. `labels` name the two sides
+        (`("A", "B")` for two results)."""
         where = f" ({self.source})" if self.source else ""
         if self.ok:
             return f"trajectory identical over {self.total} checkpoints{where}"
@@ -172,15 +262,21 @@ class TrajectoryReport:
         )
         if self.structure:
             return f"{head}\n  {self.structure}"
-        shown = ", ".join(self.differing_tensors[:8]) + (", ..." if len(self.differing_tensors) > 8 else "")
-        return "\n".join(
-            [
-                head,
-                f"  first tensor: {self.first_tensor!r}  golden {short(self.expected_digest)}"
-                f"  now {short(self.actual_digest)}",
-                f"  {len(self.differing_tensors)} of {self.tensors_in_checkpoint} tensors differ: {shown}",
-            ]
-        )
+        lines = [head]
+        if self.changes is not None and self.changes.structural:
+            lines.append(f"  structure: {self.changes.format_structure()}")
+        changed = self.changes.changed if self.changes is not None else self.differing_tensors
+        if changed:
+            shown = ", ".join(changed[:8]) + (", ..." if len(changed) > 8 else "")
+            first = changed[0]
+            lines.append(
+                f"  first tensor: {first!r}  {labels[0]} {short(self.expected_digest)}"
+                f"  {labels[1]} {short(self.actual_digest)}"
+            )
+            lines.append(f"  {len(changed)} of {self.tensors_in_checkpoint} tensors differ: {shown}")
+        if self.magnitude is not None:
+            lines.extend(self.magnitude.format())
+        return "\n".join(lines)
 
     def raise_if_diverged(self) -> None:
         """Raise `TrajectoryDivergence` carrying `format()` when the trajectories differ."""
@@ -188,59 +284,73 @@ class TrajectoryReport:
             raise TrajectoryDivergence(self.format())
 
 
-def _same(expected: str, actual: str) -> bool:
-    """Digests are equal; a shortened golden digest matches a full one by prefix."""
-    width = min(len(expected), len(actual))
-    return expected[:width] == actual[:width]
-
-
-def _checkpoint_differences(expected: Mapping[str, str], actual: Mapping[str, str]) -> list[str]:
-    """Tensor names that differ in value, or exist on one side only, in `expected`'s order then new ones."""
-    names = list(expected) + [name for name in actual if name not in expected]
-    return [n for n in names if n not in expected or n not in actual or not _same(expected[n], actual[n])]
-
-
-def compare_trajectories(expected: Trajectory, actual: Trajectory, *, source: str = "") -> TrajectoryReport:
-    """Walk both trajectories in order and report the first diverging checkpoint and tensor."""
+def compare_trajectories(
+    expected: Trajectory,
+    actual: Trajectory,
+    *,
+    source: str = "",
+    expected_values: Values | None = None,
+    actual_values: Values | None = None,
+) -> TrajectoryReport:
+    """Walk both trajectories in order and report the first diverging checkpoint: what changed inside it and,
+    when both sides' values are given, how big the difference is and how it grows over the later checkpoints."""
     first: TrajectoryReport | None = None
-    later = 0
+    later: list[int] = []
     total = max(len(expected), len(actual))
     for index in range(total):
-        report = _compare_at(expected.checkpoints, actual.checkpoints, index, total, source)
+        report = _compare_at(expected, actual, index, total, source)
         if report is None:
             continue
         if first is None:
             first = report
         else:
-            later += 1
+            later.append(index)
     if first is None:
         return TrajectoryReport(total=total, source=source)
-    return dataclasses.replace(first, later_divergences=later)
+    magnitude = None
+    if expected_values is not None and actual_values is not None and not first.structure:
+        magnitude = _magnitude(first, expected, expected_values, actual_values, later)
+    return dataclasses.replace(first, later_divergences=len(later), magnitude=magnitude)
+
+
+def _magnitude(
+    first: TrajectoryReport, expected: Trajectory, a: Values, b: Values, later: Sequence[int]
+) -> Magnitude | None:
+    """Deltas of the first diverging checkpoint's changed tensors, classified, with the growth afterwards."""
+    name = first.first_name
+    if name not in a or name not in b or first.changes is None or not first.changes.changed:
+        return None
+    deltas, unmeasured = checkpoint_deltas(first.changes.changed, a[name], b[name])
+    growth = []
+    for index in later:
+        later_name = expected.checkpoints[index][0]
+        if later_name in a and later_name in b:
+            point = growth_point(index + 1, later_name, a[later_name], b[later_name])
+            if point is not None:
+                growth.append(point)
+    return Magnitude(tuple(deltas), classify(deltas), tuple(unmeasured), tuple(growth))
 
 
 def _compare_at(
-    expected: Sequence[tuple[str, dict[str, str]]],
-    actual: Sequence[tuple[str, dict[str, str]]],
-    index: int,
-    total: int,
-    source: str,
+    expected: Trajectory, actual: Trajectory, index: int, total: int, source: str
 ) -> TrajectoryReport | None:
     """The divergence at position `index` (1-based in the report), or None when both agree there."""
     position = index + 1
     if index >= len(actual):
-        name = expected[index][0]
+        name = expected.checkpoints[index][0]
         return TrajectoryReport(total, position, name, structure=f"checkpoint {name!r} is missing now", source=source)
     if index >= len(expected):
-        name = actual[index][0]
+        name = actual.checkpoints[index][0]
         return TrajectoryReport(total, position, name, structure=f"checkpoint {name!r} is new", source=source)
-    (want_name, want), (got_name, got) = expected[index], actual[index]
+    (want_name, want), (got_name, got) = expected.checkpoints[index], actual.checkpoints[index]
     if want_name != got_name:
         text = f"golden has checkpoint {want_name!r} here, the run recorded {got_name!r} (order or naming changed)"
         return TrajectoryReport(total, position, want_name, structure=text, source=source)
-    differing = _checkpoint_differences(want, got)
-    if not differing:
+    changes = tensor_changes(want, got, expected.specs.get(want_name, {}), actual.specs.get(got_name, {}))
+    if changes.same:
         return None
-    tensor = differing[0]
+    differing = changes.all_names()
+    tensor = changes.changed[0] if changes.changed else differing[0]
     return TrajectoryReport(
         total,
         position,
@@ -251,4 +361,5 @@ def _compare_at(
         differing_tensors=tuple(differing),
         tensors_in_checkpoint=len(set(want) | set(got)),
         source=source,
+        changes=changes,
     )

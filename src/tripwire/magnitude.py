@@ -1,0 +1,237 @@
+"""How big a difference is: max |Δ|, the distance in ULPs, and one stated rule for low-bit drift versus a value change.
+
+Bitwise equality stays the verdict everywhere in tripwire; this module explains a divergence when the values of both
+sides are at hand (two results recorded on this machine, `--against`, the history walk).
+
+For each tensor that differs between the two sides, in the first diverging checkpoint:
+
+- `max |Δ|`: the largest absolute elementwise difference.
+- `ULPs`: the largest elementwise distance counted in representable floats of the tensor's dtype (units in the last
+  place): 1 ULP means two neighbouring floats. Elements near zero can be many ULPs apart after a harmless
+  regrouping of a sum whose terms cancel, so the rule does not use this figure alone.
+- `scale ULPs`: max |Δ| divided by the spacing of floats at the tensor's largest magnitude (the ULP of its scale).
+  A regrouped sum, a fused multiply-add or another kernel changes a result by a few ULPs of the magnitudes
+  involved, so this figure stays small for reassociation and is large for a changed formula or constant.
+
+The rule (`classify`): a divergence is **low-bit drift** when every differing tensor is floating point, no NaN or
+infinity appears or vanishes, and each differs by at most `DRIFT_SCALE_ULPS` scale ULPs. Anything else (an integer,
+an action, a RNG state, or a larger float difference) is a **value change**. The rule judges the FIRST diverging
+checkpoint only: later checkpoints inherit the difference and, in training, amplify it, which `growth` shows.
+Limits: a deliberately tiny change (an epsilon from 1e-8 to 1e-9) can fall under the drift bound; a drift that has
+already grown through many unrecorded steps before the first checkpoint can exceed it. Record checkpoints often
+enough that the first one sees the difference while it is still small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from tripwire.sync import ignore_syncs
+
+# Drift bound in scale ULPs (see the module docstring). Calibrated on the shipped CleanRL-shaped loop: a regrouped
+# GAE sum diverges by at most 4 scale ULPs at its first checkpoint, a 10 % change of one loss coefficient by more
+# than 10^4 (docs/tripwire.md, "How big a difference is").
+DRIFT_SCALE_ULPS = 64.0
+
+DRIFT = "low-bit drift"
+VALUE_CHANGE = "value change"
+
+_SIGNED_VIEWS = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+
+
+def _ordered(tensor: torch.Tensor) -> torch.Tensor:
+    """The float bits as int64, ordered like the values (negative floats below positive ones, -0 equal to +0)."""
+    width = tensor.element_size()
+    bits = tensor.contiguous().view(_SIGNED_VIEWS[width]).to(torch.int64)
+    magnitude = bits & ((1 << (8 * width - 1)) - 1)
+    return torch.where(bits < 0, -magnitude, magnitude)
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise distance in representable floats between two float tensors of one dtype (float64 result)."""
+    return (_ordered(a).to(torch.float64) - _ordered(b).to(torch.float64)).abs()
+
+
+def spacing(value: float, dtype: torch.dtype) -> float:
+    """The gap between `value` (>= 0) and the next larger float of `dtype`: one ULP at that magnitude."""
+    here = torch.tensor(value, dtype=dtype)
+    up = torch.nextafter(here, torch.tensor(math.inf, dtype=dtype))
+    return float((up.to(torch.float64) - here.to(torch.float64)).item())
+
+
+@dataclass(frozen=True)
+class TensorDelta:
+    """How one tensor differs between two sides."""
+
+    name: str
+    max_abs: float
+    ulps: float  # largest elementwise ULP distance (nan for integer tensors)
+    scale_ulps: float  # max_abs in ULPs of the tensor's largest magnitude (inf for integer tensors)
+    differing: int  # elements that differ
+    numel: int
+    floating: bool
+    nonfinite_changed: bool = False  # NaN or infinity on one side only
+
+    @property
+    def drift(self) -> bool:
+        """Whether this tensor alone is within the drift rule."""
+        return self.floating and not self.nonfinite_changed and self.scale_ulps <= DRIFT_SCALE_ULPS
+
+    def format(self) -> str:
+        if not self.floating:
+            return f"{self.name}: {self.differing} of {self.numel} elements differ (max |Δ| {self.max_abs:.3g})"
+        nonfinite = ", NaN/inf changed" if self.nonfinite_changed else ""
+        return (
+            f"{self.name}: max |Δ| {self.max_abs:.3g} = {_count(self.ulps)} ULP ({_count(self.scale_ulps)} of its "
+            f"scale), {self.differing} of {self.numel} elements{nonfinite}"
+        )
+
+
+def _count(value: float) -> str:
+    if math.isinf(value) or math.isnan(value):
+        return str(value)
+    return f"{value:.0f}" if value < 1e5 else f"{value:.2g}"
+
+
+def tensor_delta(name: str, a: torch.Tensor, b: torch.Tensor) -> TensorDelta | None:
+    """How `b` differs from `a`; None when they are not comparable elementwise (other shape or dtype)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return None
+    with ignore_syncs():
+        if not (a.is_floating_point() and a.element_size() in _SIGNED_VIEWS):
+            unequal = a != b
+            difference = (a.to(torch.float64) - b.to(torch.float64)).abs() if a.numel() else torch.zeros(1)
+            return TensorDelta(
+                name, float(difference.max().item()) if a.numel() else 0.0, math.nan, math.inf,
+                int(unequal.sum().item()), a.numel(), floating=False,
+            )  # fmt: skip
+        raw = _SIGNED_VIEWS[a.element_size()]
+        bitwise_unequal = a.contiguous().view(raw) != b.contiguous().view(raw)  # -0.0 and 0.0 differ here
+        finite_a, finite_b = torch.isfinite(a), torch.isfinite(b)
+        nonfinite_changed = bool((finite_a != finite_b).any().item()) or bool(
+            ((~finite_a) & (~finite_b) & (a.nan_to_num(0.0) != b.nan_to_num(0.0))).any().item()
+        )
+        both = finite_a & finite_b
+        if bool(both.any().item()):
+            wide_a, wide_b = a[both].to(torch.float64), b[both].to(torch.float64)
+            max_abs = float((wide_a - wide_b).abs().max().item())
+            scale = float(torch.maximum(wide_a.abs(), wide_b.abs()).max().item())
+            ulps = float(ulp_distance(a[both], b[both]).max().item())
+        else:
+            max_abs, scale, ulps = math.inf, 0.0, math.inf
+        unit = spacing(scale, a.dtype)
+        return TensorDelta(
+            name,
+            max_abs,
+            ulps,
+            max_abs / unit if unit > 0 else math.inf,
+            int(bitwise_unequal.sum().item()),
+            a.numel(),
+            floating=True,
+            nonfinite_changed=nonfinite_changed,
+        )
+
+
+def classify(deltas: Sequence[TensorDelta]) -> str:
+    """`low-bit drift` when every delta is within the drift rule (see the module docstring), else `value change`."""
+    return DRIFT if deltas and all(delta.drift for delta in deltas) else VALUE_CHANGE
+
+
+def checkpoint_deltas(
+    names: Sequence[str], a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]
+) -> tuple[list[TensorDelta], list[str]]:
+    """Deltas of the tensors `names` (those that differ), and the names whose values were not kept on a side."""
+    deltas, unmeasured = [], []
+    for name in names:
+        if name not in a or name not in b:
+            unmeasured.append(name)
+            continue
+        delta = tensor_delta(name, a[name], b[name])
+        if delta is None:
+            unmeasured.append(name)
+        elif delta.differing or delta.nonfinite_changed:
+            deltas.append(delta)
+    return deltas, unmeasured
+
+
+@dataclass(frozen=True)
+class GrowthPoint:
+    """The largest difference over one later checkpoint's comparable float tensors."""
+
+    position: int  # 1-based checkpoint position
+    name: str
+    max_abs: float
+    scale_ulps: float
+
+
+@dataclass(frozen=True)
+class Magnitude:
+    """How big the first divergence is, what kind it is under the rule, and how it grows afterwards."""
+
+    deltas: tuple[TensorDelta, ...]
+    kind: str
+    unmeasured: tuple[str, ...] = ()
+    growth: tuple[GrowthPoint, ...] = field(default_factory=tuple)
+
+    @property
+    def max_abs(self) -> float:
+        return max((delta.max_abs for delta in self.deltas), default=0.0)
+
+    @property
+    def max_ulps(self) -> float:
+        return max((delta.ulps for delta in self.deltas if delta.floating), default=math.nan)
+
+    @property
+    def max_scale_ulps(self) -> float:
+        return max((delta.scale_ulps for delta in self.deltas), default=0.0)
+
+    def summary(self) -> str:
+        """One line: kind, max |Δ|, ULPs and how many tensors (the history table's cell)."""
+        if not self.deltas:
+            return "values not kept: magnitude unknown"
+        floats = [delta for delta in self.deltas if delta.floating]
+        ulps = f", up to {_count(self.max_ulps)} ULP ({_count(self.max_scale_ulps)} of scale)" if floats else ""
+        return f"{self.kind}: max |Δ| {self.max_abs:.3g}{ulps} in {len(self.deltas)} tensor(s)"
+
+    def format(self) -> list[str]:
+        """Indented lines for a report: the summary, the worst tensors, the rule and the growth."""
+        lines = [f"  magnitude: {self.summary()}"]
+        worst = sorted(self.deltas, key=lambda delta: (delta.floating, -delta.scale_ulps))[:4]
+        lines += [f"    {delta.format()}" for delta in worst]
+        if len(self.deltas) > len(worst):
+            lines.append(f"    ... and {len(self.deltas) - len(worst)} more")
+        rule = f"drift means floats only, within {DRIFT_SCALE_ULPS:.0f} ULPs of each tensor's scale"
+        lines.append(f"    rule: {rule} (tripwire.magnitude)")
+        if self.unmeasured:
+            lines.append(f"    not measured (values not kept or not comparable): {', '.join(self.unmeasured[:4])}")
+        if self.growth:
+            lines.append(f"    growth: {format_growth(self.growth)}")
+        return lines
+
+
+def format_growth(points: Sequence[GrowthPoint], shown: int = 5) -> str:
+    """`#3 2.4e-09 (3) -> #9 1.1e-07 (160) -> ... -> #48 0.0031 (4.1e+04)`: max |Δ| (scale ULPs) at some checkpoints."""
+    if len(points) > shown:
+        step = (len(points) - 1) / (shown - 1)
+        points = [points[round(index * step)] for index in range(shown)]
+    return " -> ".join(f"#{p.position} {p.max_abs:.2g} ({_count(p.scale_ulps)})" for p in points)
+
+
+def growth_point(
+    position: int, name: str, a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]
+) -> GrowthPoint | None:
+    """The largest float difference over the tensors both checkpoints kept; None when none is comparable."""
+    worst: TensorDelta | None = None
+    for tensor in a.keys() & b.keys():
+        if not a[tensor].is_floating_point():
+            continue
+        delta = tensor_delta(tensor, a[tensor], b[tensor])
+        if delta is not None and delta.differing and (worst is None or delta.scale_ulps > worst.scale_ulps):
+            worst = delta
+    if worst is None:
+        return GrowthPoint(position, name, 0.0, 0.0)
+    return GrowthPoint(position, name, worst.max_abs, worst.scale_ulps)
