@@ -22,8 +22,15 @@ def step(t):
 
 MOVED = """
 def step(t):
+    # the sync moved two lines down, still in step(), its line unchanged
+
+    return t.sum().item()
+"""
+
+EDITED = """
+def step(t):
     total = t.sum()
-    # the sync moved two lines down, still in step()
+    # the sync moved two lines down, still in step(), and its line was rewritten
     return total.item()
 """
 
@@ -80,6 +87,20 @@ def test_moving_a_sync_within_its_function_keeps_the_budget_and_its_file(tmp_pat
     assert budget_file.read_bytes() == before  # regenerating after the move changes nothing
 
 
+def test_rewriting_a_syncing_line_passes_and_changes_only_its_recorded_text(tmp_path: Path) -> None:
+    store = record(tmp_path, ORIGINAL)
+    budget_file = tmp_path / "baselines" / "sync_budgets" / "s.json"
+    before = SyncBudget.load(budget_file)
+    edited = run(load(tmp_path, EDITED))
+    assert store.check_sync_budget("s", edited, {}).status == "passed"
+    GoldenStore(tmp_path / "baselines", update=True).check_sync_budget("s", edited, {})
+    after = SyncBudget.load(budget_file)
+    assert (after.regions, after.sites) == (before.regions, before.sites)
+    [key] = after.lines["epoch_transfer"]
+    assert after.lines["epoch_transfer"][key] == {"return total.item()": 1}
+    assert before.lines["epoch_transfer"][key] == {"return t.sum().item()": 1}
+
+
 def test_a_sync_in_a_new_function_fails_and_is_listed_first_with_its_line(tmp_path: Path) -> None:
     store = record(tmp_path, ORIGINAL)
     with pytest.raises(SyncBudgetExceeded) as failure:
@@ -87,6 +108,8 @@ def test_a_sync_in_a_new_function_fails_and_is_listed_first_with_its_line(tmp_pa
     lines = str(failure.value).splitlines()
     assert "region 'epoch_transfer': 2 syncs, budget 1 (+1)" in lines[1]
     assert lines[2].strip().startswith("NEW ") and "loop.py:7 in helper  ×1  [item×1]" in lines[2]
+    assert "`return t.max().item()`" in lines[2]  # the new line, quoted
+    # step's line was edited (`+ helper(t)`), not added: it is the old site, not NEW
     assert not lines[3].strip().startswith("NEW") and "in step" in lines[3]
 
 

@@ -1,19 +1,25 @@
 """Sync budgets: committed per-region sync counts, checked against a `SyncCounter`'s counts.
 
 A budget file is JSON: `{"context": {...}, "regions": {"train_pass": 3, ...}, "sites": {"train_pass":
-{"src/engine.py::Engine.train_step [cpu]": 3}}}`. `context` records where it was measured; `sites` records
-the call sites seen when it was written, keyed by FILE, FUNCTION and KIND (`site_key`), never by line: moving
-code within a function neither changes the file nor marks a site NEW. Line numbers are shown in reports, from
-the live counter, for the reader.
+{"src/engine.py::Engine.train_step [cpu]": 3}}, "lines": {"train_pass": {"src/engine.py::Engine.train_step [cpu]":
+{"rows = values.cpu()": 3}}}, "per_iteration": {"train_pass": 1}}`. `context` records where it was measured; `sites`
+records the call sites seen when it was written, keyed by FILE, FUNCTION and KIND (`site_key`), never by line:
+moving code within a function neither changes the file nor marks a site NEW. `lines` records, per key, each site's
+source line (`tripwire.sync.sites.line_identity`), so a new sync in a function that already synced is named at its
+own line. `regions` are totals over the whole run; `per_iteration` (optional) caps every iteration of the loop
+(`SyncCounter.mark_iteration`). Line numbers are shown in reports, from the live counter, for the reader.
 
 Reading a failure (`BudgetReport.format()`):
 
     sync budget exceeded in 1 region:
-      region 'train_pass': 5 syncs, budget 3 (+2)
-        NEW tests/test_loop.py:42 in run_epoch  ×2  [item×2]
-            src/engine.py:120 in train_step  ×3  [cpu×3]
+      region 'train_pass': 6 syncs, budget 3 (+3)
+        NEW tests/test_loop.py:42 in run_epoch  ×2  [item×2]  `loss.item()`
+        GREW src/engine.py:131 in train_step  ×2 (was 1)  [cpu×2]  `rows = values.cpu()`
+            src/engine.py:120 in train_step  ×2  [cpu×2]
 
-means two syncs came from a (file, function, kind) the budget never saw; NEW sites are listed first. An
+means two syncs came from a line the budget never saw and one line syncs once more than it did; NEW and GREW rows
+come first, each naming its own line, and `(inside torch: torch/optim/...)` marks a sync torch made on that line's
+behalf. An
 "unbudgeted region" is a region that synced but has no entry: add it deliberately. Lines starting
 "budget can be tightened" are not failures unless `strict=True`: the code now syncs less than
 budgeted, so regenerate the budget to lock the gain in. A budget written before sites were keyed this way
@@ -30,16 +36,13 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from tripwire.errors import GoldenFileError, read_golden_json, update_command
+from tripwire.sync.sites import SiteRecord, match_lines, site_key
+
+__all__ = ["BudgetReport", "SyncBudget", "budget_payload", "check_budget", "check_scaling", "site_key", "write_budget"]
 
 
 def _update_hint() -> str:
     return f"if intended, regenerate with `{update_command()}` (refused under CI) and commit the diff"
-
-
-def site_key(site: str, function: str, kind: str) -> str:
-    """The budget key of a sync: `file::function [kind]` (the line of `site` = `file:line` is dropped)."""
-    file = site.rsplit(":", 1)[0] if site.rsplit(":", 1)[-1].isdigit() else site
-    return f"{file}::{function} [{kind}]"
 
 
 def _is_keyed(recorded: Mapping[str, int]) -> bool:
@@ -57,39 +60,57 @@ def _known(key: str, recorded: Mapping[str, int]) -> bool:
 
 @runtime_checkable
 class CountSource(Protocol):
-    """What `check_budget` reads from a `SyncCounter` (kept structural to avoid an import cycle)."""
+    """What `check_budget` reads from a `SyncCounter` (kept structural to avoid an import cycle). A source that also
+    has `site_records(region)` and `iteration_counts()` gets reports per line and per-iteration checks."""
 
     def counts_by_region(self, *, by_path: bool = False) -> dict[str, int]: ...
 
     def site_details(self, region: str) -> dict[str, tuple[str, Counter[str]]]: ...
 
 
+def _int_map(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0 for k, v in value.items()
+    )
+
+
 @dataclass(frozen=True)
 class SyncBudget:
-    """Per-region sync allowances, the call sites seen when recorded, and the recording context."""
+    """Per-region sync allowances (totals and, optionally, per iteration), the call sites and lines seen when
+    recorded, and the recording context."""
 
     regions: dict[str, int]
     sites: dict[str, dict[str, int]] = field(default_factory=dict)
     context: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    lines: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # region -> key -> line -> count
+    per_iteration: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> SyncBudget:
         """Build from the parsed JSON form; raises `GoldenFileError` naming `source` when malformed."""
-        regions = data.get("regions")
-        if not isinstance(regions, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in regions.items()
-        ):
+        regions = data.get("regions", {} if "per_iteration" in data else None)
+        if not _int_map(regions):
             raise GoldenFileError(f"{source}: 'regions' must map region names to non-negative ints")
+        per_iteration = data.get("per_iteration", {})
+        if not _int_map(per_iteration):
+            raise GoldenFileError(f"{source}: 'per_iteration' must map region names to non-negative ints")
         sites = data.get("sites", {})
         if not isinstance(sites, Mapping):
             raise GoldenFileError(f"{source}: 'sites' must map region names to {{site: count}}")
+        lines = data.get("lines", {})
+        if not isinstance(lines, Mapping) or not all(
+            isinstance(keys, Mapping) and all(_int_map(entries) for entries in keys.values()) for keys in lines.values()
+        ):
+            raise GoldenFileError(f"{source}: 'lines' must map region names to {{site key: {{line: count}}}}")
         context = data.get("context", {})
         return cls(
             regions=dict(regions),
             sites={str(region): dict(entries) for region, entries in sites.items()},
             context=dict(context) if isinstance(context, Mapping) else {},
             source=source,
+            lines={str(region): {str(k): dict(v) for k, v in keys.items()} for region, keys in lines.items()},
+            per_iteration=dict(per_iteration),
         )
 
     @classmethod
@@ -104,7 +125,7 @@ class SyncBudget:
 
 @dataclass(frozen=True)
 class SiteCount:
-    """Syncs from one call site within a region."""
+    """Syncs from one call site (or, without line records, one site key) within a region."""
 
     site: str
     count: int
@@ -112,6 +133,12 @@ class SiteCount:
     kinds: dict[str, int] = field(default_factory=dict)
     new: bool = False
     via: tuple[str, ...] = ()  # torch code that synced on the site's behalf (Adam's step counters, ...)
+    text: str = ""  # the site's source line, shown for new and grown sites
+    was: int | None = None  # the recorded count of a line that now syncs more often
+
+    @property
+    def marker(self) -> str:
+        return "NEW " if self.new else "GREW " if self.was is not None else "    "
 
 
 @dataclass(frozen=True)
@@ -125,6 +152,15 @@ class RegionProblem:
 
 
 @dataclass(frozen=True)
+class IterationProblem:
+    """A region over its per-iteration budget (`budget` None: none declared) in the listed iterations."""
+
+    region: str
+    budget: int | None
+    iterations: tuple[tuple[int, int], ...]  # (0-based iteration, count)
+
+
+@dataclass(frozen=True)
 class BudgetReport:
     """Outcome of `check_budget`; `format()` is the message a failing test shows."""
 
@@ -135,15 +171,17 @@ class BudgetReport:
     source: str = ""
     sites_known: bool = True
     old_format: bool = False
+    per_iteration: tuple[IterationProblem, ...] = ()
 
     @property
     def ok(self) -> bool:
         """True when no region is over budget or unbudgeted (or, with `strict`, under budget)."""
-        return not self.over and not self.unbudgeted and not (self.strict and self.under)
+        return not self.over and not self.unbudgeted and not self.per_iteration and not (self.strict and self.under)
 
     def format(self) -> str:
-        """Multi-line report: region, budget, count, and every call site with NEW ones marked."""
-        failing = len(self.over) + len(self.unbudgeted) + (len(self.under) if self.strict else 0)
+        """Multi-line report: region, budget, count, and every call site with NEW and GREW ones marked."""
+        failing = len(self.over) + len(self.unbudgeted) + len(self.per_iteration)
+        failing += len(self.under) if self.strict else 0
         where = f" ({self.source})" if self.source else ""
         lines = [f"sync budget exceeded in {failing} region(s){where}:" if failing else f"sync budget ok{where}"]
         for problem in self.over:
@@ -153,6 +191,11 @@ class BudgetReport:
         for problem in self.unbudgeted:
             lines.append(f"  unbudgeted region {problem.region!r}: {problem.count} syncs, no budget entry")
             lines.extend(_site_lines(problem, self.sites_known))
+        for iteration in self.per_iteration:
+            shown = ", ".join(f"#{index} {count}" for index, count in iteration.iterations[:6])
+            more = f", ... ({len(iteration.iterations)} iterations)" if len(iteration.iterations) > 6 else ""
+            limit = f"budget {iteration.budget} per iteration" if iteration.budget is not None else "no budget"
+            lines.append(f"  region {iteration.region!r} per iteration: {limit}, exceeded in {shown}{more}")
         for problem in self.under:
             marker = "  FAIL (strict) " if self.strict else "  "
             lines.append(
@@ -173,41 +216,103 @@ def _site_lines(problem: RegionProblem, sites_known: bool) -> list[str]:
     lines = []
     for site in problem.sites:
         kinds = ", ".join(f"{kind}×{n}" for kind, n in sorted(site.kinds.items()))
-        marker = "NEW " if site.new else "    "
         function = f" in {site.function}" if site.function else ""
+        was = f" (was {site.was})" if site.was is not None else ""
+        text = f"  `{site.text}`" if site.text and (site.new or site.was is not None) else ""
         inside = f"  (inside torch: {', '.join(site.via)})" if site.via else ""
-        lines.append(f"    {marker}{site.site}{function}  ×{site.count}  [{kinds}]{inside}")
+        lines.append(f"    {site.marker}{site.site}{function}  ×{site.count}{was}  [{kinds}]{text}{inside}")
     return lines
 
 
-def _region_sites(source: CountSource, region: str, recorded: Mapping[str, int] | None) -> tuple[SiteCount, ...]:
-    """Call sites of one region, one row per (file, function, kind), NEW ones (key not in `recorded`) first.
+def _sort_sites(sites: list[SiteCount]) -> tuple[SiteCount, ...]:
+    return tuple(sorted(sites, key=lambda s: (not s.new, s.was is None, -s.count, s.site)))
 
-    A row shows the lines it was seen on now (`src/engine.py:120,131`), for the reader only.
+
+def _region_sites(
+    source: CountSource,
+    region: str,
+    recorded: Mapping[str, int] | None,
+    recorded_lines: Mapping[str, Mapping[str, int]] | None,
+) -> tuple[SiteCount, ...]:
+    """Call sites of one region, NEW (a key or line the budget never saw) and GREW first.
+
+    With line records (a `SyncCounter`), each row is one source line of one key, on its own; without them, one row
+    per key lists the lines it was seen on now (`src/engine.py:120,131`), for the reader only.
     """
+    records_of = getattr(source, "site_records", None)
+    if not callable(records_of):
+        return _key_rows(source, region, recorded)
+    rows: dict[tuple[str, str, str], list[SiteRecord]] = {}
+    for record in records_of(region):
+        rows.setdefault((record.key, record.via, record.identity), []).append(record)
+    matches: dict[str, dict[str, str | None]] = {}
+    for key in {row_key for row_key, _, _ in rows}:
+        if recorded_lines is not None and key in recorded_lines:
+            live = [row_identity for row_key, _, row_identity in rows if row_key == key]
+            matches[key] = match_lines(recorded_lines[key], live)
+    sites = []
+    for (key, via, identity), group in rows.items():
+        count = sum(record.count for record in group)
+        new = recorded is None or not _known(key, recorded)
+        was = None
+        if not new and key in matches:
+            old = matches[key][identity]
+            new = old is None
+            was = None if old is None else recorded_lines[key][old] if recorded_lines is not None else None
+        numbers = sorted({str(record.line) for record in group}, key=lambda x: (len(x), x))
+        sites.append(
+            SiteCount(
+                f"{group[0].file}:{','.join(numbers)}",
+                count,
+                group[0].function,
+                {group[0].kind: count},
+                new=new,
+                via=(via,) if via else (),
+                text=group[0].text,
+                was=was if was is not None and count > was else None,
+            )
+        )
+    return _sort_sites(sites)
+
+
+def _key_rows(source: CountSource, region: str, recorded: Mapping[str, int] | None) -> tuple[SiteCount, ...]:
+    """One row per (file, function, kind) from a source without line records."""
     rows: dict[str, tuple[str, list[str], int, str]] = {}
-    internals_of = getattr(source, "site_internals", None)
-    internals: dict[str, set[str]] = internals_of(region) if callable(internals_of) else {}
-    via_by_key: dict[str, set[str]] = {}
     for site, (function, kinds) in source.site_details(region).items():
         line = site.rsplit(":", 1)[-1]
         for kind, count in kinds.items():
             key = site_key(site, function, kind)
-            via_by_key.setdefault(key, set()).update(internals.get(site, ()))
             file, lines, total, _ = rows.get(key, (key.split("::", 1)[0], [], 0, kind))
             rows[key] = (file, sorted({*lines, line}, key=lambda x: (len(x), x)), total + count, kind)
-    sites = [
-        SiteCount(
-            f"{file}:{','.join(lines)}",
-            count,
-            key.split("::", 1)[1].rsplit(" [", 1)[0],
-            {kind: count},
-            new=recorded is None or not _known(key, recorded),
-            via=tuple(sorted(via_by_key.get(key, ()))),
-        )
-        for key, (file, lines, count, kind) in rows.items()
-    ]
-    return tuple(sorted(sites, key=lambda s: (not s.new, -s.count, s.site)))
+    return _sort_sites(
+        [
+            SiteCount(
+                f"{file}:{','.join(lines)}",
+                count,
+                key.split("::", 1)[1].rsplit(" [", 1)[0],
+                {kind: count},
+                new=recorded is None or not _known(key, recorded),
+            )
+            for key, (file, lines, count, kind) in rows.items()
+        ]
+    )
+
+
+def _iteration_problems(source: object, budget: SyncBudget) -> tuple[IterationProblem, ...]:
+    """Regions over their per-iteration budget, with the iterations where they were."""
+    iteration_counts = getattr(source, "iteration_counts", None)
+    if not budget.per_iteration or not callable(iteration_counts):
+        return ()
+    seen: dict[str, list[tuple[int, int]]] = {}
+    for index, counts in enumerate(iteration_counts()):
+        for region, count in counts.items():
+            allowed = budget.per_iteration.get(region)
+            if allowed is None or count > allowed:
+                seen.setdefault(region, []).append((index, count))
+    return tuple(
+        IterationProblem(region, budget.per_iteration.get(region), tuple(found))
+        for region, found in sorted(seen.items())
+    )
 
 
 def check_budget(
@@ -216,7 +321,8 @@ def check_budget(
     *,
     strict: bool = False,
 ) -> BudgetReport:
-    """Compare per-region counts with `budget`; pass the counter itself to get call sites in the report."""
+    """Compare per-region counts with `budget` (totals, and per iteration when it has `per_iteration`); pass the
+    counter itself to get call sites in the report."""
     if isinstance(counter_or_counts, CountSource):
         source: CountSource | None = counter_or_counts
         counts = counter_or_counts.counts_by_region()
@@ -225,7 +331,8 @@ def check_budget(
     over: list[RegionProblem] = []
     unbudgeted: list[RegionProblem] = []
     under: list[RegionProblem] = []
-    for region in sorted(set(counts) | set(budget.regions)):
+    totals_checked = bool(budget.regions) or not budget.per_iteration
+    for region in sorted(set(counts) | set(budget.regions)) if totals_checked else ():
         count, allowed = counts.get(region, 0), budget.regions.get(region)
         if allowed is not None and count == allowed:
             continue
@@ -233,11 +340,19 @@ def check_budget(
             under.append(RegionProblem(region, allowed, count))
             continue
         recorded = budget.sites.get(region) if budget.sites else None
-        sites = _region_sites(source, region, recorded) if source is not None else ()
+        lines = budget.lines.get(region) if budget.lines else None
+        sites = _region_sites(source, region, recorded, lines) if source is not None else ()
         (over if allowed is not None else unbudgeted).append(RegionProblem(region, allowed, count, sites))
     old_format = any(not _is_keyed(entries) for entries in budget.sites.values())
     return BudgetReport(
-        tuple(over), tuple(unbudgeted), tuple(under), strict, budget.source, source is not None, old_format
+        tuple(over),
+        tuple(unbudgeted),
+        tuple(under),
+        strict,
+        budget.source,
+        source is not None,
+        old_format,
+        _iteration_problems(source, budget),
     )
 
 
@@ -245,9 +360,11 @@ def budget_payload(
     counts: Mapping[str, int],
     sites: Mapping[str, Mapping[str, int]] | None = None,
     context: Mapping[str, Any] | None = None,
+    lines: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
+    per_iteration: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The JSON form `write_budget` writes (keys sorted, plain ints)."""
-    return {
+    """The JSON form `write_budget` writes (keys sorted, plain ints; `lines` and `per_iteration` when given)."""
+    payload: dict[str, Any] = {
         "context": dict(sorted((context or {}).items())),
         "regions": {str(region): int(counts[region]) for region in sorted(counts)},
         "sites": {
@@ -255,6 +372,17 @@ def budget_payload(
             for region, entries in sorted((sites or {}).items())
         },
     }
+    if lines:
+        payload["lines"] = {
+            str(region): {
+                str(key): {str(text): int(n) for text, n in sorted(entries.items())}
+                for key, entries in sorted(keys.items())
+            }
+            for region, keys in sorted(lines.items())
+        }
+    if per_iteration:
+        payload["per_iteration"] = {str(region): int(n) for region, n in sorted(per_iteration.items())}
+    return payload
 
 
 def write_budget(
@@ -262,11 +390,13 @@ def write_budget(
     counts: Mapping[str, int],
     sites: Mapping[str, Mapping[str, int]] | None = None,
     context: Mapping[str, Any] | None = None,
+    lines: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
+    per_iteration: Mapping[str, int] | None = None,
 ) -> Path:
     """Write a budget file (the regenerate path): sorted, indented JSON with a trailing newline."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(budget_payload(counts, sites, context), indent=2) + "\n"
+    text = json.dumps(budget_payload(counts, sites, context, lines, per_iteration), indent=2) + "\n"
     path.write_text(text, encoding="utf-8")
     return path
 

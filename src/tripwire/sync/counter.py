@@ -6,8 +6,10 @@ active, every host synchronization is recorded as a `SyncEvent(kind, region, sit
 - `region` is the INNERMOST enclosing `hot_path` name (`"<outside>"` when in none), so wrapping a
   region in a new outer region during a refactor does not move its budget; the full nesting is kept
   in `SyncEvent.region_path` (`"epoch/train_pass"`) for messages.
-- `site` is `file:line` of the first frame outside torch and tripwire (relative to the working
-  directory when under it) and `function` that frame's qualified name.
+- `site` is `file:line` of the first frame outside torch and tripwire (relative to the counter's `root`, by
+  default the working directory, when under it; else to the `sys.path` entry it is imported from) and
+  `function` that frame's qualified name; `SyncEvent.text` is that line's source, which identifies a site
+  across edits that move its line.
 - `kind` says what synced: `item`, `cpu`, `tolist`, `numpy`, `bool`, `float`, `int`, `index`,
   `complex`, `format` (printing a tensor), `contains`, `to_cpu`, `to_cpu_nonblocking`,
   `copy_to_cpu`, `cuda_synchronize`, `accelerator_synchronize`, `stream_synchronize`,
@@ -40,7 +42,7 @@ from collections import Counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from tripwire.sync.budget import site_key
+from tripwire.sync.sites import SiteRecord, group_records, site_key
 from tripwire.sync.state import _STATE, SyncEvent, relative_path
 
 if TYPE_CHECKING:
@@ -58,11 +60,16 @@ class SyncCounter:
     `cross_check_note` says why.
     """
 
-    def __init__(self, *, implicit: bool = True, cuda_cross_check: bool = False) -> None:
+    def __init__(
+        self, *, implicit: bool = True, cuda_cross_check: bool = False, root: str | os.PathLike[str] | None = None
+    ) -> None:
         self.implicit = implicit
+        # Call sites are named relative to this folder (the source root of the code under test); default: cwd.
+        self.root = os.path.join(os.path.abspath(root), "") if root is not None else None
         self.cuda_cross_check = cuda_cross_check
         self.events: list[SyncEvent] = []
-        self._marks: list[int] = []  # len(events) at each mark_iteration()
+        self._marks: list[int] = []  # len(events) at each iteration boundary
+        self._mark_mode = ""  # "end" (mark_iteration) or "start" (start_iteration)
         self.cuda_sync_warnings: int | None = None
         self.cuda_warning_sites: Counter[str] = Counter()
         self.cross_check_note = ""
@@ -75,7 +82,7 @@ class SyncCounter:
         from tripwire.sync import hooks as _sync_hooks
 
         if not _STATE.counters:
-            _STATE.root = os.getcwd() + os.sep
+            _STATE.root = self.root or os.path.join(os.getcwd(), "")
         self._installation = _sync_hooks.install(implicit=self.implicit)
         _STATE.counters.append(self)
         _STATE.active += 1
@@ -170,16 +177,39 @@ class SyncCounter:
 
     def mark_iteration(self) -> None:
         """Close one iteration of the user's loop (call it at the end of each step, epoch or update)."""
+        self._mark("end")
+
+    def start_iteration(self) -> None:
+        """Open one iteration of the user's loop (call it at the start of each step, epoch or update); what ran
+        before the first call is setup, not an iteration. Use this or `mark_iteration`, not both."""
+        self._mark("start")
+
+    def _mark(self, mode: str) -> None:
+        if self._mark_mode not in ("", mode):
+            raise ValueError("SyncCounter: use mark_iteration() (at ends) or start_iteration() (at starts), not both")
+        self._mark_mode = mode
         self._marks.append(len(self.events))
 
+    def segments(self) -> tuple[list[SyncEvent], list[list[SyncEvent]], list[SyncEvent]]:
+        """`(setup, iterations, tail)`: the events before the first iteration, of each iteration, and after the last."""
+        marks, events = self._marks, self.events
+        if not marks:
+            return list(events), [], []
+        if self._mark_mode == "start":
+            bounds = [*marks, len(events)]
+            return events[: marks[0]], [events[a:b] for a, b in itertools.pairwise(bounds)], []
+        bounds = [0, *marks]
+        return [], [events[a:b] for a, b in itertools.pairwise(bounds)], events[marks[-1] :]
+
     def iteration_counts(self) -> list[dict[str, int]]:
-        """Syncs per region in each iteration closed by `mark_iteration`, in order: a count that grows with the
-        iteration index, or one iteration that differs, points at a sync that depends on the loop's state."""
-        bounds = [0, *self._marks]
-        return [
-            dict(sorted(Counter(event.region for event in self.events[start:end]).items()))
-            for start, end in itertools.pairwise(bounds)
-        ]
+        """Syncs per region in each iteration (see `mark_iteration` and `start_iteration`), in order: a count that
+        grows with the iteration index, or one iteration that differs, points at a sync that depends on the loop's
+        state."""
+        return [dict(sorted(Counter(event.region for event in part).items())) for part in self.segments()[1]]
+
+    def site_records(self, region: str | None = None) -> list[SiteRecord]:
+        """One record per (region, site, function, kind, via) with its source line: what reports point with."""
+        return group_records(e for e in self.events if region is None or e.region == region)
 
     def site_internals(self, region: str) -> dict[str, set[str]]:
         """Per call site in `region`: the torch code that synced on its behalf (see `SyncEvent.via`), if any."""
@@ -193,6 +223,7 @@ class SyncCounter:
         """Forget the events and iteration marks recorded so far (e.g. after warm-up); the counter stays active."""
         self.events.clear()
         self._marks.clear()
+        self._mark_mode = ""
 
     def format(self) -> str:
         """A per-region table of counts and call sites, for logs and failure messages."""
@@ -201,11 +232,9 @@ class SyncCounter:
         lines = [f"{self.total} host syncs recorded:"]
         for region, count in self.counts_by_region().items():
             lines.append(f"  region {region!r}: {count}")
-            internals = self.site_internals(region)
-            for site, (function, kinds) in sorted(self.site_details(region).items()):
-                kind_text = ", ".join(f"{k}×{n}" for k, n in sorted(kinds.items()))
-                inside = f"  (inside torch: {', '.join(sorted(internals[site]))})" if site in internals else ""
-                lines.append(f"    {site} in {function}  [{kind_text}]{inside}")
+            for record in sorted(self.site_records(region), key=lambda r: (r.file, r.line, r.kind, r.via)):
+                inside = f"  (inside torch: {record.via})" if record.via else ""
+                lines.append(f"    {record.site} in {record.function}  [{record.kind}×{record.count}]{inside}")
         if self.cuda_sync_warnings is not None:
             lines.append(f"  cuda sync-debug warnings: {self.cuda_sync_warnings}")
         if self.cross_check_note:

@@ -7,6 +7,7 @@ module level: the hooks deliver events here, the counter installs the hooks when
 
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 import threading
@@ -31,6 +32,19 @@ class SyncEvent:
     # The torch code that synced on the user's behalf ("torch/optim/adam.py:_single_tensor_adam"), when the user's
     # line did not sync itself (Adam's step counters, a distribution's argument validation); "" otherwise.
     via: str = ""
+    path: str = ""  # the call site's absolute file name, for reading its source line (`site_text`)
+
+    @property
+    def line(self) -> int:
+        """The call site's line number (0 when unknown)."""
+        number = self.site.rsplit(":", 1)[-1]
+        return int(number) if number.isdigit() else 0
+
+    @property
+    def text(self) -> str:
+        """The call site's source line, stripped ("" when the file cannot be read): what identifies a site across
+        commits whose line numbers moved."""
+        return site_text(self.path, self.line)
 
 
 class _GlobalState:
@@ -65,11 +79,11 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
         return
     if local.label is not None:
         kind = local.label
-    site, function, via = _call_site()
+    site, function, via, filename = _call_site()
     regions = local.regions
     region = regions[-1][1] if regions else OUTSIDE
     path = "/".join(name for _, name in regions) if regions else OUTSIDE
-    event = SyncEvent(kind, region, site, function, path, via)
+    event = SyncEvent(kind, region, site, function, path, via, filename)
     for counter in list(_STATE.counters):
         if implicit and not counter.implicit:
             continue
@@ -80,9 +94,9 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
 _MACHINERY = ("overrides.py", "_tensor.py", "_ops.py", "_python_dispatch.py", "_jit_internal.py")
 
 
-def _call_site() -> tuple[str, str, str]:
-    """`(file:line, function, via)`: the innermost frame outside torch and tripwire, and the innermost torch frame
-    (not dispatch machinery) between it and the hook, named `torch/<file>:<function>`."""
+def _call_site() -> tuple[str, str, str, str]:
+    """`(file:line, function, via, absolute file)`: the innermost frame outside torch and tripwire, and the innermost
+    torch frame (not dispatch machinery) between it and the hook, named `torch/<file>:<function>`."""
     frame: FrameType | None = sys._getframe(1)
     prefixes = _STATE.skip_prefixes
     via = ""
@@ -92,8 +106,16 @@ def _call_site() -> tuple[str, str, str]:
             via = f"{_torch_relative(filename)}:{frame.f_code.co_qualname}"
         frame = frame.f_back
     if frame is None:
-        return "<unknown>", "<unknown>", via
-    return f"{relative_path(frame.f_code.co_filename)}:{frame.f_lineno}", frame.f_code.co_qualname, via
+        return "<unknown>", "<unknown>", via, ""
+    filename = frame.f_code.co_filename
+    return f"{relative_path(filename)}:{frame.f_lineno}", frame.f_code.co_qualname, via, filename
+
+
+def site_text(filename: str, line: int) -> str:
+    """The stripped source line `line` of `filename` ("" when unreadable)."""
+    if not filename or line <= 0:
+        return ""
+    return linecache.getline(filename, line).strip()
 
 
 def _torch_relative(filename: str) -> str:
@@ -102,8 +124,9 @@ def _torch_relative(filename: str) -> str:
 
 
 def relative_path(filename: str) -> str:
-    """`filename` relative to the counter's root directory when under it; else relative to the longest `sys.path`
-    entry holding it (the path its import uses, the same on every machine); else unchanged."""
+    """`filename` relative to the counter's root directory (its `root`, else the working directory) when under it;
+    else relative to the longest `sys.path` entry holding it (the path its import uses, the same on every machine);
+    else unchanged. Keys relative to a declared root match between two checkouts of one project in two folders."""
     root = _STATE.root
     if root and filename.startswith(root):
         return filename[len(root) :]
