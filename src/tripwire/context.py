@@ -1,27 +1,36 @@
 """Determinism context: the settings a bitwise golden depends on, captured, keyed and compared.
 
 Bitwise results are only reproducible under the same torch build, device, CPU code paths, thread count and
-determinism flags. The CPU code paths are those of `tripwire.numerics`: ATen's dispatch level
+determinism flags. The build is named in full: `torch` (the version, with its local tag such as `+cu130`),
+`torch_build` (`cpu`, `cuda 13.0` or `rocm 6.2`: a CUDA wheel running on a CPU is not a CPU-only wheel), and the
+`mkl` and `onednn` versions it ships. The CPU code paths are those of `tripwire.numerics`: ATen's dispatch level
 (`torch.backends.cpu.get_cpu_capability()`) and the oneDNN and MKL pins. Under the portable pin they read
 `AVX2` on every x86-64 CPU with AVX2, whatever its native ISA, so one golden serves all of them.
 
+`cpu_pin` says whether the portable pin was in force (`avx2`) or not (`native`). The pin changes the CPU
+kernels from the first operation on, so even a model's initial weights differ between a pinned and a native run:
+pinned and native results never compare bitwise, whatever the machine.
+
 A golden records this context; on a machine whose context differs, comparing against it would fail falsely,
-so `mismatches()` lists the differences. The gate then does not pass blindly: it says which setting differs,
-and under CI it fails unless the run compared base and head on the same machine (`--against`).
+so `mismatches()` lists the differences, each with what it means. The gate then does not pass blindly: it says
+which setting differs, and under CI it fails unless the run compared base and head on the same machine
+(`--against`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import platform
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from tripwire.numerics import cpu_numerics
+from tripwire.numerics import PORTABLE_LEVEL, cpu_numerics, is_pinned
 
 KEY_CHARS = 10
 
@@ -33,11 +42,31 @@ def _device_name(device: torch.device) -> str:
     return device.type
 
 
+def torch_build() -> str:
+    """`cuda 13.0`, `rocm 6.2` or `cpu`: what the installed torch wheel was built for (not what this machine has)."""
+    if torch.version.hip:
+        return f"rocm {torch.version.hip}"
+    if torch.version.cuda:
+        return f"cuda {torch.version.cuda}"
+    return "cpu"
+
+
+@functools.cache
+def library_versions() -> dict[str, str]:
+    """The MKL and oneDNN versions this torch build ships ("" when absent), from `torch.__config__.show()`."""
+    shown = torch.__config__.show()
+    mkl = re.search(r"Math Kernel Library Version ([0-9.]+)", shown)
+    onednn = re.search(r"(?:MKL-DNN|oneDNN) v([0-9.]+)", shown)
+    return {"mkl": mkl.group(1) if mkl else "", "onednn": onednn.group(1) if onednn else ""}
+
+
 def capture_context(device: torch.device | str = "cpu") -> dict[str, Any]:
     """The determinism context of this process for work on `device` (plain JSON values, sorted keys)."""
     resolved = torch.device(device)
     context: dict[str, Any] = {
         "torch": torch.__version__,
+        "torch_build": torch_build(),
+        **library_versions(),
         "device": _device_name(resolved),
         "machine": platform.machine(),
         **cpu_numerics(),
@@ -45,6 +74,7 @@ def capture_context(device: torch.device | str = "cpu") -> dict[str, Any]:
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
+    context["cpu_pin"] = PORTABLE_LEVEL if is_pinned(context) else "native"
     if resolved.type == "cuda":
         context["cuda"] = torch.version.cuda
         context["cudnn_deterministic"] = bool(torch.backends.cudnn.deterministic)
@@ -64,11 +94,27 @@ def context_key(context: Mapping[str, Any]) -> str:
     return f"{device}-{capability}-t{context.get('threads', 'x')}-{digest}"
 
 
+# What a differing setting means, for the reader of a golden that does not apply.
+_MEANING = {
+    "cpu_pin": "the portable pin changes CPU kernels from the first op, so even initial weights differ: run both "
+    "sides pinned (`tripwire.apply_portable_cpu_env()` before torch starts) or both native",
+    "torch": "another torch release computes other bits",
+    "torch_build": "a CUDA or ROCm wheel and a CPU-only wheel of one release ship other CPU libraries",
+    "mkl": "another MKL computes matmuls in another order",
+    "onednn": "another oneDNN computes convolutions in another order",
+    "cpu_capability": "ATen's vector width groups sums differently",
+    "threads": "another thread count splits reductions differently",
+    "device": "another device computes other bits",
+}
+
+
 def mismatches(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """`key: recorded -> current` for every setting that differs (empty when the contexts match)."""
+    """`key: recorded -> current (what it means)` for every setting that differs (empty when the contexts match)."""
     keys = sorted(set(recorded) | set(current))
-    return [
-        f"{key}: {recorded.get(key, '<unset>')!r} -> {current.get(key, '<unset>')!r}"
-        for key in keys
-        if recorded.get(key) != current.get(key)
-    ]
+    lines = []
+    for key in keys:
+        if recorded.get(key) == current.get(key):
+            continue
+        meaning = f" ({_MEANING[key]})" if key in _MEANING else ""
+        lines.append(f"{key}: {recorded.get(key, '<unset>')!r} -> {current.get(key, '<unset>')!r}{meaning}")
+    return lines

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 from pathlib import Path
 
 import pytest
@@ -40,7 +42,21 @@ def test_context_records_what_bitwise_results_depend_on() -> None:
 def test_context_key_changes_with_any_setting() -> None:
     context = capture_context("cpu")
     assert context_key(context) != context_key({**context, "threads": context["threads"] + 1})
-    assert mismatches(context, {**context, "threads": 99}) == [f"threads: {context['threads']!r} -> 99"]
+    assert mismatches(context, {**context, "threads": 99}) == [
+        f"threads: {context['threads']!r} -> 99 (another thread count splits reductions differently)"
+    ]
+
+
+def test_context_names_the_torch_build_its_libraries_and_the_pin() -> None:
+    context = capture_context("cpu")
+    expected_build = f"cuda {torch.version.cuda}" if torch.version.cuda else "cpu"
+    assert context["torch_build"] == (f"rocm {torch.version.hip}" if torch.version.hip else expected_build)
+    assert context["onednn"]  # torch's CPU convolutions, on every architecture
+    assert bool(context["mkl"]) == (platform.machine() in ("x86_64", "AMD64"))  # MKL ships in x86-64 wheels only
+    pinned = os.environ.get("ATEN_CPU_CAPABILITY") == "avx2" and os.environ.get("MKL_CBWR") == "COMPATIBLE,STRICT"
+    assert context["cpu_pin"] == ("avx2" if pinned else "native")
+    [line] = mismatches({**context, "cpu_pin": "native"}, {**context, "cpu_pin": "avx2"})
+    assert line.startswith("cpu_pin: 'native' -> 'avx2' (the portable pin changes CPU kernels from the first op")
 
 
 def test_updated_trajectory_golden_then_passes(tmp_path: Path) -> None:
