@@ -1,5 +1,8 @@
 """`python -m tripwire COMMAND ...`: the harness's command-line tools behind one entry point.
 
+    python -m tripwire run SCENARIO --out DIR   record one result of a scenario on a source tree
+    python -m tripwire compare A B          compare two results: a verdict per check, exit 1 on a difference
+    python -m tripwire budget write|check   write a sync budget from a result, or check a result against one
     python -m tripwire bench ...            run a benchmark suite, save a baseline or gate against one
     python -m tripwire bench-ab ...         paired base-vs-head benchmark A/B on this machine
     python -m tripwire baselines-diff A B   what changed between two baselines/ folders (markdown)
@@ -14,6 +17,9 @@ import sys
 from collections.abc import Sequence
 
 COMMANDS = {
+    "run": ("tripwire.commands:run_main", "record one result of a scenario on a source tree"),
+    "compare": ("tripwire.commands:compare_main", "compare two results; exit 1 on a difference"),
+    "budget": ("tripwire.commands:budget_main", "write a sync budget from a result, or check one against it"),
     "bench": ("tripwire.bench.cli", "run a benchmark suite, save a baseline or gate against one"),
     "bench-ab": ("tripwire.bench.ab", "paired base-vs-head benchmark A/B on this machine"),
     "baselines-diff": ("tripwire.baselines_diff", "what changed between two baselines/ folders (markdown)"),
@@ -35,8 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}: choose one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    code: int = module.main(rest)
+    module_name, _, function = COMMANDS[name][0].partition(":")
+    code: int = getattr(importlib.import_module(module_name), function or "main")(rest)
     return code
 
 

@@ -7,8 +7,9 @@ mapping each field's dotted path (objects flattened as in `tripwire.schema`; a l
 however deterministic the trainer is are left out: ids and timestamps by default (`DEFAULT_EXCLUDED`); a
 trainer adds its wall-clock fields (durations, rates) and run-location fields (file paths). A pattern is a
 dotted path matched with `fnmatch` (so `data.*_ms` works) against a field and every object above it, in
-events of every type. Values depend on float numerics, so payload goldens are keyed by determinism context
-like trajectory goldens (`GoldenStore.check_payloads`, `baselines/payloads/<scenario>/<context key>.json`).
+events of every type; `LABEL::PATH` limits it to events whose label matches `LABEL` (`charts/SPS::data.*`).
+Values depend on float numerics, so payload goldens are keyed by determinism context like trajectory goldens
+(`GoldenStore.check_payloads`, `baselines/payloads/<scenario>/<context key>.json`).
 
 Reading a failure (`PayloadDivergence`), the first differing event and field named (digests shortened here;
 the message shows 16 hex characters):
@@ -56,12 +57,25 @@ def _leaves(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def payload_digests(event: Mapping[str, Any], exclude: Sequence[str] = DEFAULT_EXCLUDED) -> dict[str, str]:
+def patterns_for(label: str, exclude: Sequence[str]) -> list[str]:
+    """The field patterns of `exclude` that apply to events labelled `label` (plain ones, and `LABEL::PATH` ones
+    whose label glob matches)."""
+    plain = [pattern for pattern in exclude if "::" not in pattern]
+    scoped = [pattern.split("::", 1) for pattern in exclude if "::" in pattern]
+    return plain + [path for glob, path in scoped if fnmatchcase(label, glob)]
+
+
+def payload_digests(
+    event: Mapping[str, Any],
+    exclude: Sequence[str] = DEFAULT_EXCLUDED,
+    detail_keys: Sequence[str] = DEFAULT_DETAIL_KEYS,
+) -> dict[str, str]:
     """`{dotted field path: digest}` of one event's values, excluded fields left out."""
     fields: dict[str, Any] = {}
     for key, value in event.items():
         _leaves(str(key), value, fields)
-    return {path: value_digest(value) for path, value in fields.items() if not excluded(path, exclude)}
+    patterns = patterns_for(event_label(event, detail_keys), exclude)
+    return {path: value_digest(value) for path, value in fields.items() if not excluded(path, patterns)}
 
 
 def event_name(position: int, event: Mapping[str, Any], detail_keys: Sequence[str] = DEFAULT_DETAIL_KEYS) -> str:
@@ -80,7 +94,7 @@ def payload_trajectory(
 ) -> Trajectory:
     """One checkpoint per event, `{field: digest}`, stamped with the determinism context it was recorded in."""
     checkpoints = [
-        (event_name(position, event, detail_keys), payload_digests(event, exclude))
+        (event_name(position, event, detail_keys), payload_digests(event, exclude, detail_keys))
         for position, event in enumerate(events, start=1)
     ]
     return Trajectory(checkpoints, dict(context))
@@ -91,8 +105,12 @@ def _label(name: str) -> str:
     return name.split(" ", 1)[-1]
 
 
-def format_payload_report(report: TrajectoryReport, golden: Trajectory, current: Trajectory) -> str:
-    """The failure message for a payload comparison: first differing event, its type and field."""
+def format_payload_report(
+    report: TrajectoryReport, golden: Trajectory, current: Trajectory, labels: tuple[str, str] = ("golden", "now")
+) -> str:
+    """The failure message for a payload comparison: first differing event, its type and field (`labels` name the
+    two sides)."""
+    old, new = labels
     head = f"telemetry payload diverged at event {report.first_index} of {report.total}"
     later = f"{report.later_divergences} later events differ too"
     where = f" ({report.source})" if report.source else ""
@@ -101,26 +119,29 @@ def format_payload_report(report: TrajectoryReport, golden: Trajectory, current:
         want = _label(golden.checkpoints[index][0]) if index < len(golden) else "no event"
         got = _label(current.checkpoints[index][0]) if index < len(current) else "no event"
         if len(current) == len(golden):
-            why = f"as many events as the golden, {len(golden)}: reordered or replaced"
+            side = "the golden" if old == "golden" else old
+            why = f"as many events as {side}, {len(golden)}: reordered or replaced"
         else:
-            why = f"{len(current)} events, golden {len(golden)}: events added or dropped"
-        return f"{head}: golden {want}, now {got} ({why})\n  {later}{where}"
+            why = f"{len(current)} events, {old} {len(golden)}: events added or dropped"
+        return f"{head}: {old} {want}, {new} {got} ({why})\n  {later}{where}"
     now = "absent" if report.actual_digest == "<absent>" else short(report.actual_digest)
     was = "absent" if report.expected_digest == "<absent>" else short(report.expected_digest)
     shown = ", ".join(report.differing_tensors[:6]) + (", ..." if len(report.differing_tensors) > 6 else "")
     return "\n".join(
         [
-            f"{head} ({_label(report.first_name)}): field {report.first_tensor} golden {was} now {now}",
+            f"{head} ({_label(report.first_name)}): field {report.first_tensor} {old} {was} {new} {now}",
             f"  {len(report.differing_tensors)} of {report.tensors_in_checkpoint} fields differ here: {shown}; "
             f"{later}{where}",
         ]
     )
 
 
-def compare_payloads(golden: Trajectory, current: Trajectory, *, source: str = "") -> str | None:
+def compare_payloads(
+    golden: Trajectory, current: Trajectory, *, source: str = "", labels: tuple[str, str] = ("golden", "now")
+) -> str | None:
     """None when every event's payload digests match the golden's, else the failure message."""
     report = compare_trajectories(golden, current, source=source)
-    return None if report.ok else format_payload_report(report, golden, current)
+    return None if report.ok else format_payload_report(report, golden, current, labels)
 
 
 def check_payloads(golden: Trajectory, current: Trajectory, *, source: str = "") -> None:

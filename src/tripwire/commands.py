@@ -1,0 +1,145 @@
+"""`python -m tripwire run | compare | budget`: record results, compare them and gate them on budgets, outside pytest.
+
+    python -m tripwire run SCENARIO.py --out DIR [--root TREE]    record one result of a scenario on a tree
+    python -m tripwire compare A B                                 the verdict table; exit 1 on any difference
+    python -m tripwire budget write RESULT FILE [--per-iteration]  a sync budget from a result
+    python -m tripwire budget check RESULT FILE                    exit 1 when the result exceeds the budget
+
+`run` pins the CPU kernels to the portable level before torch starts (`--cpu-pin avx2`, the default; `native`
+leaves them alone), so results recorded on two x86-64 machines compare bitwise. Exit codes: 0 ok (or the scenario
+does not apply), 1 a crash, a scenario error, a difference or an exceeded budget, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tripwire.errors import TripwireError, set_update_command
+from tripwire.numerics import apply_portable_cpu_env
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _commit_of(root: Path) -> str:
+    done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def run_main(argv: Sequence[str] | None = None) -> int:
+    """`python -m tripwire run` (see the module docstring)."""
+    parser = _Parser(prog="python -m tripwire run", description="Record one result of a scenario on a source tree.")
+    parser.add_argument("scenario", type=Path, help="a scenario file defining `scenario = Scenario(...)`")
+    parser.add_argument("--out", type=Path, required=True, help="the result folder to write")
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="the source tree (default: this folder)")
+    parser.add_argument("--commit", default=None, help="the tree's commit (default: git rev-parse HEAD there)")
+    parser.add_argument("--cpu-pin", choices=("avx2", "native"), default="avx2", help="portable CPU kernels or not")
+    parser.add_argument("--no-values", action="store_true", help="keep digests only (no values.pt)")
+    parser.add_argument("--budget", type=Path, help="also check the syncs against this budget file")
+    args = parser.parse_args(argv)
+    if args.cpu_pin == "avx2":
+        if "torch" in sys.modules:
+            print(
+                "error: torch was imported before the CPU pin could be set: run `python -m tripwire run`",
+                file=sys.stderr,
+            )
+            return 2
+        apply_portable_cpu_env()
+    from tripwire.record import record
+    from tripwire.scenario import load_scenario
+
+    root = args.root.resolve()
+    if not root.is_dir():
+        print(f"error: --root {root} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        scenario = load_scenario(args.scenario)
+    except TripwireError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    commit = args.commit if args.commit is not None else _commit_of(root)
+    result = record(scenario, root, commit=commit, keep_values=False if args.no_values else None)
+    result.save(args.out)
+    print(f"{scenario.name}: {result.summary()} -> {args.out}")
+    code = 0 if result.status in ("ok", "n/a") else 1
+    if args.budget is not None and result.ok:
+        code = max(code, _check_budget(result.syncs, args.budget, args.out))
+    return code
+
+
+def _check_budget(syncs: object, budget_file: Path, result_folder: Path) -> int:
+    from tripwire.sync.budget import SyncBudget, check_budget
+
+    set_update_command(f"python -m tripwire budget write {result_folder} {budget_file}")
+    try:
+        budget = SyncBudget.load(budget_file)
+    except TripwireError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    report = check_budget(syncs, budget)  # type: ignore[arg-type]
+    print(report.format())
+    return 0 if report.ok else 1
+
+
+def compare_main(argv: Sequence[str] | None = None) -> int:
+    """`python -m tripwire compare A B` (see the module docstring)."""
+    parser = _Parser(prog="python -m tripwire compare", description="Compare two results; exit 1 on a difference.")
+    parser.add_argument("a", type=Path, help="the base result folder")
+    parser.add_argument("b", type=Path, help="the result folder compared with it")
+    parser.add_argument("--brief", action="store_true", help="the table only, without the details")
+    args = parser.parse_args(argv)
+    from tripwire.compare import compare_results
+    from tripwire.result import Result
+
+    try:
+        a, b = Result.load(args.a), Result.load(args.b)
+    except TripwireError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    comparison = compare_results(a, b, a_label=str(args.a), b_label=str(args.b))
+    print(comparison.format(details=not args.brief))
+    return 0 if comparison.ok else 1
+
+
+def budget_main(argv: Sequence[str] | None = None) -> int:
+    """`python -m tripwire budget write|check RESULT FILE` (see the module docstring)."""
+    parser = _Parser(prog="python -m tripwire budget", description="Write or check a sync budget from a result.")
+    parser.add_argument("action", choices=("write", "check"))
+    parser.add_argument("result", type=Path, help="a result folder (python -m tripwire run ... --out RESULT)")
+    parser.add_argument("file", type=Path, help="the budget file")
+    parser.add_argument("--per-iteration", action="store_true", help="write: cap each iteration, not the totals")
+    args = parser.parse_args(argv)
+    from tripwire.result import Result
+    from tripwire.sync.budget import write_budget
+    from tripwire.sync.sites import lines_by_key
+
+    try:
+        result = Result.load(args.result, values=False)
+    except TripwireError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.action == "check":
+        return _check_budget(result.syncs, args.file, args.result)
+    syncs = result.syncs
+    if args.per_iteration and not syncs.iterations:
+        print("error: the result has no iterations: declare `iteration=` in the scenario", file=sys.stderr)
+        return 2
+    per_iteration = {region: max(it.get(region, 0) for it in syncs.iterations) for region in syncs.typical_iteration()}
+    context: dict[str, object] = {key: result.context[key] for key in ("device", "torch") if key in result.context}
+    write_budget(
+        args.file,
+        {} if args.per_iteration else syncs.counts_by_region(),
+        syncs.site_keys_by_region(),
+        context,
+        lines_by_key(syncs.records),
+        per_iteration if args.per_iteration else None,
+    )
+    what = "per iteration" if args.per_iteration else "totals"
+    print(f"wrote {args.file} ({what}; {syncs.total} syncs in {len(syncs.counts_by_region())} regions)")
+    return 0

@@ -1,0 +1,240 @@
+"""Compare two results: a verdict per check, each saying where a difference is, what kind it is and how big.
+
+`compare_results(a, b)` checks, in order:
+
+| check | same when | a difference reads |
+|---|---|---|
+| run | both ran to the end | `b crashed: ValueError: bad shape (src/model.py:42)` |
+| context | the determinism contexts match (a note, not a failure) | `torch_build: 'cpu' -> 'cuda 13.0' (...)` |
+| trajectory | every checkpoint is bitwise equal | `low-bit drift at #5 'Adam.step#1': max |Δ| 2.4e-09 = 3 ULP` |
+| syncs | every region and call site syncs as often | `NEW update ppo.py:264 in main ×3 [item] `v.item()`` |
+| telemetry | event counts, order and payload schema match | `SEED_PRUNED: 1 -> 0 (-1)` |
+| payloads | every event payload field is bitwise equal | `telemetry payload diverged at event 3 of 22 ...` |
+
+Sites are matched by file, function, kind and source line (`tripwire.sync.sites.match_lines`), never by line
+number, so two results of one tree recorded in two folders, or of two commits whose code only moved, show no site
+change. How big a trajectory difference is needs both sides' values (`values.pt`), which results recorded on one
+machine have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tripwire.context import mismatches
+from tripwire.payloads import compare_payloads
+from tripwire.result import Result, SyncSummary
+from tripwire.sync.sites import SiteRecord, match_lines
+from tripwire.telemetry import diff_counts
+from tripwire.trajectory import TrajectoryReport, compare_trajectories
+
+SAME, DIFFERS, NOTE, NOT_COMPARED, FAILED = "same", "differs", "note", "n/a", "failed"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One check's outcome: `same`, `differs`, `note` (context only), `n/a` or `failed` (both sides crashed)."""
+
+    check: str
+    status: str
+    summary: str
+    details: tuple[str, ...] = ()
+    kind: str = ""  # what kind of difference: `low-bit drift`, `value change`, `structure`, `new sync`, ...
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every verdict of comparing result `b` with result `a`."""
+
+    a: str
+    b: str
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when no check differs or failed."""
+        return all(verdict.status in (SAME, NOTE, NOT_COMPARED) for verdict in self.verdicts)
+
+    def verdict(self, check: str) -> Verdict:
+        return next(verdict for verdict in self.verdicts if verdict.check == check)
+
+    def format(self, *, details: bool = True) -> str:
+        """The verdict table, then the details of each difference."""
+        width = max(len(verdict.check) for verdict in self.verdicts)
+        lines = [f"tripwire compare: A = {self.a}", f"                  B = {self.b}", ""]
+        for verdict in self.verdicts:
+            lines.append(f"  {verdict.check:<{width}}  {verdict.status:<7}  {verdict.summary}")
+        if details:
+            for verdict in self.verdicts:
+                if verdict.details and verdict.status in (DIFFERS, FAILED, NOTE):
+                    lines += ["", f"{verdict.check}:", *(f"  {line}" for line in verdict.details)]
+        lines += ["", "identical" if self.ok else "DIFFERENT: see the checks above"]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SiteChange:
+    """A call site that syncs on one side only, or more or less often on B."""
+
+    change: str  # NEW, GONE, GREW, FEWER
+    record: SiteRecord  # B's record (A's for GONE)
+    before: int
+    after: int
+
+    def format(self) -> str:
+        record = self.record
+        counts = (
+            f"×{self.after}"
+            if self.change == "NEW"
+            else f"×{self.before}"
+            if self.change == "GONE"
+            else (f"×{self.before} -> ×{self.after}")
+        )
+        inside = f"  (inside torch: {record.via})" if record.via else ""
+        where = f"{record.site} in {record.function}"
+        return f"{self.change:<5} {record.region!r} {where}  {counts} [{record.kind}]  `{record.text}`{inside}"
+
+
+def site_changes(a: Sequence[SiteRecord], b: Sequence[SiteRecord]) -> list[SiteChange]:
+    """Sites of B that are new or sync more or less often than in A, and sites of A gone in B, matched by source
+    line within each (region, file, function, kind, via)."""
+    groups: dict[tuple[str, str, str], tuple[list[SiteRecord], list[SiteRecord]]] = {}
+    for side, records in ((0, a), (1, b)):
+        for record in records:
+            groups.setdefault((record.region, record.key, record.via), ([], []))[side].append(record)
+    changes = []
+    for before_records, after_records in groups.values():
+        before = _by_identity(before_records)
+        after = _by_identity(after_records)
+        matched = match_lines({key: count for key, (count, _) in before.items()}, after)
+        for identity, (count, record) in after.items():
+            old = matched[identity]
+            if old is None:
+                changes.append(SiteChange("NEW", record, 0, count))
+            elif count != before[old][0]:
+                changes.append(SiteChange("GREW" if count > before[old][0] else "FEWER", record, before[old][0], count))
+        taken = {old for old in matched.values() if old is not None}
+        changes += [SiteChange("GONE", record, count, 0) for key, (count, record) in before.items() if key not in taken]
+    order = {"NEW": 0, "GREW": 1, "FEWER": 2, "GONE": 3}
+    return sorted(changes, key=lambda c: (order[c.change], c.record.region, c.record.site))
+
+
+def _by_identity(records: Iterable[SiteRecord]) -> dict[str, tuple[int, SiteRecord]]:
+    """`{line identity: (count, a record with every line number of that identity)}`."""
+    out: dict[str, tuple[int, SiteRecord]] = {}
+    for record in records:
+        count, first = out.get(record.identity, (0, record))
+        lines = sorted({*first.site.rsplit(":", 1)[-1].split(","), str(record.line)}, key=lambda x: (len(x), x))
+        merged = SiteRecord(
+            first.region, f"{first.file}:{','.join(lines)}", first.function, first.kind, first.via, first.text, 0
+        )
+        out[record.identity] = (count + record.count, merged)
+    return out
+
+
+def compare_syncs(a: SyncSummary, b: SyncSummary) -> Verdict:
+    """Region totals, the typical iteration and every site change."""
+    changes = site_changes(a.records, b.records)
+    totals_a, totals_b = a.counts_by_region(), b.counts_by_region()
+    regions = [r for r in sorted(set(totals_a) | set(totals_b)) if totals_a.get(r, 0) != totals_b.get(r, 0)]
+    if not changes and not regions:
+        return Verdict("syncs", SAME, f"identical ({b.total} syncs)")
+    details = [f"region {r!r}: {totals_a.get(r, 0)} -> {totals_b.get(r, 0)}" for r in regions]
+    typical_a, typical_b = a.typical_iteration(), b.typical_iteration()
+    if a.iterations and b.iterations and typical_a != typical_b:
+        per = [f"{r} {typical_a.get(r, 0)} -> {typical_b.get(r, 0)}" for r in sorted(set(typical_a) | set(typical_b))]
+        details.append(f"per iteration: {', '.join(p for p in per if p.split()[1] != p.split()[3])}")
+    details += [change.format() for change in changes]
+    head = changes[0].format() if changes else details[0]
+    kinds = {change.change for change in changes}
+    kind = "new sync" if "NEW" in kinds or "GREW" in kinds else "fewer syncs" if changes else "count"
+    return Verdict("syncs", DIFFERS, f"{b.total - a.total:+d} syncs; {head}", tuple(details), kind)
+
+
+def compare_trajectory(a: Result, b: Result) -> Verdict:
+    """The first divergence, what kind it is and, with both sides' values, how big."""
+    report: TrajectoryReport = compare_trajectories(
+        a.trajectory, b.trajectory, source="", expected_values=a.values, actual_values=b.values
+    )
+    if report.ok:
+        return Verdict("trajectory", SAME, f"identical ({report.total} checkpoints)")
+    where = f"at #{report.first_index} of {report.total} {report.first_name!r}"
+    if report.kind == "checkpoints":
+        summary = f"{report.structure} ({where})"
+    elif report.kind == "structure" and report.changes is not None:
+        summary = f"structure {where}: {report.changes.format_structure(shown=2)}"
+    elif report.magnitude is not None and report.magnitude.deltas:
+        summary = f"{report.magnitude.summary()} {where}"
+    else:
+        summary = f"values differ {where} (values not kept: magnitude unknown)"
+    details = report.format(labels=("A", "B")).splitlines()
+    context = mismatches(a.context, b.context)
+    if context:
+        details.append(f"the contexts differ ({'; '.join(context)}): that alone can explain a bitwise difference")
+    return Verdict("trajectory", DIFFERS, summary, tuple(details), report.kind)
+
+
+def compare_telemetry(a: Result, b: Result) -> list[Verdict]:
+    """Event counts, order and schema; then every payload field."""
+    if a.telemetry is None and b.telemetry is None:
+        return [Verdict("telemetry", NOT_COMPARED, "no events recorded")]
+    if a.telemetry is None or b.telemetry is None:
+        side = "A" if a.telemetry is None else "B"
+        return [Verdict("telemetry", DIFFERS, f"{side} recorded no events", kind="events")]
+    lines = diff_counts(a.telemetry, b.telemetry)
+    counts = (
+        Verdict("telemetry", SAME, f"identical ({b.telemetry.get('total', 0)} events)")
+        if not lines
+        else Verdict("telemetry", DIFFERS, lines[0], tuple(lines), "events")
+    )
+    if a.payloads is None or b.payloads is None:
+        return [counts, Verdict("payloads", NOT_COMPARED, "no payload digests")]
+    message = compare_payloads(a.payloads, b.payloads, labels=("A", "B"))
+    payloads = (
+        Verdict("payloads", SAME, f"identical ({len(b.payloads)} events)")
+        if message is None
+        else Verdict("payloads", DIFFERS, message.splitlines()[0], tuple(message.splitlines()), "payload")
+    )
+    return [counts, payloads]
+
+
+def compare_results(a: Result, b: Result, *, a_label: str = "", b_label: str = "") -> Comparison:
+    """Compare result `b` with result `a` (see the module docstring)."""
+    labels = (a_label or _label(a), b_label or _label(b))
+    run = _run_verdict(a, b)
+    context = mismatches(a.context, b.context)
+    verdicts = [run, Verdict("context", NOTE if context else SAME, "; ".join(context) or "same", tuple(context))]
+    if a.ok and b.ok:
+        verdicts += [compare_trajectory(a, b), compare_syncs(a.syncs, b.syncs), *compare_telemetry(a, b)]
+    else:
+        verdicts += [
+            Verdict(check, NOT_COMPARED, "not compared: a side did not run to the end")
+            for check in ("trajectory", "syncs", "telemetry", "payloads")
+        ]
+    return Comparison(labels[0], labels[1], tuple(verdicts))
+
+
+def _run_verdict(a: Result, b: Result) -> Verdict:
+    if a.ok and b.ok:
+        return Verdict("run", SAME, f"both ran ({a.seconds:.1f} s, {b.seconds:.1f} s)")
+    if a.status == b.status and a.cause == b.cause:
+        status = NOT_COMPARED if a.status == "n/a" else FAILED
+        return Verdict("run", status, f"both {a.status}: {a.cause}", kind=a.status)
+    details = [f"A {a.status}{': ' + a.cause if a.cause else ''}", f"B {b.status}{': ' + b.cause if b.cause else ''}"]
+    side, result = ("B", b) if not b.ok else ("A", a)
+    verb = {"crash": "crashed", "error": "could not run the scenario", "n/a": "is not applicable"}.get(
+        result.status, ""
+    )
+    summary = f"{side} {verb}: {result.cause}" if verb else f"{side} {result.status}"
+    return Verdict("run", DIFFERS, summary, tuple(details), result.status if not b.ok else "fixed")
+
+
+def _label(result: Result) -> str:
+    commit = result.source.get("commit", "")
+    where = str(result.folder) if result.folder is not None else result.source.get("root", "")
+    return f"{where}" + (f" ({commit[:12]})" if commit else "")
+
+
+__all__: list[Any] = ["Comparison", "SiteChange", "Verdict", "compare_results", "compare_syncs", "site_changes"]

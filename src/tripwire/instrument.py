@@ -1,0 +1,320 @@
+"""Instruments placed from outside: regions, iteration boundaries, checkpoints and events on named callables.
+
+`Instrumentation(scenario, session)` replaces each named function or method (`module:Qualified.name`) with a
+stand-in that calls the original inside the scenario's hot-path region, marks iteration boundaries on the session's
+`SyncCounter`, records trajectory checkpoints after the call and turns calls into telemetry events. Nothing is
+edited on disk and everything is restored on exit, also when the run raised.
+
+Targets in importable modules are bound on entry (so `from torch.nn.utils import clip_grad_norm_` in the loop gets
+the stand-in). Targets in `__main__` (classes and functions a script defines) are bound as soon as the script has
+defined them: the script runner (`tripwire.launch`) calls `bind_namespace` after each top-level statement. A
+method is replaced on the class named (an inherited one is shadowed there, then removed again); an instance's own
+attribute, or a reference taken before binding (`step = opt.step` at import time), is not seen.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import random
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tripwire.scenario import Checkpoint, EventCall, Iteration, Scenario, ScenarioError, parse_target
+from tripwire.sync import hot_path, ignore_syncs
+from tripwire.sync.counter import SyncCounter
+from tripwire.trajectory import TrajectoryRecorder
+
+
+@dataclass
+class Session:
+    """Where the instruments deliver: the sync counter, the trajectory recorder and the captured events."""
+
+    counter: SyncCounter
+    recorder: TrajectoryRecorder
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def rng_states() -> dict[str, Any]:
+    """The global RNG states (torch CPU and CUDA, `random`, NumPy) as values a checkpoint digests."""
+    states: dict[str, Any] = {"torch.cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for index, state in enumerate(torch.cuda.get_rng_state_all()):
+            states[f"torch.cuda.{index}"] = state
+    states["python.random"] = [repr(part) for part in random.getstate()]
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        return states
+    kind, keys, position, has_gauss, cached = numpy.random.get_state(legacy=True)
+    states["numpy.random"] = {
+        "keys": torch.from_numpy(numpy.array(keys, dtype=numpy.int64)),
+        "rest": [kind, position, has_gauss, cached],
+    }
+    return states
+
+
+def object_state(value: Any) -> Any:
+    """What a checkpoint digests of an object: a module's or optimizer's state (an optimizer's parameters too),
+    any `state_dict()`, tensors and plain values as they are, else the object's plain attributes."""
+    if isinstance(value, torch.nn.Module):
+        return value.state_dict()
+    if isinstance(value, torch.optim.Optimizer):
+        params = [param for group in value.param_groups for param in group["params"]]
+        return {"params": params, "state_dict": value.state_dict()}
+    state_dict = getattr(value, "state_dict", None)
+    if callable(state_dict):
+        return state_dict()
+    if isinstance(value, (torch.Tensor, Mapping, list, tuple, int, float, str, bool)) or value is None:
+        return value
+    attributes = getattr(value, "__dict__", {})
+    return {
+        name: item
+        for name, item in attributes.items()
+        if isinstance(item, (torch.Tensor, int, float, str, bool)) and not name.startswith("__")
+    }
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON value for an event payload: tensors and arrays as lists, objects by repr."""
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        with ignore_syncs():
+            return value.detach().cpu().tolist()
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return value.tolist()
+    if isinstance(value, Mapping):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(item) for item in value]
+    return repr(value)
+
+
+@dataclass
+class TargetHooks:
+    """Everything placed on one target, and how often it was called."""
+
+    label: str  # `Agent.get_value`: names checkpoints
+    session: Session
+    region: hot_path | None = None
+    iteration: Iteration | None = None
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    event_calls: list[EventCall] = field(default_factory=list)
+    calls: int = 0
+    signature: inspect.Signature | None = None
+
+    def call(self, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self.calls += 1
+        number = self.calls
+        iteration = self.iteration
+        if iteration is not None and iteration.at == "start" and (number - 1) % iteration.every == 0:
+            self.session.counter.start_iteration()
+        if self.region is not None:
+            with self.region:
+                result = original(*args, **kwargs)
+        else:
+            result = original(*args, **kwargs)
+        for checkpoint in self.checkpoints:
+            if (number - 1) % checkpoint.every == 0:
+                name = f"{checkpoint.name or self.label}#{number}"
+                self.session.recorder.record(name, self._capture(checkpoint, original, args, kwargs, result))
+        for event in self.event_calls:
+            self.session.events.append(self._event(event, original, args, kwargs))
+        if iteration is not None and iteration.at == "end" and number % iteration.every == 0:
+            self.session.counter.mark_iteration()
+        return result
+
+    def _bind(self, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self.signature is None:
+            self.signature = inspect.signature(original)
+        try:
+            return dict(self.signature.bind(*args, **kwargs).arguments)
+        except TypeError:
+            return {f"arg{index}": value for index, value in enumerate(args)} | kwargs
+
+    def _capture(
+        self, checkpoint: Checkpoint, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+    ) -> dict[str, Any]:
+        captured: dict[str, Any] = {}
+        for spec in checkpoint.capture:
+            if spec == "return":
+                captured["return"] = object_state(result)
+            elif spec == "rng":
+                captured["rng"] = rng_states()
+            elif spec == "args":
+                captured["args"] = [object_state(arg) for arg in args]
+            elif spec.startswith("arg:"):
+                captured[spec] = object_state(self._bind(original, args, kwargs).get(spec[4:]))
+            elif spec == "self" or spec.startswith("self."):
+                if not args:
+                    raise ScenarioError(f"checkpoint on {checkpoint.target}: capture {spec!r} needs a method")
+                value = functools.reduce(getattr, spec.split(".")[1:], args[0])
+                captured[spec] = object_state(value)
+            else:
+                raise ScenarioError(
+                    f"checkpoint on {checkpoint.target}: unknown capture {spec!r} "
+                    "(use return, self, self.attr, args, arg:NAME or rng)"
+                )
+        return captured
+
+    def _event(self, event: EventCall, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        arguments = self._bind(original, args, kwargs)
+        arguments.pop("self", None)
+        label = arguments.pop(event.label) if event.label in arguments else event.label
+        data = {name: jsonable(value) for name, value in arguments.items() if not event.fields or name in event.fields}
+        return {"event_type": str(label), "data": data}
+
+
+class Stand:
+    """The stand-in for a replaced callable: calls `hooks.call(original, ...)`, and binds like a function does (a
+    method stays a method). It carries the original's name, docstring and attributes (`functools.update_wrapper`)."""
+
+    def __init__(self, original: Any, hooks: TargetHooks) -> None:
+        functools.update_wrapper(self, original)
+        self._original = original
+        self._hooks = hooks
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._hooks.call(self._original, args, kwargs)
+
+
+@dataclass
+class _Patch:
+    owner: Any
+    attribute: str
+    had_own: bool
+    original: Any
+
+
+def _resolve(spec: str, namespace: Mapping[str, Any] | None) -> tuple[Any, str, Any]:
+    """`(owner, attribute, raw value)` of a target: the class or module holding it (None for a top-level name of a
+    script's namespace), and what it holds there. A name the namespace does not define yet raises `LookupError`."""
+    module_name, qualname = parse_target(spec)
+    parts = qualname.split(".")
+    if namespace is not None:
+        if parts[0] not in namespace:
+            raise LookupError(parts[0])
+        if len(parts) == 1:
+            return None, parts[0], namespace[parts[0]]
+        start: Any = namespace[parts[0]]
+        holder_parts = parts[1:-1]
+    else:
+        try:
+            start = importlib.import_module(module_name)
+        except ImportError as error:
+            raise ScenarioError(f"target {spec}: module {module_name!r} cannot be imported ({error})") from None
+        holder_parts = parts[:-1]
+    try:
+        owner = functools.reduce(getattr, holder_parts, start)
+        raw = inspect.getattr_static(owner, parts[-1])
+    except AttributeError:
+        raise ScenarioError(f"target {spec}: {module_name} has no {qualname}") from None
+    return owner, parts[-1], raw
+
+
+class Instrumentation:
+    """Places a scenario's instruments on their targets for the duration of a `with` block (see the module doc).
+
+    `renames` maps a target named in the scenario to the one this tree has (`Adapter.targets`).
+    """
+
+    def __init__(self, scenario: Scenario, session: Session, renames: Mapping[str, str] | None = None) -> None:
+        self.session = session
+        self.hooks: dict[str, TargetHooks] = {}
+        self._patches: list[_Patch] = []
+        self.bound: set[str] = set()
+        renames = dict(renames or {})
+        for region in scenario.regions:
+            self._hooks_for(renames.get(region.target, region.target)).region = hot_path(region.name)
+        if scenario.iteration is not None:
+            self._hooks_for(
+                renames.get(scenario.iteration.target, scenario.iteration.target)
+            ).iteration = scenario.iteration
+        for checkpoint in scenario.checkpoints:
+            self._hooks_for(renames.get(checkpoint.target, checkpoint.target)).checkpoints.append(checkpoint)
+        for event in scenario.event_calls:
+            self._hooks_for(renames.get(event.target, event.target)).event_calls.append(event)
+
+    def _hooks_for(self, target: str) -> TargetHooks:
+        if target not in self.hooks:
+            label = ".".join(parse_target(target)[1].split(".")[-2:])
+            self.hooks[target] = TargetHooks(label, self.session)
+        return self.hooks[target]
+
+    def __enter__(self) -> Instrumentation:
+        try:
+            for target in self.hooks:
+                if parse_target(target)[0] != "__main__":
+                    self._bind(target, None)
+        except BaseException:
+            self.restore()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.restore()
+
+    def bind_namespace(self, module_name: str, namespace: Mapping[str, Any]) -> None:
+        """Bind the pending targets of `module_name` (`__main__`) that `namespace` now defines."""
+        for target in self.hooks:
+            if target not in self.bound and parse_target(target)[0] == module_name:
+                try:
+                    self._bind(target, namespace)
+                except LookupError:
+                    continue  # not defined yet: the next statement may define it
+
+    def _bind(self, target: str, namespace: Mapping[str, Any] | None) -> None:
+        owner, attribute, raw = _resolve(target, namespace)
+        if owner is None:  # a function defined at the top of a script: rebind the name in its namespace
+            owner_map = namespace
+            if not isinstance(owner_map, dict):
+                raise ScenarioError(f"target {target}: cannot rebind a name in a read-only namespace")
+            self._patches.append(_Patch(owner_map, attribute, True, raw))
+            owner_map[attribute] = self._stand_in(target, raw)
+            self.bound.add(target)
+            return
+        had_own = attribute in vars(owner) if isinstance(owner, type) else True
+        self._patches.append(_Patch(owner, attribute, had_own, raw))
+        setattr(owner, attribute, self._stand_in(target, raw))
+        self.bound.add(target)
+
+    def _stand_in(self, target: str, raw: Any) -> Any:
+        hooks = self.hooks[target]
+        if isinstance(raw, staticmethod):
+            return staticmethod(Stand(raw.__func__, hooks))
+        if isinstance(raw, classmethod):
+            return classmethod(Stand(raw.__func__, hooks))
+        if not callable(raw):
+            raise ScenarioError(f"target {target}: {type(raw).__name__} is not a function or method")
+        return Stand(raw, hooks)
+
+    def restore(self) -> None:
+        """Put every original back, newest first."""
+        while self._patches:
+            patch = self._patches.pop()
+            if isinstance(patch.owner, dict):
+                patch.owner[patch.attribute] = patch.original
+            elif patch.had_own:
+                setattr(patch.owner, patch.attribute, patch.original)
+            else:
+                delattr(patch.owner, patch.attribute)
+
+    def unbound(self) -> list[str]:
+        """Targets never bound (a `__main__` name the script did not define)."""
+        return [target for target in self.hooks if target not in self.bound]
+
+    def calls(self) -> dict[str, int]:
+        """How often each target was called."""
+        return {target: hooks.calls for target, hooks in self.hooks.items()}
+
+
+__all__: Sequence[str] = ["Instrumentation", "Session", "Stand", "TargetHooks", "object_state", "rng_states"]

@@ -1,0 +1,271 @@
+"""Record one result: run a scenario on a source tree in this process, with every instrument in place.
+
+`record(scenario, root)` puts the tree's import roots first on `sys.path`, applies the adapters whose condition
+holds for this tree, runs the scenario's entry under a `SyncCounter` (call sites relative to `root`) and its
+`Instrumentation`, and returns a `tripwire.result.Result`. A failure of the code under test is a `crash` with a
+one-line cause (its exception and the innermost line of the tree it came from); a scenario that cannot be set up
+(a target that does not exist in this tree) is an `error`; a scenario that raises `NotApplicable` is `n/a`. Modules
+imported from the tree are unloaded afterwards, and everything patched is restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from tripwire.context import capture_context
+from tripwire.instrument import Instrumentation, Session, _resolve
+from tripwire.launch import module_path, run_main
+from tripwire.payloads import payload_trajectory
+from tripwire.result import Result, SyncSummary
+from tripwire.scenario import Adapter, NotApplicable, Scenario, ScenarioError, Tree
+from tripwire.sync.counter import SyncCounter
+from tripwire.sync.sites import group_records
+from tripwire.telemetry import load_events, reduce_events
+from tripwire.trajectory import TrajectoryRecorder
+
+
+def one_line(error: BaseException, root: Path | None = None, tb: TracebackType | None = None) -> str:
+    """`ValueError: bad shape (src/model.py:42)`: the exception's first line and the innermost frame in `root`."""
+    text = str(error).strip().splitlines()
+    head = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    frames = list(traceback.extract_tb(tb or error.__traceback__))
+    inside = [frame for frame in frames if root is None or frame.filename.startswith(str(root))]
+    if not (inside or frames):
+        return head
+    frame = (inside or frames)[-1]
+    where = frame.filename
+    if root is not None and where.startswith(str(root)):
+        where = os.path.relpath(where, root)
+    return f"{head} ({where}:{frame.lineno})"
+
+
+@contextlib.contextmanager
+def _tree_on_path(root: Path, paths: Sequence[str]) -> Iterator[None]:
+    """The tree's import roots first on `sys.path`; afterwards the path is restored and the tree's modules unloaded."""
+    saved_path, before = list(sys.path), set(sys.modules)
+    sys.path[:0] = [str((root / path).resolve()) for path in paths]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        prefix = str(root)
+        for name in set(sys.modules) - before:
+            module_file = getattr(sys.modules.get(name), "__file__", None) or ""
+            if module_file.startswith(prefix) or name.startswith("tripwire_tree_"):
+                del sys.modules[name]
+
+
+@contextlib.contextmanager
+def _adapted(adapters: Sequence[Adapter]) -> Iterator[None]:
+    """Module aliases, patches and wraps of the applying adapters, in place for the run and undone after."""
+    saved_modules: dict[str, Any] = {}
+    restores: list[tuple[Any, str, Any, bool]] = []
+    try:
+        for adapter in adapters:
+            for alias, real in adapter.aliases.items():
+                saved_modules.setdefault(alias, sys.modules.get(alias))
+                try:
+                    sys.modules[alias] = importlib.import_module(real)
+                except ImportError as error:
+                    raise ScenarioError(
+                        f"adapter alias {alias} -> {real}: {real} cannot be imported ({error})"
+                    ) from None
+            replacements = dict(adapter.patches)
+            for target, adapt in adapter.wraps.items():
+                owner, attribute, _ = _resolve(target, None)
+                replacements[target] = adapt(getattr(owner, attribute))
+            for target, replacement in replacements.items():
+                owner, attribute, raw = _resolve(target, None)
+                restores.append((owner, attribute, raw, attribute in vars(owner)))
+                setattr(owner, attribute, replacement)
+        yield
+    finally:
+        for owner, attribute, raw, had_own in reversed(restores):
+            if had_own:
+                setattr(owner, attribute, raw)
+            else:
+                delattr(owner, attribute)
+        for alias, module in saved_modules.items():
+            if module is None:
+                sys.modules.pop(alias, None)
+            else:
+                sys.modules[alias] = module
+
+
+@contextlib.contextmanager
+def _working_folder(scenario: Scenario, root: Path, workdir: Path | None) -> Iterator[Path]:
+    """The run's working folder: the tree's root, or a fresh scratch folder (kept under `workdir` when given)."""
+    previous = os.getcwd()
+    with contextlib.ExitStack() as stack:
+        if scenario.cwd == "root":
+            folder = root
+        elif workdir is not None:
+            folder = workdir
+            folder.mkdir(parents=True, exist_ok=True)
+        else:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tripwire-run-")))
+        os.chdir(folder)
+        try:
+            yield folder
+        finally:
+            os.chdir(previous)
+
+
+def _run_entry(scenario: Scenario, tree: Tree, argv: Sequence[str], instrumentation: Instrumentation) -> None:
+    """Run the scenario's script, module or function."""
+    bind = _MainBinder(instrumentation)
+    if scenario.script:
+        script = (tree.root / scenario.script).resolve()
+        if not script.is_file():
+            raise NotApplicable(f"{scenario.script} does not exist in this tree")
+        run_main(script, argv, bind)
+    elif scenario.module:
+        run_main(module_path(scenario.module), argv, bind, module_name=scenario.module)
+    else:
+        entry: Any = scenario.call
+        if isinstance(entry, str):
+            owner, attribute, _ = _resolve(entry, None)
+            entry = getattr(owner, attribute)
+        if _takes_tree(entry):
+            entry(tree)
+        else:
+            entry()
+
+
+def _takes_tree(entry: Any) -> bool:
+    """Whether a scenario's function takes the `Tree` argument."""
+    try:
+        return len(inspect.signature(entry).parameters) >= 1
+    except (TypeError, ValueError):
+        return False
+
+
+class _MainBinder:
+    """Binds the instrumentation's `__main__` targets in a script's namespace (called after each statement)."""
+
+    def __init__(self, instrumentation: Instrumentation) -> None:
+        self._instrumentation = instrumentation
+
+    def __call__(self, namespace: dict[str, Any]) -> None:
+        self._instrumentation.bind_namespace("__main__", namespace)
+
+
+def record(
+    scenario: Scenario,
+    root: str | Path,
+    *,
+    commit: str = "",
+    workdir: Path | None = None,
+    keep_values: bool | None = None,
+) -> Result:
+    """Run `scenario` on the tree at `root` in this process and return what it recorded (see the module docstring)."""
+    tree = Tree(Path(root).resolve(), commit)
+    source = {"root": str(tree.root), "commit": commit, "scenario_file": scenario.source}
+    try:
+        adapters = [adapter for adapter in scenario.adapters if adapter.applies(tree)]
+    except NotApplicable as reason:
+        return Result(scenario.name, "n/a", str(reason), capture_context(), source)
+    options: dict[str, Any] = {}
+    renames: dict[str, str] = {}
+    argv: Sequence[str] = scenario.argv
+    for adapter in adapters:
+        options.update(adapter.options)
+        renames.update(adapter.targets)
+        argv = adapter.argv if adapter.argv is not None else argv
+    tree = Tree(tree.root, commit, options)
+    with _torch_settings(scenario):
+        context = capture_context()
+        keep = scenario.keep_values if keep_values is None else keep_values
+        recorder = TrajectoryRecorder(context, keep_values=keep)
+        counter = SyncCounter(root=tree.root)
+        session = Session(counter, recorder)
+        instrumentation = Instrumentation(scenario, session, renames)
+        status, cause, trace = "ok", "", ""
+        start = time.perf_counter()
+        with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
+            try:
+                with _adapted(adapters):
+                    with instrumentation, counter:
+                        _run_entry(scenario, tree, argv, instrumentation)
+                    unbound = instrumentation.unbound()
+                    if unbound:
+                        raise ScenarioError(f"never bound: {', '.join(unbound)} (the tree defines no such target)")
+            except NotApplicable as reason:
+                status, cause = "n/a", str(reason)
+            except ScenarioError as error:
+                status, cause = "error", str(error)
+            except SystemExit as exit_:
+                if exit_.code not in (0, None):
+                    status, cause, trace = "crash", f"SystemExit({exit_.code!r})", traceback.format_exc()
+            except Exception as error:
+                status, cause, trace = "crash", one_line(error, tree.root), traceback.format_exc()
+            seconds = time.perf_counter() - start
+            events = list(session.events) + _event_files(scenario, folder)
+    result = Result(scenario.name, status, cause, context, source, seconds, traceback=trace)
+    result.syncs = _summary(counter, [region.name for region in scenario.regions])
+    result.calls = instrumentation.calls()
+    result.trajectory, result.values = recorder.trajectory, (recorder.values if keep else None)
+    if recorder.values_truncated_at:
+        result.notes.append(f"values kept up to checkpoint {recorder.values_truncated_at!r} (size limit)")
+    if events or scenario.events or scenario.event_calls:
+        result.telemetry = reduce_events(events, round_end=scenario.round_end or None).to_snapshot()
+        result.payloads = payload_trajectory(events, context, exclude=tuple(scenario.exclude))
+    result.notes.extend(_never_called(result.calls))
+    return result
+
+
+@contextlib.contextmanager
+def _torch_settings(scenario: Scenario) -> Iterator[None]:
+    """The scenario's thread count and determinism flag for the run; the caller's afterwards."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(scenario.threads)
+    torch.use_deterministic_algorithms(scenario.deterministic)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def _event_files(scenario: Scenario, folder: Path) -> list[dict[str, Any]]:
+    if not scenario.events:
+        return []
+    events: list[dict[str, Any]] = []
+    for path in sorted(folder.glob(scenario.events)):
+        events.extend(load_events(path))
+    return events
+
+
+def _never_called(calls: Mapping[str, int]) -> list[str]:
+    return [f"target {target} was never called" for target, count in sorted(calls.items()) if count == 0]
+
+
+def _summary(counter: SyncCounter, declared: Sequence[str]) -> SyncSummary:
+    setup, iterations, tail = counter.segments()
+    return SyncSummary(
+        group_records(counter.events),
+        [_region_counts(part) for part in iterations],
+        _region_counts(setup),
+        _region_counts(tail),
+        sorted(set(declared)),
+    )
+
+
+def _region_counts(events: Sequence[Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for event in events:
+        counts[event.region] = counts.get(event.region, 0) + 1
+    return dict(sorted(counts.items()))

@@ -1,0 +1,208 @@
+"""Results as files: one run of a scenario, saved to a folder, loaded and compared anywhere.
+
+A result folder holds:
+
+    result.json       status (ok, crash, n/a or error, with a one-line cause), the determinism context, the source
+                      root and commit, syncs per region, per iteration and per call site (with each site's source
+                      line), telemetry counts, and what was not measured
+    trajectory.json   the checkpoints' digests and specs (`tripwire.trajectory`)
+    payloads.json     a digest of every event payload field (`tripwire.payloads`), when the run had events
+    values.pt         the checkpoints' values (`torch.save` of plain tensors), for measuring differences on this machine
+    traceback.txt     the full traceback of a crash
+
+Call sites are relative to the declared source root, so two results recorded in two checkouts of one project
+compare without false site changes. `Result.syncs` also answers what a `tripwire.sync.budget.check_budget` reads,
+so a saved result can be checked against a budget file outside pytest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tripwire.errors import GoldenFileError, read_golden_json
+from tripwire.sync.sites import SiteRecord, site_key
+
+FORMAT = "tripwire-result/1"
+STATUSES = ("ok", "crash", "n/a", "error")
+
+
+@dataclass
+class SyncSummary:
+    """Syncs of one run: per call site (`SiteRecord`), and per region for each iteration, the setup and the tail."""
+
+    records: list[SiteRecord] = field(default_factory=list)
+    iterations: list[dict[str, int]] = field(default_factory=list)
+    setup: dict[str, int] = field(default_factory=dict)
+    tail: dict[str, int] = field(default_factory=dict)
+    declared: list[str] = field(default_factory=list)  # the scenario's regions: counted (0) even when none synced
+
+    @property
+    def total(self) -> int:
+        return sum(record.count for record in self.records)
+
+    def counts_by_region(self, *, by_path: bool = False) -> dict[str, int]:
+        counts: Counter[str] = Counter({region: 0 for region in self.declared})
+        for record in self.records:
+            counts[record.region] += record.count
+        return dict(sorted(counts.items()))
+
+    def site_details(self, region: str) -> dict[str, tuple[str, Counter[str]]]:
+        details: dict[str, tuple[str, Counter[str]]] = {}
+        for record in self.records:
+            if record.region == region:
+                details.setdefault(record.site, (record.function, Counter()))[1][record.kind] += record.count
+        return details
+
+    def site_records(self, region: str | None = None) -> list[SiteRecord]:
+        return [record for record in self.records if region is None or record.region == region]
+
+    def site_keys_by_region(self) -> dict[str, Counter[str]]:
+        keys: dict[str, Counter[str]] = {}
+        for record in self.records:
+            keys.setdefault(record.region, Counter())[site_key(record.site, record.function, record.kind)] += (
+                record.count
+            )
+        return keys
+
+    def iteration_counts(self) -> list[dict[str, int]]:
+        return [dict(counts) for counts in self.iterations]
+
+    def typical_iteration(self) -> dict[str, int]:
+        """Per region, the count most iterations have (the steady state a per-iteration budget caps)."""
+        regions = sorted({region for counts in self.iterations for region in counts})
+        typical = {}
+        for region in regions:
+            counts = Counter(iteration.get(region, 0) for iteration in self.iterations)
+            typical[region] = max(counts.items(), key=lambda item: (item[1], item[0]))[0]
+        return typical
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "regions": self.counts_by_region(),
+            "setup": dict(sorted(self.setup.items())),
+            "iterations": [dict(sorted(counts.items())) for counts in self.iterations],
+            "tail": dict(sorted(self.tail.items())),
+            "declared": list(self.declared),
+            "sites": [record.to_json() for record in self.records],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SyncSummary:
+        return cls(
+            [SiteRecord.from_json(item) for item in data.get("sites", [])],
+            [dict(item) for item in data.get("iterations", [])],
+            dict(data.get("setup", {})),
+            dict(data.get("tail", {})),
+            [str(region) for region in data.get("declared", [])],
+        )
+
+
+@dataclass
+class Result:
+    """One recorded run (see the module docstring); `tripwire.trajectory.Trajectory` objects hold the digests."""
+
+    scenario: str
+    status: str
+    cause: str = ""
+    context: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)  # root, commit, scenario file
+    seconds: float = 0.0
+    syncs: SyncSummary = field(default_factory=SyncSummary)
+    telemetry: dict[str, Any] | None = None  # `TelemetryCounts.to_snapshot()` of the run's events
+    notes: list[str] = field(default_factory=list)  # what was not measured, and why
+    calls: dict[str, int] = field(default_factory=dict)  # how often each instrumented target was called
+    trajectory: Any = None  # tripwire.trajectory.Trajectory (loaded lazily: it imports torch)
+    payloads: Any = None  # tripwire.trajectory.Trajectory of payload digests, or None
+    values: Any = None  # tripwire.trajectory.Values, or None
+    folder: Path | None = None
+    traceback: str = ""  # the full traceback of a crash
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def summary(self) -> str:
+        """`ok in 3.2 s: 48 checkpoints, 312 syncs, 40 events` or the status and its cause."""
+        if self.status != "ok":
+            return f"{self.status}: {self.cause}"
+        events = f", {self.telemetry.get('total', 0)} events" if self.telemetry else ""
+        checkpoints = len(self.trajectory) if self.trajectory is not None else 0
+        return f"ok in {self.seconds:.1f} s: {checkpoints} checkpoints, {self.syncs.total} syncs{events}"
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the result folder (see the module docstring); files of an earlier result there are replaced."""
+        from tripwire.trajectory import save_values
+
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in ("payloads.json", "values.pt", "traceback.txt"):
+            (out / stale).unlink(missing_ok=True)
+        if self.trajectory is not None:
+            self.trajectory.save(out / "trajectory.json")
+        if self.payloads is not None:
+            self.payloads.save(out / "payloads.json")
+        if self.values:
+            save_values(out / "values.pt", self.values)
+        if self.traceback:
+            (out / "traceback.txt").write_text(self.traceback, encoding="utf-8")
+        data = {
+            "format": FORMAT,
+            "scenario": self.scenario,
+            "status": self.status,
+            "cause": self.cause,
+            "seconds": round(self.seconds, 3),
+            "context": dict(sorted(self.context.items())),
+            "source": self.source,
+            "syncs": self.syncs.to_json(),
+            "telemetry": self.telemetry,
+            "calls": dict(sorted(self.calls.items())),
+            "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
+        }
+        (out / "result.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        return out
+
+    @classmethod
+    def load(cls, folder: str | Path, *, values: bool = True) -> Result:
+        """Read a result folder; a missing or malformed one raises `GoldenFileError` naming the file."""
+        from tripwire.trajectory import Trajectory, load_values
+
+        root = Path(folder)
+        data = read_golden_json(
+            root / "result.json", "no tripwire result here (record one with `python -m tripwire run`)"
+        )
+        if not isinstance(data, Mapping) or data.get("format") != FORMAT or data.get("status") not in STATUSES:
+            raise GoldenFileError(f"{root / 'result.json'}: not a tripwire result (format {FORMAT})")
+        trajectory_file, payloads_file, values_file = (
+            root / name for name in ("trajectory.json", "payloads.json", "values.pt")
+        )
+        return cls(
+            scenario=str(data.get("scenario", "")),
+            status=str(data["status"]),
+            cause=str(data.get("cause", "")),
+            context=dict(data.get("context", {})),
+            source=dict(data.get("source", {})),
+            seconds=float(data.get("seconds", 0.0)),
+            syncs=SyncSummary.from_json(data.get("syncs", {})),
+            telemetry=data.get("telemetry"),
+            notes=[str(note) for note in data.get("notes", [])],
+            calls=dict(data.get("calls", {})),
+            trajectory=Trajectory.load(trajectory_file) if trajectory_file.exists() else Trajectory(),
+            payloads=Trajectory.load(payloads_file) if payloads_file.exists() else None,
+            values=load_values(values_file) if values and values_file.exists() else None,
+            folder=root,
+        )
+
+
+def describe_sites(records: Sequence[SiteRecord]) -> list[str]:
+    """One line per site: `region  file:line in function  [kind×n]  `source line``."""
+    return [
+        f"{record.region}  {record.site} in {record.function}  [{record.kind}×{record.count}]  `{record.text}`"
+        + (f"  (inside torch: {record.via})" if record.via else "")
+        for record in records
+    ]
