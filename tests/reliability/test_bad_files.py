@@ -155,7 +155,7 @@ def golden(tmp_path: Path) -> tuple[GoldenStore, Path]:
 
 TRAJECTORY_DAMAGE: dict[str, tuple[Callable[[str], str], str]] = {
     "truncated": (lambda text: text[: len(text) // 2], "not valid JSON"),
-    "wrong-format": (lambda text: text.replace("tripwire-trajectory/1", "tripwire-trajectory/9"), "not a trajectory"),
+    "wrong-format": (lambda text: text.replace("tripwire-trajectory/2", "tripwire-trajectory/9"), "not a trajectory"),
     "bad-checkpoints": (lambda text: text.replace('"checkpoints": [', '"checkpoints": [7, '), "'checkpoints' must be"),
 }
 
