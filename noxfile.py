@@ -1,8 +1,10 @@
 """nox sessions: tests, lint, train, guardrails, bench, baselines, hazards, learning.
 
-Every session runs inside ONE shared project environment (`.nox/project-env`), built on first use with
-`pip install -e .[dev]` and rebuilt only when pyproject.toml changes. torch (a multi-GB wheel) is therefore
-installed once, not once per session.
+Every session runs inside ONE shared project environment, `.venv`, built on first use with
+`pip install -e src/tripwire -e .[dev]` (the harness's own distribution, then the trainer and its tools) and updated
+in place when either pyproject.toml changes. torch (a multi-GB wheel) is therefore installed once, not once per
+session. `.venv` is also uv's project environment: `uv run ...` finds it and keeps its torch (it reinstalls only the
+two editable projects), and an environment `uv run` built first is adopted here (pip is added to it), not rebuilt.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent / "src"))
 from tripwire.numerics import portable_cpu_env  # torch-free: the one definition of the pin
 
 ROOT = Path(__file__).parent
-ENV_DIR = ROOT / ".nox" / "project-env"
+ENV_DIR = ROOT / ".venv"  # nox's and uv's one environment
 STAMP = ENV_DIR / ".pyproject-sha256"
 BIN = ENV_DIR / "bin"
 
@@ -51,19 +53,28 @@ class _NoUvProbeNotice(logging.Filter):
 logging.getLogger("nox").addFilter(_NoUvProbeNotice())
 
 
+PYPROJECTS = (ROOT / "pyproject.toml", ROOT / "src" / "tripwire" / "pyproject.toml")
+
+
 def _pyproject_hash() -> str:
-    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    return hashlib.sha256(b"".join(path.read_bytes() for path in PYPROJECTS)).hexdigest()
 
 
 def project_env(session: nox.Session) -> dict[str, str]:
     """Build (once) the shared environment and return the env vars that put it first on PATH."""
     wanted = _pyproject_hash()
     if not (STAMP.exists() and STAMP.read_text().strip() == wanted):
-        if ENV_DIR.exists():
-            shutil.rmtree(ENV_DIR)
-        session.log(f"building the project environment in {ENV_DIR} (torch is installed once)")
-        subprocess.run([sys.executable, "-m", "venv", str(ENV_DIR)], check=True)
-        session.run(str(BIN / "python"), "-m", "pip", "install", "-q", "-e", ".[dev]", external=True)
+        if not (BIN / "python").exists():
+            session.log(f"building the project environment in {ENV_DIR} (torch is installed once)")
+            subprocess.run([sys.executable, "-m", "venv", str(ENV_DIR)], check=True)
+        elif subprocess.run([str(BIN / "python"), "-m", "pip", "--version"], capture_output=True).returncode:
+            session.log(f"adopting {ENV_DIR} (built by uv): adding pip to it")
+            session.run(str(BIN / "python"), "-m", "ensurepip", "-q", external=True)
+        else:
+            session.log(f"updating the project environment in {ENV_DIR} (pyproject.toml changed)")
+        session.run(
+            str(BIN / "python"), "-m", "pip", "install", "-q", "-e", "./src/tripwire", "-e", ".[dev]", external=True
+        )
         STAMP.write_text(wanted)
     return {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(ENV_DIR)}
 
@@ -144,7 +155,8 @@ def guardrails(session: nox.Session) -> None:
         del args[position : position + (2 if ref else 1)]
         pytest_args += _record_base(session, ref or _merge_base(session))
     run_in_env(session, "lint-imports", "--no-cache", env=GATE_ENV)
-    run_in_env(session, "python", "-m", "pytest", *pytest_args, *_existing(GATE_PATHS), *args, env=GATE_ENV)
+    env = {**GATE_ENV, "TRIPWIRE_KEEP_VALUES": "1"} if "--tripwire-against" in " ".join(pytest_args) else GATE_ENV
+    run_in_env(session, "python", "-m", "pytest", *pytest_args, *_existing(GATE_PATHS), *args, env=env)
 
 
 def _git(*args: str) -> str:
@@ -188,6 +200,7 @@ def _record_base(session: nox.Session, ref: str) -> list[str]:
         **GATE_ENV,
         "PYTHONPATH": str(tree / "src"),  # the base's own trainer and harness, ahead of this tree's editable install
         "CI": "",  # the base writes scratch goldens, never committed ones
+        "TRIPWIRE_KEEP_VALUES": "1",  # values beside the scratch goldens: a divergence then says how big it is
     }
     run_in_env(
         session,

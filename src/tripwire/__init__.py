@@ -5,7 +5,9 @@ Trainer-agnostic guardrails: sync-point accounting in named hot-path regions (`h
 (`TrajectoryRecorder`, `compare_trajectories`, `capture_context`), telemetry snapshots of counts and payload
 schemas (`reduce_events`), goldens under one baselines folder (`GoldenStore`), a static audit of sync-capable
 calls (`audit_sync_calls`), portable CPU numerics for bitwise goldens across x86-64 machines (`portable_cpu_env`),
-and CUDA-event timing (`CUDATimer`). tripwire never imports the trainer it guards; tests hand it what it checks.
+and CUDA-event timing (`CUDATimer`). tripwire never imports the trainer it guards: tests hand it what it checks, or a
+`Scenario` places its instruments on someone else's loop by name, `record` runs it into a `Result` (a folder of
+files) and `compare_results` says what changed between two results, where, what kind and how big.
 
 The public names are below. `import tripwire` loads no torch and none of the gates: the errors, the CPU pin and
 `hot_path` are imported here, the rest on first use (so the pytest plugin, and a `conftest.py` that sets the CPU
@@ -22,8 +24,12 @@ from tripwire.numerics import apply_portable_cpu_env, portable_cpu_env
 from tripwire.sync import hot_path
 
 if TYPE_CHECKING:  # imported on first use, so `import tripwire.sync` (a trainer's import) loads none of the gates
+    from tripwire.compare import compare_results
     from tripwire.context import capture_context
     from tripwire.goldens import GoldenStore
+    from tripwire.record import record
+    from tripwire.result import Result
+    from tripwire.scenario import Scenario
     from tripwire.static_audit import audit as audit_sync_calls
     from tripwire.sync.budget import SyncBudget, check_budget
     from tripwire.sync.counter import SyncCounter
@@ -31,7 +37,7 @@ if TYPE_CHECKING:  # imported on first use, so `import tripwire.sync` (a trainer
     from tripwire.timing import CUDATimer
     from tripwire.trajectory import Trajectory, TrajectoryRecorder, compare_trajectories
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {  # public name -> "module" or "module:attribute"
     "SyncBudget": "tripwire.sync.budget",
@@ -41,6 +47,10 @@ _LAZY = {  # public name -> "module" or "module:attribute"
     "reduce_events": "tripwire.telemetry",
     "audit_sync_calls": "tripwire.static_audit:audit",
     "capture_context": "tripwire.context",
+    "compare_results": "tripwire.compare",
+    "record": "tripwire.record",
+    "Result": "tripwire.result",
+    "Scenario": "tripwire.scenario",
     "GoldenStore": "tripwire.goldens",
     "CUDATimer": "tripwire.timing",
     "Trajectory": "tripwire.trajectory",
@@ -52,6 +62,8 @@ __all__ = [
     "CUDATimer",
     "GoldenStore",
     "GuardrailFailure",
+    "Result",
+    "Scenario",
     "SyncBudget",
     "SyncCounter",
     "TelemetryCounts",
@@ -62,9 +74,11 @@ __all__ = [
     "audit_sync_calls",
     "capture_context",
     "check_budget",
+    "compare_results",
     "compare_trajectories",
     "hot_path",
     "portable_cpu_env",
+    "record",
     "reduce_events",
 ]
 

@@ -12,7 +12,7 @@ PYPROJECT = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_te
 
 def test_uv_run_gets_the_test_tools_through_the_default_dev_group() -> None:
     dev_group = PYPROJECT["dependency-groups"]["dev"]
-    assert "esper-tripwire[test,lint]" in dev_group
+    assert "esper[test,lint]" in dev_group
     assert any(
         requirement.startswith("pytest>=") for requirement in PYPROJECT["project"]["optional-dependencies"]["test"]
     )

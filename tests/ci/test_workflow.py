@@ -84,7 +84,8 @@ def test_the_nox_jobs_cache_the_project_environment_keyed_on_pyproject() -> None
         caches = [step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/cache@")]
         assert len(caches) == 1, name
         settings = caches[0]["with"]
-        assert ".nox/project-env" in settings["path"] and "~/.cache/pip" in settings["path"], name
+        assert ".venv" in settings["path"] and "~/.cache/pip" in settings["path"], name
+        assert "src/tripwire/pyproject.toml')" in settings["key"], name  # tripwire's own distribution too
         assert "pyproject.toml')" in settings["key"] and "hashFiles(" in settings["key"], name
 
 
