@@ -2,7 +2,7 @@
 
     python -m tripwire run SCENARIO.py --out DIR [--root TREE]    record one result of a scenario on a tree
     python -m tripwire compare A B                                 the verdict table; exit 1 on any difference
-    python -m tripwire budget write RESULT FILE [--per-iteration]  a sync budget from a result
+    python -m tripwire budget write RESULT FILE [--per-iteration]  a sync budget from a result (not over one in CI)
     python -m tripwire budget check RESULT FILE                    exit 1 when the result exceeds the budget
 
 `run` pins the CPU kernels to the portable level before torch starts (`--cpu-pin avx2`, the default; `native`
@@ -13,6 +13,7 @@ does not apply), 1 a crash, a scenario error, a difference or an exceeded budget
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -126,6 +127,9 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.action == "check":
         return _check_budget(result.syncs, args.file, args.result)
+    if os.environ.get("CI") and args.file.exists():
+        print(f"error: {args.file} exists and CI is set: budgets are never rewritten in CI", file=sys.stderr)
+        return 2
     syncs = result.syncs
     if args.per_iteration and not syncs.iterations:
         print("error: the result has no iterations: declare `iteration=` in the scenario", file=sys.stderr)

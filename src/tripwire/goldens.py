@@ -27,7 +27,7 @@ from tripwire.payloads import DEFAULT_EXCLUDED, check_payloads, payload_trajecto
 from tripwire.sync.budget import BudgetReport, SyncBudget, check_budget, write_budget
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.sites import lines_by_key
-from tripwire.trajectory import Trajectory, compare_trajectories
+from tripwire.trajectory import VALUES_FILE_SUFFIX, Trajectory, compare_trajectories, load_values, save_values
 
 
 def _update() -> str:
@@ -99,13 +99,18 @@ class GoldenStore:
         context = trajectory.context or capture_context()
         folder = self.trajectory_dir(scenario)
         path = folder / f"{context_key(context)}.json"
+        values_path = path.with_name(path.stem + VALUES_FILE_SUFFIX)
         if self.update:
             trajectory.context = dict(context)
             trajectory.save(path)
+            if trajectory.values:  # kept for a base recorded just now (`--against`): the check can say how big
+                save_values(values_path, trajectory.values)
             return GoldenOutcome("updated", f"wrote {self._shown(path)}")
         if not path.exists():
             return self.no_golden("trajectory", scenario, self._missing_reason(folder, context))
         golden = Trajectory.load(path)
+        if values_path.exists() and trajectory.values is not None:
+            golden.values = load_values(values_path)
         report = compare_trajectories(golden, trajectory, source=str(path))
         report.raise_if_diverged()
         return GoldenOutcome("passed", f"{len(trajectory)} checkpoints bitwise equal")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ FORMAT = "tripwire-trajectory/2"  # 2 adds each checkpoint's specs; format 1 (di
 FORMATS = ("tripwire-trajectory/1", FORMAT)
 STORED_CHARS = 16  # digests are stored shortened: 64 bits per tensor is ample to detect a change
 VALUES_FILE_SUFFIX = ".values.pt"
+KEEP_VALUES_VARIABLE = "TRIPWIRE_KEEP_VALUES"
 
 # Values kept for measuring differences, per checkpoint: {tensor name: CPU tensor}.
 Values = dict[str, dict[str, torch.Tensor]]
@@ -70,6 +72,9 @@ class Trajectory:
     checkpoints: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     context: dict[str, Any] = field(default_factory=dict)
     specs: dict[str, dict[str, str]] = field(default_factory=dict)  # checkpoint name -> {tensor name: spec}
+    # The values behind the digests, when kept (`TrajectoryRecorder(keep_values=True)`, or a golden's
+    # `<file>.values.pt` beside it): comparisons then say how big a difference is. Never part of the JSON form.
+    values: Values | None = field(default=None, compare=False, repr=False)
 
     def names(self) -> list[str]:
         """Checkpoint names in recording order."""
@@ -171,19 +176,23 @@ class TrajectoryRecorder:
     """Records named checkpoints in order: `recorder.record("r0/e1/env0/train", model)`.
 
     `keep_values=True` also keeps a CPU copy of every number, so a comparison with another run of this machine
-    can say how big a difference is (`tripwire.magnitude`); past `values_limit_bytes` only digests are kept.
+    can say how big a difference is (`tripwire.magnitude`); past `values_limit_bytes` only digests are kept. The
+    default follows the environment variable `TRIPWIRE_KEEP_VALUES` (`1`: keep), which `nox -s guardrails --
+    --against REF` sets for both the base's and this tree's runs.
     """
 
     def __init__(
         self,
         context: Mapping[str, Any] | None = None,
         *,
-        keep_values: bool = False,
+        keep_values: bool | None = None,
         values_limit_bytes: int = 512 * 2**20,
     ) -> None:
         self.trajectory = Trajectory(context=dict(context or {}))
-        self.keep_values = keep_values
+        self.keep_values = os.environ.get(KEEP_VALUES_VARIABLE) == "1" if keep_values is None else keep_values
         self.values: Values = {}
+        if self.keep_values:
+            self.trajectory.values = self.values
         self.values_limit_bytes = values_limit_bytes
         self.values_bytes = 0
         self.values_truncated_at = ""  # the first checkpoint whose values were not kept (over the limit)
@@ -293,7 +302,10 @@ def compare_trajectories(
     actual_values: Values | None = None,
 ) -> TrajectoryReport:
     """Walk both trajectories in order and report the first diverging checkpoint: what changed inside it and,
-    when both sides' values are given, how big the difference is and how it grows over the later checkpoints."""
+    when both sides' values are given (or kept on the trajectories), how big the difference is and how it grows over
+    the later checkpoints."""
+    expected_values = expected.values if expected_values is None else expected_values
+    actual_values = actual.values if actual_values is None else actual_values
     first: TrajectoryReport | None = None
     later: list[int] = []
     total = max(len(expected), len(actual))

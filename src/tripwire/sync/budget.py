@@ -153,11 +153,13 @@ class RegionProblem:
 
 @dataclass(frozen=True)
 class IterationProblem:
-    """A region over its per-iteration budget (`budget` None: none declared) in the listed iterations."""
+    """A region over its per-iteration budget (`budget` None: none declared) in the listed iterations, with the
+    region's new and grown sites."""
 
     region: str
     budget: int | None
     iterations: tuple[tuple[int, int], ...]  # (0-based iteration, count)
+    sites: tuple[SiteCount, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,8 @@ class BudgetReport:
             more = f", ... ({len(iteration.iterations)} iterations)" if len(iteration.iterations) > 6 else ""
             limit = f"budget {iteration.budget} per iteration" if iteration.budget is not None else "no budget"
             lines.append(f"  region {iteration.region!r} per iteration: {limit}, exceeded in {shown}{more}")
+            problem = RegionProblem(iteration.region, iteration.budget, 0, iteration.sites)
+            lines.extend(_site_lines(problem, self.sites_known))
         for problem in self.under:
             marker = "  FAIL (strict) " if self.strict else "  "
             lines.append(
@@ -298,10 +302,10 @@ def _key_rows(source: CountSource, region: str, recorded: Mapping[str, int] | No
     )
 
 
-def _iteration_problems(source: object, budget: SyncBudget) -> tuple[IterationProblem, ...]:
-    """Regions over their per-iteration budget, with the iterations where they were."""
+def _iteration_problems(source: CountSource | None, budget: SyncBudget) -> tuple[IterationProblem, ...]:
+    """Regions over their per-iteration budget, with the iterations where they were and the new or grown sites."""
     iteration_counts = getattr(source, "iteration_counts", None)
-    if not budget.per_iteration or not callable(iteration_counts):
+    if source is None or not budget.per_iteration or not callable(iteration_counts):
         return ()
     seen: dict[str, list[tuple[int, int]]] = {}
     for index, counts in enumerate(iteration_counts()):
@@ -309,10 +313,12 @@ def _iteration_problems(source: object, budget: SyncBudget) -> tuple[IterationPr
             allowed = budget.per_iteration.get(region)
             if allowed is None or count > allowed:
                 seen.setdefault(region, []).append((index, count))
-    return tuple(
-        IterationProblem(region, budget.per_iteration.get(region), tuple(found))
-        for region, found in sorted(seen.items())
-    )
+    problems = []
+    for region, found in sorted(seen.items()):
+        sites = _region_sites(source, region, budget.sites.get(region), budget.lines.get(region))
+        pointed = tuple(site for site in sites if site.new or site.was is not None)
+        problems.append(IterationProblem(region, budget.per_iteration.get(region), tuple(found), pointed))
+    return tuple(problems)
 
 
 def check_budget(
