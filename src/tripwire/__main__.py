@@ -3,6 +3,7 @@
     python -m tripwire run SCENARIO --out DIR   record one result of a scenario on a source tree
     python -m tripwire compare A B          compare two results: a verdict per check, exit 1 on a difference
     python -m tripwire budget write|check   write a sync budget from a result, or check a result against one
+    python -m tripwire history ...          walk a scenario over a commit range, or bisect the first of each change
     python -m tripwire bench ...            run a benchmark suite, save a baseline or gate against one
     python -m tripwire bench-ab ...         paired base-vs-head benchmark A/B on this machine
     python -m tripwire baselines-diff A B   what changed between two baselines/ folders (markdown)
@@ -13,13 +14,20 @@ Each command's own `--help` lists its options; `python -m tripwire.bench` and fr
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+
+# `python -m tripwire` puts the working folder first on sys.path (unless -P): a `random.py` or `bisect.py` there must
+# not shadow the standard library in the harness, so it comes off before any command imports anything.
+if not sys.flags.safe_path and sys.path and sys.path[0] in ("", os.getcwd()):
+    del sys.path[0]
 
 COMMANDS = {
     "run": ("tripwire.commands:run_main", "record one result of a scenario on a source tree"),
     "compare": ("tripwire.commands:compare_main", "compare two results; exit 1 on a difference"),
     "budget": ("tripwire.commands:budget_main", "write a sync budget from a result, or check one against it"),
+    "history": ("tripwire.history.cli", "walk a scenario over a commit range (or bisect each change)"),
     "bench": ("tripwire.bench.cli", "run a benchmark suite, save a baseline or gate against one"),
     "bench-ab": ("tripwire.bench.ab", "paired base-vs-head benchmark A/B on this machine"),
     "baselines-diff": ("tripwire.baselines_diff", "what changed between two baselines/ folders (markdown)"),

@@ -234,19 +234,20 @@ class Instrumentation:
         self.bound: set[str] = set()
         renames = dict(renames or {})
         for region in scenario.regions:
-            self._hooks_for(renames.get(region.target, region.target)).region = hot_path(region.name)
+            self._hooks_for(region.target, renames).region = hot_path(region.name)
         if scenario.iteration is not None:
-            self._hooks_for(
-                renames.get(scenario.iteration.target, scenario.iteration.target)
-            ).iteration = scenario.iteration
+            self._hooks_for(scenario.iteration.target, renames).iteration = scenario.iteration
         for checkpoint in scenario.checkpoints:
-            self._hooks_for(renames.get(checkpoint.target, checkpoint.target)).checkpoints.append(checkpoint)
+            self._hooks_for(checkpoint.target, renames).checkpoints.append(checkpoint)
         for event in scenario.event_calls:
-            self._hooks_for(renames.get(event.target, event.target)).event_calls.append(event)
+            self._hooks_for(event.target, renames).event_calls.append(event)
 
-    def _hooks_for(self, target: str) -> TargetHooks:
+    def _hooks_for(self, declared: str, renames: Mapping[str, str]) -> TargetHooks:
+        """The hooks of the target this tree has for `declared`; checkpoints keep the declared name's label, so a
+        target an adapter renamed records the same checkpoint names as before."""
+        target = renames.get(declared, declared)
         if target not in self.hooks:
-            label = ".".join(parse_target(target)[1].split(".")[-2:])
+            label = ".".join(parse_target(declared)[1].split(".")[-2:])
             self.hooks[target] = TargetHooks(label, self.session)
         return self.hooks[target]
 

@@ -146,9 +146,9 @@ def _run_entry(scenario: Scenario, tree: Tree, argv: Sequence[str], instrumentat
 
 
 def _takes_tree(entry: Any) -> bool:
-    """Whether a scenario's function takes the `Tree` argument."""
+    """Whether a scenario's function asks for the `Tree` (a parameter named `tree`)."""
     try:
-        return len(inspect.signature(entry).parameters) >= 1
+        return "tree" in inspect.signature(entry).parameters
     except (TypeError, ValueError):
         return False
 

@@ -185,7 +185,9 @@ class Scenario:
     name: str
     script: str = ""  # a file, relative to the tree's root, run as __main__
     module: str = ""  # a module run as __main__, as `python -m` would
-    call: Callable[..., Any] | str | None = None  # a function (`module:function`, or one of the scenario file's own)
+    # a function: `module:function` of the tree (called with no arguments), or one of the scenario file's own (given
+    # the `Tree` when it has a parameter named `tree`)
+    call: Callable[..., Any] | str | None = None
     argv: Sequence[str] = ()
     paths: Sequence[str] = (".",)  # import roots, relative to the tree's root, put first on sys.path
     regions: Sequence[Region] = ()

@@ -1,0 +1,112 @@
+"""The first commit that shows each kind of change between A and B, found by bisection.
+
+A and B are run and compared. For each check that differs between them (the run's status, the trajectory, the
+syncs, the telemetry counts, the payloads), a binary search over the commits between them finds the first commit
+whose result differs from A's in that check. A trajectory that differs by more than drift between A and B is
+searched twice: for the first difference of any kind (often a low-bit drift) and for the first of B's kind (the
+first value change, or structure change): a probe that differs moves the upper end down, one that matches moves
+the lower end up. Like `git bisect`, this assumes a change, once made, stays: a change that comes and goes is found
+once, at some commit where it is present. A probe that did not run to the end cannot say anything about the
+trajectory, syncs or telemetry: the nearest commit between the ends that did run is probed instead (as
+`git bisect skip` would), and when none did, the answer is the range. Results are shared with the walk's cache, so
+every probe runs at most once, whatever the number of kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tripwire.compare import DIFFERS, Verdict, compare_results, compare_trajectory
+from tripwire.history.commits import Commit
+from tripwire.history.rows import has_values, with_values
+from tripwire.history.runner import Runner
+from tripwire.result import Result
+
+BISECTED = ("run", "trajectory", "syncs", "telemetry", "payloads")
+
+
+@dataclass
+class Finding:
+    """The first commit showing a change of one check, how many probes it took, and what the change is."""
+
+    check: str
+    first: Commit | None  # None: only a range could be named (every commit in it failed to run)
+    steps: int
+    summary: str
+    range: tuple[Commit, Commit] | None = None
+    probes: list[str] = field(default_factory=list)  # the shas probed, in order
+
+
+def _verdict(check: str, base: Result, probe: Result) -> Verdict:
+    """`check`'s verdict of `probe` against `base`, the trajectory with both sides' values (how big, what kind)."""
+    if check == "trajectory" and has_values(base) and has_values(probe):
+        return compare_trajectory(with_values(base), with_values(probe))
+    return compare_results(base, probe).verdict(check)
+
+
+def _differs(check: str, kind: str, base: Result, probe: Result) -> bool:
+    """Whether `probe` differs from `base` in `check` (and, when `kind` is given, by a difference of that kind)."""
+    if check == "run":
+        return probe.status != base.status
+    verdict = _verdict(check, base, probe)
+    if verdict.status != DIFFERS:
+        return False
+    return not kind or {"checkpoints": "structure"}.get(verdict.kind, verdict.kind) == kind
+
+
+def _usable(runner: Runner, commits: Sequence[Commit], low: int, high: int, middle: int) -> tuple[int, Result] | None:
+    """The commit nearest `middle`, strictly between `low` and `high`, that ran to the end."""
+    order = sorted(range(low + 1, high), key=lambda index: (abs(index - middle), index))
+    for index in order:
+        result = runner.result(commits[index])
+        if result.ok:
+            return index, result
+    return None
+
+
+def bisect_check(runner: Runner, commits: Sequence[Commit], check: str, base: Result, kind: str = "") -> Finding:
+    """Binary search for the first commit whose `check` differs from the first commit's (see the module docstring);
+    with `kind`, by a difference of that kind."""
+    label = f"{check} ({kind})" if kind else check
+    low, high = 0, len(commits) - 1
+    steps = 0
+    probes: list[str] = []
+    while high - low > 1:
+        middle = (low + high) // 2
+        if check == "run":
+            index, result = middle, runner.result(commits[middle])
+        else:
+            found = _usable(runner, commits, low, high, middle)
+            if found is None:
+                summary = f"every commit between {commits[low].short} and {commits[high].short} failed to run"
+                return Finding(label, None, steps, summary, (commits[low], commits[high]), probes)
+            index, result = found
+        steps += 1
+        probes.append(commits[index].sha)
+        if _differs(check, kind, base, result):
+            high = index
+        else:
+            low = index
+    first = commits[high]
+    final = runner.result(first)
+    summary = f"{final.status}: {final.cause}" if check == "run" else _verdict(check, base, final).summary
+    return Finding(label, first, steps, summary, probes=probes)
+
+
+def bisect(runner: Runner, commits: Sequence[Commit]) -> tuple[list[Finding], Result, Result]:
+    """`(findings, A's result, B's result)`: one finding per check that differs between A and B."""
+    base, head = runner.result(commits[0]), runner.result(commits[-1])
+    if not base.ok:
+        raise ValueError(f"the base {commits[0].short} did not run ({base.status}: {base.cause}): pick another A")
+    findings = []
+    for check in BISECTED:
+        if check != "run" and not head.ok:
+            continue  # a crashed B says nothing of the other checks; the run finding names where it broke
+        if _differs(check, "", base, head):
+            findings.append(bisect_check(runner, commits, check, base))
+        if check == "trajectory" and head.ok:
+            kind = {"checkpoints": "structure"}.get(_verdict(check, base, head).kind, _verdict(check, base, head).kind)
+            if kind in ("value change", "structure"):
+                findings.append(bisect_check(runner, commits, check, base, kind))
+    return findings, base, head

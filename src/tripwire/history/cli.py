@@ -1,0 +1,163 @@
+"""`python -m tripwire history`: walk a scenario over a commit range, or bisect the first commit of each change.
+
+    python -m tripwire history --repo PATH --range A..B --scenario FILE [--out DIR] [--paths P ...] [--jobs N]
+    python -m tripwire history ... --bisect
+
+The walk runs every commit of the range (A first, then `git rev-list A..B`, only those touching `--paths` when
+given), compares each with the one before and writes `history.md`, `history.json` and `history.png`/`.svg` under
+`--out`. `--bisect` runs A and B, and for each check that differs finds the first commit that shows it. Results are
+cached under `--out`: a second run is free. Progress is live on a terminal (rich), one line per commit elsewhere.
+Exit codes: 0 the walk or bisection finished, 1 it could not (the base did not run), 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tripwire.errors import TripwireError
+from tripwire.history.bisect import Finding, bisect
+from tripwire.history.commits import Commit, HistoryError, list_commits
+from tripwire.history.report import write_report
+from tripwire.history.rows import walk_rows
+from tripwire.history.runner import Runner, WalkSettings
+from tripwire.result import Result
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = _Parser(prog="python -m tripwire history", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, required=True, help="the git repository to walk")
+    parser.add_argument("--range", dest="span", required=True, help="A..B: A is the base, then every commit to B")
+    parser.add_argument("--scenario", type=Path, required=True, help="the scenario file run on each commit")
+    parser.add_argument("--out", type=Path, help="report and cache folder (default: build/history/<scenario>)")
+    parser.add_argument("--paths", nargs="+", default=[], help="only commits touching these paths (and A)")
+    parser.add_argument("--first-parent", action="store_true", help="only the first-parent line (merges as steps)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="commits run at once")
+    parser.add_argument("--bisect", action="store_true", help="find the first commit of each kind of change")
+    parser.add_argument("--cpu-pin", choices=("avx2", "native"), default="avx2", help="the workers' CPU kernels")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a commit may run")
+    parser.add_argument("--keep-trees", action="store_true", help="keep each commit's worktree under OUT/trees")
+    return parser.parse_args(argv)
+
+
+class Progress:
+    """Live progress: a rich bar on a terminal, else one line per commit on stderr."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.ran, self.start = total, 0, 0, time.perf_counter()
+        self._seen: set[str] = set()
+        self._rich: Any = None
+        if sys.stderr.isatty():
+            try:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            except ImportError:
+                pass
+            else:
+                columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+                self._rich = Progress(*columns, transient=True)
+                self._task = self._rich.add_task("commits", total=total)
+                self._rich.start()
+
+    def __call__(self, commit: Commit, what: str, result: Result, seconds: float) -> None:
+        if commit.sha in self._seen:
+            return  # bisection asks for a commit more than once: it is counted, and shown, once
+        self._seen.add(commit.sha)
+        self.done += 1
+        self.ran += what == "ran"
+        counter = f"[{self.done}/{self.total}]"
+        line = f"{counter} {commit.short} {result.status:<5} {what:<6} {seconds:5.1f} s  {commit.subject[:60]}"
+        if self._rich is not None:
+            self._rich.update(self._task, advance=1, description=f"{commit.short} {result.status}")
+            self._rich.console.print(line, highlight=False)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._rich is not None:
+            self._rich.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    repo = args.repo.resolve()
+    out = (args.out or Path("build") / "history" / args.scenario.stem).resolve()
+    try:
+        commits = list_commits(repo, args.span, args.paths, first_parent=args.first_parent)
+    except HistoryError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if len(commits) < 2:
+        print(f"error: --range {args.span} holds no commit after the base (touching {args.paths or 'anything'})")
+        return 2
+    settings = WalkSettings(repo, args.scenario.resolve(), out, args.jobs, args.cpu_pin, args.timeout, args.keep_trees)
+    progress = Progress(2 if args.bisect else len(commits))
+    start = time.perf_counter()
+    try:
+        runner = Runner(settings, progress)
+        if args.bisect:
+            findings, _, _ = bisect(runner, commits)
+            rows = walk_rows(
+                [c for c in commits if (runner.folder(c) / "result.json").exists()],
+                _load(runner, commits),
+                runner.seconds,
+            )
+        else:
+            findings = []
+            results = runner.results(commits)
+            rows = walk_rows(commits, results, runner.seconds)
+    except (TripwireError, ValueError) as error:
+        progress.close()
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    progress.close()
+    elapsed = time.perf_counter() - start
+    meta = {
+        "repo": str(repo),
+        "range": args.span,
+        "paths": args.paths,
+        "scenario": str(settings.scenario),
+        "cache": str(runner.cache),
+        "commits": len(commits),
+        "ran": progress.ran,
+        "seconds": round(elapsed, 1),
+        "jobs": args.jobs,
+    }
+    span = f"{commits[0].short}..{commits[-1].short}"
+    title = f"tripwire history: {settings.scenario.name} over {span}" + (" (bisection)" if args.bisect else "")
+    files = write_report(out, rows, findings, meta, title)
+    _print_summary(rows, findings, progress, elapsed, files)
+    return 0
+
+
+def _load(runner: Runner, commits: Sequence[Commit]) -> dict[str, Result]:
+    loaded = {}
+    for commit in commits:
+        result = runner.cached(commit)
+        if result is not None:
+            loaded[commit.sha] = result
+    return loaded
+
+
+def _print_summary(
+    rows: Sequence[Any], findings: Sequence[Finding], progress: Progress, elapsed: float, files: Sequence[Path]
+) -> None:
+    for row in rows if not findings else ():
+        print(f"{row.commit.short}  {row.step:<17} {row.commit.subject[:70]}")
+    for finding in findings:
+        where = f"{finding.first.short} {finding.first.subject[:60]}" if finding.first else "a range"
+        print(f"first {finding.check} change: {where} ({finding.steps} probes): {finding.summary[:100]}")
+    per = f", {elapsed / progress.ran:.1f} s per commit run" if progress.ran else ""
+    print(
+        f"{progress.done} commits ({progress.ran} run, {progress.done - progress.ran} cached) in {elapsed:.1f} s{per}"
+    )
+    print("wrote " + ", ".join(str(path) for path in files))

@@ -1,0 +1,97 @@
+"""Which commits a history walk visits, and a worktree for each.
+
+`list_commits(repo, "A..B", paths)` is A followed by every commit of `git rev-list --reverse A..B` (only those
+touching `paths`, when given; only the first-parent line with `first_parent`). A is the base every later commit is
+compared with, directly or through the ones between. Worktrees are detached checkouts under the walk's output
+folder, made and removed one at a time (git locks its worktree list), so several workers can share one repository.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tripwire.errors import TripwireError
+
+
+class HistoryError(TripwireError):
+    """A repository, range or path a history walk cannot use; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of the walk: full and short sha, and the subject line."""
+
+    sha: str
+    subject: str
+
+    @property
+    def short(self) -> str:
+        return self.sha[:8]
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in `repo`; a failure raises `HistoryError` with git's own last line."""
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise HistoryError(f"git {' '.join(args)} in {repo}: {last}")
+    return done.stdout
+
+
+def list_commits(repo: Path, spec: str, paths: Sequence[str] = (), *, first_parent: bool = False) -> list[Commit]:
+    """A (the base), then the commits of `A..B` oldest first (touching `paths`, when given)."""
+    if ".." not in spec or spec.startswith("..") or spec.endswith(".."):
+        raise HistoryError(f"--range {spec!r} is not A..B (two commits, e.g. 11ebe0f6..2016337e)")
+    base, head = spec.split("..", 1)
+    git(repo, "rev-parse", "--git-dir")  # not a repository: git says so
+    options = ["--first-parent"] if first_parent else []
+    shas = git(repo, "rev-list", "--reverse", *options, f"{base}..{head}", "--", *paths).split()
+    base_sha = git(repo, "rev-parse", "--verify", f"{base}^{{commit}}").strip()
+    subjects = _subjects(repo, [base_sha, *shas])
+    return [Commit(sha, subjects.get(sha, "")) for sha in [base_sha, *shas]]
+
+
+def _subjects(repo: Path, shas: Sequence[str]) -> dict[str, str]:
+    if not shas:
+        return {}
+    out = git(repo, "show", "-s", "--format=%H %s", *shas)
+    subjects = {}
+    for line in out.splitlines():
+        sha, _, subject = line.partition(" ")
+        subjects[sha] = subject
+    return subjects
+
+
+class Worktrees:
+    """Detached worktrees of one repository under `folder`, made and removed one at a time."""
+
+    def __init__(self, repo: Path, folder: Path) -> None:
+        self.repo = repo
+        self.folder = folder
+        self._lock = threading.Lock()
+
+    def add(self, commit: Commit) -> Path:
+        tree = self.folder / commit.short
+        with self._lock:
+            if tree.exists():
+                self._remove(tree)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            git(self.repo, "worktree", "add", "--detach", "--force", str(tree), commit.sha)
+        return tree
+
+    def remove(self, tree: Path) -> None:
+        with self._lock:
+            self._remove(tree)
+
+    def _remove(self, tree: Path) -> None:
+        done = subprocess.run(
+            ["git", "-C", str(self.repo), "worktree", "remove", "--force", str(tree)], capture_output=True, check=False
+        )
+        if done.returncode and tree.exists():
+            shutil.rmtree(tree, ignore_errors=True)
+        subprocess.run(["git", "-C", str(self.repo), "worktree", "prune"], capture_output=True, check=False)

@@ -1,0 +1,150 @@
+"""The walk's report: a markdown table, a JSON file with every detail, and a picture (commits as rows, checks as
+columns, one colour per kind of difference). The picture needs matplotlib (`tripwire-gate[history]`); without it
+the report says so and the table and JSON are still written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tripwire.history.bisect import Finding
+from tripwire.history.rows import CHECKS, Row
+
+# Colours of the picture, per cell kind.
+COLOURS = {
+    "identical": "#d9f0d3",
+    "base": "#bdbdbd",
+    "ok": "#d9f0d3",
+    "fixed": "#a6dba0",
+    "low-bit drift": "#fee08b",
+    "value change": "#d73027",
+    "structure": "#9e6ebd",
+    "syncs": "#fc8d59",
+    "telemetry": "#4575b4",
+    "crash": "#000000",
+    "error": "#7f3b08",
+    "n/a": "#f0f0f0",
+    "-": "#f0f0f0",
+}
+LEGEND = {"-": "not compared", "base": "base (first commit)"}
+
+
+def _cell(text: str, width: int = 70) -> str:
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def markdown(rows: Sequence[Row], title: str, findings: Sequence[Finding] = ()) -> str:
+    """The table: one row per commit, the kind of step, then a cell per check (identical cells left blank)."""
+    lines = [f"# {title}", ""]
+    if findings:
+        lines += ["Bisection: the rows are the commits probed, each compared with the nearest earlier one probed.", ""]
+    counts = Counter(row.step for row in rows)
+    lines.append("Steps: " + ", ".join(f"{kind} {count}" for kind, count in counts.most_common()) + ".")
+    lines += ["", "| commit | subject | step | " + " | ".join(CHECKS[1:]) + " |", "|" + "---|" * (len(CHECKS) + 2)]
+    for row in rows:
+        cells = []
+        for check in CHECKS[1:]:
+            cell = row.cells[check]
+            cells.append("" if cell.kind in ("identical", "base", "-") else _cell(cell.text))
+        cause = row.cells["run"].text.split(": ", 1)[-1]
+        step = row.step if row.step not in ("crash", "error", "n/a") else f"{row.step}: {_cell(cause)}"
+        against = f" (vs {row.against[:8]})" if row.against and row.cells["run"].kind == "fixed" else ""
+        subject = _cell(row.commit.subject, 60)
+        lines.append(f"| {row.commit.short} | {subject} | {step}{against} | " + " | ".join(cells) + " |")
+    if findings:
+        lines += ["", "## First commit of each kind of change (bisection)", ""]
+        lines += ["| check | first commit | probes | what |", "|---|---|---|---|"]
+        for finding in findings:
+            first = f"{finding.first.short} {_cell(finding.first.subject, 50)}" if finding.first else "(a range)"
+            lines.append(f"| {finding.check} | {first} | {finding.steps} | {_cell(finding.summary, 90)} |")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(rows: Sequence[Row], findings: Sequence[Finding], meta: dict[str, Any]) -> dict[str, Any]:
+    """Every row and finding with every detail, for tools."""
+    return {
+        "format": "tripwire-history/1",
+        **meta,
+        "rows": [
+            {
+                "commit": row.commit.sha,
+                "subject": row.commit.subject,
+                "status": row.status,
+                "step": row.step,
+                "kinds": row.kinds,
+                "compared_with": row.against,
+                "seconds": round(row.seconds, 2),
+                "cells": {
+                    check: {"kind": cell.kind, "text": cell.text, "details": list(cell.details)}
+                    for check, cell in row.cells.items()
+                },
+            }
+            for row in rows
+        ],
+        "bisection": [
+            {
+                "check": finding.check,
+                "first": finding.first.sha if finding.first else None,
+                "subject": finding.first.subject if finding.first else "",
+                "steps": finding.steps,
+                "probes": finding.probes,
+                "summary": finding.summary,
+            }
+            for finding in findings
+        ],
+    }
+
+
+def picture(rows: Sequence[Row], path: Path, title: str) -> list[Path]:
+    """Commits as rows, checks as columns, a colour per kind; PNG and SVG. Returns the files written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+        from matplotlib.colors import ListedColormap
+        from matplotlib.patches import Patch
+    except ImportError:
+        return []
+    kinds = list(COLOURS)
+    grid = [[kinds.index(row.cells[check].kind if row.cells[check].kind in COLOURS else "-") for check in CHECKS]
+            for row in rows]  # fmt: skip
+    height = max(3.0, 0.22 * len(rows) + 1.5)
+    figure, axes = pyplot.subplots(figsize=(9, height))
+    axes.imshow(grid, aspect="auto", cmap=ListedColormap(list(COLOURS.values())), vmin=0, vmax=len(kinds) - 1)
+    axes.set_xticks(range(len(CHECKS)), CHECKS)
+    axes.set_yticks(range(len(rows)), [f"{row.commit.short} {row.commit.subject[:40]}" for row in rows], fontsize=6)
+    axes.xaxis.tick_top()
+    used = sorted({row.cells[check].kind for row in rows for check in CHECKS} & set(COLOURS), key=kinds.index)
+    axes.legend(
+        handles=[Patch(color=COLOURS[kind], label=LEGEND.get(kind, kind)) for kind in used],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=7,
+    )
+    axes.set_title(title, fontsize=9, pad=24)
+    figure.tight_layout()
+    written = []
+    for suffix in (".png", ".svg"):
+        target = path.with_suffix(suffix)
+        figure.savefig(target, dpi=120)
+        written.append(target)
+    pyplot.close(figure)
+    return written
+
+
+def write_report(
+    out: Path, rows: Sequence[Row], findings: Sequence[Finding], meta: dict[str, Any], title: str
+) -> list[Path]:
+    """history.md, history.json and history.png/.svg under `out`; returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / "history.md"
+    md.write_text(markdown(rows, title, findings), encoding="utf-8")
+    data = out / "history.json"
+    data.write_text(json.dumps(to_json(rows, findings, meta), indent=1) + "\n", encoding="utf-8")
+    return [md, data, *picture(rows, out / "history", title)]

@@ -1,0 +1,128 @@
+"""Each commit compared with the one before: a cell per check, and the kind of step the commit is.
+
+A commit is compared with the nearest earlier commit that ran to the end (the one before, unless that one crashed
+or did not apply), so a crash and its fix show the net change across them. A step is, in this order of precedence:
+
+- `crash`, `error` (the scenario could not run: a target the tree lacks) or `n/a` (the scenario does not apply);
+- `value change`, `structure` or `low-bit drift`: the trajectory differs (`tripwire.magnitude` states the rule);
+- `syncs`: host syncs appeared, grew, shrank or went away;
+- `telemetry`: event counts, order, schema or payload values differ;
+- `bitwise refactor`: nothing differs.
+
+Every kind found is listed (`Row.kinds`); the first one names the step.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tripwire.compare import DIFFERS, Verdict, compare_results, compare_trajectory
+from tripwire.history.commits import Commit
+from tripwire.result import Result
+
+CHECKS = ("run", "trajectory", "syncs", "telemetry", "payloads")
+BITWISE = "bitwise refactor"
+PRECEDENCE = ("crash", "error", "n/a", "value change", "structure", "low-bit drift", "syncs", "telemetry")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One check of one commit: its kind (`identical`, `low-bit drift`, `syncs`, `crash`, ...) and what it says."""
+
+    kind: str
+    text: str
+    details: tuple[str, ...] = ()
+
+
+@dataclass
+class Row:
+    """One commit of the walk, compared with `against` (the sha of the earlier commit it was compared with)."""
+
+    commit: Commit
+    status: str
+    cells: dict[str, Cell]
+    against: str = ""
+    seconds: float = 0.0
+    kinds: list[str] = field(default_factory=list)
+
+    @property
+    def step(self) -> str:
+        """What kind of step this commit is (see the module docstring); `base` for the first commit."""
+        if not self.against and self.status == "ok":
+            return "base"
+        return self.kinds[0] if self.kinds else BITWISE
+
+
+def _trajectory_kind(verdict: Verdict) -> str:
+    return {"checkpoints": "structure", "values": "value change"}.get(verdict.kind, verdict.kind)
+
+
+def _cells(comparison_verdicts: Sequence[Verdict]) -> dict[str, Cell]:
+    cells = {}
+    for verdict in comparison_verdicts:
+        if verdict.check not in CHECKS:
+            continue
+        if verdict.status != DIFFERS:
+            cells[verdict.check] = Cell("identical" if verdict.status == "same" else verdict.status, verdict.summary)
+            continue
+        kind = {"trajectory": _trajectory_kind(verdict), "syncs": "syncs", "run": "fixed"}.get(
+            verdict.check, "telemetry"
+        )
+        cells[verdict.check] = Cell(kind, verdict.summary, verdict.details)
+    return cells
+
+
+def classify(commit: Commit, result: Result, against: Result | None, against_sha: str = "") -> Row:
+    """The row of `commit`: its result compared with `against` (None for the first commit of the walk)."""
+    if not result.ok:
+        cell = Cell(result.status if result.status != "crash" else "crash", f"{result.status}: {result.cause}")
+        cells = {"run": cell} | {check: Cell("-", "") for check in CHECKS[1:]}
+        return Row(commit, result.status, cells, against_sha, kinds=[result.status])
+    if against is None:
+        cells = {"run": Cell("base", "ok")} | {check: Cell("base", "") for check in CHECKS[1:]}
+        return Row(commit, "ok", cells)
+    comparison = compare_results(against, result)
+    verdicts = list(comparison.verdicts)
+    trajectory = comparison.verdict("trajectory")
+    if trajectory.status == DIFFERS and has_values(against) and has_values(result):
+        measured = compare_trajectory(with_values(against), with_values(result))
+        verdicts = [measured if verdict.check == "trajectory" else verdict for verdict in verdicts]
+    cells = _cells(verdicts)
+    cells["run"] = Cell("ok", "ok")
+    found = {cell.kind for cell in cells.values()}
+    kinds = [kind for kind in PRECEDENCE if kind in found]
+    return Row(commit, "ok", cells, against_sha, kinds=kinds)
+
+
+def has_values(result: Result) -> bool:
+    return result.folder is not None and (result.folder / "values.pt").exists()
+
+
+def with_values(result: Result) -> Result:
+    """The result again, with its kept values (a few recent ones are held: bisection reloads its base often)."""
+    assert result.folder is not None
+    return _load_with_values(str(result.folder))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_with_values(folder: str) -> Result:
+    return Result.load(folder, values=True)
+
+
+def walk_rows(commits: Sequence[Commit], results: Mapping[str, Result], seconds: Mapping[str, float]) -> list[Row]:
+    """Every commit's row, each compared with the nearest earlier commit that ran to the end."""
+    rows: list[Row] = []
+    last_ok: tuple[Commit, Result] | None = None
+    for commit in commits:
+        result = results[commit.sha]
+        against, sha = (last_ok[1], last_ok[0].sha) if last_ok is not None else (None, "")
+        row = classify(commit, result, against, sha)
+        row.seconds = seconds.get(commit.sha, 0.0)
+        if result.ok and rows and rows[-1].status != "ok" and last_ok is not None:
+            row.cells["run"] = Cell("fixed", f"ok again (compared with {last_ok[0].short}, the last commit that ran)")
+        rows.append(row)
+        if result.ok:
+            last_ok = (commit, result)
+    return rows

@@ -1,0 +1,183 @@
+"""One result per commit: each in its own worktree and its own process, cached, several at a time.
+
+A commit's worker is `python -P -m tripwire run SCENARIO --root WORKTREE --commit SHA --out FOLDER`: `-P` keeps the
+current folder off `sys.path`, the worker runs in a scratch folder, and `record` puts the tree's own import roots
+first, so the tree's code is what runs and nothing beside the scenario or the harness can shadow the standard
+library. Results are cached under `OUT/results/<key>/<sha>/`, the key covering the scenario file, tripwire's
+version, the CPU pin and the Python and torch the workers run: a second walk over the same commits runs nothing. A
+worker that dies without writing its result (a segfault, a timeout) leaves a `crash` result saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import tripwire
+from tripwire.errors import TripwireError
+from tripwire.history.commits import Commit, Worktrees
+from tripwire.result import Result
+
+# (commit, what happened: "cached" or "ran", the result, seconds the worker took)
+Progress = Callable[[Commit, str, Result, float], None]
+
+
+@dataclass(frozen=True)
+class WalkSettings:
+    """Where and how the commits run."""
+
+    repo: Path
+    scenario: Path
+    out: Path
+    jobs: int = 1
+    cpu_pin: str = "avx2"
+    timeout: float = 900.0
+    keep_trees: bool = False
+    python: str = sys.executable
+
+
+def cache_key(settings: WalkSettings) -> str:
+    """What a cached result depends on, besides its commit: the scenario, tripwire's own code, the pin, Python and
+    torch."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "none"
+    parts = [settings.scenario.read_bytes(), _own_code(), settings.cpu_pin.encode()]
+    parts += [settings.python.encode(), torch_version.encode()]
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
+
+
+def _own_code() -> bytes:
+    """A digest of tripwire's source files: a changed harness records anew."""
+    root = Path(tripwire.__file__).parent
+    digest = hashlib.sha256(tripwire.__version__.encode())
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.digest()
+
+
+class Runner:
+    """Results of commits, from the cache or from workers (`jobs` at a time)."""
+
+    def __init__(self, settings: WalkSettings, progress: Progress | None = None) -> None:
+        if not settings.scenario.is_file():
+            raise TripwireError(f"{settings.scenario}: no such scenario file")
+        self.settings = settings
+        self.key = cache_key(settings)
+        self.cache = settings.out / "results" / self.key
+        self.worktrees = Worktrees(settings.repo, settings.out / "trees")
+        self.progress = progress
+        self.seconds: dict[str, float] = {}  # per commit: the worker's wall time (cached: as first recorded)
+
+    def folder(self, commit: Commit) -> Path:
+        return self.cache / commit.sha
+
+    def cached(self, commit: Commit) -> Result | None:
+        folder = self.folder(commit)
+        if not (folder / "result.json").exists():
+            return None
+        try:
+            result = Result.load(folder, values=False)
+        except TripwireError:
+            return None
+        self.seconds[commit.sha] = _walk_seconds(folder)
+        return result
+
+    def results(self, commits: Iterable[Commit]) -> dict[str, Result]:
+        """Every commit's result, running the uncached ones on `jobs` workers."""
+        commits = list(commits)
+        done: dict[str, Result] = {}
+        missing = []
+        for commit in commits:
+            result = self.cached(commit)
+            if result is None:
+                missing.append(commit)
+            else:
+                done[commit.sha] = result
+                self._report(commit, "cached", result)
+        with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
+            for commit, result in zip(missing, pool.map(self._run, missing)):
+                done[commit.sha] = result
+        return done
+
+    def result(self, commit: Commit) -> Result:
+        """One commit's result (cached, or run now)."""
+        cached = self.cached(commit)
+        if cached is not None:
+            self._report(commit, "cached", cached)
+            return cached
+        return self._run(commit)
+
+    def _report(self, commit: Commit, what: str, result: Result) -> None:
+        if self.progress is not None:
+            self.progress(commit, what, result, self.seconds.get(commit.sha, 0.0))
+
+    def _run(self, commit: Commit) -> Result:
+        folder = self.folder(commit)
+        folder.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        tree = self.worktrees.add(commit)
+        try:
+            code, tail = self._work(commit, tree, folder)
+        finally:
+            if not self.settings.keep_trees:
+                self.worktrees.remove(tree)
+        seconds = time.perf_counter() - start
+        (folder / "walk.json").write_text(json.dumps({"seconds": round(seconds, 3)}) + "\n", encoding="utf-8")
+        self.seconds[commit.sha] = seconds
+        if not (folder / "result.json").exists():
+            cause = f"the worker exited with code {code} before writing a result" + (f": {tail}" if tail else "")
+            Result(self._scenario_name(), "crash", cause, source={"commit": commit.sha}).save(folder)
+        result = Result.load(folder, values=False)
+        self._report(commit, "ran", result)
+        return result
+
+    def _work(self, commit: Commit, tree: Path, folder: Path) -> tuple[int, str]:
+        """Run the worker; `(exit code, last line of its error output)`. Its output goes to `worker.log`."""
+        settings = self.settings
+        command = [settings.python, "-P", "-m", "tripwire", "run", str(settings.scenario.resolve())]
+        command += ["--root", str(tree), "--commit", commit.sha, "--out", str(folder), "--cpu-pin", settings.cpu_pin]
+        log = folder / "worker.log"
+        with tempfile.TemporaryDirectory(prefix="tripwire-worker-") as scratch, log.open("w") as output:
+            process = subprocess.Popen(
+                command, cwd=scratch, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=_env()
+            )
+            try:
+                code = process.wait(timeout=settings.timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                return -9, f"timed out after {settings.timeout:.0f} s"
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        return code, lines[-1].strip()[:200] if lines and code else ""
+
+    def _scenario_name(self) -> str:
+        return self.settings.scenario.stem
+
+
+def _env() -> dict[str, str]:
+    """The worker's environment: ours, with the one-thread and hash-seed pins a bitwise comparison needs."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    env.setdefault("PYTHONHASHSEED", "0")
+    return env
+
+
+def _walk_seconds(folder: Path) -> float:
+    try:
+        return float(json.loads((folder / "walk.json").read_text(encoding="utf-8"))["seconds"])
+    except (OSError, ValueError, KeyError):
+        return 0.0

@@ -1,0 +1,108 @@
+"""`python -m tripwire history` on a synthetic history: each commit's kind named, each first commit bisected.
+
+The repository (synthetic_repo.py) is built in the test's temporary folder: a pure refactor, a regrouped sum, a
+real value change, an added sync, a telemetry change, a crash and its fix, and a rename the scenario's adapter
+absorbs. The walk runs each commit in its own worktree and process, as a user's walk would, from a working folder
+that holds a `random.py` and a `bisect.py` that raise on import.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from synthetic_repo import STEPS, build, write_scenario
+
+
+def history(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "tripwire", "history", *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
+
+
+@pytest.fixture(scope="module")
+def walk(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("history")
+    shas = build(root / "repo")
+    scenario = write_scenario(root / "scenarios")
+    span = f"{shas[0]}..{shas[-1]}"
+    args = ["--repo", str(root / "repo"), "--range", span, "--scenario", str(scenario), "--out", str(root / "out")]
+    done = history(root / "scenarios", *args, "--jobs", "2")  # the working folder shadows random and bisect
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((root / "out" / "history.json").read_text())
+    return {"root": root, "shas": shas, "span": span, "args": args, "report": report, "stdout": done.stdout}
+
+
+def test_the_walk_names_each_commits_kind(walk: dict[str, Any]) -> None:
+    rows = walk["report"]["rows"]
+    assert [row["commit"] for row in rows] == walk["shas"]
+    assert [row["step"] for row in rows] == [kind for _, kind, _ in STEPS]
+
+
+def test_each_difference_says_where_what_kind_and_how_big(walk: dict[str, Any]) -> None:
+    cells = {row["subject"].split(":")[0]: row["cells"] for row in walk["report"]["rows"]}
+    assert "ULP" in cells["perf"]["trajectory"]["text"] and cells["perf"]["trajectory"]["kind"] == "low-bit drift"
+    assert cells["tune"]["trajectory"]["kind"] == "value change"
+    assert "NEW" in cells["feat"]["syncs"]["text"] and "`if loss.item() > 1e6:`" in cells["feat"]["syncs"]["text"]
+    assert "train.py:27 in train" in cells["feat"]["syncs"]["text"]
+    assert cells["telemetry"]["telemetry"]["text"] == "schema of STEP: field data.step added"
+    assert cells["wip"]["run"]["text"] == "crash: NameError: name 'optimiser' is not defined (train.py:24)"
+    fixed = next(row for row in walk["report"]["rows"] if row["subject"].startswith("fix"))
+    assert fixed["compared_with"] == walk["shas"][5]  # the last commit that ran, not the crash
+    assert cells["fix"]["run"]["kind"] == "fixed"
+
+
+def test_the_report_comes_as_markdown_json_and_a_picture(walk: dict[str, Any]) -> None:
+    out = walk["root"] / "out"
+    table = (out / "history.md").read_text()
+    assert "| commit | subject | step | trajectory | syncs | telemetry | payloads |" in table
+    assert (out / "history.png").stat().st_size > 1000 and (out / "history.svg").exists()
+    assert walk["report"]["ran"] == len(walk["shas"])
+
+
+def test_a_second_walk_is_free(walk: dict[str, Any]) -> None:
+    done = history(walk["root"], *walk["args"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((walk["root"] / "out" / "history.json").read_text())
+    assert report["ran"] == 0 and report["seconds"] < 10
+    assert [row["step"] for row in report["rows"]] == [row["step"] for row in walk["report"]["rows"]]
+
+
+def test_bisection_finds_the_first_commit_of_each_kind_of_change(walk: dict[str, Any]) -> None:
+    done = history(walk["root"], *walk["args"], "--bisect")
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = {f["check"]: f for f in json.loads((walk["root"] / "out" / "history.json").read_text())["bisection"]}
+    subjects = {check: finding["subject"].split(":")[0] for check, finding in found.items()}
+    assert subjects == {
+        "trajectory": "perf",  # the first difference of any kind: the regrouped sum's drift
+        "trajectory (value change)": "tune",
+        "syncs": "feat",
+        "telemetry": "telemetry",
+        "payloads": "perf",  # the drift reaches the logged loss values
+    }
+    assert all(1 <= finding["steps"] <= 3 for finding in found.values())  # log2 of 8 commits between A and B
+
+
+def test_bisection_finds_where_a_run_first_crashed(walk: dict[str, Any]) -> None:
+    shas = walk["shas"]
+    args = [*walk["args"]]
+    args[args.index(walk["span"])] = f"{shas[0]}..{shas[6]}"  # B is the crash
+    done = history(walk["root"], *args, "--bisect")
+    assert done.returncode == 0, done.stderr[-2000:]
+    [finding] = [f for f in json.loads((walk["root"] / "out" / "history.json").read_text())["bisection"]]
+    assert (finding["check"], finding["first"]) == ("run", shas[6])
+    assert "NameError" in finding["summary"]
+
+
+def test_without_the_adapter_the_renamed_target_is_a_scenario_error(walk: dict[str, Any]) -> None:
+    shas, root = walk["shas"], walk["root"]
+    scenario = write_scenario(root / "scenarios", adapter=False)
+    args = ["--repo", str(root / "repo"), "--range", f"{shas[7]}..{shas[8]}", "--scenario", str(scenario)]
+    done = history(root, *args, "--out", str(root / "out-no-adapter"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads((root / "out-no-adapter" / "history.json").read_text())["rows"]
+    assert rows[1]["step"] == "error"
+    assert "train:make_model" in rows[1]["cells"]["run"]["text"]
