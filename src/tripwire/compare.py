@@ -76,25 +76,24 @@ class Comparison:
 
 @dataclass(frozen=True)
 class SiteChange:
-    """A call site that syncs on one side only, or more or less often on B."""
+    """A call site that syncs on one side only, more or less often on B, or whose line moved to another function."""
 
-    change: str  # NEW, GONE, GREW, FEWER
+    change: str  # NEW, GONE, GREW, FEWER, MOVED (the same line, now in another function or file)
     record: SiteRecord  # B's record (A's for GONE)
     before: int
     after: int
+    origin: SiteRecord | None = None  # A's record of a MOVED site
 
     def format(self) -> str:
         record = self.record
-        counts = (
-            f"×{self.after}"
-            if self.change == "NEW"
-            else f"×{self.before}"
-            if self.change == "GONE"
-            else (f"×{self.before} -> ×{self.after}")
-        )
+        if self.change in ("NEW", "GONE"):
+            counts = f"×{self.after if self.change == 'NEW' else self.before}"
+        else:
+            counts = f"×{self.before} -> ×{self.after}"
         inside = f"  (inside torch: {record.via})" if record.via else ""
         where = f"{record.site} in {record.function}"
-        return f"{self.change:<5} {record.region!r} {where}  {counts} [{record.kind}]  `{record.text}`{inside}"
+        origin = f" (was {self.origin.site} in {self.origin.function})" if self.origin is not None else ""
+        return f"{self.change:<5} {record.region!r} {where}{origin}  {counts} [{record.kind}]  `{record.text}`{inside}"
 
 
 def site_changes(a: Sequence[SiteRecord], b: Sequence[SiteRecord]) -> list[SiteChange]:
@@ -117,8 +116,32 @@ def site_changes(a: Sequence[SiteRecord], b: Sequence[SiteRecord]) -> list[SiteC
                 changes.append(SiteChange("GREW" if count > before[old][0] else "FEWER", record, before[old][0], count))
         taken = {old for old in matched.values() if old is not None}
         changes += [SiteChange("GONE", record, count, 0) for key, (count, record) in before.items() if key not in taken]
-    order = {"NEW": 0, "GREW": 1, "FEWER": 2, "GONE": 3}
+    changes = _pair_moves(changes)
+    order = {"NEW": 0, "GREW": 1, "FEWER": 2, "GONE": 3, "MOVED": 4}
     return sorted(changes, key=lambda c: (order[c.change], c.record.region, c.record.site))
+
+
+def _pair_moves(changes: list[SiteChange]) -> list[SiteChange]:
+    """A NEW and a GONE site of the same region, kind, torch code and source line: one line that moved to another
+    function or file (code extracted into a helper), reported once as MOVED."""
+    gone: dict[tuple[str, str, str, str], list[SiteChange]] = {}
+    for change in changes:
+        if change.change == "GONE" and change.record.text:
+            gone.setdefault(_line_of(change.record), []).append(change)
+    paired, out = set(), []
+    for change in changes:
+        candidates = gone.get(_line_of(change.record), []) if change.change == "NEW" else []
+        origin = next((c for c in candidates if id(c) not in paired), None)
+        if origin is None:
+            out.append(change)
+            continue
+        paired.add(id(origin))
+        out.append(SiteChange("MOVED", change.record, origin.before, change.after, origin.record))
+    return [change for change in out if id(change) not in paired]
+
+
+def _line_of(record: SiteRecord) -> tuple[str, str, str, str]:
+    return (record.region, record.kind, record.via, record.text)
 
 
 def _by_identity(records: Iterable[SiteRecord]) -> dict[str, tuple[int, SiteRecord]]:
@@ -139,8 +162,10 @@ def compare_syncs(a: SyncSummary, b: SyncSummary) -> Verdict:
     changes = site_changes(a.records, b.records)
     totals_a, totals_b = a.counts_by_region(), b.counts_by_region()
     regions = [r for r in sorted(set(totals_a) | set(totals_b)) if totals_a.get(r, 0) != totals_b.get(r, 0)]
-    if not changes and not regions:
-        return Verdict("syncs", SAME, f"identical ({b.total} syncs)")
+    moved = [change for change in changes if change.change == "MOVED" and change.before == change.after]
+    if len(moved) == len(changes) and not regions:
+        note = f"; {len(moved)} site(s) moved, as often" if moved else ""
+        return Verdict("syncs", SAME, f"identical ({b.total} syncs{note})", tuple(c.format() for c in moved))
     details = [f"region {r!r}: {totals_a.get(r, 0)} -> {totals_b.get(r, 0)}" for r in regions]
     typical_a, typical_b = a.typical_iteration(), b.typical_iteration()
     if a.iterations and b.iterations and typical_a != typical_b:
@@ -149,7 +174,7 @@ def compare_syncs(a: SyncSummary, b: SyncSummary) -> Verdict:
     details += [change.format() for change in changes]
     head = changes[0].format() if changes else details[0]
     kinds = {change.change for change in changes}
-    kind = "new sync" if "NEW" in kinds or "GREW" in kinds else "fewer syncs" if changes else "count"
+    kind = "new sync" if kinds & {"NEW", "GREW"} else "fewer syncs" if kinds & {"GONE", "FEWER"} else "count"
     return Verdict("syncs", DIFFERS, f"{b.total - a.total:+d} syncs; {head}", tuple(details), kind)
 
 
@@ -179,10 +204,13 @@ def compare_trajectory(a: Result, b: Result) -> Verdict:
 def compare_telemetry(a: Result, b: Result) -> list[Verdict]:
     """Event counts, order and schema; then every payload field."""
     if a.telemetry is None and b.telemetry is None:
-        return [Verdict("telemetry", NOT_COMPARED, "no events recorded")]
+        return [Verdict(check, NOT_COMPARED, "no events recorded") for check in ("telemetry", "payloads")]
     if a.telemetry is None or b.telemetry is None:
         side = "A" if a.telemetry is None else "B"
-        return [Verdict("telemetry", DIFFERS, f"{side} recorded no events", kind="events")]
+        return [
+            Verdict("telemetry", DIFFERS, f"{side} recorded no events", kind="events"),
+            Verdict("payloads", NOT_COMPARED, f"{side} recorded no events"),
+        ]
     lines = diff_counts(a.telemetry, b.telemetry)
     counts = (
         Verdict("telemetry", SAME, f"identical ({b.telemetry.get('total', 0)} events)")

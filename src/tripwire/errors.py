@@ -41,10 +41,15 @@ class TrajectoryDivergence(GuardrailFailure):
     """A recorded trajectory differs from its golden; the message names the first divergence."""
 
 
-# The command that records goldens on purpose, named in every "regenerate with ..." message. A project sets it
-# with the `tripwire_update_command` ini option (this repository: `nox -s baselines`); the default works anywhere.
+# The command that records goldens on purpose, named in every "regenerate with ..." message. Under pytest the plugin
+# sets it from the `tripwire_update_command` ini option (default DEFAULT_UPDATE_COMMAND; this repository: `nox -s
+# baselines`); outside pytest, messages name tripwire's own commands (OUTSIDE_PYTEST_UPDATE_COMMAND), and
+# `python -m tripwire budget check` names the exact `budget write` line.
 DEFAULT_UPDATE_COMMAND = "pytest --tripwire-update --snapshot-update"
-_update_command = DEFAULT_UPDATE_COMMAND
+OUTSIDE_PYTEST_UPDATE_COMMAND = (
+    "python -m tripwire budget write RESULT FILE (RESULT: a `python -m tripwire run` folder)"
+)
+_update_command = OUTSIDE_PYTEST_UPDATE_COMMAND
 
 
 # How to compare a head tree against its base on one machine when no committed golden applies (ini option
@@ -71,7 +76,7 @@ def update_command() -> str:
 
 
 def set_update_command(command: str | None) -> None:
-    """Name the project's own update command in messages (None or "" restores the default)."""
+    """Name the project's own update command in messages (None or "" restores pytest's default)."""
     global _update_command
     _update_command = command or DEFAULT_UPDATE_COMMAND
 

@@ -210,8 +210,10 @@ def _resolve(spec: str, namespace: Mapping[str, Any] | None) -> tuple[Any, str, 
     else:
         try:
             start = importlib.import_module(module_name)
-        except ImportError as error:
-            raise ScenarioError(f"target {spec}: module {module_name!r} cannot be imported ({error})") from None
+        except ModuleNotFoundError as error:
+            if error.name is None or not (module_name == error.name or module_name.startswith(error.name + ".")):
+                raise  # the module exists but imports something missing: the tree (or its environment) is broken
+            raise ScenarioError(f"target {spec}: this tree has no module {error.name!r}") from None
         holder_parts = parts[:-1]
     try:
         owner = functools.reduce(getattr, holder_parts, start)

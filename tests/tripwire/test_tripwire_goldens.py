@@ -131,3 +131,24 @@ def test_under_budget_passes_and_says_it_can_be_tightened(tmp_path: Path) -> Non
     assert outcome.status == "passed"
     assert "budget can be tightened for region 'epoch_transfer' from 3 to 1" in outcome.detail
     assert store.notes and "tightened" in store.notes[0]
+
+
+def test_against_a_base_recorded_here_a_divergence_says_how_big(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIPWIRE_KEEP_VALUES", "1")  # what `nox -s guardrails -- --against REF` sets for both sides
+    context = capture_context("cpu")
+    base = recorded(1.0, context)
+    GoldenStore(tmp_path, update=True).check_trajectory("s", base.trajectory)
+    assert sorted(path.name for path in (tmp_path / "trajectories" / "s").iterdir())[-1].endswith(".values.pt")
+    nudged = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0)).item()  # one float up
+    with pytest.raises(TrajectoryDivergence) as caught:
+        GoldenStore(tmp_path).check_trajectory("s", recorded(nudged, context).trajectory)
+    message = str(caught.value)
+    assert "magnitude: low-bit drift: max |Δ| 1.19e-07, up to 1 ULP (1 of scale) in 1 tensor(s)" in message
+
+
+def test_committed_goldens_keep_no_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRIPWIRE_KEEP_VALUES", raising=False)
+    GoldenStore(tmp_path, update=True).check_trajectory("s", recorded(1.0, capture_context("cpu")).trajectory)
+    assert [path.suffix for path in (tmp_path / "trajectories" / "s").iterdir()] == [".json"]

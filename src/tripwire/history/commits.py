@@ -44,7 +44,7 @@ def git(repo: Path, *args: str) -> str:
 
 
 def list_commits(repo: Path, spec: str, paths: Sequence[str] = (), *, first_parent: bool = False) -> list[Commit]:
-    """A (the base), then the commits of `A..B` oldest first (touching `paths`, when given)."""
+    """A (the base), then the commits of `A..B` oldest first (touching `paths`, when given), ending at B."""
     if ".." not in spec or spec.startswith("..") or spec.endswith(".."):
         raise HistoryError(f"--range {spec!r} is not A..B (two commits, e.g. 11ebe0f6..2016337e)")
     base, head = spec.split("..", 1)
@@ -52,6 +52,9 @@ def list_commits(repo: Path, spec: str, paths: Sequence[str] = (), *, first_pare
     options = ["--first-parent"] if first_parent else []
     shas = git(repo, "rev-list", "--reverse", *options, f"{base}..{head}", "--", *paths).split()
     base_sha = git(repo, "rev-parse", "--verify", f"{base}^{{commit}}").strip()
+    head_sha = git(repo, "rev-parse", "--verify", f"{head}^{{commit}}").strip()
+    if head_sha not in shas:  # B itself touches none of `paths` (a merge, say): the walk still ends at B
+        shas.append(head_sha)
     subjects = _subjects(repo, [base_sha, *shas])
     return [Commit(sha, subjects.get(sha, "")) for sha in [base_sha, *shas]]
 

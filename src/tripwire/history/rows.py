@@ -60,12 +60,12 @@ def _trajectory_kind(verdict: Verdict) -> str:
 
 
 def _cells(comparison_verdicts: Sequence[Verdict]) -> dict[str, Cell]:
-    cells = {}
+    cells = {check: Cell("-", "") for check in CHECKS}
     for verdict in comparison_verdicts:
         if verdict.check not in CHECKS:
             continue
         if verdict.status != DIFFERS:
-            cells[verdict.check] = Cell("identical" if verdict.status == "same" else verdict.status, verdict.summary)
+            cells[verdict.check] = Cell("identical" if verdict.status == "same" else "-", verdict.summary)
             continue
         kind = {"trajectory": _trajectory_kind(verdict), "syncs": "syncs", "run": "fixed"}.get(
             verdict.check, "telemetry"
