@@ -8,7 +8,8 @@ For each tensor that differs between the two sides, in the first diverging check
 - `max |Δ|`: the largest absolute elementwise difference.
 - `ULPs`: the largest elementwise distance counted in representable floats of the tensor's dtype (units in the last
   place): 1 ULP means two neighbouring floats. A float64 tensor whose values are all float32 values (a metric read
-  with `.item()` from a float32 tensor) is counted in float32 ULPs, the precision it was computed in. Elements near zero can be many ULPs apart after a harmless
+  with `.item()` from a float32 tensor) is counted in float32 ULPs, the precision it was computed in. Elements near
+  zero can be many ULPs apart after a harmless
   regrouping of a sum whose terms cancel, so the rule does not use this figure alone.
 - `scale ULPs`: max |Δ| divided by the spacing of floats at the tensor's largest magnitude (the ULP of its scale).
   A regrouped sum, a fused multiply-add or another kernel changes a result by a few ULPs of the magnitudes

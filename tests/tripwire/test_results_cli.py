@@ -14,7 +14,8 @@ import pytest
 
 LOOPS = Path(__file__).parent / "loops"
 SCENARIO = LOOPS / "ppo_script_scenario.py"
-INJECTED = ("                entropy_loss = entropy.mean()\n", "                entropy_loss = entropy.mean()\n                kl_seen = approx_kl.item()\n")  # fmt: skip
+BEFORE = "                entropy_loss = entropy.mean()\n"
+INJECTED = (BEFORE, BEFORE + "                kl_seen = approx_kl.item()\n")
 
 
 def tripwire(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
