@@ -42,6 +42,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--commit", default=None, help="the tree's commit (default: git rev-parse HEAD there)")
     parser.add_argument("--cpu-pin", choices=("avx2", "native"), default="avx2", help="portable CPU kernels or not")
     parser.add_argument("--no-values", action="store_true", help="keep digests only (no values.pt)")
+    parser.add_argument("--values-store", type=Path, help="keep each distinct tensor once in this shared folder")
     parser.add_argument("--budget", type=Path, help="also check the syncs against this budget file")
     args = parser.parse_args(argv)
     if args.cpu_pin == "avx2":
@@ -66,7 +67,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         return 2
     commit = args.commit if args.commit is not None else _commit_of(root)
     result = record(scenario, root, commit=commit, keep_values=False if args.no_values else None)
-    result.save(args.out)
+    result.save(args.out, values_store=args.values_store)
     print(f"{scenario.name}: {result.summary()} -> {args.out}")
     code = 0 if result.status in ("ok", "n/a") else 1
     if args.budget is not None and result.ok:

@@ -104,7 +104,7 @@ class GoldenStore:
             trajectory.context = dict(context)
             trajectory.save(path)
             if trajectory.values:  # kept for a base recorded just now (`--against`): the check can say how big
-                save_values(values_path, trajectory.values)
+                save_values(values_path, trajectory.values, dict(trajectory.checkpoints))
             return GoldenOutcome("updated", f"wrote {self._shown(path)}")
         if not path.exists():
             return self.no_golden("trajectory", scenario, self._missing_reason(folder, context))

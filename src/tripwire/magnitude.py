@@ -7,10 +7,10 @@ For each tensor that differs between the two sides, in the first diverging check
 
 - `max |Δ|`: the largest absolute elementwise difference.
 - `ULPs`: the largest elementwise distance counted in representable floats of the tensor's dtype (units in the last
-  place): 1 ULP means two neighbouring floats. A float64 tensor whose values are all float32 values (a metric read
-  with `.item()` from a float32 tensor) is counted in float32 ULPs, the precision it was computed in. Elements near
-  zero can be many ULPs apart after a harmless
-  regrouping of a sum whose terms cancel, so the rule does not use this figure alone.
+  place): 1 ULP means two neighbouring floats. Float64 values are counted in float32 ULPs: in the loops tripwire
+  gates they are Python floats (metrics, rewards, a learning rate) computed from float32 tensors, so float32 is the
+  precision they carry, and a difference below float32's resolution counts as 0. Elements near zero can be many
+  ULPs apart after a harmless regrouping of a sum whose terms cancel, so the rule does not use this figure alone.
 - `scale ULPs`: max |Δ| divided by the spacing of floats at the tensor's largest magnitude (the ULP of its scale).
   A regrouped sum, a fused multiply-add or another kernel changes a result by a few ULPs of the magnitudes
   involved, so this figure stays small for reassociation and is large for a changed formula or constant.
@@ -101,23 +101,13 @@ def _count(value: float) -> str:
     return f"{value:.0f}" if value < 1e5 else f"{value:.2g}"
 
 
-def _float32_held_as_float64(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two float64 tensors hold only float32 values (a metric read with `.item()` from a float32 tensor is
-    a Python float, float64, with float32's precision): their ULPs are then float32's."""
-    if a.dtype != torch.float64:
-        return False
-    return all(
-        bool(((side.to(torch.float32).to(torch.float64) == side) | side.isnan()).all().item()) for side in (a, b)
-    )
-
-
 def tensor_delta(name: str, a: torch.Tensor, b: torch.Tensor) -> TensorDelta | None:
     """How `b` differs from `a`; None when they are not comparable elementwise (other shape or dtype). Float64
-    tensors that hold only float32 values are measured in float32 ULPs."""
+    tensors are measured at float32's resolution (see the module docstring)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return None
     with ignore_syncs():
-        if _float32_held_as_float64(a, b):
+        if a.dtype == torch.float64:
             a, b = a.to(torch.float32), b.to(torch.float32)
         if not (a.is_floating_point() and a.element_size() in _SIGNED_VIEWS):
             unequal = a != b

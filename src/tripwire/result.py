@@ -7,7 +7,8 @@ A result folder holds:
                       line), telemetry counts, and what was not measured
     trajectory.json   the checkpoints' digests and specs (`tripwire.trajectory`)
     payloads.json     a digest of every event payload field (`tripwire.payloads`), when the run had events
-    values.pt         the checkpoints' values (`torch.save` of plain tensors), for measuring differences on this machine
+    values.pt         the checkpoints' values, each distinct tensor once (or in a store shared by a history walk's
+                      results: `tripwire.values`), for measuring differences on this machine
     traceback.txt     the full traceback of a crash
 
 Call sites are relative to the declared source root, so two results recorded in two checkouts of one project
@@ -135,9 +136,10 @@ class Result:
         checkpoints = len(self.trajectory) if self.trajectory is not None else 0
         return f"ok in {self.seconds:.1f} s: {checkpoints} checkpoints, {self.syncs.total} syncs{events}"
 
-    def save(self, folder: str | Path) -> Path:
-        """Write the result folder (see the module docstring); files of an earlier result there are replaced."""
-        from tripwire.trajectory import save_values
+    def save(self, folder: str | Path, *, values_store: str | Path | None = None) -> Path:
+        """Write the result folder (see the module docstring); files of an earlier result there are replaced. With
+        `values_store`, each distinct kept tensor is a file of that shared folder (`tripwire.values`)."""
+        from tripwire.values import save_values
 
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +150,8 @@ class Result:
         if self.payloads is not None:
             self.payloads.save(out / "payloads.json")
         if self.values:
-            save_values(out / "values.pt", self.values)
+            digests = dict(self.trajectory.checkpoints) if self.trajectory is not None else {}
+            save_values(out / "values.pt", self.values, digests, values_store)
         if self.traceback:
             (out / "traceback.txt").write_text(self.traceback, encoding="utf-8")
         data = {
@@ -170,7 +173,8 @@ class Result:
     @classmethod
     def load(cls, folder: str | Path, *, values: bool = True) -> Result:
         """Read a result folder; a missing or malformed one raises `GoldenFileError` naming the file."""
-        from tripwire.trajectory import Trajectory, load_values
+        from tripwire.trajectory import Trajectory
+        from tripwire.values import load_values
 
         root = Path(folder)
         data = read_golden_json(

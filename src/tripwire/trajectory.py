@@ -36,15 +36,15 @@ from tripwire.digest import leaf_digest, leaf_spec, leaf_value, leaves, short, v
 from tripwire.errors import GoldenFileError, TrajectoryDivergence, TripwireError, read_golden_json
 from tripwire.magnitude import Magnitude, checkpoint_deltas, classify, growth_point
 from tripwire.tensor_diff import TensorChanges, tensor_changes
+from tripwire.values import Values, load_values, save_values
+
+__all__ = ["Trajectory", "TrajectoryRecorder", "TrajectoryReport", "compare_trajectories", "load_values", "save_values"]
 
 FORMAT = "tripwire-trajectory/2"  # 2 adds each checkpoint's specs; format 1 (digests only) still loads
 FORMATS = ("tripwire-trajectory/1", FORMAT)
 STORED_CHARS = 16  # digests are stored shortened: 64 bits per tensor is ample to detect a change
 VALUES_FILE_SUFFIX = ".values.pt"
 KEEP_VALUES_VARIABLE = "TRIPWIRE_KEEP_VALUES"
-
-# Values kept for measuring differences, per checkpoint: {tensor name: CPU tensor}.
-Values = dict[str, dict[str, torch.Tensor]]
 
 
 def checkpoint_leaves(value: Any) -> list[tuple[str, Any, str]]:
@@ -152,26 +152,6 @@ def _is_checkpoint(item: Any) -> bool:
     return all(isinstance(m, Mapping) and all(isinstance(v, str) for v in m.values()) for m in maps)
 
 
-def save_values(path: str | Path, values: Values) -> Path:
-    """Write kept values (`torch.save` of plain CPU tensors; read back with `load_values`, never unpickling code)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"format": "tripwire-values/1", "checkpoints": values}, path)
-    return path
-
-
-def load_values(path: str | Path) -> Values:
-    """Read values written by `save_values` (`weights_only`: a crafted file cannot run code)."""
-    try:
-        data = torch.load(Path(path), map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError, EOFError) as error:
-        raise GoldenFileError(f"{path}: unreadable values file ({type(error).__name__}): record it again") from None
-    if not isinstance(data, dict) or data.get("format") != "tripwire-values/1":
-        raise GoldenFileError(f"{path}: not a tripwire values file: record it again")
-    checkpoints: Values = data["checkpoints"]
-    return checkpoints
-
-
 class TrajectoryRecorder:
     """Records named checkpoints in order: `recorder.record("r0/e1/env0/train", model)`.
 
@@ -190,7 +170,7 @@ class TrajectoryRecorder:
     ) -> None:
         self.trajectory = Trajectory(context=dict(context or {}))
         self.keep_values = os.environ.get(KEEP_VALUES_VARIABLE) == "1" if keep_values is None else keep_values
-        self.values: Values = {}
+        self.values: dict[str, dict[str, torch.Tensor]] = {}
         if self.keep_values:
             self.trajectory.values = self.values
         self.values_limit_bytes = values_limit_bytes

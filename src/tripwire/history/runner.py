@@ -166,6 +166,7 @@ class Runner:
         settings = self.settings
         command = [settings.python, "-P", "-m", "tripwire", "run", str(settings.scenario.resolve())]
         command += ["--root", str(tree), "--commit", commit.sha, "--out", str(folder), "--cpu-pin", settings.cpu_pin]
+        command += ["--values-store", str(self.cache / "tensors")]
         log = folder / "worker.log"
         with tempfile.TemporaryDirectory(prefix="tripwire-worker-") as scratch, log.open("w") as output:
             process = subprocess.Popen(
