@@ -116,31 +116,43 @@ def tensor_delta(name: str, a: torch.Tensor, b: torch.Tensor) -> TensorDelta | N
                 name, float(difference.max().item()) if a.numel() else 0.0, math.nan, math.inf,
                 int(unequal.sum().item()), a.numel(), floating=False,
             )  # fmt: skip
-        raw = _SIGNED_VIEWS[a.element_size()]
-        bitwise_unequal = a.contiguous().view(raw) != b.contiguous().view(raw)  # -0.0 and 0.0 differ here
-        finite_a, finite_b = torch.isfinite(a), torch.isfinite(b)
-        nonfinite_changed = bool((finite_a != finite_b).any().item()) or bool(
-            ((~finite_a) & (~finite_b) & (a.nan_to_num(0.0) != b.nan_to_num(0.0))).any().item()
-        )
-        both = finite_a & finite_b
-        if bool(both.any().item()):
-            wide_a, wide_b = a[both].to(torch.float64), b[both].to(torch.float64)
-            max_abs = float((wide_a - wide_b).abs().max().item())
-            scale = float(torch.maximum(wide_a.abs(), wide_b.abs()).max().item())
-            ulps = float(ulp_distance(a[both], b[both]).max().item())
-        else:
-            max_abs, scale, ulps = math.inf, 0.0, math.inf
-        unit = spacing(scale, a.dtype)
-        return TensorDelta(
-            name,
-            max_abs,
-            ulps,
-            max_abs / unit if unit > 0 else math.inf,
-            int(bitwise_unequal.sum().item()),
-            a.numel(),
-            floating=True,
-            nonfinite_changed=nonfinite_changed,
-        )
+        return _float_delta(name, a.contiguous(), b.contiguous())
+
+
+def _finite_scale(tensor: torch.Tensor) -> float:
+    """The largest finite magnitude of a float tensor (0 when it has none)."""
+    magnitudes = tensor.abs()
+    return float(magnitudes.masked_fill(~torch.isfinite(magnitudes), 0).max().item()) if tensor.numel() else 0.0
+
+
+def _float_delta(name: str, a: torch.Tensor, b: torch.Tensor) -> TensorDelta:
+    """`tensor_delta` of two contiguous float tensors: every figure is computed on the differing elements only,
+    but the scale, on the whole tensors."""
+    raw = _SIGNED_VIEWS[a.element_size()]
+    unequal = a.view(raw) != b.view(raw)  # bitwise: -0.0 and 0.0 differ here
+    changed_a, changed_b = a[unequal], b[unequal]
+    finite_a, finite_b = torch.isfinite(changed_a), torch.isfinite(changed_b)
+    nonfinite_changed = bool((finite_a != finite_b).any().item()) or bool(
+        ((~finite_a) & (~finite_b) & (changed_a.nan_to_num(0.0) != changed_b.nan_to_num(0.0))).any().item()
+    )
+    both = finite_a & finite_b
+    if bool(both.any().item()):
+        near_a, near_b = changed_a[both], changed_b[both]
+        max_abs = float((near_a.to(torch.float64) - near_b.to(torch.float64)).abs().max().item())
+        ulps = float(ulp_distance(near_a, near_b).max().item())
+    else:
+        max_abs, ulps = (math.inf, math.inf) if changed_a.numel() else (0.0, 0.0)
+    unit = spacing(max(_finite_scale(a), _finite_scale(b)), a.dtype)
+    return TensorDelta(
+        name,
+        max_abs,
+        ulps,
+        max_abs / unit if unit > 0 else math.inf,
+        int(changed_a.numel()),
+        a.numel(),
+        floating=True,
+        nonfinite_changed=nonfinite_changed,
+    )
 
 
 def classify(deltas: Sequence[TensorDelta]) -> str:
@@ -231,14 +243,21 @@ def format_growth(points: Sequence[GrowthPoint], shown: int = 5) -> str:
 def growth_point(
     position: int, name: str, a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]
 ) -> GrowthPoint | None:
-    """The largest float difference over the tensors both checkpoints kept; None when none is comparable."""
-    worst: TensorDelta | None = None
-    for tensor in a.keys() & b.keys():
-        if not a[tensor].is_floating_point():
-            continue
-        delta = tensor_delta(tensor, a[tensor], b[tensor])
-        if delta is not None and delta.differing and (worst is None or delta.scale_ulps > worst.scale_ulps):
-            worst = delta
+    """The largest float difference, in scale ULPs, over the tensors both checkpoints kept (max |Δ| and scale only:
+    cheaper than `tensor_delta`); None when none is comparable."""
+    worst: tuple[float, float] | None = None
+    with ignore_syncs():
+        for tensor in a.keys() & b.keys():
+            left, right = a[tensor], b[tensor]
+            if not left.is_floating_point() or left.shape != right.shape or left.dtype != right.dtype:
+                continue
+            if left.dtype == torch.float64:
+                left, right = left.to(torch.float32), right.to(torch.float32)
+            gap = (left.to(torch.float64) - right.to(torch.float64)).abs().nan_to_num(0.0, posinf=0.0).max().item()
+            unit = spacing(max(_finite_scale(left), _finite_scale(right)), left.dtype)
+            scale_ulps = gap / unit if unit > 0 else math.inf
+            if worst is None or scale_ulps > worst[1]:
+                worst = (float(gap), scale_ulps)
     if worst is None:
-        return GrowthPoint(position, name, 0.0, 0.0)
-    return GrowthPoint(position, name, worst.max_abs, worst.scale_ulps)
+        return None
+    return GrowthPoint(position, name, worst[0], worst[1])

@@ -45,6 +45,7 @@ FORMATS = ("tripwire-trajectory/1", FORMAT)
 STORED_CHARS = 16  # digests are stored shortened: 64 bits per tensor is ample to detect a change
 VALUES_FILE_SUFFIX = ".values.pt"
 KEEP_VALUES_VARIABLE = "TRIPWIRE_KEEP_VALUES"
+GROWTH_POINTS = 8
 
 
 def checkpoint_leaves(value: Any) -> list[tuple[str, Any, str]]:
@@ -314,7 +315,8 @@ def _magnitude(
         return None
     deltas, unmeasured = checkpoint_deltas(first.changes.changed, a[name], b[name])
     growth = []
-    for index in later:
+    step = max(1, len(later) // GROWTH_POINTS)  # growth at up to GROWTH_POINTS later checkpoints, and the last
+    for index in dict.fromkeys([*later[::step], *later[-1:]]):
         later_name = expected.checkpoints[index][0]
         if later_name in a and later_name in b:
             point = growth_point(index + 1, later_name, a[later_name], b[later_name])

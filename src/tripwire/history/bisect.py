@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tripwire.compare import DIFFERS, Verdict, compare_results, compare_trajectory
+from tripwire.compare import DIFFERS, Verdict, compare_syncs, compare_telemetry, compare_trajectory
 from tripwire.history.commits import Commit
 from tripwire.history.rows import has_values, with_values
 from tripwire.history.runner import Runner
@@ -38,21 +38,30 @@ class Finding:
     probes: list[str] = field(default_factory=list)  # the shas probed, in order
 
 
-def _verdict(check: str, base: Result, probe: Result) -> Verdict:
-    """`check`'s verdict of `probe` against `base`, the trajectory with both sides' values (how big, what kind)."""
-    if check == "trajectory" and has_values(base) and has_values(probe):
-        return compare_trajectory(with_values(base), with_values(probe))
-    return compare_results(base, probe).verdict(check)
+def _verdict(check: str, base: Result, probe: Result, *, measured: bool = False) -> Verdict:
+    """`check`'s verdict of `probe` against `base`; `measured`: the trajectory with both sides' values (how big,
+    what kind), which costs a pass over every differing tensor."""
+    if check == "trajectory":
+        if measured and has_values(base) and has_values(probe):
+            return compare_trajectory(with_values(base), with_values(probe))
+        return compare_trajectory(base, probe)
+    if check == "syncs":
+        return compare_syncs(base.syncs, probe.syncs)
+    return next(verdict for verdict in compare_telemetry(base, probe) if verdict.check == check)
 
 
 def _differs(check: str, kind: str, base: Result, probe: Result) -> bool:
     """Whether `probe` differs from `base` in `check` (and, when `kind` is given, by a difference of that kind)."""
     if check == "run":
         return probe.status != base.status
-    verdict = _verdict(check, base, probe)
+    verdict = _verdict(check, base, probe, measured=bool(kind))
     if verdict.status != DIFFERS:
         return False
-    return not kind or {"checkpoints": "structure"}.get(verdict.kind, verdict.kind) == kind
+    return not kind or _kind(verdict) == kind
+
+
+def _kind(verdict: Verdict) -> str:
+    return {"checkpoints": "structure"}.get(verdict.kind, verdict.kind)
 
 
 def _usable(runner: Runner, commits: Sequence[Commit], low: int, high: int, middle: int) -> tuple[int, Result] | None:
@@ -90,7 +99,9 @@ def bisect_check(runner: Runner, commits: Sequence[Commit], check: str, base: Re
             low = index
     first = commits[high]
     final = runner.result(first)
-    summary = f"{final.status}: {final.cause}" if check == "run" else _verdict(check, base, final).summary
+    summary = (
+        f"{final.status}: {final.cause}" if check == "run" else _verdict(check, base, final, measured=True).summary
+    )
     return Finding(label, first, steps, summary, probes=probes)
 
 
@@ -106,7 +117,7 @@ def bisect(runner: Runner, commits: Sequence[Commit]) -> tuple[list[Finding], Re
         if _differs(check, "", base, head):
             findings.append(bisect_check(runner, commits, check, base))
         if check == "trajectory" and head.ok:
-            kind = {"checkpoints": "structure"}.get(_verdict(check, base, head).kind, _verdict(check, base, head).kind)
+            kind = _kind(_verdict(check, base, head, measured=True))
             if kind in ("value change", "structure"):
                 findings.append(bisect_check(runner, commits, check, base, kind))
     return findings, base, head

@@ -5,7 +5,8 @@
 
 The walk runs every commit of the range (A first, then `git rev-list A..B`, only those touching `--paths` when
 given), compares each with the one before and writes `history.md`, `history.json` and `history.png`/`.svg` under
-`--out`. `--bisect` runs A and B, and for each check that differs finds the first commit that shows it. Results are
+`--out`. `--bisect` runs A and B, and for each check that differs finds the first commit that shows it
+(`bisect.md`, `bisect.json`, `bisect.png`). Results are
 cached under `--out`: a second run is free. Progress is live on a terminal (rich), one line per commit elsewhere.
 Exit codes: 0 the walk or bisection finished, 1 it could not (the base did not run), 2 a usage error.
 """
@@ -106,11 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         runner = Runner(settings, progress)
         if args.bisect:
             findings, _, _ = bisect(runner, commits)
-            rows = walk_rows(
-                [c for c in commits if (runner.folder(c) / "result.json").exists()],
-                _load(runner, commits),
-                runner.seconds,
-            )
+            probed = [commit for commit in commits if commit.sha in runner.asked]
+            rows = walk_rows(probed, runner.asked, runner.seconds)
         else:
             findings = []
             results = runner.results(commits)
@@ -134,18 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     span = f"{commits[0].short}..{commits[-1].short}"
     title = f"tripwire history: {settings.scenario.name} over {span}" + (" (bisection)" if args.bisect else "")
-    files = write_report(out, rows, findings, meta, title)
+    files = write_report(out, rows, findings, meta, title, "bisect" if args.bisect else "history")
     _print_summary(rows, findings, progress, elapsed, files)
     return 0
-
-
-def _load(runner: Runner, commits: Sequence[Commit]) -> dict[str, Result]:
-    loaded = {}
-    for commit in commits:
-        result = runner.cached(commit)
-        if result is not None:
-            loaded[commit.sha] = result
-    return loaded
 
 
 def _print_summary(

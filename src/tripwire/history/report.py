@@ -139,12 +139,13 @@ def picture(rows: Sequence[Row], path: Path, title: str) -> list[Path]:
 
 
 def write_report(
-    out: Path, rows: Sequence[Row], findings: Sequence[Finding], meta: dict[str, Any], title: str
+    out: Path, rows: Sequence[Row], findings: Sequence[Finding], meta: dict[str, Any], title: str, stem: str
 ) -> list[Path]:
-    """history.md, history.json and history.png/.svg under `out`; returns the files written."""
+    """`<stem>.md`, `<stem>.json` and `<stem>.png`/`.svg` under `out` (stem `history` for a walk, `bisect` for a
+    bisection, so one folder keeps both); returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
-    md = out / "history.md"
+    md = out / f"{stem}.md"
     md.write_text(markdown(rows, title, findings), encoding="utf-8")
-    data = out / "history.json"
+    data = out / f"{stem}.json"
     data.write_text(json.dumps(to_json(rows, findings, meta), indent=1) + "\n", encoding="utf-8")
-    return [md, data, *picture(rows, out / "history", title)]
+    return [md, data, *picture(rows, out / stem, title)]

@@ -97,6 +97,7 @@ class Runner:
         self.worktrees = Worktrees(settings.repo, settings.out / "trees")
         self.progress = progress
         self.seconds: dict[str, float] = {}  # per commit: the worker's wall time (cached: as first recorded)
+        self.asked: dict[str, Result] = {}  # every commit a caller asked for, with its result
 
     def folder(self, commit: Commit) -> Path:
         return self.cache / commit.sha
@@ -127,15 +128,18 @@ class Runner:
         with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
             for commit, result in zip(missing, pool.map(self._run, missing)):
                 done[commit.sha] = result
+        self.asked.update(done)
         return done
 
     def result(self, commit: Commit) -> Result:
         """One commit's result (cached, or run now)."""
-        cached = self.cached(commit)
-        if cached is not None:
-            self._report(commit, "cached", cached)
-            return cached
-        return self._run(commit)
+        result = self.cached(commit)
+        if result is not None:
+            self._report(commit, "cached", result)
+        else:
+            result = self._run(commit)
+        self.asked[commit.sha] = result
+        return result
 
     def _report(self, commit: Commit, what: str, result: Result) -> None:
         if self.progress is not None:

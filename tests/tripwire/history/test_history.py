@@ -74,7 +74,7 @@ def test_a_second_walk_is_free(walk: dict[str, Any]) -> None:
 def test_bisection_finds_the_first_commit_of_each_kind_of_change(walk: dict[str, Any]) -> None:
     done = history(walk["root"], *walk["args"], "--bisect")
     assert done.returncode == 0, done.stderr[-2000:]
-    found = {f["check"]: f for f in json.loads((walk["root"] / "out" / "history.json").read_text())["bisection"]}
+    found = {f["check"]: f for f in json.loads((walk["root"] / "out" / "bisect.json").read_text())["bisection"]}
     subjects = {check: finding["subject"].split(":")[0] for check, finding in found.items()}
     assert subjects == {
         "trajectory": "perf",  # the first difference of any kind: the regrouped sum's drift
@@ -92,7 +92,7 @@ def test_bisection_finds_where_a_run_first_crashed(walk: dict[str, Any]) -> None
     args[args.index(walk["span"])] = f"{shas[0]}..{shas[6]}"  # B is the crash
     done = history(walk["root"], *args, "--bisect")
     assert done.returncode == 0, done.stderr[-2000:]
-    [finding] = [f for f in json.loads((walk["root"] / "out" / "history.json").read_text())["bisection"]]
+    [finding] = [f for f in json.loads((walk["root"] / "out" / "bisect.json").read_text())["bisection"]]
     assert (finding["check"], finding["first"]) == ("run", shas[6])
     assert "NameError" in finding["summary"]
 
