@@ -55,10 +55,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup-units", type=int, default=2, help="discarded units per side (default 2)")
     parser.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE", help="extra env for base")
     parser.add_argument("--head-env", action="append", default=[], metavar="KEY=VALUE", help="extra env for head")
-    parser.add_argument("--pin-cpu", type=int, metavar="N", help="run both workers on CPU N only")
+    parser.add_argument(
+        "--pin-cpu",
+        type=cpu_choice,
+        default="auto",
+        metavar="N|auto|none",
+        help="the CPU both workers run single-threaded benchmarks on (default auto: the highest allowed one)",
+    )
     parser.add_argument("--out", default="build/bench-ab", help="reports, plots and logs (default build/bench-ab)")
     parser.add_argument("--title", default="Benchmarks A/B: head vs base, paired units on one machine")
     return parser
+
+
+def cpu_choice(text: str) -> int | str | None:
+    if text in ("auto", "none"):
+        return None if text == "none" else text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a CPU number, auto or none, got {text!r}") from None
 
 
 def parse_env(pairs: Sequence[str], flag: str) -> dict[str, str]:

@@ -11,6 +11,10 @@ benchmark's time budget is spent (never fewer than `min_blocks`). Before every b
 build a fresh workload instance and warm it up: one instance's memory layout alone moved a policy call's time by
 up to 55 % against another instance of the same code in the same process, so a side measured on one instance
 would carry that luck as a bias; with a fresh pair per block it becomes noise that the interval accounts for.
+Single-threaded benchmarks run on one CPU shared by both workers (`shared_cpu`): left to the scheduler, each
+worker settles on a core of its own, and one core of a VM can run steadily slower than the other. Measured on the
+2-core CI VM with the tiny suite of `tests/bench/test_bench_paired.py`, 8 A/A runs each: unpinned, estimates of
+-20 % to +15 % with tight intervals (one REGRESSION, one "improved"); on a shared CPU, -1.5 % to +1.3 %.
 Exact proxies (aten ops, host syncs) are asked of both sides once. `paired_stats` turns blocks into a verdict.
 """
 
@@ -147,6 +151,15 @@ def fixed_layout() -> None:
         current = libc.personality(0xFFFFFFFF)
         if current != -1:
             libc.personality(current | ADDR_NO_RANDOMIZE)
+
+
+def shared_cpu() -> int | None:
+    """The CPU both workers run single-threaded benchmarks on: the highest one this process may use (CPU 0 takes
+    most interrupts), or None where affinity cannot be set (not Linux) or only one CPU is allowed anyway."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = os.sched_getaffinity(0)
+    return max(allowed) if len(allowed) > 1 else None
 
 
 def worker_environments(sides: tuple[Side, Side], shim: Path) -> tuple[dict[str, str], dict[str, str]]:
@@ -309,9 +322,14 @@ def compare_sides(
     *,
     device: str = "cpu",
     keywords: Sequence[str] = (),
-    pin_cpu: int | None = None,
+    pin_cpu: int | str | None = "auto",
 ) -> PairedComparison:
-    """Start both workers, measure every selected benchmark, and return the comparison."""
+    """Start both workers, measure every selected benchmark, and return the comparison. `pin_cpu`: the CPU
+    single-threaded benchmarks run on, on both sides ("auto": `shared_cpu()`; None: left to the scheduler)."""
+    if pin_cpu == "auto":
+        pin_cpu = shared_cpu()
+    elif isinstance(pin_cpu, str):
+        raise ValueError(f"pin_cpu must be a CPU number, 'auto' or None, got {pin_cpu!r}")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tripwire-shim-") as scratch:
         shim = shim_dir(Path(scratch))

@@ -90,7 +90,8 @@ def legend(comparison: PairedComparison) -> list[str]:
         ctx = comparison.contexts.get(label, {})
         lines.append(
             f"{label}: torch {ctx.get('torch', '?')}, {ctx.get('threads', '?')} threads, {ctx.get('cpu', '?')}, "
-            f"address-space randomization {ctx.get('aslr', '?')}"
+            f"address-space randomization {ctx.get('aslr', '?')}, single-threaded benchmarks on CPU "
+            f"{ctx.get('single_thread_cpu', '?')}"
         )
     return lines
 

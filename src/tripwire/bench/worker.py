@@ -15,6 +15,11 @@ stdout is kept for the protocol; anything the trainer prints goes to stderr):
 A unit is `runs_per_unit` calls of the workload's `run()`, each after an untimed `prepare()`. The worker times
 each unit on the wall clock (CUDA events on a GPU, after a synchronize) and on the process CPU clock; the driver
 chooses which one it gates. A failing request answers `{"ok": false, "error": "one line"}`.
+
+`--cpu N` (the driver passes the same N to both sides): a single-threaded benchmark runs on CPU N only, so base
+and head always compute on the same core; benchmarks of more threads keep the CPUs the process started with.
+Unpinned, the scheduler leaves each worker on a core of its own, and on a VM one core can run steadily slower than
+the other: an unchanged tree then reads as a paired change of up to 20 % that no number of blocks removes.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def context(device: str) -> dict[str, str]:
+def context(device: str, cpu: int | None = None) -> dict[str, str]:
     """Where this side runs: the torch build, its threads, the CPU and the source tree of the trainer."""
     import torch
 
@@ -69,6 +74,7 @@ def context(device: str) -> dict[str, str]:
         "python": platform.python_version(),
         "pid": str(os.getpid()),
         "aslr": aslr_state(),
+        "single_thread_cpu": "unpinned" if cpu is None else str(cpu),
     }
 
 
@@ -115,12 +121,16 @@ class UnitTimer:
 class Worker:
     """Holds the suite and one live workload per benchmark; answers the driver's requests."""
 
-    def __init__(self, suite: Mapping[str, PairedBench], device: str) -> None:
+    def __init__(self, suite: Mapping[str, PairedBench], device: str, cpu: int | None = None) -> None:
         self.suite = suite
         self.device = device
+        self.cpu = cpu
         self.timer = UnitTimer(device)
         self.live: dict[str, Workload] = {}
         self.default_threads: int | None = None
+        self.started_on = set(os.sched_getaffinity(0)) if cpu is not None else set()
+        if cpu is not None and cpu not in self.started_on:
+            raise ValueError(f"--cpu {cpu} is not a CPU this process may use (allowed: {sorted(self.started_on)})")
 
     def bench(self, name: str) -> PairedBench:
         if name not in self.suite:
@@ -133,6 +143,10 @@ class Worker:
         if self.default_threads is None:
             self.default_threads = torch.get_num_threads()
         torch.set_num_threads(bench.threads or self.default_threads)
+        if self.cpu is not None:
+            wanted = {self.cpu} if bench.threads == 1 else self.started_on
+            if os.sched_getaffinity(0) != wanted:
+                os.sched_setaffinity(0, wanted)
 
     def hello(self) -> dict[str, Any]:
         settings = {
@@ -145,7 +159,7 @@ class Worker:
             }
             for name, bench in self.suite.items()
         }
-        return {"benchmarks": settings, "context": context(self.device)}
+        return {"benchmarks": settings, "context": context(self.device, self.cpu)}
 
     def run(self, name: str, units: int) -> dict[str, Any]:
         bench = self.bench(name)
@@ -228,13 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tripwire.bench.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--suite", required=True, help="module:function returning name -> PairedBench")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--cpu", type=int, help="pin this process to one CPU (both sides pinned to the same one)")
+    parser.add_argument("--cpu", type=int, help="run single-threaded benchmarks on this CPU only (same on both sides)")
     args = parser.parse_args(argv)
     answers = protocol_stdout()
-    if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})
     try:
-        worker = Worker(load_suite(args.suite), args.device)
+        worker = Worker(load_suite(args.suite), args.device, args.cpu)
     except Exception as exc:  # the driver reads this line and names the side whose suite failed to load
         answers.write(json.dumps({"ok": False, "error": one_line(exc)}) + "\n")
         answers.flush()
