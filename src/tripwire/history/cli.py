@@ -52,9 +52,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 class Progress:
-    """Live progress: a rich bar on a terminal, else one line per commit on stderr."""
+    """Live progress: a rich bar on a terminal, else one line per commit on stderr. `total` None: not known
+    ahead (a bisection), so the count is shown without one."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int | None) -> None:
         self.total, self.done, self.ran, self.start = total, 0, 0, time.perf_counter()
         self._seen: set[str] = set()
         self._rich: Any = None
@@ -75,7 +76,7 @@ class Progress:
         self._seen.add(commit.sha)
         self.done += 1
         self.ran += what == "ran"
-        counter = f"[{self.done}/{self.total}]"
+        counter = f"[{self.done}/{self.total}]" if self.total else f"[{self.done}]"
         line = f"{counter} {commit.short} {result.status:<5} {what:<6} {seconds:5.1f} s  {commit.subject[:60]}"
         if self._rich is not None:
             self._rich.update(self._task, advance=1, description=f"{commit.short} {result.status}")
@@ -98,10 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if len(commits) < 2:
-        print(f"error: --range {args.span} holds no commit after the base (touching {args.paths or 'anything'})")
+        touching = args.paths or "anything"
+        print(f"error: --range {args.span} holds no commit after the base (touching {touching})", file=sys.stderr)
         return 2
     settings = WalkSettings(repo, args.scenario.resolve(), out, args.jobs, args.cpu_pin, args.timeout, args.keep_trees)
-    progress = Progress(2 if args.bisect else len(commits))
+    progress = Progress(None if args.bisect else len(commits))
     start = time.perf_counter()
     try:
         runner = Runner(settings, progress)

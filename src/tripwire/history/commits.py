@@ -53,6 +53,11 @@ def list_commits(repo: Path, spec: str, paths: Sequence[str] = (), *, first_pare
     shas = git(repo, "rev-list", "--reverse", *options, f"{base}..{head}", "--", *paths).split()
     base_sha = git(repo, "rev-parse", "--verify", f"{base}^{{commit}}").strip()
     head_sha = git(repo, "rev-parse", "--verify", f"{head}^{{commit}}").strip()
+    if base_sha == head_sha:
+        raise HistoryError(f"--range {spec}: A and B are the same commit; give an older commit as A")
+    ancestor = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", base_sha, head_sha], check=False)
+    if ancestor.returncode:
+        raise HistoryError(f"--range {spec}: {base} is not an ancestor of {head}; give the older commit first")
     if head_sha not in shas:  # B itself touches none of `paths` (a merge, say): the walk still ends at B
         shas.append(head_sha)
     subjects = _subjects(repo, [base_sha, *shas])

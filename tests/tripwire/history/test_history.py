@@ -106,3 +106,16 @@ def test_without_the_adapter_the_renamed_target_is_a_scenario_error(walk: dict[s
     rows = json.loads((root / "out-no-adapter" / "history.json").read_text())["rows"]
     assert rows[1]["step"] == "error"
     assert "train:make_model" in rows[1]["cells"]["run"]["text"]
+
+
+def test_a_range_that_is_not_older_to_newer_is_a_one_line_usage_error(walk: dict[str, Any]) -> None:
+    shas, root = walk["shas"], walk["root"]
+    base = ["--repo", str(root / "repo"), "--scenario", walk["args"][5], "--out", str(root / "empty")]
+    for span, problem in [
+        (f"{shas[-1]}..{shas[-1]}", "A and B are the same commit"),
+        (f"{shas[-1]}..{shas[0]}", "is not an ancestor of"),
+    ]:
+        done = history(root, *base, "--range", span)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert done.stderr.startswith(f"error: --range {span}: ") and problem in done.stderr
+        assert done.stderr.count("\n") == 1
