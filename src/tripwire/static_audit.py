@@ -17,6 +17,10 @@ keyword). False positives: a `.to(other_tensor)` that only changes dtype, a user
 negatives: syncs behind other names (`float(t)`, `bool(t)`, data-dependent ops), which the dynamic counter
 sees when they run. The audit complements the dynamic counts; it does not replace them.
 
+Which modules: `reachable_modules(entries, src)` derives them from the loop's entry modules: every project module
+the entries import, directly or through others, at module level or inside a function (a lazy import still runs),
+but not under `if TYPE_CHECKING:`. A module that joins the loop is then audited without anyone listing it.
+
 A budget file (JSON, sorted, reviewed in diffs) maps `file -> {"function [kind]": count}`; line numbers are
 shown in failures, never compared, so moving code within a function does not churn it. Reading a failure:
 
@@ -171,6 +175,75 @@ def audit(paths: Iterable[str | Path], root: str | Path = ".") -> StaticSites:
     return sites
 
 
+def _module_file(name: str, src: Path) -> Path | None:
+    """The source file of module `name` under `src` (a module file or a package's `__init__.py`), if any."""
+    base = src.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imported_names(tree: ast.Module, module: str, is_package: bool) -> set[str]:
+    """Every module name a module's import statements may load (outside `if TYPE_CHECKING:` blocks)."""
+    names: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                anchor = ".".join(parts[: len(parts) - node.level + 1])
+                origin = f"{anchor}.{node.module}" if node.module else anchor
+            else:
+                origin = node.module or ""
+            names.add(origin)
+            names.update(f"{origin}.{alias.name}" for alias in node.names)  # `from pkg import submodule`
+        stack.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def reachable_modules(
+    entries: Sequence[str], src: str | Path, root: str | Path | None = None, *, within: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """The source files (relative to `root`, default `src`'s parent) of every module under `src` that the `entries`
+    reach through imports, the entries and the packages on the way included, sorted. Only modules of the packages
+    `within` (default: the entries' own top-level packages) count: the trainer's code, not a harness beside it."""
+    packages = set(within) or {entry.split(".")[0] for entry in entries}
+    src_path = Path(src).resolve()
+    base = Path(root).resolve() if root is not None else src_path.parent
+    seen: dict[str, Path] = {}
+    queue = list(entries)
+    for entry in entries:
+        if _module_file(entry, src_path) is None:
+            raise GoldenFileError(f"loop entry {entry!r} is not a module under {src_path}: fix the entry's name")
+    while queue:
+        name = queue.pop()
+        parts = name.split(".")
+        for depth in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__.py and a/b/__init__.py first
+            module = ".".join(parts[:depth])
+            path = _module_file(module, src_path) if parts[0] in packages else None
+            if path is None or module in seen:
+                continue
+            seen[module] = path
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            queue.extend(_imported_names(tree, module, path.name == "__init__.py"))
+    files = {path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path) for path in seen.values()}
+    return tuple(sorted(files))
+
+
 def budget_payload(sites: StaticSites) -> dict[str, Any]:
     """The budget file's JSON form: format tag, then per file the sorted `function [kind]` counts."""
     return {
@@ -226,7 +299,8 @@ def check(sites: StaticSites, budget: Mapping[str, Mapping[str, int]]) -> Static
     for file in sorted(set(sites.counts) | set(budget)):
         counts, allowed = sites.counts.get(file, Counter()), budget.get(file, {})
         if file not in sites.counts:
-            grown.append(f"{file}: audited module is missing (renamed? update the audited list and the budget)")
+            gone = "audited module is gone or no longer reached from the loop's entry (renamed? regenerate the budget)"
+            grown.append(f"{file}: {gone}")
             continue
         for key in sorted(set(counts) | set(allowed)):
             now, was = counts.get(key, 0), allowed.get(key, 0)

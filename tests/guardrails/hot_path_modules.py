@@ -1,22 +1,20 @@
-"""The hot-path modules the static sync audit reads (the gate and the hazard runner share this list)."""
+"""The modules the static sync audit reads, derived from the loop's entry (the gate and the hazard runner share it).
 
-# The modules the epoch loop runs through: the engine's passes and transfer, the trainer's epoch, observation
-# building, the policy call and its transfer, counterfactual attribution, action execution, the host and slots.
-HOT_PATH_MODULES = (
-    "src/esper/tolaria/engine.py",
-    "src/esper/tolaria/epoch.py",
-    "src/esper/tolaria/streams.py",
-    "src/esper/tolaria/batches.py",
-    "src/esper/tolaria/governor.py",
-    "src/esper/simic/training/trainer.py",
-    "src/esper/simic/training/observations.py",
-    "src/esper/simic/training/policy_client.py",
-    "src/esper/simic/training/counterfactual_eval.py",
-    "src/esper/simic/training/action_execution.py",
-    "src/esper/kasmina/model.py",
-    "src/esper/kasmina/host.py",
-    "src/esper/kasmina/slot.py",
-    "src/esper/kasmina/blending.py",
-    "src/esper/tamiyo/policy.py",
-    "src/esper/tamiyo/features.py",
-)
+Not a list kept by hand: every esper module that `run_training`'s module reaches through imports (lazy ones
+included) is audited, so a module that joins the loop (a new buffer, a helper the policy client calls) is audited
+the day it is imported, with budgets per function in `baselines/static_sync/hot_path.json`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tripwire.static_audit import reachable_modules
+
+# The training loop's entry: `esper.simic.training.vectorized.run_training` builds the run and drives the trainer.
+LOOP_ENTRIES = ("esper.simic.training.vectorized",)
+
+
+def hot_path_modules(root: Path) -> tuple[str, ...]:
+    """The audited source files of the tree at `root`, relative to it."""
+    return reachable_modules(LOOP_ENTRIES, root / "src", root)

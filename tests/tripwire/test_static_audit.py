@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from tripwire.errors import GoldenFileError
-from tripwire.static_audit import StaticSyncExceeded, audit, check, check_against, load_budget, write_budget
+from tripwire.static_audit import (
+    StaticSyncExceeded,
+    audit,
+    check,
+    check_against,
+    load_budget,
+    reachable_modules,
+    write_budget,
+)
 
 EVERY_KIND = """
 import torch
@@ -137,7 +145,7 @@ def test_a_known_site_that_grows_is_reported_with_both_counts(tmp_path: Path) ->
 def test_a_renamed_audited_module_fails(tmp_path: Path) -> None:
     name = write(tmp_path, NESTED)
     report = check(audit([name], tmp_path), {name: {}, "gone.py": {"f [item]": 1}})
-    assert not report.ok and "gone.py: audited module is missing" in report.format()
+    assert not report.ok and "gone.py: audited module is gone or no longer reached" in report.format()
 
 
 def test_a_malformed_budget_is_one_line_naming_the_file(tmp_path: Path) -> None:
@@ -152,3 +160,64 @@ def test_the_budget_file_is_sorted_json_without_line_numbers(tmp_path: Path) -> 
     path = write_budget(tmp_path / "budget.json", audit([name], tmp_path))
     text = path.read_text(encoding="utf-8")
     assert '"pull [cpu]": 1' in text and ":5" not in text and text.endswith("}\n")
+
+
+def make_package(src: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = src / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+LOOP = {
+    "app/__init__.py": "",
+    "app/loop.py": "from app.engine import step\nfrom . import policy\n\ndef run():\n    import app.lazy\n",
+    "app/engine.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from app import typing_only\n",
+    "app/policy.py": "from app.buffers import rollout\n",
+    "app/buffers/__init__.py": "",
+    "app/buffers/rollout.py": "import torch\nimport other.pkg\n",
+    "app/lazy.py": "",
+    "app/typing_only.py": "",
+    "app/unused.py": "",
+    "other/__init__.py": "",
+    "other/pkg.py": "",
+}
+
+
+def test_the_audited_modules_are_every_module_the_entry_reaches(tmp_path: Path) -> None:
+    make_package(tmp_path / "src", LOOP)
+    assert reachable_modules(["app.loop"], tmp_path / "src", tmp_path) == tuple(
+        f"src/app/{name}"
+        for name in (
+            "__init__.py",
+            "buffers/__init__.py",  # the package of a module reached through `from app.buffers import rollout`
+            "buffers/rollout.py",
+            "engine.py",
+            "lazy.py",  # imported inside a function: it still runs in the loop
+            "loop.py",
+            "policy.py",  # a relative import
+        )
+    )  # not typing_only.py (TYPE_CHECKING), unused.py, torch, nor another top-level package
+    with pytest.raises(GoldenFileError, match=r"loop entry 'app.missing' is not a module under .*: fix the entry"):
+        reachable_modules(["app.missing"], tmp_path / "src")
+
+
+def test_a_module_that_joins_the_loop_is_audited_without_being_listed(tmp_path: Path) -> None:
+    make_package(tmp_path / "src", LOOP)
+    budget = {
+        name: dict(c) for name, c in audit(reachable_modules(["app.loop"], tmp_path / "src"), tmp_path).counts.items()
+    }
+    # a refactor moves the buffer's host copy into a new module the policy now imports
+    make_package(tmp_path / "src", {"app/policy.py": "from app.buffers import rollout, staging\n"})
+    make_package(tmp_path / "src", {"app/buffers/staging.py": STAGING})
+    report = check(audit(reachable_modules(["app.loop"], tmp_path / "src"), tmp_path), budget)
+    assert report.over == ("NEW src/app/buffers/staging.py:6 in Staging.pull [to] 0 -> 1",)
+
+
+STAGING = """import torch
+
+
+class Staging:
+    def pull(self, t):
+        return t.to(torch.device("cpu"))
+"""
