@@ -132,10 +132,12 @@ def _existing(paths: tuple[str, ...]) -> list[str]:
     return [path for path in paths if (ROOT / path.split("::")[0]).exists()]
 
 
-# What a base tree records for `--against`: the scenario checks and the static audit, as goldens in a scratch dir.
+# What a base tree records for `--against`: the scenario checks, the static audit and the configuration values, as
+# goldens in a scratch dir.
 AGAINST_RECORD_PATHS = (
     "tests/guardrails/test_guardrail_scenarios.py",
     "tests/guardrails/test_guardrail_static_audit.py",
+    "tests/guardrails/test_guardrail_config.py",
 )
 
 
