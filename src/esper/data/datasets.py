@@ -2,7 +2,7 @@
 
 Every dataset is held in memory as one normalized float tensor, so batching needs no DataLoader workers and
 the GPU-preload path is a plain copy. `load_task_data` picks the source by name; the CIFAR-10 module (which
-imports torchvision, about 1.7 s) is only imported when CIFAR-10 is asked for.
+imports torchvision, about 1.7 s) is only imported when CIFAR-10 is asked for, so this module loads no torchvision.
 """
 
 from __future__ import annotations

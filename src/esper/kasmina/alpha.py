@@ -1,6 +1,6 @@
 """The alpha controller: a seed's blend weight, ramped monotonically toward a target over whole ticks.
 
-Pure Python (no torch): one tick per epoch, driven by `SeedSlot.step_epoch`. Curves:
+Pure Python (no tensors): one tick per epoch, driven by `SeedSlot.step_epoch`. Curves:
 LINEAR `t`, COSINE `0.5(1 - cos(pi t))`, SIGMOID a logistic of steepness `k` rescaled so curve(0) = 0 and
 curve(1) = 1. `retarget` is only allowed from HOLD; the last tick snaps exactly onto the target.
 """

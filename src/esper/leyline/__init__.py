@@ -1,5 +1,5 @@
 """leyline: the contracts every esper subsystem shares (enums, ids, records). Imports nothing else of esper
-and no torch."""
+and no torch, torchvision or numpy."""
 
 from esper.leyline.actions import (
     ACTION_HEAD_NAMES,

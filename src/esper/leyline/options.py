@@ -1,4 +1,7 @@
-"""The enum-valued run options shared by the config, the CLI and the subsystems that act on them (no torch)."""
+"""The enum-valued run options shared by the config, the CLI and the subsystems that act on them.
+
+Loads no torch, torchvision or numpy.
+"""
 
 from __future__ import annotations
 

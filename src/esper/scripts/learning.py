@@ -45,7 +45,7 @@ LEARNING_CONFIG: dict[str, Any] = {
     "telemetry_level": "minimal",
 }
 DEFAULT_SEEDS = (42, 1, 2)
-FOSSILIZE_OP = 4  # LifecycleOp.FOSSILIZE; spelled out so this module imports without torch
+FOSSILIZE_OP = 4  # LifecycleOp.FOSSILIZE; spelled out so this module imports without torch, torchvision or numpy
 
 
 @dataclass(frozen=True)

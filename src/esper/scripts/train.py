@@ -16,6 +16,9 @@ CPU, NCCL on CUDA) with results bitwise equal to one process (`esper.simic.train
 checkpoint and the merged events.jsonl and prints the last line. A stop signal sent to torchrun reaches every rank,
 and all stop at the same epoch boundary. A rank that fails ends the run with exit code 1 on every rank, and the
 events end with TRAINING_ENDED naming the failed rank.
+
+This module loads no torch, torchvision or numpy: the trainer and torch are imported when a run starts, so `--help`
+and refused input answer without starting torch.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Observation features ("Obs V3"): one flat float vector per env, plus blueprint indices for the embedding.
 
 `build_features` turns one env's typed records into `state_dim(num_slots) = 23 + 31 * num_slots` floats
-in plain Python (no torch, no device work); `batch_features` stacks every env's row into one tensor with a
+in plain Python (no tensors, no device work); `batch_features` stacks every env's row into one tensor with a
 single host-to-device transfer. Blueprint identity does not go into the vector: each slot's `blueprint_index`
 feeds the policy's `nn.Embedding(14, 4)`, so the network input is `state_dim + 4 * num_slots` wide.
 

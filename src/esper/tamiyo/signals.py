@@ -1,7 +1,7 @@
 """Training-signal tracking: loss/accuracy history, plateau detection and the stabilization latch.
 
 One `SignalTracker` per env. The loop feeds it each epoch's validation loss and accuracy and gets back a
-frozen `TrainingSignals` record for the feature builder. Pure Python, no torch.
+frozen `TrainingSignals` record for the feature builder. Pure Python: it loads no torch, torchvision or numpy.
 
 - **History**: the last `history` (5) values, oldest first, left-padded with 0.0 until enough epochs exist
   (the Obs V3 convention of esper-lite's `_pad_history`).

@@ -5,7 +5,7 @@ into the same frozen dataclass, and `validate` checks every range and every cros
 a bad value is refused before any work starts with one line naming the flag (or JSON key) and the fix.
 Adding a flag is one edit: declare the field here with `option(...)`.
 
-Loading a config needs no torch; enum-valued fields take the enums from `esper.leyline`.
+Loading a config needs no torch, torchvision or numpy; enum-valued fields take the enums from `esper.leyline`.
 """
 
 from __future__ import annotations
