@@ -119,7 +119,7 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from tripwire.result import Result
     from tripwire.sync.budget import write_budget
-    from tripwire.sync.sites import lines_by_key
+    from tripwire.sync.sites import callers_by_line, lines_by_key
 
     try:
         result = Result.load(args.result, values=False)
@@ -144,6 +144,7 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
         context,
         lines_by_key(syncs.records),
         per_iteration if args.per_iteration else None,
+        callers=callers_by_line(syncs.records),
     )
     what = "per iteration" if args.per_iteration else "totals"
     print(f"wrote {args.file} ({what}; {syncs.total} syncs in {len(syncs.counts_by_region())} regions)")

@@ -13,8 +13,10 @@
 
 Sites are matched by file, function, kind and source line (`tripwire.sync.sites.match_lines`), never by line
 number, so two results of one tree recorded in two folders, or of two commits whose code only moved, show no site
-change. How big a trajectory difference is needs both sides' values (`values.pt`), which results recorded on one
-machine have.
+change. Under a NEW or GREW site, the project lines that call its function and are new in B (`new caller:`) or
+call it more often (`caller grew:`) are named, with the frames above them; when A recorded no callers (an older
+result), B's callers are listed with their counts (`caller:`). How big a trajectory difference is needs both
+sides' values (`values.pt`), which results recorded on one machine have.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 from tripwire.context import mismatches
 from tripwire.payloads import compare_payloads
 from tripwire.result import Result, SyncSummary
-from tripwire.sync.sites import SiteRecord, match_lines
+from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, merge_callers
 from tripwire.telemetry import diff_counts
 from tripwire.trajectory import TrajectoryReport, compare_trajectories
 
@@ -83,6 +85,11 @@ class SiteChange:
     before: int
     after: int
     origin: SiteRecord | None = None  # A's record of a MOVED site
+    callers: tuple[CallerChange, ...] = ()  # of a NEW or GREW site: its new callers (`tripwire.sync.sites`)
+
+    def format_lines(self) -> list[str]:
+        """`format()`, then one indented line per caller worth naming."""
+        return [self.format(), *(f"    {change.format()}" for change in self.callers)]
 
     def format(self) -> str:
         record = self.record
@@ -104,6 +111,7 @@ def site_changes(a: Sequence[SiteRecord], b: Sequence[SiteRecord]) -> list[SiteC
         for record in records:
             groups.setdefault((record.region, record.key, record.via), ([], []))[side].append(record)
     changes = []
+    a_callers = all(record.callers is not None for record in a)  # else: A is older than caller records
     for before_records, after_records in groups.values():
         before = _by_identity(before_records)
         after = _by_identity(after_records)
@@ -111,9 +119,12 @@ def site_changes(a: Sequence[SiteRecord], b: Sequence[SiteRecord]) -> list[SiteC
         for identity, (count, record) in after.items():
             old = matched[identity]
             if old is None:
-                changes.append(SiteChange("NEW", record, 0, count))
-            elif count != before[old][0]:
-                changes.append(SiteChange("GREW" if count > before[old][0] else "FEWER", record, before[old][0], count))
+                changes.append(SiteChange("NEW", record, 0, count, callers=_callers(record, {} if a_callers else None)))
+            elif count > before[old][0]:
+                callers = _callers(record, _caller_counts(before[old][1]))
+                changes.append(SiteChange("GREW", record, before[old][0], count, callers=callers))
+            elif count < before[old][0]:
+                changes.append(SiteChange("FEWER", record, before[old][0], count))
         taken = {old for old in matched.values() if old is not None}
         changes += [SiteChange("GONE", record, count, 0) for key, (count, record) in before.items() if key not in taken]
     changes = _pair_moves(changes)
@@ -140,18 +151,38 @@ def _pair_moves(changes: list[SiteChange]) -> list[SiteChange]:
     return [change for change in out if id(change) not in paired]
 
 
+def _callers(record: SiteRecord, recorded: dict[str, int] | None) -> tuple[CallerChange, ...]:
+    """The callers of B's NEW or GREW `record` worth naming against A's (`recorded`; None: A recorded none)."""
+    return () if record.callers is None else caller_changes(recorded, record.callers)
+
+
+def _caller_counts(record: SiteRecord) -> dict[str, int] | None:
+    """A's callers of one line by identity (None: not recorded)."""
+    return None if record.callers is None else {caller.identity: caller.count for caller in record.callers}
+
+
 def _line_of(record: SiteRecord) -> tuple[str, str, str, str]:
     return (record.region, record.kind, record.via, record.text)
 
 
 def _by_identity(records: Iterable[SiteRecord]) -> dict[str, tuple[int, SiteRecord]]:
-    """`{line identity: (count, a record with every line number of that identity)}`."""
+    """`{line identity: (count, a record with every line number and every caller of that identity)}`."""
     out: dict[str, tuple[int, SiteRecord]] = {}
     for record in records:
         count, first = out.get(record.identity, (0, record))
         lines = sorted({*first.site.rsplit(":", 1)[-1].split(","), str(record.line)}, key=lambda x: (len(x), x))
+        callers = None
+        if first.callers is not None and record.callers is not None:
+            callers = record.callers if first is record else merge_callers([*first.callers, *record.callers])
         merged = SiteRecord(
-            first.region, f"{first.file}:{','.join(lines)}", first.function, first.kind, first.via, first.text, 0
+            first.region,
+            f"{first.file}:{','.join(lines)}",
+            first.function,
+            first.kind,
+            first.via,
+            first.text,
+            0,
+            callers,
         )
         out[record.identity] = (count + record.count, merged)
     return out
@@ -171,7 +202,7 @@ def compare_syncs(a: SyncSummary, b: SyncSummary) -> Verdict:
     if a.iterations and b.iterations and typical_a != typical_b:
         per = [f"{r} {typical_a.get(r, 0)} -> {typical_b.get(r, 0)}" for r in sorted(set(typical_a) | set(typical_b))]
         details.append(f"per iteration: {', '.join(p for p in per if p.split()[1] != p.split()[3])}")
-    details += [change.format() for change in changes]
+    details += [line for change in changes for line in change.format_lines()]
     head = changes[0].format() if changes else details[0]
     kinds = {change.change for change in changes}
     kind = "new sync" if kinds & {"NEW", "GREW"} else "fewer syncs" if kinds & {"GONE", "FEWER"} else "count"

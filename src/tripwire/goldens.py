@@ -26,7 +26,7 @@ from tripwire.errors import GoldenFileError, NoGoldenApplies, SyncBudgetExceeded
 from tripwire.payloads import DEFAULT_EXCLUDED, check_payloads, payload_trajectory
 from tripwire.sync.budget import BudgetReport, SyncBudget, check_budget, write_budget
 from tripwire.sync.counter import SyncCounter
-from tripwire.sync.sites import lines_by_key
+from tripwire.sync.sites import callers_by_line, lines_by_key
 from tripwire.trajectory import VALUES_FILE_SUFFIX, Trajectory, compare_trajectories, load_values, save_values
 
 
@@ -78,8 +78,9 @@ class GoldenStore:
         path = self.budget_path(scenario)
         if self.update:
             counts = {region: 0 for region in regions} | counter.counts_by_region()
-            lines = lines_by_key(counter.site_records())
-            write_budget(path, counts, counter.site_keys_by_region(), _budget_context(context), lines)
+            records, sites = counter.site_records(), counter.site_keys_by_region()
+            lines, callers = lines_by_key(records), callers_by_line(records)
+            write_budget(path, counts, sites, _budget_context(context), lines, callers=callers)
             return GoldenOutcome("updated", f"wrote {self._shown(path)}")
         try:
             budget = SyncBudget.load(path)

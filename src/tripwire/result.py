@@ -4,7 +4,8 @@ A result folder holds:
 
     result.json       status (ok, crash, n/a or error, with a one-line cause), the determinism context, the source
                       root and commit, syncs per region, per iteration and per call site (with each site's source
-                      line), telemetry counts, and what was not measured
+                      line and the project lines that called its function, `tripwire.sync.sites.Caller`), telemetry
+                      counts, and what was not measured
     trajectory.json   the checkpoints' digests and specs (`tripwire.trajectory`)
     payloads.json     a digest of every event payload field (`tripwire.payloads`), when the run had events
     values.pt         the checkpoints' values, each distinct tensor once (or in a store shared by a history walk's
@@ -12,7 +13,8 @@ A result folder holds:
     traceback.txt     the full traceback of a crash
 
 Call sites are relative to the declared source root, so two results recorded in two checkouts of one project
-compare without false site changes. `Result.syncs` also answers what a `tripwire.sync.budget.check_budget` reads,
+compare without false site changes. A result saved before callers were recorded still loads (its sites' `callers`
+are None: unknown, never "none"). `Result.syncs` also answers what a `tripwire.sync.budget.check_budget` reads,
 so a saved result can be checked against a budget file outside pytest.
 """
 

@@ -2,12 +2,17 @@
 
 A budget file is JSON: `{"context": {...}, "regions": {"train_pass": 3, ...}, "sites": {"train_pass":
 {"src/engine.py::Engine.train_step [cpu]": 3}}, "lines": {"train_pass": {"src/engine.py::Engine.train_step [cpu]":
-{"rows = values.cpu()": 3}}}, "per_iteration": {"train_pass": 1}}`. `context` records where it was measured; `sites`
-records the call sites seen when it was written, keyed by FILE, FUNCTION and KIND (`site_key`), never by line:
-moving code within a function neither changes the file nor marks a site NEW. `lines` records, per key, each site's
-source line (`tripwire.sync.sites.line_identity`), so a new sync in a function that already synced is named at its
-own line. `regions` are totals over the whole run; `per_iteration` (optional) caps every iteration of the loop
-(`SyncCounter.mark_iteration`). Line numbers are shown in reports, from the live counter, for the reader.
+{"rows = values.cpu()": 3}}}, "callers": {"train_pass": {"src/engine.py::Engine.train_step [cpu]":
+{"rows = values.cpu()": {"src/engine.py::Engine.run `self.train_step(batch)`": 3}}}}, "per_iteration":
+{"train_pass": 1}}`. `context` records where it was measured; `sites` records the call sites seen when it was
+written, keyed by FILE, FUNCTION and KIND (`site_key`), never by line: moving code within a function neither
+changes the file nor marks a site NEW. `lines` records, per key, each site's source line
+(`tripwire.sync.sites.line_identity`), so a new sync in a function that already synced is named at its own line.
+`callers` (optional when read, always written) records, per line, the project lines that called its function
+(`tripwire.sync.sites.callers_by_line`: file, function and the stripped call line, so a call that only moved is
+the same caller), so a line that grew because a helper gained a caller names that caller. `regions` are totals
+over the whole run; `per_iteration` (optional) caps every iteration of the loop (`SyncCounter.mark_iteration`).
+Line numbers are shown in reports, from the live counter, for the reader.
 
 Reading a failure (`BudgetReport.format()`):
 
@@ -15,11 +20,15 @@ Reading a failure (`BudgetReport.format()`):
       region 'train_pass': 6 syncs, budget 3 (+3)
         NEW tests/test_loop.py:42 in run_epoch  ×2  [item×2]  `loss.item()`
         GREW src/engine.py:131 in train_step  ×2 (was 1)  [cpu×2]  `rows = values.cpu()`
+            new caller: src/engine.py:88 in Engine.evaluate `self.train_step(batch)` ×1 (from src/run.py:12 in main)
             src/engine.py:120 in train_step  ×2  [cpu×2]
 
-means two syncs came from a line the budget never saw and one line syncs once more than it did; NEW and GREW rows
+means two syncs came from a line the budget never saw and one line syncs once more than it did, because
+`Engine.evaluate` now calls `train_step` (then the frames that called it, innermost first); NEW and GREW rows
 come first, each naming its own line, and `(inside torch: torch/optim/...)` marks a sync torch made on that line's
-behalf. An
+behalf. Under a NEW or GREW row, `new caller:` names a project line that calls the line's function and was not
+recorded, `caller grew:` one that calls it more often; a budget without `callers` names every current `caller:`
+with its count instead (no claim of what is new). An
 "unbudgeted region" is a region that synced but has no entry: add it deliberately. Lines starting
 "budget can be tightened" are not failures unless `strict=True`: the code now syncs less than
 budgeted, so regenerate the budget to lock the gain in. A budget written before sites were keyed this way
@@ -36,9 +45,12 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from tripwire.errors import GoldenFileError, read_golden_json, update_command
-from tripwire.sync.sites import SiteRecord, match_lines, site_key
+from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, site_key
 
 __all__ = ["BudgetReport", "SyncBudget", "budget_payload", "check_budget", "check_scaling", "site_key", "write_budget"]
+
+
+SHOWN_CALLERS = 5  # caller rows under one NEW or GREW line
 
 
 def _update_hint() -> str:
@@ -85,6 +97,8 @@ class SyncBudget:
     source: str = ""
     lines: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # region -> key -> line -> count
     per_iteration: dict[str, int] = field(default_factory=dict)
+    # region -> key -> line -> caller identity -> count; None: the file has no `callers` section
+    callers: dict[str, dict[str, dict[str, dict[str, int]]]] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> SyncBudget:
@@ -103,6 +117,21 @@ class SyncBudget:
             isinstance(keys, Mapping) and all(_int_map(entries) for entries in keys.values()) for keys in lines.values()
         ):
             raise GoldenFileError(f"{source}: 'lines' must map region names to {{site key: {{line: count}}}}")
+        callers = data.get("callers")
+        if callers is not None and not (
+            isinstance(callers, Mapping)
+            and all(
+                isinstance(keys, Mapping)
+                and all(
+                    isinstance(by_line, Mapping) and all(_int_map(c) for c in by_line.values())
+                    for by_line in keys.values()
+                )
+                for keys in callers.values()
+            )
+        ):
+            raise GoldenFileError(
+                f"{source}: 'callers' must map region names to {{site key: {{line: {{caller: count}}}}}}"
+            )
         context = data.get("context", {})
         return cls(
             regions=dict(regions),
@@ -111,6 +140,15 @@ class SyncBudget:
             source=source,
             lines={str(region): {str(k): dict(v) for k, v in keys.items()} for region, keys in lines.items()},
             per_iteration=dict(per_iteration),
+            callers=None
+            if callers is None
+            else {
+                str(region): {
+                    str(key): {str(line): dict(by_caller) for line, by_caller in by_line.items()}
+                    for key, by_line in keys.items()
+                }
+                for region, keys in callers.items()
+            },
         )
 
     @classmethod
@@ -135,6 +173,7 @@ class SiteCount:
     via: tuple[str, ...] = ()  # torch code that synced on the site's behalf (Adam's step counters, ...)
     text: str = ""  # the site's source line, shown for new and grown sites
     was: int | None = None  # the recorded count of a line that now syncs more often
+    callers: tuple[CallerChange, ...] = ()  # of a new or grown line: its new (or, unrecorded, all) callers
 
     @property
     def marker(self) -> str:
@@ -225,6 +264,9 @@ def _site_lines(problem: RegionProblem, sites_known: bool) -> list[str]:
         text = f"  `{site.text}`" if site.text and (site.new or site.was is not None) else ""
         inside = f"  (inside torch: {', '.join(site.via)})" if site.via else ""
         lines.append(f"    {site.marker}{site.site}{function}  ×{site.count}{was}  [{kinds}]{text}{inside}")
+        lines.extend(f"        {change.format()}" for change in site.callers[:SHOWN_CALLERS])
+        if len(site.callers) > SHOWN_CALLERS:
+            lines.append(f"        ... {len(site.callers) - SHOWN_CALLERS} more callers")
     return lines
 
 
@@ -237,11 +279,14 @@ def _region_sites(
     region: str,
     recorded: Mapping[str, int] | None,
     recorded_lines: Mapping[str, Mapping[str, int]] | None,
+    recorded_callers: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
 ) -> tuple[SiteCount, ...]:
     """Call sites of one region, NEW (a key or line the budget never saw) and GREW first.
 
-    With line records (a `SyncCounter`), each row is one source line of one key, on its own; without them, one row
-    per key lists the lines it was seen on now (`src/engine.py:120,131`), for the reader only.
+    With line records (a `SyncCounter`), each row is one source line of one key, on its own, and a NEW or GREW row
+    names its new callers (`recorded_callers`: key -> line -> caller -> count; None when the budget has no
+    `callers`); without them, one row per key lists the lines it was seen on now (`src/engine.py:120,131`), for the
+    reader only.
     """
     records_of = getattr(source, "site_records", None)
     if not callable(records_of):
@@ -259,11 +304,19 @@ def _region_sites(
         count = sum(record.count for record in group)
         new = recorded is None or not _known(key, recorded)
         was = None
+        old: str | None = None
         if not new and key in matches:
             old = matches[key][identity]
             new = old is None
             was = None if old is None else recorded_lines[key][old] if recorded_lines is not None else None
         numbers = sorted({str(record.line) for record in group}, key=lambda x: (len(x), x))
+        grew = was is not None and count > was
+        callers: tuple[CallerChange, ...] = ()
+        if (new or grew) and all(record.callers is not None for record in group):
+            line_callers = {} if new or old is None else (recorded_callers or {}).get(key, {}).get(old)
+            known = recorded_callers is not None and line_callers is not None
+            live_callers = [caller for record in group for caller in record.callers or ()]
+            callers = caller_changes(line_callers if known else None, live_callers)
         sites.append(
             SiteCount(
                 f"{group[0].file}:{','.join(numbers)}",
@@ -273,7 +326,8 @@ def _region_sites(
                 new=new,
                 via=(via,) if via else (),
                 text=group[0].text,
-                was=was if was is not None and count > was else None,
+                was=was if grew else None,
+                callers=callers,
             )
         )
     return _sort_sites(sites)
@@ -302,6 +356,11 @@ def _key_rows(source: CountSource, region: str, recorded: Mapping[str, int] | No
     )
 
 
+def _region_callers(budget: SyncBudget, region: str) -> Mapping[str, Mapping[str, Mapping[str, int]]] | None:
+    """The region's recorded callers (key -> line -> caller -> count), or None when the budget records none."""
+    return None if budget.callers is None else budget.callers.get(region, {})
+
+
 def _iteration_problems(source: CountSource | None, budget: SyncBudget) -> tuple[IterationProblem, ...]:
     """Regions over their per-iteration budget, with the iterations where they were and the new or grown sites."""
     iteration_counts = getattr(source, "iteration_counts", None)
@@ -315,7 +374,9 @@ def _iteration_problems(source: CountSource | None, budget: SyncBudget) -> tuple
                 seen.setdefault(region, []).append((index, count))
     problems = []
     for region, found in sorted(seen.items()):
-        sites = _region_sites(source, region, budget.sites.get(region), budget.lines.get(region))
+        sites = _region_sites(
+            source, region, budget.sites.get(region), budget.lines.get(region), _region_callers(budget, region)
+        )
         pointed = tuple(site for site in sites if site.new or site.was is not None)
         problems.append(IterationProblem(region, budget.per_iteration.get(region), tuple(found), pointed))
     return tuple(problems)
@@ -347,7 +408,8 @@ def check_budget(
             continue
         recorded = budget.sites.get(region) if budget.sites else None
         lines = budget.lines.get(region) if budget.lines else None
-        sites = _region_sites(source, region, recorded, lines) if source is not None else ()
+        callers = _region_callers(budget, region)
+        sites = _region_sites(source, region, recorded, lines, callers) if source is not None else ()
         (over if allowed is not None else unbudgeted).append(RegionProblem(region, allowed, count, sites))
     old_format = any(not _is_keyed(entries) for entries in budget.sites.values())
     return BudgetReport(
@@ -368,8 +430,10 @@ def budget_payload(
     context: Mapping[str, Any] | None = None,
     lines: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
     per_iteration: Mapping[str, int] | None = None,
+    callers: Mapping[str, Mapping[str, Mapping[str, Mapping[str, int]]]] | None = None,
 ) -> dict[str, Any]:
-    """The JSON form `write_budget` writes (keys sorted, plain ints; `lines` and `per_iteration` when given)."""
+    """The JSON form `write_budget` writes (keys sorted, plain ints; `lines` and `per_iteration` when given,
+    `callers` always: `tripwire.sync.sites.callers_by_line`, `{}` when not given)."""
     payload: dict[str, Any] = {
         "context": dict(sorted((context or {}).items())),
         "regions": {str(region): int(counts[region]) for region in sorted(counts)},
@@ -386,6 +450,16 @@ def budget_payload(
             }
             for region, keys in sorted(lines.items())
         }
+    payload["callers"] = {
+        str(region): {
+            str(key): {
+                str(line): {str(caller): int(n) for caller, n in sorted(by_caller.items())}
+                for line, by_caller in sorted(by_line.items())
+            }
+            for key, by_line in sorted(keys.items())
+        }
+        for region, keys in sorted((callers or {}).items())
+    }
     if per_iteration:
         payload["per_iteration"] = {str(region): int(n) for region, n in sorted(per_iteration.items())}
     return payload
@@ -398,11 +472,12 @@ def write_budget(
     context: Mapping[str, Any] | None = None,
     lines: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
     per_iteration: Mapping[str, int] | None = None,
+    callers: Mapping[str, Mapping[str, Mapping[str, Mapping[str, int]]]] | None = None,
 ) -> Path:
     """Write a budget file (the regenerate path): sorted, indented JSON with a trailing newline."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(budget_payload(counts, sites, context, lines, per_iteration), indent=2) + "\n"
+    text = json.dumps(budget_payload(counts, sites, context, lines, per_iteration, callers), indent=2) + "\n"
     path.write_text(text, encoding="utf-8")
     return path
 

@@ -43,7 +43,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from tripwire.sync.sites import SiteRecord, group_records, site_key
-from tripwire.sync.state import _STATE, SyncEvent, relative_path
+from tripwire.sync.state import _STATE, SyncEvent, clear_caches, relative_path, set_root
 
 if TYPE_CHECKING:
     from tripwire.sync.hooks import Installation
@@ -82,7 +82,7 @@ class SyncCounter:
         from tripwire.sync import hooks as _sync_hooks
 
         if not _STATE.counters:
-            _STATE.root = self.root or os.path.join(os.getcwd(), "")
+            set_root(self.root or os.path.join(os.getcwd(), ""))
         self._installation = _sync_hooks.install(implicit=self.implicit)
         _STATE.counters.append(self)
         _STATE.active += 1
@@ -104,6 +104,8 @@ class SyncCounter:
         finally:
             _STATE.active -= 1
             _STATE.counters.remove(self)
+            if not _STATE.counters:
+                clear_caches()  # the caller lookup's caches hold code objects and frames
             installation, self._installation = self._installation, None
             if installation is not None:
                 _sync_hooks.uninstall(installation)

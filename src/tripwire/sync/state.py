@@ -10,14 +10,30 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import sysconfig
 import threading
 from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 OUTSIDE = "<outside>"
 # Frames in any tripwire module are skipped when the call site of a sync is looked up.
 _TRIPWIRE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+MAX_CALLERS = 4  # project frames recorded above a sync's call site
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """The standard library and site-packages folders (`sysconfig`): their frames are never a project caller. A
+    project installed editable is imported from its own folder, outside them."""
+    paths = sysconfig.get_paths()
+    dirs = set()
+    for name in ("stdlib", "platstdlib", "purelib", "platlib"):
+        if paths.get(name):
+            dirs |= {os.path.join(os.path.abspath(paths[name]), ""), os.path.join(os.path.realpath(paths[name]), "")}
+    return tuple(sorted(dirs))
+
+
+_LIBRARY_DIRS = _library_dirs()
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,11 @@ class SyncEvent:
     # line did not sync itself (Adam's step counters, a distribution's argument validation); "" otherwise.
     via: str = ""
     path: str = ""  # the call site's absolute file name, for reading its source line (`site_text`)
+    # The project frames above the call site (those that called its function), innermost first, at most
+    # `MAX_CALLERS`, each "relpath:line in qualname": frames outside torch, tripwire, the standard library and
+    # site-packages, and not frozen or generated (`<...>`) code. `caller_text` is the first one's stripped source.
+    callers: tuple[str, ...] = ()
+    caller_text: str = ""
 
     @property
     def line(self) -> int:
@@ -57,6 +78,12 @@ class _GlobalState:
         self.root = ""
         self.skip_prefixes: tuple[str, ...] = (_TRIPWIRE_DIR,)
         self.lock = threading.Lock()  # guards `pushed` when regions are entered on several threads
+        # Caches of the caller lookup, emptied when the root or the skipped folders change or the last counter stops:
+        # per code object (by id; the entry holds the code, so its id is not reused), None when it is not project
+        # code, else per line the frame's "relpath:line in qualname" and its stripped source line.
+        self.codes: dict[int, tuple[CodeType, dict[int, tuple[str, str]] | None]] = {}
+        self.barren: dict[int, FrameType] = {}  # frames with no project frame outward of them (`_callers`)
+        self.relative: dict[str, str] = {}  # `relative_path` of each call site's file
 
 
 class _ThreadState(threading.local):
@@ -79,11 +106,11 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
         return
     if local.label is not None:
         kind = local.label
-    site, function, via, filename = _call_site()
+    site, function, via, filename, callers, caller_text = _call_site()
     regions = local.regions
     region = regions[-1][1] if regions else OUTSIDE
     path = "/".join(name for _, name in regions) if regions else OUTSIDE
-    event = SyncEvent(kind, region, site, function, path, via, filename)
+    event = SyncEvent(kind, region, site, function, path, via, filename, callers, caller_text)
     for counter in list(_STATE.counters):
         if implicit and not counter.implicit:
             continue
@@ -94,9 +121,10 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
 _MACHINERY = ("overrides.py", "_tensor.py", "_ops.py", "_python_dispatch.py", "_jit_internal.py")
 
 
-def _call_site() -> tuple[str, str, str, str]:
-    """`(file:line, function, via, absolute file)`: the innermost frame outside torch and tripwire, and the innermost
-    torch frame (not dispatch machinery) between it and the hook, named `torch/<file>:<function>`."""
+def _call_site() -> tuple[str, str, str, str, tuple[str, ...], str]:
+    """`(file:line, function, via, absolute file, callers, caller text)`: the innermost frame outside torch and
+    tripwire, the innermost torch frame (not dispatch machinery) between it and the hook, named
+    `torch/<file>:<function>`, and the project frames above the first (`_callers`)."""
     frame: FrameType | None = sys._getframe(1)
     prefixes = _STATE.skip_prefixes
     via = ""
@@ -106,9 +134,96 @@ def _call_site() -> tuple[str, str, str, str]:
             via = f"{_torch_relative(filename)}:{frame.f_code.co_qualname}"
         frame = frame.f_back
     if frame is None:
-        return "<unknown>", "<unknown>", via, ""
+        return "<unknown>", "<unknown>", via, "", (), ""
     filename = frame.f_code.co_filename
-    return f"{relative_path(filename)}:{frame.f_lineno}", frame.f_code.co_qualname, via, filename
+    relative = _STATE.relative.get(filename)
+    if relative is None:
+        relative = _STATE.relative[filename] = relative_path(filename)
+    return f"{relative}:{frame.f_lineno}", frame.f_code.co_qualname, via, filename, *_callers(_caller_frame(frame))
+
+
+# Code run in a frame of its own only up to Python 3.11 (PEP 709 inlines the first three in 3.12).
+_COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
+
+
+def _caller_frame(site: FrameType) -> FrameType | None:
+    """Where the callers of the site's function start: the frame above it, or, for a sync in a comprehension or
+    generator expression, above the function holding it (the same line; a separate frame only on some Pythons)."""
+    caller = site.f_back
+    while (
+        caller is not None
+        and site.f_code.co_name in _COMPREHENSIONS
+        and caller.f_code.co_filename == site.f_code.co_filename
+    ):
+        site, caller = caller, caller.f_back
+    return caller
+
+
+def _callers(frame: FrameType | None) -> tuple[tuple[str, ...], str]:
+    """The project frames from `frame` outwards, innermost first (at most `MAX_CALLERS`), as "relpath:line in
+    qualname", and the first one's stripped source line.
+
+    Kept cheap: whether a code object is project code and each (code, line)'s description are cached, and a walk
+    that reached the bottom of the stack remembers where the last project frame was left (`_STATE.barren`), so the
+    next walk stops there instead of crossing the test runner's or the launcher's frames again."""
+    codes, barren = _STATE.codes, _STATE.barren
+    chain: list[str] = []
+    text = ""
+    boundary: FrameType | None = frame  # the first frame outward of the last project frame seen
+    while frame is not None:
+        code = frame.f_code
+        known = codes.get(id(code))
+        if known is None:
+            known = codes[id(code)] = (code, {} if _is_project(code.co_filename) else None)
+        lines = known[1]
+        if lines is not None:
+            line = frame.f_lineno or 0
+            described = lines.get(line)
+            if described is None:
+                described = lines[line] = _describe(code, line)
+            if not chain:
+                text = described[1]
+            chain.append(described[0])
+            if len(chain) == MAX_CALLERS:
+                return tuple(chain), text
+            boundary = frame.f_back
+        elif barren.get(id(frame)) is frame:
+            return tuple(chain), text
+        frame = frame.f_back
+    # No project frame lies outward of `boundary`. A frame's callers are fixed while it runs, except a generator's
+    # or coroutine's (resumed from anywhere); the entry holds the frame, so its id is not reused while cached.
+    if boundary is not None and not boundary.f_code.co_flags & _RESUMABLE:
+        barren[id(boundary)] = boundary
+    return tuple(chain), text
+
+
+_RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
+
+
+def _is_project(filename: str) -> bool:
+    """Project code: a real file outside torch, tripwire, the standard library and site-packages."""
+    return not (
+        not filename
+        or filename.startswith("<")
+        or filename.startswith(_STATE.skip_prefixes)
+        or filename.startswith(_LIBRARY_DIRS)
+    )
+
+
+def _describe(code: CodeType, line: int) -> tuple[str, str]:
+    """`("relpath:line in qualname", stripped source line)` of one line of `code`."""
+    filename = code.co_filename
+    linecache.checkcache(filename)  # the file may have been rewritten since it was first read
+    return f"{relative_path(filename)}:{line} in {code.co_qualname}", site_text(filename, line)
+
+
+def user_frame() -> FrameType | None:
+    """The innermost frame outside torch and tripwire: the user's line whose call is running now."""
+    frame: FrameType | None = sys._getframe(1)
+    prefixes = _STATE.skip_prefixes
+    while frame is not None and frame.f_code.co_filename.startswith(prefixes):
+        frame = frame.f_back
+    return frame
 
 
 def site_text(filename: str, line: int) -> str:
@@ -137,6 +252,21 @@ def relative_path(filename: str) -> str:
     return filename
 
 
+def set_root(root: str) -> None:
+    """Set the directory call sites are named relative to (the outermost counter's `root`)."""
+    if root != _STATE.root:
+        _STATE.root = root
+        clear_caches()
+
+
 def _set_skip_prefixes(prefixes: tuple[str, ...]) -> None:
-    """Set the directories whose frames are never a call site (hook installer use)."""
+    """Set the directories whose frames are never a call site (hook installer use; the first counter to start)."""
     _STATE.skip_prefixes = prefixes
+    clear_caches()
+
+
+def clear_caches() -> None:
+    """Forget the cached lookups (the root or the skipped folders changed, or the last counter stopped)."""
+    _STATE.codes = {}
+    _STATE.barren = {}
+    _STATE.relative = {}
