@@ -1,4 +1,5 @@
-"""Which `Tensor.to(...)` calls count as host syncs: deliberate moves to "cpu", never no-op device moves."""
+"""Which `.to(...)` and `copy_` calls count as host syncs: every spelling of a deliberate move to the host (what
+would stall a GPU run), counted on a CPU run too; never a move to the run's own device or a dtype change."""
 
 from __future__ import annotations
 
@@ -44,3 +45,43 @@ def test_clip_grad_norm_internals_do_not_count() -> None:
 def test_item_still_counts() -> None:
     tensor = torch.ones(1)
     assert count_in_region(lambda: tensor.item()) == {"item": 1}
+
+
+def test_every_spelling_of_a_host_target_counts_on_a_cpu_run() -> None:
+    tensor, cpu_buffer, host = torch.ones(3), torch.zeros(3), {"out": torch.zeros(3)}
+    spellings = [
+        lambda: tensor.to(torch.device("cpu")),
+        lambda: tensor.to(torch.device("cpu", 0)),
+        lambda: tensor.to("cpu:0"),
+        lambda: tensor.to(device="cpu"),
+        lambda: tensor.to(device=torch.device(type="cpu")),
+        lambda: tensor.to(cpu_buffer),  # another tensor as the target, named as a host buffer
+        lambda: tensor.to(host["out"], copy=True),
+    ]
+    for spelling in spellings:
+        assert count_in_region(spelling) == {"to_cpu": 1}
+    assert count_in_region(lambda: tensor.to(torch.device("cpu"), non_blocking=True)) == {"to_cpu_nonblocking": 1}
+
+
+def test_a_copy_into_a_host_buffer_counts_and_one_between_device_tensors_does_not() -> None:
+    tensor, pinned_rows, scratch = torch.ones(3), torch.zeros(2, 3), torch.zeros(3)
+    assert count_in_region(lambda: pinned_rows[0].copy_(tensor)) == {"copy_to_cpu": 1}
+    assert count_in_region(lambda: scratch.copy_(tensor)) == {}
+
+
+def test_the_runs_own_device_and_other_tensors_do_not_count() -> None:
+    tensor, other, device = torch.ones(3), torch.zeros(3), torch.device("cpu")
+    for move in (lambda: tensor.to(device), lambda: tensor.to(other), lambda: tensor.to(device=other.device)):
+        assert count_in_region(move) == {}
+
+
+def test_a_host_copy_spelled_over_several_lines_is_read_whole() -> None:
+    tensor = torch.ones(3)
+
+    def pull() -> torch.Tensor:
+        return tensor.to(
+            torch.device("cpu"),
+            copy=True,
+        )
+
+    assert count_in_region(pull) == {"to_cpu": 1}
