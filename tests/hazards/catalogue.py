@@ -19,6 +19,8 @@ IMPORTS = "import contracts"
 BENCH = "bench A/B"
 STATIC_AUDIT = "static sync audit"
 TELEMETRY_PAYLOAD = "telemetry payload"
+CONFIG = "config golden"
+LOADS_WITHOUT = "loads without"
 SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD)
 # Guardrails that necessarily fire beside another: a changed event stream (counts, order, schema) or changed
 # numerics (trajectory) change the digests of the event payloads too, so the payload golden firing with them is
@@ -44,8 +46,10 @@ class Hazard:
     """One refactor mistake, the guardrail that must catch it, and the ones allowed to fire beside it.
 
     `run` names the guardrail subset to execute: a scenario name (its telemetry, sync-budget and trajectory
-    checks), `imports` (lint-imports), `static` (the static sync audit of the hot-path modules) or `bench` (the
-    benchmark A/B of `bench_filter`).
+    checks), `imports` (lint-imports), `static` (the static sync audit of the modules the loop reaches), `config`
+    (the effective configuration values against the clean copy's), `loads-without` (every module promised to load
+    without torch, or another package, imported in a fresh interpreter) or `bench` (the benchmark A/B of
+    `bench_filter`).
     """
 
     name: str
@@ -74,6 +78,8 @@ def apply_edits(root: Path, edits: tuple[Edit, ...]) -> None:
 ENGINE = "src/esper/tolaria/engine.py"
 TRAINER = "src/esper/simic/training/trainer.py"
 CLIENT = "src/esper/simic/training/policy_client.py"
+BUFFER = "src/esper/simic/agent/buffer.py"
+HOST_COPY = '        self.values[:, step].copy_(values.to(torch.device("cpu")))\n'
 
 HAZARDS: tuple[Hazard, ...] = (
     Hazard(
@@ -177,6 +183,20 @@ HAZARDS: tuple[Hazard, ...] = (
         "e_distributed",
     ),
     Hazard(
+        "barrier_from_a_new_caller",
+        "the trainer calls the shard's existing barrier helper once more per round (a new caller, not a new helper)",
+        (
+            Edit(
+                TRAINER,
+                "        self.shard.check_replicas(self.parts.policy.state_dict, round_idx)\n",
+                "        self.shard.check_replicas(self.parts.policy.state_dict, round_idx)\n"
+                "        self.shard.barrier()  # wait for every rank before the next round\n",
+            ),
+        ),
+        SYNC_BUDGET,
+        "e_distributed",
+    ),
+    Hazard(
         "import_back_into_vectorized",
         "action_execution.py imports simic.training.vectorized (the split grows back)",
         (
@@ -216,6 +236,46 @@ HAZARDS: tuple[Hazard, ...] = (
         ),
         STATIC_AUDIT,
         "static",
+    ),
+    Hazard(
+        "host_copy_in_rollout_buffer",
+        'a blocking `.to(torch.device("cpu"))` of the values once per epoch in the rollout buffer (a GPU stall)',
+        (Edit(BUFFER, "        self.values[:, step].copy_(values)\n", HOST_COPY),),
+        SYNC_BUDGET,
+        "a_baseline",
+    ),
+    Hazard(
+        "host_copy_in_rollout_buffer_static",
+        "the same host copy, for the static audit: the buffer is audited because the loop reaches it, not listed",
+        (Edit(BUFFER, "        self.values[:, step].copy_(values)\n", HOST_COPY),),
+        STATIC_AUDIT,
+        "static",
+    ),
+    Hazard(
+        "default_changed_under_presets",
+        "TrainingConfig's entropy_coef default 0.05 -> 0.04 (every PPO preset overrides it, so no scenario runs it)",
+        (
+            Edit(
+                "src/esper/simic/training/config.py",
+                '    entropy_coef: float = option(0.05, "entropy bonus weight", "ppo", minimum=0.0)\n',
+                '    entropy_coef: float = option(0.04, "entropy bonus weight", "ppo", minimum=0.0)\n',
+            ),
+        ),
+        CONFIG,
+        "config",
+    ),
+    Hazard(
+        "torch_imported_by_config",
+        "`import torch` at the top of the training config module, whose docstring promises it loads without torch",
+        (
+            Edit(
+                "src/esper/simic/training/config.py",
+                "import dataclasses\n",
+                "import dataclasses\n\nimport torch  # noqa: F401  (a convenience import left in)\n",
+            ),
+        ),
+        LOADS_WITHOUT,
+        "loads-without",
     ),
     Hazard(
         "reward_constant_1pct",

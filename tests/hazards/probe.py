@@ -65,8 +65,11 @@ def main(argv: list[str]) -> int:
     try:
         store.check_sync_budget(name, run.counter, run.trajectory.context, scenarios.HOT_REGIONS)
     except SyncBudgetExceeded as error:
-        lines = str(error).splitlines()
-        fired[SYNC_BUDGET] = (lines[1] if len(lines) > 1 else lines[0]).strip()
+        lines = [line.strip() for line in str(error).splitlines()]
+        head = lines[1] if len(lines) > 1 else lines[0]
+        site = next((line for line in lines if line.startswith(("NEW ", "GREW "))), "")
+        caller = next((line for line in lines if line.startswith(("new caller:", "caller grew:"))), "")
+        fired[SYNC_BUDGET] = " / ".join(part for part in (head, site, caller.split(" (from ")[0]) if part)
     try:
         store.check_trajectory(name, run.trajectory)
     except TrajectoryDivergence as error:

@@ -34,11 +34,23 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from catalogue import BENCH, HAZARDS, IMPLIED, IMPORTS, STATIC_AUDIT, AnchorError, Hazard, apply_edits  # noqa: E402
+from catalogue import (  # noqa: E402
+    BENCH,
+    CONFIG,
+    HAZARDS,
+    IMPLIED,
+    IMPORTS,
+    LOADS_WITHOUT,
+    STATIC_AUDIT,
+    AnchorError,
+    Hazard,
+    apply_edits,
+)
 
 COPIED = ("src", "tests/guardrails", "benchmarks", "baselines", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "build")
 PROBE = HERE / "probe.py"
+NOT_SCENARIOS = ("imports", "static", "config", "loads-without", "bench")  # run kinds that are no scenario
 
 
 @dataclass(frozen=True)
@@ -92,15 +104,41 @@ def run_imports(tree: Path) -> dict[str, str]:
 
 
 def run_static(clean: Path, tree: Path) -> dict[str, str]:
-    """The static sync audit of the hot-path modules: the clean copy's counts are the budget for the patched one."""
+    """The static sync audit of the modules the loop reaches: the clean copy's counts budget the patched one."""
     sys.path.insert(0, str(ROOT / "tests" / "guardrails"))
-    from hot_path_modules import HOT_PATH_MODULES
+    from hot_path_modules import hot_path_modules
 
     from tripwire.static_audit import audit, check
 
-    budget = {file: dict(counts) for file, counts in audit(HOT_PATH_MODULES, clean).counts.items()}
-    report = check(audit(HOT_PATH_MODULES, tree), budget)
+    budget = {file: dict(counts) for file, counts in audit(hot_path_modules(clean), clean).counts.items()}
+    report = check(audit(hot_path_modules(tree), tree), budget)
     return {} if report.ok else {STATIC_AUDIT: report.over[0]}
+
+
+def run_config(clean: Path, tree: Path) -> dict[str, str]:
+    """The configuration golden: the clean copy's effective values (defaults and presets) against the patched one's."""
+    sys.path.insert(0, str(ROOT / "tests" / "guardrails"))
+    from config_golden import config_differences
+
+    script = ROOT / "tests" / "guardrails" / "config_golden.py"
+    snapshots = []
+    for copy in (clean, tree):
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=copy, env=tree_env(copy), capture_output=True, text=True, check=False
+        )
+        if done.returncode:
+            raise RuntimeError(f"config snapshot of {copy} failed:\n{done.stderr[-2000:]}")
+        snapshots.append(json.loads(done.stdout))
+    differences = config_differences(snapshots[0], snapshots[1])
+    return {CONFIG: "; ".join(differences)} if differences else {}
+
+
+def run_loads_without(tree: Path) -> dict[str, str]:
+    """The declared "loads without" promises (the copy's pyproject.toml), each imported from the copy's src/."""
+    from tripwire.imports import check_loads_without, read_promises
+
+    broken = check_loads_without(read_promises(tree / "pyproject.toml"), tree / "src")
+    return {LOADS_WITHOUT: broken[0]} if broken else {}
 
 
 def run_bench(clean: Path, tree: Path, bench_filter: str) -> dict[str, str]:
@@ -151,6 +189,10 @@ def check_guardrails(hazard: Hazard, clean: Path, tree: Path, goldens: Path) -> 
         return run_imports(tree)
     if hazard.run == "static":
         return run_static(clean, tree)
+    if hazard.run == "config":
+        return run_config(clean, tree)
+    if hazard.run == "loads-without":
+        return run_loads_without(tree)
     if hazard.run == "bench":
         return run_bench(clean, tree, hazard.bench_filter)
     return run_probe(tree, hazard.run, goldens, "check", tree / "fired.json")
@@ -196,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         clean = copy_tree(ROOT, work / "clean")
         goldens = work / "goldens"
-        scenarios = sorted({h.run for h in hazards if h.run not in ("imports", "static", "bench")})
+        scenarios = sorted({h.run for h in hazards if h.run not in NOT_SCENARIOS})
         quick = [h for h in hazards if h.run != "bench"]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             controls = list(pool.map(partial(run_control, clean=clean, goldens=goldens), scenarios))
@@ -225,9 +267,11 @@ benchmarks/, baselines/, pyproject.toml); only the guardrails it names run there
 at the copy's `src/`. Scenario goldens (telemetry counts and schema, sync budget, trajectory, telemetry payloads)
 are first recorded from the unpatched copy on the same machine, and the unpatched copy must then pass them in a
 fresh process (the control rows), so the catalogue holds in any determinism context. The import hazards run
-`lint-imports` on the copy; the static-audit hazard audits the copy's hot-path modules against the unpatched copy's
-counts; the slowdown runs the paired `python -m tripwire bench-ab` with the unpatched copy as base and the patched
-one as head (units alternating ABBA between two worker processes).
+`lint-imports` on the copy; the static-audit hazards audit the modules the copy's loop reaches against the unpatched
+copy's counts; the config hazard compares the copy's effective configuration values (defaults and presets) with the
+unpatched copy's; the "loads without" hazard imports every module the copy's pyproject.toml promises to load without
+torch, each in a fresh interpreter; the slowdown runs the paired `python -m tripwire bench-ab` with the unpatched
+copy as base and the patched one as head (units alternating ABBA between two worker processes).
 
 `caught` means the expected guardrail fired and nothing outside its tolerated companions did. A trajectory hazard
 may also change which lifecycle events happen, so trajectory hazards tolerate a telemetry change; a changed event

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from catalogue import (
     BENCH,
+    CONFIG,
     HAZARDS,
     IMPORTS,
+    LOADS_WITHOUT,
     STATIC_AUDIT,
     SYNC_BUDGET,
     TELEMETRY,
@@ -50,7 +52,7 @@ def test_an_ambiguous_anchor_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_catalogue_exercises_every_guardrail() -> None:
-    expected = {TELEMETRY, SYNC_BUDGET, TRAJECTORY, IMPORTS, STATIC_AUDIT, BENCH}
+    expected = {TELEMETRY, SYNC_BUDGET, TRAJECTORY, IMPORTS, STATIC_AUDIT, CONFIG, LOADS_WITHOUT, BENCH}
     assert {hazard.expected for hazard in HAZARDS} == expected
     assert len(set(IDS)) == len(IDS)
 
