@@ -84,6 +84,8 @@ def _check_budget(syncs: object, budget_file: Path, result_folder: Path) -> int:
     except TripwireError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if budget.per_iteration and not budget.regions:  # written with --per-iteration: regenerate it the same way
+        set_update_command(f"python -m tripwire budget write {result_folder} {budget_file} --per-iteration")
     report = check_budget(syncs, budget)  # type: ignore[arg-type]
     print(report.format())
     return 0 if report.ok else 1

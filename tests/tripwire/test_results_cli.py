@@ -57,7 +57,8 @@ def test_a_per_iteration_budget_is_written_and_fails_naming_the_line_and_the_com
     assert any(
         line.strip().startswith("NEW ppo_script.py:") and "`kl_seen = approx_kl.item()`" in line for line in lines
     )
-    assert "python -m tripwire budget write results/head budget.json" in over.stdout and "pytest" not in over.stdout
+    assert "python -m tripwire budget write results/head budget.json --per-iteration" in over.stdout
+    assert "pytest" not in over.stdout
 
 
 def test_budgets_are_never_rewritten_under_ci(results: Path) -> None:
