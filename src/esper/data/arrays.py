@@ -14,15 +14,20 @@ then `train ... --dataset npz --data-dir digits.npz`; the host and its classifie
 from __future__ import annotations
 
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from esper.data.records import DataDirectoryError, ImageDataset
-from esper.messages import first_line
+from esper.data.records import MAX_CLASSES, DataCheckError, DataDirectoryError, ImageDataset
+from esper.messages import escape, first_line
 
 SPLIT_KEYS = {"train": ("x_train", "y_train"), "val": ("x_val", "y_val"), "test": ("x_test", "y_test")}
+KNOWN_KEYS = tuple(key for pair in SPLIT_KEYS.values() for key in pair)
+# The largest array one member may declare (its .npy header's shape x itemsize, and its uncompressed size in the zip
+# directory), checked before anything is read: a zip bomb or a header declaring 10**12 images is refused, not allocated.
+NPZ_MEMBER_LIMIT_BYTES = 4 * 2**30
 
 
 def load_npz(path: str, *, split: str, n_samples: int | None, normalize: bool = True) -> ImageDataset:
@@ -31,6 +36,12 @@ def load_npz(path: str, *, split: str, n_samples: int | None, normalize: bool = 
     arrays = _read(source)
     x_train, y_train = _split(arrays, source, "train")
     x, y = (x_train, y_train) if split == "train" else _held_out(arrays, source)
+    if x.shape[1:] != x_train.shape[1:]:
+        held = "x_val" if "x_val" in arrays else "x_test"
+        raise DataCheckError(
+            f"--data-dir {_shown(source)}: {held} images are {_chw(x)} (C x H x W), x_train's {_chw(x_train)}: "
+            "save both splits with the same channels and size"
+        )
     classes = int(max(y_train.max(), y.max())) + 1
     mean = x_train.mean(axis=(0, 2, 3), keepdims=True) if normalize else 0.0
     std = x_train.std(axis=(0, 2, 3), keepdims=True) + 1e-6 if normalize else 1.0
@@ -40,17 +51,67 @@ def load_npz(path: str, *, split: str, n_samples: int | None, normalize: bool = 
     return ImageDataset(images, torch.from_numpy(y), num_classes=classes, name=f"{source.stem}-{split}", augment=False)
 
 
+def _shown(source: Path) -> str:
+    return escape(str(source))
+
+
+def _chw(x: np.ndarray) -> str:
+    return "x".join(str(n) for n in x.shape[1:])
+
+
 def _read(source: Path) -> dict[str, np.ndarray]:
+    """The split arrays of the archive (members other than KNOWN_KEYS are ignored), each bounded before it is read."""
     if not source.is_file():
-        raise DataDirectoryError(f"--data-dir {source} is not a file: pass the path of an .npz archive")
+        raise DataDirectoryError(f"--data-dir {_shown(source)} is not a file: pass the path of an .npz archive")
     try:
+        members = _checked_members(source)
         with np.load(source, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+            arrays = {key: archive[key] for key in members}
+    except DataDirectoryError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, zlib.error, EOFError, KeyError, NotImplementedError) as error:
         raise DataDirectoryError(
-            f"--data-dir {source} is not a readable .npz archive of plain arrays ({first_line(error)}): write it with "
-            "numpy.savez(path, x_train=..., y_train=..., x_val=..., y_val=...)"
+            f"--data-dir {_shown(source)} is not a readable .npz archive of plain arrays ({first_line(error, 200)}): "
+            "write it with numpy.savez(path, x_train=..., y_train=..., x_val=..., y_val=...)"
         ) from None
+    for key, array in arrays.items():
+        if not isinstance(array, np.ndarray):
+            raise DataDirectoryError(f"--data-dir {_shown(source)}: {key} is not an array: save it with numpy.savez")
+    return arrays
+
+
+def _checked_members(source: Path) -> list[str]:
+    """The KNOWN_KEYS members present, after checking each one's zip and .npy header sizes against the limit."""
+    present = []
+    with zipfile.ZipFile(source) as archive:
+        infos = {info.filename: info for info in archive.infolist()}
+        for key in KNOWN_KEYS:
+            info = infos.get(f"{key}.npy")
+            if info is None:
+                continue
+            declared = info.file_size
+            if declared <= NPZ_MEMBER_LIMIT_BYTES:
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                    else:
+                        raise ValueError(f"{key}: .npy format version {version} is not supported")
+                if dtype.hasobject:
+                    raise DataDirectoryError(
+                        f"--data-dir {_shown(source)}: {key} holds Python objects ({dtype}), not plain arrays: "
+                        "save numeric arrays"
+                    )
+                declared = max(declared, int(np.prod(shape, dtype=object)) * dtype.itemsize)
+            if declared > NPZ_MEMBER_LIMIT_BYTES:
+                raise DataCheckError(
+                    f"--data-dir {_shown(source)}: member {key}.npy declares {declared} bytes, over the limit of "
+                    f"{NPZ_MEMBER_LIMIT_BYTES} bytes (NPZ_MEMBER_LIMIT_BYTES): save fewer or smaller images"
+                )
+            present.append(key)
+    return present
 
 
 def _held_out(arrays: dict[str, np.ndarray], source: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -68,12 +129,22 @@ def _split(arrays: dict[str, np.ndarray], source: Path, split: str) -> tuple[np.
 
 
 def _images(x: np.ndarray, source: Path, key: str) -> np.ndarray:
-    if x.dtype.kind not in "uif" or x.ndim not in (3, 4) or len(x) == 0:
+    if x.dtype.kind not in "uif" or x.ndim not in (3, 4) or min(x.shape) == 0:
         raise DataDirectoryError(
-            f"--data-dir {source}: {key} must be a non-empty numeric array [N, C, H, W], [N, H, W, C] or [N, H, W], "
-            f"got {x.dtype} {list(x.shape)}"
+            f"--data-dir {_shown(source)}: {key} must be a numeric array [N, C, H, W], [N, H, W, C] or [N, H, W] "
+            f"with every dimension at least 1, got {x.dtype} {list(x.shape)}"
         )
-    scaled = x.astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)
+    if x.dtype.kind == "f" and not np.isfinite(x).all():
+        raise DataCheckError(
+            f"--data-dir {_shown(source)}: {key} holds {int((~np.isfinite(x)).sum())} NaN or infinite values: "
+            "replace them (e.g. numpy.nan_to_num) or drop those samples"
+        )
+    with np.errstate(over="ignore"):
+        scaled = x.astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)
+    if not np.isfinite(scaled).all():
+        raise DataCheckError(
+            f"--data-dir {_shown(source)}: {key} holds values beyond float32's range: scale your images to [0, 1]"
+        )
     if scaled.ndim == 3:
         return scaled[:, None]
     if scaled.shape[-1] in (1, 3, 4) and scaled.shape[1] not in (1, 3, 4):
@@ -84,6 +155,12 @@ def _images(x: np.ndarray, source: Path, key: str) -> np.ndarray:
 def _labels(y: np.ndarray, source: Path, key: str, count: int) -> np.ndarray:
     if y.dtype.kind not in "ui" or y.shape != (count,) or (count and y.min() < 0):
         raise DataDirectoryError(
-            f"--data-dir {source}: {key} must be {count} non-negative integer labels, got {y.dtype} {list(y.shape)}"
+            f"--data-dir {_shown(source)}: {key} must be {count} non-negative integer labels, "
+            f"got {y.dtype} {list(y.shape)}"
+        )
+    if count and int(y.max()) >= MAX_CLASSES:
+        raise DataCheckError(
+            f"--data-dir {_shown(source)}: {key} holds label {int(y.max())}: labels must be integers 0..K-1 with K at "
+            f"most {MAX_CLASSES} (MAX_CLASSES); renumber your classes"
         )
     return y.astype(np.int64)

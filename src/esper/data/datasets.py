@@ -8,6 +8,9 @@ imports torchvision, about 1.7 s) is only imported when CIFAR-10 is asked for, s
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -15,8 +18,11 @@ from torch import Tensor
 from esper.data.records import (
     DataDirectoryError,
     ImageDataset,
+    UserLoaderError,
+    check_dataset,
     check_split,
 )
+from esper.messages import first_line
 
 VALID_DATASETS: tuple[str, ...] = ("synthetic", "cifar10", "npz", "imagefolder")
 AUGMENT_PADDING = 4
@@ -30,6 +36,8 @@ def load_task_data(
     seed: int,
     data_dir: str | None = None,
     normalize: bool = True,
+    batch_size: int | None = None,
+    min_size: tuple[int, int] | None = None,
 ) -> ImageDataset:
     """Load one split of a task's data set.
 
@@ -42,7 +50,19 @@ def load_task_data(
       ImageDataset (example: `esper.data.digits:load`, scikit-learn's digits).
 
     `normalize` (npz and imagefolder) turns the per-channel normalization with the train split's statistics off.
+
+    Every source's split then goes through `records.check_dataset` (finite float32 [N, C, H, W], labels in
+    [0, num_classes), 2 or more classes, at least one batch of `batch_size`, at least `min_size` pixels); a failure is
+    a DataDirectoryError subclass with a one-line message. `records.validate_splits` adds the cross-split checks.
     """
+    loaded = _load(dataset, split=split, n_samples=n_samples, seed=seed, data_dir=data_dir, normalize=normalize)
+    source = f"--dataset {dataset}" if data_dir is None else f"--dataset {dataset} --data-dir {data_dir}"
+    return check_dataset(loaded, split=split, source=source, batch_size=batch_size, min_size=min_size)
+
+
+def _load(
+    dataset: str, *, split: str, n_samples: int | None, seed: int, data_dir: str | None, normalize: bool
+) -> ImageDataset:
     check_split(split)
     if n_samples is not None and n_samples < 1:
         raise ValueError(f"n_samples must be positive, got {n_samples}")
@@ -81,19 +101,52 @@ _NEEDS_DIR = {
 
 
 def _from_callable(spec: str, *, split: str, n_samples: int | None, seed: int, data_dir: str | None) -> ImageDataset:
-    """`--dataset package.module:function`: import the function, call it for one split, check what it returns."""
+    """`--dataset package.module:function`: import the function, call it for one split, check what it returns.
+
+    Anything the user's code raises (SystemExit included; not KeyboardInterrupt) becomes a one-line UserLoaderError
+    naming `package.module:function`; the returned ImageDataset then goes through `check_dataset` like every source.
+    """
     module_name, _, attribute = spec.partition(":")
     try:
         loader = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise DataDirectoryError(
-            f"--dataset {spec}: cannot import {attribute!r} from {module_name!r} ({error}): pass an importable "
-            "package.module:function"
+    except (Exception, SystemExit) as error:
+        raise UserLoaderError(
+            f"--dataset {spec}: cannot import {attribute!r} from {module_name!r} "
+            f"({type(error).__name__}: {first_line(error, 200)}): pass an importable package.module:function"
         ) from None
-    dataset = loader(split=split, n_samples=n_samples, seed=seed, data_dir=data_dir)
+    _check_signature(spec, loader)
+    try:
+        dataset = loader(split=split, n_samples=n_samples, seed=seed, data_dir=data_dir)
+    except (Exception, SystemExit) as error:
+        raise UserLoaderError(
+            f"--dataset {spec} raised {type(error).__name__} loading the {split} split ({first_line(error, 200)}): "
+            "fix the loader so it returns an esper ImageDataset"
+        ) from None
     if not isinstance(dataset, ImageDataset):
-        raise DataDirectoryError(f"--dataset {spec} returned {type(dataset).__name__}, not an esper ImageDataset")
+        raise UserLoaderError(
+            f"--dataset {spec} returned {type(dataset).__name__} for the {split} split, not an esper ImageDataset"
+        )
     return dataset
+
+
+LOADER_SIGNATURE = "function(*, split, n_samples, seed, data_dir) -> ImageDataset"
+
+
+def _check_signature(spec: str, loader: Any) -> None:
+    if not callable(loader):
+        raise UserLoaderError(f"--dataset {spec} is a {type(loader).__name__}, not a function: {LOADER_SIGNATURE}")
+    call: Callable[..., Any] = loader
+    try:
+        signature = inspect.signature(call)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: the call itself tells
+    try:
+        signature.bind(split="train", n_samples=None, seed=0, data_dir=None)
+    except TypeError as error:
+        raise UserLoaderError(
+            f"--dataset {spec} cannot be called with keyword arguments split, n_samples, seed, data_dir ({error}): "
+            f"define it as {LOADER_SIGNATURE}"
+        ) from None
 
 
 def augment_batch(x: Tensor, generator: torch.Generator) -> Tensor:

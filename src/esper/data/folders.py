@@ -9,13 +9,19 @@ memory once, like every other source.
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from esper.data.records import DataDirectoryError, ImageDataset
-from esper.messages import first_line
+from esper.data.records import DataCheckError, DataDirectoryError, ImageDataset
+from esper.messages import escape, first_line
+
+# The most pixels (width x height) one image may have; a larger one is refused before it is decoded (a 48 kB PNG
+# can declare 20000x20000 pixels, 1.2 GB as RGB bytes and 4.8 GB as float32).
+MAX_IMAGE_PIXELS = 4096 * 4096
 
 
 def load_image_folder(root: str, *, split: str, n_samples: int | None, normalize: bool = True) -> ImageDataset:
@@ -45,12 +51,14 @@ def _read(
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     if not folder.is_dir():
         raise DataDirectoryError(
-            f"--data-dir: {folder} is missing: lay your images out as DIR/train/<class>/*.png and DIR/val/<class>/*.png"
+            f"--data-dir: {escape(str(folder))} is missing: lay your images out as DIR/train/<class>/*.png and "
+            "DIR/val/<class>/*.png"
         )
+    _refuse_symlink_loops(folder)
     try:
-        dataset = image_folder(str(folder))
+        dataset = image_folder(str(folder), loader=_load_rgb)
     except (FileNotFoundError, OSError) as error:
-        raise DataDirectoryError(f"--data-dir {folder}: {first_line(error)}") from None
+        raise DataDirectoryError(f"--data-dir {escape(str(folder))}: {first_line(error, 200)}") from None
     if classes is not None and dataset.classes != classes:
         raise DataDirectoryError(
             f"--data-dir {folder} has classes {dataset.classes}, the train folder {classes}: use the same class folders"
@@ -58,16 +66,60 @@ def _read(
     arrays, labels = [], []
     shape = None
     for path, label in dataset.samples:
-        try:
-            image = np.asarray(dataset.loader(path), dtype=np.float32) / 255.0  # PIL RGB, [H, W, 3]
-        except OSError as error:
-            raise DataDirectoryError(f"--data-dir: {path} is not a readable image ({error})") from None
+        image = np.asarray(dataset.loader(path), dtype=np.float32) / 255.0  # PIL RGB, [H, W, 3]
         shape = shape or image.shape
         if image.shape != shape:
-            raise DataDirectoryError(f"--data-dir: {path} is {image.shape[1]}x{image.shape[0]}, the first image "
-                                     f"{shape[1]}x{shape[0]}: resize your images to one size")  # fmt: skip
+            raise DataDirectoryError(
+                f"--data-dir: {escape(path)} is {image.shape[1]}x{image.shape[0]}, the first image "
+                f"{shape[1]}x{shape[0]}: resize your images to one size"
+            )
         arrays.append(image.transpose(2, 0, 1))
         labels.append(label)
     if not arrays:
-        raise DataDirectoryError(f"--data-dir {folder} holds no images")
+        raise DataDirectoryError(f"--data-dir {escape(str(folder))} holds no images")
     return np.stack(arrays), np.asarray(labels, dtype=np.int64), list(dataset.classes)
+
+
+def _load_rgb(path: str) -> object:
+    """One image file as a PIL RGB image; its size is checked against MAX_IMAGE_PIXELS before it is decoded, and any
+    decoder failure (a corrupt or truncated file) is a one-line DataDirectoryError naming the file."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own, lower, limit applies below
+            with Image.open(path) as image:
+                width, height = image.size
+                if width * height > MAX_IMAGE_PIXELS:
+                    raise DataCheckError(
+                        f"--data-dir: {escape(path)} is {width}x{height} pixels, over the limit of {MAX_IMAGE_PIXELS} "
+                        "pixels (MAX_IMAGE_PIXELS): resize it"
+                    )
+                return image.convert("RGB")
+    except DataDirectoryError:
+        raise
+    except Image.DecompressionBombError as error:  # over twice PIL's own limit: PIL refuses before our check
+        raise DataCheckError(
+            f"--data-dir: {escape(path)} is over the limit of {MAX_IMAGE_PIXELS} pixels (MAX_IMAGE_PIXELS; PIL says: "
+            f"{first_line(error, 120)}): resize it"
+        ) from None
+    except Exception as error:  # PIL's decoders raise OSError, SyntaxError, ValueError, struct.error, ... on bad files
+        raise DataDirectoryError(
+            f"--data-dir: {escape(path)} is not a readable image ({type(error).__name__}: {first_line(error, 160)}): "
+            "replace or remove it"
+        ) from None
+
+
+def _refuse_symlink_loops(folder: Path) -> None:
+    """The rule for symlinks: a symlinked folder is followed (as torchvision does), but one that leads back to a folder
+    already on its own path (a loop, which torchvision would read again and again) is refused, naming the link."""
+    for current, subfolders, _ in os.walk(folder, followlinks=True):
+        here = os.path.realpath(current)
+        for name in subfolders:
+            link = os.path.join(current, name)
+            target = os.path.realpath(link)
+            if os.path.islink(link) and (here == target or here.startswith(target.rstrip(os.sep) + os.sep)):
+                raise DataDirectoryError(
+                    f"--data-dir: {escape(link)} is a symlink loop (it leads back to {escape(target)}): remove the "
+                    "link or point it outside the data folder"
+                )

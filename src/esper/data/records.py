@@ -41,7 +41,10 @@ class ImageDataset:
         if self.images.dim() != 4 or min(self.images.shape[1:]) < 1:
             raise ValueError(f"{self.name}: images must be [N, C, H, W], got {list(self.images.shape)}")
         if self.images.dtype != torch.float32:
-            raise ValueError(f"{self.name}: images must be float32, got {self.images.dtype}")
+            raise ValueError(
+                f"{self.name}: images must be float32, got {self.images.dtype}: convert them with images.float() "
+                "(scaled to [0, 1] or normalized)"
+            )
         if self.labels.dtype != torch.int64 or self.labels.shape != self.images.shape[:1]:
             raise ValueError(
                 f"{self.name}: labels must be int64 [{self.images.shape[0]}], "
@@ -57,3 +60,134 @@ def check_split(split: str) -> str:
     if split not in VALID_SPLITS:
         raise ValueError(f"unknown split {split!r}: choose one of {', '.join(VALID_SPLITS)}")
     return split
+
+
+# Bounds and checks every source goes through (issue 27) ------------------------------------------------------
+
+MAX_CLASSES = 100_000  # labels 0..K-1 with K at most this: the host's classifier is Linear(channels, K)
+MIN_CLASSES = 2  # one class leaves nothing to learn: every loss is 0 and every accuracy 100 %
+
+
+class DataCheckError(DataDirectoryError):
+    """Loaded data that cannot be trained on (NaN pixels, labels out of range, too few samples, ...): one line naming
+    the split, the field and the fix. A DataDirectoryError, so the CLI reports it in one line with exit code 2."""
+
+
+class UserLoaderError(DataDirectoryError):
+    """A `--dataset package.module:function` loader that failed, exited or returned something unusable; the message
+    names the function."""
+
+
+def min_image_size(n_blocks: int, kernel_size: int, pool_layers: int) -> int:
+    """The smallest square image a host can take: every conv keeps (odd kernel) or grows by one (even kernel) the
+    size, and each of the first `pool_layers` blocks is followed by MaxPool2d(2), which needs at least 2x2 input."""
+    size = 1
+    while not _fits(size, n_blocks, kernel_size, pool_layers):
+        size += 1
+    return size
+
+
+def _fits(size: int, n_blocks: int, kernel_size: int, pool_layers: int) -> bool:
+    for block in range(n_blocks):
+        size += 2 * (kernel_size // 2) - kernel_size + 1
+        if block < pool_layers:
+            if size < 2:
+                return False
+            size //= 2
+    return size >= 1
+
+
+def check_dataset(
+    dataset: ImageDataset,
+    *,
+    split: str,
+    source: str,
+    batch_size: int | None = None,
+    min_size: tuple[int, int] | None = None,
+) -> ImageDataset:
+    """Refuse one loaded split that cannot be trained on; `min_size` is (pixels, host depth) from `min_image_size`.
+
+    Checks: images [N, C, H, W] float32 with C, H, W >= 1 and every value finite; int64 labels in [0, num_classes);
+    2 <= num_classes <= MAX_CLASSES; at least one sample, or one full batch of `batch_size`; H and W at least
+    `min_size`'s pixels. Returns `dataset`; DataCheckError (one line naming the split, the field and the fix) otherwise.
+    """
+    where = f"{source}: {split} split"
+    images, labels = dataset.images, dataset.labels
+    if images.dim() != 4 or min(images.shape[1:]) < 1 or images.dtype != torch.float32:
+        raise DataCheckError(
+            f"{where}: images are {images.dtype} {list(images.shape)}: "
+            "give float32 images [N, C, H, W] with C, H, W >= 1"
+        )
+    classes = dataset.num_classes
+    if not isinstance(classes, int) or not MIN_CLASSES <= classes <= MAX_CLASSES:
+        raise DataCheckError(
+            f"{where}: num_classes is {classes!r}: give {MIN_CLASSES} to {MAX_CLASSES} classes (labels 0..K-1)"
+        )
+    count = len(dataset)
+    needed = max(1, batch_size or 1)
+    if count < needed:
+        raise DataCheckError(
+            f"{where}: {count} samples, fewer than one batch of {needed}: give at least {needed} samples per split "
+            "or lower --batch-size"
+        )
+    if labels.dtype != torch.int64 or labels.shape != images.shape[:1]:
+        raise DataCheckError(f"{where}: labels are {labels.dtype} {list(labels.shape)}: give int64 labels [{count}]")
+    # One host read per split for the label range and finiteness (the data are host tensors; a GPU run reads them
+    # before moving batches): the sync budgets see one `.tolist()` per split, not three scalar reads.
+    lowest, highest, finite = torch.stack(
+        [labels.min().to(torch.float64), labels.max().to(torch.float64), torch.isfinite(images).all().to(torch.float64)]
+    ).tolist()
+    low, high = int(lowest), int(highest)
+    if low < 0 or high >= classes:
+        raise DataCheckError(
+            f"{where}: labels span {low}..{high}, outside 0..{classes - 1} (num_classes={classes}): "
+            f"use labels 0..{classes - 1}"
+        )
+    if not finite:
+        bad = int((~torch.isfinite(images)).sum())
+        raise DataCheckError(
+            f"{where}: images hold {bad} NaN or infinite values (after normalization): replace them "
+            "(e.g. numpy.nan_to_num) or drop those samples"
+        )
+    if min_size is not None:
+        pixels, depth = min_size
+        height, width = int(images.shape[2]), int(images.shape[3])
+        if min(height, width) < pixels:
+            raise DataCheckError(
+                f"{where}: images are {height}x{width}: images must be at least {pixels}x{pixels} for a host of "
+                f"depth {depth}, so resize them or pick a --task with fewer pooling blocks"
+            )
+    return dataset
+
+
+def validate_splits(
+    train: ImageDataset,
+    val: ImageDataset,
+    *,
+    classes: int | None = None,
+    batch_size: int | None = None,
+    min_size: tuple[int, int] | None = None,
+    source: str,
+) -> None:
+    """The one check of a run's data, after both splits are loaded and before any training: `check_dataset` on each
+    split, the same C, H, W in both, and (when `classes` is given) labels of both splits below `classes`."""
+    for split, dataset in (("train", train), ("val", val)):
+        check_dataset(dataset, split=split, source=source, batch_size=batch_size, min_size=min_size)
+    check_same_shape(train, val, source=source)
+    if classes is not None:
+        for split, dataset in (("train", train), ("val", val)):
+            if int(dataset.labels.max()) >= classes:
+                raise DataCheckError(
+                    f"{source}: {split} split has label {int(dataset.labels.max())}, the host has {classes} classes: "
+                    f"use labels 0..{classes - 1}"
+                )
+
+
+def check_same_shape(train: ImageDataset, val: ImageDataset, *, source: str) -> None:
+    """The same C, H, W in both splits (shapes only: no data read), once each split passed `check_dataset`."""
+    if train.images.shape[1:] != val.images.shape[1:]:
+        shown = ["x".join(str(n) for n in d.images.shape[1:]) for d in (train, val)]
+        raise DataCheckError(
+            f"{source}: val split images are {shown[1]} (C x H x W), the train split's {shown[0]}: give both splits "
+            "the same channels and size"
+        )
