@@ -12,3 +12,12 @@ def first_line(error: BaseException, limit: int | None = None, *, fallback: str 
     if limit is None or len(line) <= limit:
         return line
     return line[:limit].rsplit(" ", 1)[0].rstrip(" ,;:") + " ..."
+
+
+def escape(text: str) -> str:
+    """`text` with every control character written as Python's repr writes it (`\\n`, `\\r`, `\\t`, `\\x1b`, ...),
+    so a value holding one (a path with a line break, an escape sequence) cannot split a one-line message or drive
+    the terminal. Backslashes are kept as they are; printable text, non-ASCII letters included, is unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)

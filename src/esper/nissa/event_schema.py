@@ -8,7 +8,8 @@ Conventions of the wire form (`TelemetryEvent.to_json_dict`): enums are written 
 written as the string "nan", "inf" or "-inf"; `epoch` is the epoch within an episode for per-env events and
 the round index for per-round events. A run sharded over torch.distributed ranks adds `rank` (the rank that
 emitted the event) to every line, and its per-rank files `order` (the merge key); TRAINING_ENDED of a run in
-which a rank failed adds `failed_rank`.
+which a rank failed adds `failed_rank`, and one whose merge dropped damaged per-rank lines adds `dropped_lines`
+and `dropped_from`.
 
 Usage from any language: validate each line against the schema (draft 2020-12). From Python:
 `esper.nissa.event_schema.validate_line(line)` raises `jsonschema.ValidationError` naming the field.
@@ -230,6 +231,8 @@ DATA: dict[TelemetryEventType, dict[str, Any]] = {
             cause=nullable(STR),
         ),
         failed_rank=INT,
+        dropped_lines=INT,  # a sharded run's merge that dropped damaged per-rank lines: how many
+        dropped_from=array(STR),  # and each one, "events.rank<r>.jsonl:<line> (<why>)"
     ),
     TelemetryEventType.GRADIENT_ANOMALY: NEVER_EMITTED,
     TelemetryEventType.PERFORMANCE_DEGRADATION: NEVER_EMITTED,

@@ -12,6 +12,10 @@ walks the envs in id order, and each rank walks its own envs in the same order.
   lowest rank's, so they survive as long as any rank wrote them.
 - TRAINING_ENDED ends the stream exactly once: when a rank failed, that rank's own report (else a survivor's,
   which names the failed rank); otherwise the lowest rank's.
+- A damaged line (invalid UTF-8, not JSON, cut short, JSON that is not a per-rank event) is dropped, never the
+  file: every good line of every rank is merged, the kept TRAINING_ENDED gains `dropped_lines` (how many) and
+  `dropped_from` (each as "events.rank<r>.jsonl:<line> (<why>)"), and `MergeResult.dropped_summary()` is the
+  one-line report the trainer and `main` print on stderr. Only a merge that finds no event at all is refused.
 
 The merged lines keep `rank` and drop `order`. The file is replaced atomically (temp file, rename) under a lock
 on the run folder, so survivors of a failed run merging at once cannot interleave. By hand, e.g. after every
@@ -26,12 +30,13 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from esper.files import replace_atomically
+from esper.messages import escape
 from esper.nissa.backends import EVENTS_FILE
 
 RANK_FILE = re.compile(r"^events\.rank(\d+)\.jsonl$")
@@ -55,6 +60,33 @@ class MergeResult:
     ranks: tuple[int, ...]
     outcome: str | None  # the kept TRAINING_ENDED's outcome; None when no rank wrote one
     failed_rank: int | None = None
+    dropped: tuple[DroppedLine, ...] = ()
+
+    def dropped_summary(self) -> str | None:
+        """One line naming every damaged line the merge dropped (file and line number), None when none was."""
+        if not self.dropped:
+            return None
+        shown = ", ".join(str(line) for line in self.dropped[:MAX_NAMED])
+        more = f" and {len(self.dropped) - MAX_NAMED} more" if len(self.dropped) > MAX_NAMED else ""
+        return escape(
+            f"dropped {len(self.dropped)} damaged line(s) while merging into {self.path}: {shown}{more}; "
+            "every other line was merged"
+        )
+
+
+MAX_NAMED = 5  # damaged lines named one by one in the one-line report (all of them in TRAINING_ENDED's data)
+
+
+@dataclass(frozen=True)
+class DroppedLine:
+    """A line of a per-rank file that could not be merged: where it is and why."""
+
+    path: Path
+    number: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path.name}:{self.number} ({self.reason})"
 
 
 def read_rank_file(path: Path) -> list[dict[str, Any]]:
@@ -72,8 +104,44 @@ def read_rank_file(path: Path) -> list[dict[str, Any]]:
     return events
 
 
-def merge_events(by_rank: Mapping[int, Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The merged stream of every rank's events (see the module docstring); `order` is dropped."""
+def read_rank_lines(path: Path) -> tuple[list[dict[str, Any]], list[DroppedLine]]:
+    """Every good event line of one rank's file, and the damaged lines it dropped (with their line numbers)."""
+    events: list[dict[str, Any]] = []
+    dropped: list[DroppedLine] = []
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            reason = None
+            try:
+                event = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                reason = "invalid UTF-8"
+            except json.JSONDecodeError as exc:
+                reason = "cut short" if not raw.endswith(b"\n") else f"not JSON: {exc.msg} column {exc.colno}"
+            else:
+                if not _is_rank_event(event):
+                    reason = "not a per-rank event"
+            if reason is None:
+                events.append(event)
+            else:
+                dropped.append(DroppedLine(path, number, reason))
+    return events, dropped
+
+
+def _is_rank_event(event: Any) -> bool:
+    return (
+        isinstance(event, dict)
+        and isinstance(event.get("order"), list)
+        and isinstance(event.get("event_type"), str)
+        and isinstance(event.get("env_id"), int)
+        and isinstance(event.get("data"), dict)
+    )
+
+
+def merge_events(
+    by_rank: Mapping[int, Sequence[dict[str, Any]]], dropped: Sequence[DroppedLine] = ()
+) -> list[dict[str, Any]]:
+    """The merged stream of every rank's events (see the module docstring); `order` is dropped. Lines dropped
+    as damaged are counted and named in the kept TRAINING_ENDED."""
     kept: dict[tuple[int, ...], dict[str, Any]] = {}
     ends: list[dict[str, Any]] = []
     for rank in sorted(by_rank):
@@ -88,6 +156,9 @@ def merge_events(by_rank: Mapping[int, Sequence[dict[str, Any]]]) -> list[dict[s
     merged = [kept[key] for key in sorted(kept)]
     terminal = terminal_event(ends)
     if terminal is not None:
+        if dropped:
+            data = {**terminal["data"], "dropped_lines": len(dropped), "dropped_from": [str(line) for line in dropped]}
+            terminal = {**terminal, "data": data}
         merged.append(terminal)
     return [{name: value for name, value in event.items() if name != "order"} for event in merged]
 
@@ -112,8 +183,16 @@ def rank_files(run_dir: Path) -> dict[int, Path]:
     return found
 
 
-def merge_run_dir(run_dir: str | os.PathLike[str]) -> MergeResult:
-    """Read every `events.rank<r>.jsonl` of `run_dir` and (re)write its merged `events.jsonl` atomically."""
+def warn_on_stderr(summary: str) -> None:
+    print(f"warning: {summary}", file=sys.stderr, flush=True)
+
+
+def merge_run_dir(
+    run_dir: str | os.PathLike[str], *, warn: Callable[[str], None] | None = warn_on_stderr
+) -> MergeResult:
+    """Read every `events.rank<r>.jsonl` of `run_dir` and (re)write its merged `events.jsonl` atomically.
+
+    Damaged lines are dropped, and `warn` (None: nothing) gets the one line naming them."""
     folder = Path(run_dir)
     files = rank_files(folder)
     if not files:
@@ -121,19 +200,32 @@ def merge_run_dir(run_dir: str | os.PathLike[str]) -> MergeResult:
     lock = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # survivors of a failed run may merge at once: one after the other
-        merged = merge_events({rank: read_rank_file(path) for rank, path in files.items()})
+        by_rank: dict[int, list[dict[str, Any]]] = {}
+        dropped: list[DroppedLine] = []
+        for rank, path in sorted(files.items()):
+            by_rank[rank], damaged = read_rank_lines(path)
+            dropped.extend(damaged)
+        if dropped and not any(by_rank.values()):
+            first = dropped[0]
+            raise MergeError(f"{first.path}:{first.number} ({first.reason}): no line of any rank file is an event")
+        merged = merge_events(by_rank, dropped)
         target = folder / EVENTS_FILE
         _write_atomically(target, merged)
     finally:
         os.close(lock)
     end = merged[-1] if merged and merged[-1]["event_type"] == "TRAINING_ENDED" else None
-    return MergeResult(
+    result = MergeResult(
         path=target,
         events=len(merged),
         ranks=tuple(sorted(files)),
         outcome=None if end is None else end["data"].get("outcome"),
         failed_rank=None if end is None else end["data"].get("failed_rank"),
+        dropped=tuple(dropped),
     )
+    summary = result.dropped_summary()
+    if summary is not None and warn is not None:
+        warn(summary)
+    return result
 
 
 def _write_atomically(target: Path, events: Sequence[dict[str, Any]]) -> None:
@@ -151,10 +243,13 @@ def main(argv: Sequence[str]) -> int:
         print("usage: python -m esper.nissa.merge RUN_DIR", file=sys.stderr)
         return 2
     try:
-        result = merge_run_dir(argv[0])
+        result = merge_run_dir(argv[0], warn=None)
     except (MergeError, OSError) as exc:
-        print(f"merge: error: {exc}", file=sys.stderr)
+        print(f"merge: error: {escape(str(exc))}", file=sys.stderr)
         return 2
+    summary = result.dropped_summary()
+    if summary is not None:
+        print(f"merge: warning: {summary}", file=sys.stderr)
     ending = "no TRAINING_ENDED" if result.outcome is None else f"ends {result.outcome}"
     print(f"merged {result.events} events of ranks {list(result.ranks)} into {result.path} ({ending})")
     return 0

@@ -4,12 +4,12 @@ Flow: preset (ppo) or defaults -> --config-json -> explicit flags -> TrainingCon
 one-line `train: error: ...` on stderr and exit code 2, never a traceback.
 
 Exit codes: 0 done (or nothing left to do); 1 the run failed (three consecutive non-finite PPO updates, or a
-telemetry write failed, e.g. the disk is full); 2 bad input (arguments, config, checkpoint, data, output or
-telemetry path), refused before any work starts; 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP. The first
-of those signals lets the current epoch finish, discards the unfinished round, flushes the telemetry and exits
-with 128 + the signal's number: the --save checkpoint (written after every round) then holds the last completed
-round, so `--resume` continues from there. A second signal aborts at once (same exit code, events flushed, the
-checkpoint untouched).
+telemetry or checkpoint write failed, e.g. the disk is full or a file-size limit was hit); 2 bad input (arguments,
+config, checkpoint, data, output or telemetry path, a run too large for memory), refused before any work starts;
+130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP. The first of those signals lets the current epoch finish,
+discards the unfinished round, flushes the telemetry and exits with 128 + the signal's number: the --save checkpoint
+(written after every round) then holds the last completed round, so `--resume` continues from there. A second signal
+aborts at once (same exit code, events flushed, the checkpoint untouched).
 
 Under `torchrun --nproc-per-node N -m esper.scripts.train ...` the K envs are sharded over the N ranks (gloo on
 CPU, NCCL on CUDA) with results bitwise equal to one process (`esper.simic.training.sharding`); rank 0 writes the
@@ -60,8 +60,10 @@ class OneLineParser(argparse.ArgumentParser):
     tool = "train"
 
     def error(self, message: str) -> NoReturn:
-        one_line = message.replace("\r", "\\r").replace("\n", "\\n")  # an argument may hold a line break
-        self.exit(EXIT_USAGE, f"{self.tool}: error: {one_line} (see --help)\n")
+        from esper.messages import escape
+
+        # an argument may hold a line break or another control character: escaped, the message stays one line
+        self.exit(EXIT_USAGE, f"{self.tool}: error: {escape(message)} (see --help)\n")
 
 
 def _number_parser(kind: type, field_name: str) -> Callable[[str], Any]:
@@ -171,6 +173,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from esper.simic.training.checkpoint import CheckpointError
     from esper.simic.training.outputs import OutputPathError
     from esper.simic.training.sharding import ShardError
+    from esper.simic.training.wiring import UserCodeError
     from esper.tolaria.devices import DeviceError
 
     return (
@@ -183,6 +186,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         TelemetryPathError,
         OutputPathError,
         ShardError,
+        UserCodeError,
     )
 
 
@@ -265,10 +269,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             leader = shard.is_leader
             result = run_training(config, controller=args.command, progress=not args.quiet, stop=stop, shard=shard)
     except errors as exc:
-        print(f"train: error: {exc}", file=sys.stderr)
+        say(f"train: error: {exc}")
         return EXIT_USAGE
     except failures as exc:
-        print(f"train: error: {exc}", file=sys.stderr)
+        say(f"train: error: {exc}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("train: aborted by a second interrupt; the checkpoint holds the last completed round", file=sys.stderr)
@@ -283,10 +287,26 @@ def _run_failures() -> tuple[type[BaseException], ...]:
     failed, and in a sharded run a failed rank or diverged replicas."""
     from esper.nissa.backends import TelemetryWriteError
     from esper.simic.agent.ppo import NonFiniteUpdateError
+    from esper.simic.training.checkpoint import CheckpointWriteError
     from esper.simic.training.sharding import PeerFailure, ReplicaDivergence
     from esper.simic.training.trainer import InjectedRankFailure
 
-    return (NonFiniteUpdateError, TelemetryWriteError, PeerFailure, ReplicaDivergence, InjectedRankFailure)
+    return (
+        NonFiniteUpdateError,
+        TelemetryWriteError,
+        CheckpointWriteError,
+        PeerFailure,
+        ReplicaDivergence,
+        InjectedRankFailure,
+    )
+
+
+def say(line: str, stream: typing.TextIO | None = None) -> None:
+    """Print one line (to stderr unless `stream` is given) with its control characters escaped: a path holding a
+    line break or an escape sequence cannot split it or drive the terminal."""
+    from esper.messages import escape
+
+    print(escape(line), file=sys.stderr if stream is None else stream)
 
 
 def report_end(config: Any, result: Any, interrupted_code: int, *, quiet: bool, speak: bool = True) -> int:
@@ -294,23 +314,23 @@ def report_end(config: Any, result: Any, interrupted_code: int, *, quiet: bool, 
     (`speak=False`: a sharded run's other ranks, which only return the exit code)."""
     if result.interrupted_at is not None:
         if speak:
-            print(interrupted_message(config, result.interrupted_at, len(result.rounds)), file=sys.stderr)
+            say(interrupted_message(config, result.interrupted_at, len(result.rounds)))
         return interrupted_code
     if not speak:
         return 0
     if not result.rounds and result.start_round >= config.n_episodes:
-        print(
+        say(
             f"train: nothing to do: checkpoint {config.resume_path} already holds {result.start_round} round(s) and "
-            f"--rounds is {config.n_episodes}: raise --rounds to train further",
-            file=sys.stderr,
+            f"--rounds is {config.n_episodes}: raise --rounds to train further"
         )
         return 0
     last = result.rounds[-1] if result.rounds else None
     if last is not None and not quiet:
-        print(
+        say(
             f"done: {len(result.rounds)} round(s), mean final accuracy {last.mean_final_accuracy:.2f}%, "
             f"mean episode reward {last.mean_reward:.3f}, {last.env_epochs_per_s:.2f} env-epochs/s; "
-            + written_summary(result.outputs)
+            + written_summary(result.outputs),
+            sys.stdout,
         )
         if last.mean_final_accuracy >= SEPARABLE_ACCURACY and config.dataset in (None, "synthetic"):
             print(

@@ -1,12 +1,14 @@
 """Checkpoints: atomic save (temp file, fsync, rename) and safe load (`torch.load(weights_only=True)`).
 
 A checkpoint holds the controller (policy, optimizer, both normalizers, sampling generator), the trainer's
-rolling accuracy, the round counter and the layout it was saved with; resuming with another env count or slot
-layout is refused.
+rolling accuracy, the round counter, the layout it was saved with and (in its state's "data") the data signature:
+dataset, image channels, image size and classes. Resuming with another env count, slot layout or data is refused.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import pickle
 import zipfile
 from dataclasses import dataclass
@@ -25,6 +27,11 @@ REASON_CHARACTERS = 160  # of an exception's message quoted in a one-line error
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message is one line naming the file and what to do."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint that could not be written (disk full, file-size limit, ...): one line naming the file, the
+    system's reason and the fix; the previous checkpoint, if any, is left as it was."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,65 @@ def save_checkpoint(
         "controller": layout.controller,
         "state": state,
     }
-    replace_atomically(target, lambda handle: torch.save(payload, handle))
+    existed = target.exists()
+    try:
+        replace_atomically(target, lambda handle: torch.save(payload, handle))
+    except (OSError, RuntimeError) as exc:
+        cause = _os_error(exc)
+        if cause is None:
+            raise
+        raise CheckpointWriteError(write_failure(target, cause, existed=existed)) from None
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind `exc`: itself, or the one torch's zip writer turned into a RuntimeError."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def write_failure(target: Path, error: OSError, *, existed: bool) -> str:
+    """One line: which checkpoint could not be written, the system's reason, what was kept and how to fix it."""
+    code = error.errno or 0
+    reason = f"{os.strerror(code)} ({errno.errorcode.get(code, code)})"
+    fixes = {
+        errno.EFBIG: "raise the file-size limit (ulimit -f) or --save to a file system that allows larger files",
+        errno.ENOSPC: "free space on that disk or --save to another disk",
+        errno.EDQUOT: "free space within your disk quota or --save to another disk",
+    }
+    fix = fixes.get(code, "check the file system, or --save to another path")
+    kept = f"the previous checkpoint {target} is unchanged" if existed else "no partial file was left"
+    return f"cannot write checkpoint {target}: {reason}; {kept}: {fix}"
+
+
+DATA_FIELDS = {"dataset": "dataset", "channels": "image channels", "image_size": "image size", "classes": "classes"}
+
+
+def check_data_signature(path: str | Path, saved: Any, current: dict[str, Any]) -> str | None:
+    """Refuse (CheckpointError) a resume whose data differs from the data the checkpoint was trained on, naming
+    each field that differs with both values. A checkpoint from before data signatures were recorded is accepted:
+    the returned note says its data could not be checked (None when it could)."""
+    if not isinstance(saved, dict):
+        return (
+            f"checkpoint {path} records no data signature (written by an older esper): resuming without checking that "
+            "it was trained on this dataset, image shape and class count"
+        )
+    differ = [
+        f"{label} {saved.get(key)!r} (checkpoint) vs {current.get(key)!r} (this run)"
+        for key, label in DATA_FIELDS.items()
+        if saved.get(key) != current.get(key)
+    ]
+    if differ:
+        raise CheckpointError(
+            f"checkpoint {path} was trained on other data: {'; '.join(differ)}: resume with the --dataset (and "
+            "--data-dir) it was saved with, or start without --resume"
+        )
+    return None
 
 
 def _verify_archive(source: Path) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import torch
 
 from esper.leyline.seeding import derive_seed
-from esper.messages import first_line
+from esper.messages import escape, first_line
 from esper.nissa.backends import TelemetryWriteError
 from esper.nissa.hub import TelemetryHub
 from esper.simic.training import emitters, wiring
@@ -82,6 +83,9 @@ def _run(
 ) -> TrainingResult:
     torch.manual_seed(derive_seed(config.seed, "global"))
     setup = wiring.prepare_run(config, controller, shard)
+    if shard.is_leader:
+        for note in setup.notes:
+            print(f"train: note: {escape(note)}", file=sys.stderr)
     telemetry = open_run_telemetry(config, hub, shard)
     engine = wiring.build_engine(setup)
     display = ProgressDisplay(
@@ -91,23 +95,25 @@ def _run(
         enabled=progress and shard.is_leader,
     )
     failed = True
+    trainer: VectorizedPPOTrainer | None = None
     try:
-        wiring.announce(telemetry.hub, setup)
-        parts = wiring.trainer_parts(
-            setup,
-            telemetry.hub,
-            engine,
-            events_path=telemetry.events_path,
-            on_epoch=display.advance,
-            probe=probe,
-            stop=stop,
-            shard=shard,
-        )
-        trainer = VectorizedPPOTrainer(parts)
-        try:
+        try:  # from here on, any failure (user code included) ends the events with a failed TRAINING_ENDED
+            wiring.announce(telemetry.hub, setup)
+            parts = wiring.trainer_parts(
+                setup,
+                telemetry.hub,
+                engine,
+                events_path=telemetry.events_path,
+                on_epoch=display.advance,
+                probe=probe,
+                stop=stop,
+                shard=shard,
+            )
+            trainer = VectorizedPPOTrainer(parts)
             result = trainer.run()
         except BaseException as exc:
-            _report_failure(telemetry.hub, trainer.result, exc, shard)
+            partial = trainer.result if trainer is not None else TrainingResult(start_round=setup.start_round)
+            _report_failure(telemetry.hub, partial, exc, shard)
             raise
         _report_end(telemetry.hub, result, shard)
         failed = False

@@ -4,6 +4,8 @@ resume state) and the TrainerParts handed to the trainer. No training happens he
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,17 +14,23 @@ from typing import Any
 import torch
 
 from esper.data.datasets import load_task_data
-from esper.data.records import ImageDataset
+from esper.data.records import ImageDataset, check_same_shape, min_image_size
 from esper.kasmina.host import CNNHost
-from esper.leyline import SlotConfig, TaskSpec, get_task_spec
+from esper.leyline import ACTION_HEAD_NAMES, SlotConfig, TaskSpec, get_task_spec
 from esper.leyline.seeding import derive_seed
 from esper.messages import first_line
 from esper.nissa.hub import TelemetryHub
 from esper.simic.agent.ppo import PPOAgent, PPOConfig, calculate_entropy_anneal_steps
 from esper.simic.rewards import RewardConfig, RewardMode, validate_reward_gamma
 from esper.simic.training import emitters
-from esper.simic.training.checkpoint import CheckpointError, CheckpointLayout, load_checkpoint, save_checkpoint
-from esper.simic.training.config import TrainingConfig
+from esper.simic.training.checkpoint import (
+    CheckpointError,
+    CheckpointLayout,
+    check_data_signature,
+    load_checkpoint,
+    save_checkpoint,
+)
+from esper.simic.training.config import ConfigError, TrainingConfig
 from esper.simic.training.env_factory import EnvFactory
 from esper.simic.training.policy_client import HeuristicClient, PolicyClient, PPOClient
 from esper.simic.training.progress import EpochProgress
@@ -33,6 +41,7 @@ from esper.simic.training.trainer import (
     TrainingProbe,
 )
 from esper.tamiyo.features import state_dim
+from esper.tamiyo.masks import mask_shapes
 from esper.tamiyo.policy import FactoredRecurrentActorCritic
 from esper.tolaria.batches import SharedBatchIterator
 from esper.tolaria.devices import resolve_devices
@@ -56,6 +65,17 @@ class RunSetup:
     val_source: BatchSource
     start_round: int = 0
     resumed_state: dict[str, Any] | None = None
+    data_signature: dict[str, Any] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # one-line notes for the user (e.g. a checkpoint too old to check its data)
+
+
+class UserCodeError(ValueError):
+    """Your own code (a `--dataset package.module:function` loader) stopped the run in a way esper cannot use,
+    e.g. by calling sys.exit: one line naming the function."""
+
+
+class MemoryEstimateError(ConfigError):
+    """The run's estimated memory (a lower bound) exceeds what is available: one line naming both and the flags."""
 
 
 def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None = None) -> RunSetup:
@@ -67,6 +87,7 @@ def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None 
     task = get_task_spec(config.task)
     slot_config = SlotConfig(tuple(config.slots))
     devices = [shard.device] if shard.device is not None else resolve_devices(config.device, config.devices)
+    check_memory(config, controller, task, slot_config, devices[0], len(shard.env_ids))
     client = build_policy_client(config, controller, slot_config.num_slots, devices[0])
     layout = CheckpointLayout(config.n_envs, slot_config.slot_ids, task.name, controller)
     start_round, resumed_state = 0, None
@@ -83,10 +104,18 @@ def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None 
     rewards = reward_config(config)
     train_source = batch_source(config, task, "train", devices, env_ids=shard.env_ids)
     val_source = batch_source(config, task, "val", devices, env_ids=shard.env_ids)
+    source = f"--dataset {config.dataset or task.dataset}"
+    check_same_shape(train_source.iterator.dataset, val_source.iterator.dataset, source=source)
+    fitted = fit_task_to_data(task, train_source.iterator.dataset, val_source.iterator.dataset)
+    signature = data_signature(config, task, fitted)
+    notes: tuple[str, ...] = ()
+    if config.resume_path is not None and resumed_state is not None:
+        note = check_data_signature(config.resume_path, resumed_state.get("data"), signature)
+        notes = () if note is None else (note,)
     return RunSetup(
         config=config,
         controller=controller,
-        task=fit_task_to_data(task, train_source.iterator.dataset, val_source.iterator.dataset),
+        task=fitted,
         slot_config=slot_config,
         devices=devices,
         reward_mode=config.reward_mode,
@@ -97,7 +126,111 @@ def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None 
         val_source=val_source,
         start_round=start_round,
         resumed_state=resumed_state,
+        data_signature=signature,
+        notes=notes,
     )
+
+
+def data_signature(config: TrainingConfig, task: TaskSpec, fitted: TaskSpec) -> dict[str, Any]:
+    """What the checkpoint records of the data a run trains on, so that a resume on other data is refused: the
+    dataset (name, or the loader's `package.module:function`), image channels, image size and class count. The
+    data folder or file path is not part of it: moving the same data elsewhere still resumes."""
+    return {
+        "dataset": config.dataset or task.dataset,
+        "channels": fitted.in_channels,
+        "image_size": fitted.image_size,
+        "classes": fitted.num_classes,
+    }
+
+
+def _gib(n_bytes: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:.1f} {unit}"
+    return f"{n_bytes / 2**10:.1f} KiB"
+
+
+def available_memory() -> int | None:
+    """Bytes of host memory available now (/proc/meminfo MemAvailable, else free pages); None when unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+CIFAR_SHAPED = ("synthetic", "cifar10")
+CIFAR_PIXELS = 3 * 32 * 32
+CIFAR10_SPLITS = (50_000, 10_000)  # images in CIFAR-10's train and test files
+
+
+def memory_estimate(
+    config: TrainingConfig, controller: str, task: TaskSpec, slot_config: SlotConfig, local_envs: int
+) -> dict[str, int]:
+    """A lower bound, in bytes, of what a run allocates, by part; only what is certain to be allocated is counted.
+
+    - rollout buffer (ppo only): envs x episode length x (observation float32s, blueprint int64s per slot, one
+      bool per action-mask entry, an int64 action and a float32 log-prob per head, value, reward, op, flags and
+      the LSTM's h and c float32s);
+    - env hosts: each env's host model's parameters (float32), without seeds, gradients or optimizer state;
+    - data: the train and val images (float32, 3x32x32) every process holds, for the built-in CIFAR-shaped
+      datasets (synthetic, cifar10); your own images (npz, imagefolder, a loader) are not counted, their shape is
+      not known before they are loaded.
+    Activations, torch's own memory and the Python process are not counted, so the real need is higher."""
+    epochs = config.max_epochs
+    slots = slot_config.num_slots
+    heads = len(ACTION_HEAD_NAMES)
+    per_step = (
+        4 * state_dim(slots)
+        + 8 * slots
+        + sum(math.prod(shape) for shape in mask_shapes(slots).values())
+        + heads * (8 + 4)
+        + 18  # value 4, effective op 8, reward 4, done 1, truncated 1
+        + 2 * 4 * config.lstm_hidden_dim
+    )
+    rollout = config.n_envs * epochs * per_step if controller != "heuristic" else 0
+    with torch.random.fork_rng(devices=[]):
+        host_params = sum(p.numel() for p in CNNHost(task).parameters())
+    train, val = config.train_samples * config.n_envs, config.val_samples * config.n_envs
+    dataset = config.dataset or task.dataset
+    if dataset == "cifar10":  # the first n samples of the files: at most what the files hold
+        train, val = min(train, CIFAR10_SPLITS[0]), min(val, CIFAR10_SPLITS[1])
+    known = dataset in CIFAR_SHAPED  # a loader's or archive's own images: shape unknown before loading, not counted
+    data = 4 * CIFAR_PIXELS * (train + val) if known else 0
+    return {"rollout buffer": rollout, "env hosts": 4 * host_params * local_envs, "data": data}
+
+
+def check_memory(
+    config: TrainingConfig,
+    controller: str,
+    task: TaskSpec,
+    slot_config: SlotConfig,
+    device: torch.device,
+    local_envs: int,
+    available: int | None = None,
+) -> None:
+    """Refuse, before anything is allocated, a run whose estimated memory (a lower bound) exceeds the memory
+    available: host memory, plus on CUDA the device's free memory for the rollout buffer and the hosts."""
+    parts = memory_estimate(config, controller, task, slot_config, local_envs)
+    free = available if available is not None else available_memory()
+    needs = [("memory", sum(parts.values()), free)]
+    if device.type == "cuda" and available is None:
+        on_device = parts["rollout buffer"] + parts["env hosts"]
+        needs = [("memory", parts["data"], free), (f"{device} memory", on_device, torch.cuda.mem_get_info(device)[0])]
+    for kind, need, have in needs:
+        if have is None or need <= have:
+            continue
+        detail = ", ".join(f"{name} {_gib(size)}" for name, size in parts.items() if size)
+        raise MemoryEstimateError(
+            f"this run needs at least {_gib(need)} of {kind} ({detail}; a lower-bound estimate) but {_gib(have)} "
+            "is available: lower --envs, --episode-length, --train-samples or --val-samples"
+        )
 
 
 def fit_task_to_data(task: TaskSpec, train: ImageDataset, val: ImageDataset) -> TaskSpec:
@@ -173,7 +306,9 @@ def trainer_parts(
         policy_device=setup.devices[0],
         reward_mode=setup.reward_mode,
         reward_config=setup.reward_config,
-        save_checkpoint=RunCheckpointer(config, setup.layout, setup.client, hub, events_path, shard),
+        save_checkpoint=RunCheckpointer(
+            config, setup.layout, setup.client, hub, events_path, shard, data=setup.data_signature
+        ),
         start_round=setup.start_round,
         trainer_state={} if setup.resumed_state is None else dict(setup.resumed_state.get("trainer", {})),
         on_epoch=on_epoch,
@@ -248,14 +383,26 @@ def batch_source(
 ) -> BatchSource:
     per_env = config.train_samples if split == "train" else config.val_samples
     dataset_name = config.dataset or task.dataset
-    dataset = load_task_data(
-        dataset_name,
-        split=split,
-        n_samples=per_env * config.n_envs,
-        seed=config.seed,
-        data_dir=config.data_dir,
-        normalize=config.normalize,
-    )
+    # Checked once, as the split is loaded (`esper.data.records.check_dataset`): the train split must fill one batch
+    # of every env (it drops the last partial batch), and the images must survive the host's pooling.
+    pixels = min_image_size(task.n_blocks, task.kernel_size, task.num_pool_layers)
+    try:
+        dataset = load_task_data(
+            dataset_name,
+            split=split,
+            n_samples=per_env * config.n_envs,
+            seed=config.seed,
+            data_dir=config.data_dir,
+            normalize=config.normalize,
+            batch_size=config.batch_size * config.n_envs if split == "train" else 1,
+            min_size=(pixels, task.n_blocks),
+        )
+    except SystemExit as exc:  # a loader calling sys.exit must not end the run silently (exit 0, no output)
+        loader = f"loader {dataset_name}" if ":" in dataset_name else f"dataset {dataset_name}"
+        raise UserCodeError(
+            f"--dataset {dataset_name}: the {loader} called sys.exit({exc.code!r}) while loading the {split} split: "
+            "a loader must return an ImageDataset or raise an exception; remove the exit call"
+        ) from None
     generator = torch.Generator()
     iterator = SharedBatchIterator(
         dataset,
@@ -313,8 +460,11 @@ class RunCheckpointer:
         hub: TelemetryHub,
         events_path: Path | None = None,
         shard: EnvShard | None = None,
+        *,
+        data: dict[str, Any] | None = None,
     ) -> None:
         self.path = config.save_path
+        self.data = data  # the data signature: a resume on other data is refused
         self.shard = shard or LocalShard(config.n_envs)
         self.layout = layout
         self.client = client
@@ -328,5 +478,7 @@ class RunCheckpointer:
             if not self.shard.is_leader:
                 return
             trainer = {**trainer_state, "events": None if self.events_path is None else str(self.events_path)}
-            state = {"client": self.client.state_dict(), "trainer": trainer}
+            state: dict[str, Any] = {"client": self.client.state_dict(), "trainer": trainer}
+            if self.data is not None:
+                state["data"] = dict(self.data)
             save_checkpoint(self.path, layout=self.layout, rounds_completed=rounds_completed, state=state)
