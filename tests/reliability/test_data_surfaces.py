@@ -56,6 +56,10 @@ def load_npz(path: Path, split: str = "train", **kwargs: object) -> ImageDataset
     return load_task_data("npz", split=split, n_samples=None, seed=0, data_dir=str(path), **kwargs)  # type: ignore[arg-type]
 
 
+def load_folder(root: Path, split: str = "train", **kwargs: object) -> ImageDataset:
+    return load_task_data("imagefolder", split=split, n_samples=None, seed=0, data_dir=str(root), **kwargs)  # type: ignore[arg-type]
+
+
 def one_line(error: BaseException) -> str:
     text = str(error)
     assert "\n" not in text and text.strip() == text and text, repr(text)
@@ -218,7 +222,7 @@ def test_a_decompression_bomb_png_is_refused_naming_the_file(tmp_path: Path) -> 
     png_header_only(bomb, 20000, 20000)
     assert bomb.stat().st_size < 1000
     with pytest.raises(DataCheckError) as caught:
-        load_task_data("imagefolder", split="train", n_samples=None, seed=0, data_dir=str(root))
+        load_folder(root)
     message = one_line(caught.value)
     assert f"{bomb} is over the limit of {folders.MAX_IMAGE_PIXELS} pixels" in message
     assert "400000000 pixels" in message and message.endswith("resize it")
@@ -229,14 +233,14 @@ def test_a_png_over_our_pixel_limit_but_under_pils_is_refused_before_decoding(tm
     big = root / "train" / "class1" / "2.png"
     png_header_only(big, 5000, 5000)
     with pytest.raises(DataCheckError) as caught:
-        load_task_data("imagefolder", split="train", n_samples=None, seed=0, data_dir=str(root))
+        load_folder(root)
     assert f"{big} is 5000x5000 pixels, over the limit of {folders.MAX_IMAGE_PIXELS} pixels" in one_line(caught.value)
 
 
 def test_an_image_folder_of_one_class_is_refused(tmp_path: Path) -> None:
     root = write_folder(tmp_path / "imgs", classes=1)
     with pytest.raises(DataCheckError) as caught:
-        load_task_data("imagefolder", split="train", n_samples=None, seed=0, data_dir=str(root))
+        load_folder(root)
     assert "train split: num_classes is 1: give 2 to" in one_line(caught.value)
 
 
@@ -245,14 +249,14 @@ def test_a_symlink_loop_in_an_image_folder_is_refused_naming_the_link(tmp_path: 
     link = root / "train" / "class0" / "again"
     link.symlink_to(root / "train")
     with pytest.raises(DataDirectoryError) as caught:
-        load_task_data("imagefolder", split="train", n_samples=None, seed=0, data_dir=str(root))
+        load_folder(root)
     assert f"{link} is a symlink loop" in one_line(caught.value)
 
 
 def test_1x1_folder_images_are_refused_for_the_host_depth(tmp_path: Path) -> None:
     root = write_folder(tmp_path / "imgs", size=1)
     with pytest.raises(DataCheckError) as caught:
-        load_task_data("imagefolder", split="val", n_samples=None, seed=0, data_dir=str(root), min_size=BASELINE_MIN)
+        load_folder(root, "val", min_size=BASELINE_MIN)
     assert "val split: images are 1x1: images must be at least 8x8 for a host of depth 3" in one_line(caught.value)
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from loop_modules import load
 
 from tripwire.errors import SyncBudgetExceeded
 from tripwire.goldens import GoldenStore
@@ -47,17 +47,6 @@ NEW_KIND = """
 def step(t):
     return t.sum().item() + len(t.tolist())
 """
-
-
-def load(tmp_path: Path, source: str) -> ModuleType:
-    """Write `source` as loop.py (always the same file) and import a fresh copy of it."""
-    path = tmp_path / "loop.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("loop", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(module: ModuleType) -> SyncCounter:

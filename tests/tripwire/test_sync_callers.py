@@ -8,14 +8,13 @@ new caller; a budget or result recorded before callers were kept still loads and
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
+from loop_modules import load
 
 from tripwire.compare import compare_results, compare_syncs, site_changes
 from tripwire.errors import SyncBudgetExceeded
@@ -56,17 +55,6 @@ MOVED_AND_NEW = NEW_CALLER.replace("def train(t):\n", "def train(t):\n    # move
 
 # An existing caller calls twice.
 MORE_CALLS = BASE.replace("def evaluate(t):\n    barrier(t)\n", "def evaluate(t):\n    barrier(t)\n    barrier(t)\n")
-
-
-def load(folder: Path, source: str) -> ModuleType:
-    """Write `source` as loop.py (always the same file) and import a fresh copy of it."""
-    path = folder / "loop.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("loop", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(folder: Path, source: str) -> SyncCounter:
