@@ -33,6 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(ROOT / "tests" / "guardrails"))  # hot_path_modules and config_golden, imported when needed
 
 from catalogue import (  # noqa: E402
     BENCH,
@@ -105,7 +106,6 @@ def run_imports(tree: Path) -> dict[str, str]:
 
 def run_static(clean: Path, tree: Path) -> dict[str, str]:
     """The static sync audit of the modules the loop reaches: the clean copy's counts budget the patched one."""
-    sys.path.insert(0, str(ROOT / "tests" / "guardrails"))
     from hot_path_modules import hot_path_modules
 
     from tripwire.static_audit import audit, check
@@ -117,7 +117,6 @@ def run_static(clean: Path, tree: Path) -> dict[str, str]:
 
 def run_config(clean: Path, tree: Path) -> dict[str, str]:
     """The configuration golden: the clean copy's effective values (defaults and presets) against the patched one's."""
-    sys.path.insert(0, str(ROOT / "tests" / "guardrails"))
     from config_golden import config_differences
 
     script = ROOT / "tests" / "guardrails" / "config_golden.py"
