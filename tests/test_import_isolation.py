@@ -124,7 +124,7 @@ def test_tolaria_engine_does_not_reach_up_into_simic_or_nissa() -> None:
 # One interpreter per group: if importing them all together loads nothing forbidden, neither does each alone.
 SIMIC_PACKAGES = "esper.simic, esper.simic.training, esper.simic.agent, esper.simic.rewards"
 # Which modules load without torch (nissa, tamiyo, simic, the config, the CLI, ...) is declared once, in
-# pyproject.toml [tool.esper.loads-without], and checked module by module by the gate:
+# pyproject.toml [tool.tripwire.loads-without], and checked module by module by the gate:
 # tests/guardrails/test_guardrail_loads_without.py.
 
 

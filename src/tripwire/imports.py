@@ -1,6 +1,6 @@
 """Promises that a module loads without a heavy package (torch, numpy, ...), checked in fresh interpreters.
 
-A project declares its promises once, in `pyproject.toml` (default table `[tool.esper.loads-without]`): module name
+A project declares its promises once, in `pyproject.toml` (default table `[tool.tripwire.loads-without]`): module name
 -> the top-level packages importing it must not load, e.g. `"pkg.config" = ["torch", "numpy"]`. `read_promises`
 reads that table (a malformed one is a one-line `GoldenFileError` naming the key and the fix), and
 `check_loads_without` imports each module in its own fresh interpreter (`python -P`, the given `src` first on
@@ -32,19 +32,19 @@ from typing import Any
 
 from tripwire.errors import GoldenFileError
 
-TABLE: tuple[str, ...] = ("tool", "esper", "loads-without")
+TABLE: tuple[str, ...] = ("tool", "tripwire", "loads-without")
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 PACKAGE_NAME = re.compile(r"[A-Za-z_]\w*")
 MARKER = "tripwire-loads-without:"
 
 
 def table_name(table: Sequence[str] = TABLE) -> str:
-    """`[tool.esper.loads-without]`, as the table is written in the file."""
+    """`[tool.tripwire.loads-without]`, as the table is written in the file."""
     return "[" + ".".join(table) + "]"
 
 
 def declared_in(pyproject: Path | str = "pyproject.toml", table: Sequence[str] = TABLE) -> str:
-    """Where the promises live, as failure lines name it: `pyproject.toml [tool.esper.loads-without]`."""
+    """Where the promises live, as failure lines name it: `pyproject.toml [tool.tripwire.loads-without]`."""
     return f"{Path(pyproject).name} {table_name(table)}"
 
 
@@ -157,7 +157,7 @@ def check_loads_without(
     Each module is imported in its own fresh interpreter; `src` (the folder holding the top-level packages) goes
     first on `PYTHONPATH`, and frames under it are the ones a failure names (relative to `src`'s parent). Without
     `src` the modules are found as the interpreter finds them, and any frame outside its own prefixes is named.
-    `declared` is where the promises live, for the message (default: `pyproject.toml [tool.esper.loads-without]`);
+    `declared` is where the promises live, for the message (default: `pyproject.toml [tool.tripwire.loads-without]`);
     `jobs` how many interpreters run at once (default: twice the CPU count, at most 8: each spends part of its
     time starting up and reading files).
     """

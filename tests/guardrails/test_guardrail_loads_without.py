@@ -1,6 +1,6 @@
 """Every promise that a module loads without torch (or torchvision, numpy) is declared once and gated.
 
-The promises live in `pyproject.toml` under `[tool.esper.loads-without]` (module -> the packages it must load
+The promises live in `pyproject.toml` under `[tool.tripwire.loads-without]` (module -> the packages it must load
 without). `tripwire.imports.check_loads_without` imports each declared module in a fresh interpreter that refuses
 those packages and names the line that asked for one. The docstrings, comments and docs agree with the list: every
 sentence that promises torch-freedom (`PROMISE` below, the one definition of such a phrase) is about a declared
@@ -277,9 +277,10 @@ def test_import_torch_added_to_the_training_config_is_named(
     broken = check_loads_without({module: declared[module] for module in modules}, tmp_path / "src")
 
     assert broken == [
-        f"esper.scripts.train loads torch ({at}); its promise is declared in pyproject.toml [tool.esper.loads-without]",
+        f"esper.scripts.train loads torch ({at}); its promise is declared in pyproject.toml "
+        "[tool.tripwire.loads-without]",
         f"esper.simic.training.config loads torch ({at}); its promise is declared in pyproject.toml "
-        "[tool.esper.loads-without]",
+        "[tool.tripwire.loads-without]",
     ]
     gate_log.add("hazard: import torch in config", "src copy", "caught", broken[1].split(";")[0])
 
@@ -299,7 +300,7 @@ def test_an_import_caught_by_try_except_still_breaks_the_promise(tmp_path: Path)
 
     assert broken == [
         "lightpkg.fast loads numpy (src/lightpkg/fast.py:4: import numpy); its promise is declared in pyproject.toml "
-        "[tool.esper.loads-without]"
+        "[tool.tripwire.loads-without]"
     ]
 
 
@@ -308,7 +309,7 @@ def test_a_declared_module_that_does_not_exist_is_one_line() -> None:
 
     assert broken == [
         "esper.simic.training.confg fails to import: ModuleNotFoundError: No module named "
-        "'esper.simic.training.confg'; its promise is declared in pyproject.toml [tool.esper.loads-without]"
+        "'esper.simic.training.confg'; its promise is declared in pyproject.toml [tool.tripwire.loads-without]"
     ]
 
 
@@ -326,7 +327,7 @@ def test_a_declared_module_that_does_not_exist_is_one_line() -> None:
 )
 def test_a_malformed_table_is_one_line_golden_file_error(tmp_path: Path, table: str, names: list[str]) -> None:
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text(f"[tool.esper.loads-without]\n{table}\n", encoding="utf-8")
+    pyproject.write_text(f"[tool.tripwire.loads-without]\n{table}\n", encoding="utf-8")
 
     with pytest.raises(GoldenFileError) as error:
         read_promises(pyproject)
@@ -340,7 +341,7 @@ def test_a_missing_table_is_one_line_golden_file_error(tmp_path: Path) -> None:
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\nname = "x"\n', encoding="utf-8")
 
-    with pytest.raises(GoldenFileError, match=r"no \[tool\.esper\.loads-without\] table: declare each promise as"):
+    with pytest.raises(GoldenFileError, match=r"no \[tool\.tripwire\.loads-without\] table: declare each promise as"):
         read_promises(pyproject)
 
 
