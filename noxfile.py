@@ -20,7 +20,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "src"))
-from tripwire.numerics import portable_cpu_env  # torch-free: the one definition of the pin
+from tripwire.common.numerics import portable_cpu_env  # torch-free: the one definition of the pin
 
 ROOT = Path(__file__).parent
 ENV_DIR = ROOT / ".venv"  # nox's and uv's one environment
@@ -35,7 +35,7 @@ PINNED_ENV = {
     "PYTHONHASHSEED": "0",
 }
 # The gate also pins the CPU kernel paths (ATen dispatch, oneDNN, MKL) to the AVX2 level, so goldens recorded
-# on one x86-64 machine verify bitwise on another (tripwire/numerics.py). Benchmarks run at native speed.
+# on one x86-64 machine verify bitwise on another (tripwire/common/numerics.py). Benchmarks run at native speed.
 GATE_ENV = {**PINNED_ENV, **portable_cpu_env()}
 
 nox.options.sessions = ["lint", "tests"]

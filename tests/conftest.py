@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from tripwire.numerics import apply_portable_cpu_env
+from tripwire.common.numerics import apply_portable_cpu_env
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")

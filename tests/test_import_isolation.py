@@ -142,7 +142,7 @@ def test_kasmina_and_tamiyo_do_not_import_the_layers_above_them() -> None:
 
 def test_tripwire_never_imports_esper() -> None:
     loaded = modules_loaded_by(
-        "tripwire, tripwire.sync, tripwire.sync.counter, tripwire.digest, tripwire.sync.budget, tripwire.timing"
+        "tripwire, tripwire.sync, tripwire.sync.counter, tripwire.bitwise.digest, tripwire.sync.budget, tripwire.timing"
     )
 
     assert loaded_from(loaded, "esper") == []

@@ -19,43 +19,43 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tripwire.errors import GuardrailFailure, TripwireError
-from tripwire.numerics import apply_portable_cpu_env, portable_cpu_env
+from tripwire.common.errors import GuardrailFailure, TripwireError
+from tripwire.common.numerics import apply_portable_cpu_env, portable_cpu_env
 from tripwire.sync import hot_path
 
 if TYPE_CHECKING:  # imported on first use, so `import tripwire.sync` (a trainer's import) loads none of the gates
-    from tripwire.compare import compare_results
-    from tripwire.context import capture_context
-    from tripwire.goldens import GoldenStore
-    from tripwire.record import record
-    from tripwire.result import Result
+    from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder, compare_trajectories
+    from tripwire.common.context import capture_context
+    from tripwire.gates.goldens import GoldenStore
+    from tripwire.gates.static_audit import audit as audit_sync_calls
+    from tripwire.outside.compare import compare_results
+    from tripwire.outside.record import record
+    from tripwire.outside.result import Result
     from tripwire.scenario import Scenario
-    from tripwire.static_audit import audit as audit_sync_calls
     from tripwire.sync.budget import SyncBudget, check_budget
     from tripwire.sync.counter import SyncCounter
-    from tripwire.telemetry import TelemetryCounts, reduce_events
+    from tripwire.telemetry.counts import TelemetryCounts, reduce_events
     from tripwire.timing import CUDATimer
-    from tripwire.trajectory import Trajectory, TrajectoryRecorder, compare_trajectories
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _LAZY = {  # public name -> "module" or "module:attribute"
     "SyncBudget": "tripwire.sync.budget",
     "check_budget": "tripwire.sync.budget",
     "SyncCounter": "tripwire.sync.counter",
-    "TelemetryCounts": "tripwire.telemetry",
-    "reduce_events": "tripwire.telemetry",
-    "audit_sync_calls": "tripwire.static_audit:audit",
-    "capture_context": "tripwire.context",
-    "compare_results": "tripwire.compare",
-    "record": "tripwire.record",
-    "Result": "tripwire.result",
+    "TelemetryCounts": "tripwire.telemetry.counts",
+    "reduce_events": "tripwire.telemetry.counts",
+    "audit_sync_calls": "tripwire.gates.static_audit:audit",
+    "capture_context": "tripwire.common.context",
+    "compare_results": "tripwire.outside.compare",
+    "record": "tripwire.outside.record",
+    "Result": "tripwire.outside.result",
     "Scenario": "tripwire.scenario",
-    "GoldenStore": "tripwire.goldens",
+    "GoldenStore": "tripwire.gates.goldens",
     "CUDATimer": "tripwire.timing",
-    "Trajectory": "tripwire.trajectory",
-    "TrajectoryRecorder": "tripwire.trajectory",
-    "compare_trajectories": "tripwire.trajectory",
+    "Trajectory": "tripwire.bitwise.trajectory",
+    "TrajectoryRecorder": "tripwire.bitwise.trajectory",
+    "compare_trajectories": "tripwire.bitwise.trajectory",
 }
 
 __all__ = [

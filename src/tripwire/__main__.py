@@ -24,13 +24,13 @@ if not sys.flags.safe_path and sys.path and sys.path[0] in ("", os.getcwd()):
     del sys.path[0]
 
 COMMANDS = {
-    "run": ("tripwire.commands:run_main", "record one result of a scenario on a source tree"),
-    "compare": ("tripwire.commands:compare_main", "compare two results; exit 1 on a difference"),
-    "budget": ("tripwire.commands:budget_main", "write a sync budget from a result, or check one against it"),
+    "run": ("tripwire.outside.commands:run_main", "record one result of a scenario on a source tree"),
+    "compare": ("tripwire.outside.commands:compare_main", "compare two results; exit 1 on a difference"),
+    "budget": ("tripwire.outside.commands:budget_main", "write a sync budget from a result, or check one against it"),
     "history": ("tripwire.history.cli", "walk a scenario over a commit range (or bisect each change)"),
     "bench": ("tripwire.bench.cli", "run a benchmark suite, save a baseline or gate against one"),
     "bench-ab": ("tripwire.bench.ab", "paired base-vs-head benchmark A/B on this machine"),
-    "baselines-diff": ("tripwire.baselines_diff", "what changed between two baselines/ folders (markdown)"),
+    "baselines-diff": ("tripwire.gates.baselines_diff", "what changed between two baselines/ folders (markdown)"),
 }
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tripwire.errors import TripwireError
+from tripwire.common.errors import TripwireError
 
 __all__ = [
     "Adapter",
@@ -196,7 +196,10 @@ class Scenario:
     event_calls: Sequence[EventCall] = ()
     events: str = ""  # a glob, relative to the run's working folder, of the JSONL event files it writes
     round_end: str = ""  # the event label closing a round, for per-round counts
-    exclude: Sequence[str] = ("event_id", "timestamp")  # payload fields that differ run to run (`tripwire.payloads`)
+    exclude: Sequence[str] = (
+        "event_id",
+        "timestamp",
+    )  # payload fields that differ run to run (`tripwire.telemetry.payloads`)
     adapters: Sequence[Adapter] = ()
     threads: int = 1
     deterministic: bool = False  # torch.use_deterministic_algorithms(True) for the run

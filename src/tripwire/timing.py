@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from tripwire.errors import TimerStateError
+from tripwire.common.errors import TimerStateError
 from tripwire.sync import sync_kind
 
 

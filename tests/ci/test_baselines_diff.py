@@ -1,4 +1,4 @@
-"""`python -m tripwire.baselines_diff` flags every golden a pull request moved, with what moved in it."""
+"""`python -m tripwire baselines-diff` flags every golden a pull request moved, with what moved in it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tripwire.baselines_diff import main, render
+from tripwire.gates.baselines_diff import main, render
 
 
 def write(root: Path, relative: str, data: Any) -> None:

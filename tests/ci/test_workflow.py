@@ -66,7 +66,7 @@ def test_the_gate_job_installs_nox_then_runs_guardrails_tests_and_hazards() -> N
     commands = run_lines(load()["jobs"]["guardrails"])
     order = [commands.index(c) for c in ("pip install nox", "nox -s guardrails", "nox -s tests", "nox -s hazards")]
     assert order == sorted(order), commands
-    assert "GITHUB_STEP_SUMMARY" in commands and "tripwire.baselines_diff" in commands
+    assert "GITHUB_STEP_SUMMARY" in commands and "-m tripwire baselines-diff" in commands
 
 
 def test_pull_requests_gate_against_their_base_branch_and_pushes_against_the_goldens() -> None:

@@ -13,8 +13,8 @@ from esper.nissa import InMemoryBackend, TelemetryHub
 from esper.scripts.train import build_parser, config_from_args
 from esper.simic.training.vectorized import run_training
 from run_helpers import comparable
-from tripwire.context import capture_context
-from tripwire.trajectory import Trajectory, TrajectoryRecorder
+from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder
+from tripwire.common.context import capture_context
 
 # Five envs shard unevenly over 2 ranks (3 + 2) and 4 ranks (2 + 1 + 1 + 1); two slots and two rounds give
 # lifecycle events and a second round acting with the updated policy.

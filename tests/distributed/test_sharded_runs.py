@@ -14,7 +14,7 @@ from distributed_scenario import RankedRun, RankLaunch, collect_ranks, start_ran
 from sharded_helpers import ARGV, OneProcessRun, checkpoint_state, one_process_run, same_state, without_rank
 
 from esper.simic.training.sharding import shard_env_ids
-from tripwire.trajectory import compare_trajectories
+from tripwire.bitwise.trajectory import compare_trajectories
 
 RANKS = (1, 2, 4)
 TWO_ROUNDS = (*ARGV, "--rounds", "2")

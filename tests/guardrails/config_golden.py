@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tripwire.errors import GoldenFileError, GuardrailFailure, read_golden_json, update_command
+from tripwire.common.errors import GoldenFileError, GuardrailFailure, read_golden_json, update_command
 
 FORMAT = "esper-config/1"
 GOLDEN = Path("config") / "training_config.json"  # under the baselines directory

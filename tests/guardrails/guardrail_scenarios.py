@@ -27,10 +27,10 @@ from esper.scripts.train import build_parser, config_from_args
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import PolicyClient
 from esper.simic.training.vectorized import run_training
-from tripwire.context import capture_context
-from tripwire.payloads import DEFAULT_EXCLUDED
+from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder
+from tripwire.common.context import capture_context
 from tripwire.sync.counter import SyncCounter
-from tripwire.trajectory import Trajectory, TrajectoryRecorder
+from tripwire.telemetry.payloads import DEFAULT_EXCLUDED
 
 LIFECYCLE = ("heuristic", "--task", "cifar_baseline", "--envs", "4", "--slots", "r0c0", "r0c1", "r0c2")
 ROUND_END = "ANALYTICS_SNAPSHOT:throughput"  # esper's last per-round event (pyproject's tripwire_round_end too)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tripwire.static_audit import reachable_modules
+from tripwire.gates.static_audit import reachable_modules
 
 # The training loop's entry: `esper.simic.training.vectorized.run_training` builds the run and drives the trainer.
 LOOP_ENTRIES = ("esper.simic.training.vectorized",)

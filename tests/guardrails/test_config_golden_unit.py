@@ -27,7 +27,7 @@ from config_golden import (
     write_golden,
 )
 
-from tripwire.errors import GoldenFileError, update_command
+from tripwire.common.errors import GoldenFileError, update_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("config_golden.py")

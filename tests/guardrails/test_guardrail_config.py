@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from config_golden import GOLDEN, ConfigGoldenDiffers, check_config_golden
 
-from tripwire.errors import GoldenFileError
-from tripwire.goldens import GoldenStore
-from tripwire.pytest_plugin import GateLog
+from tripwire.common.errors import GoldenFileError
+from tripwire.gates.goldens import GoldenStore
+from tripwire.gates.pytest_plugin import GateLog
 
 pytestmark = pytest.mark.guardrail
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from guardrail_scenarios import PAYLOAD_EXCLUDED, RANK_FIELDS, SCENARIOS, ScenarioRun, run_scenario
 
-from tripwire.payloads import compare_payloads, payload_trajectory
-from tripwire.pytest_plugin import GateLog
-from tripwire.trajectory import Trajectory, compare_trajectories
+from tripwire.bitwise.trajectory import Trajectory, compare_trajectories
+from tripwire.gates.pytest_plugin import GateLog
+from tripwire.telemetry.payloads import compare_payloads, payload_trajectory
 
 pytestmark = pytest.mark.guardrail
 

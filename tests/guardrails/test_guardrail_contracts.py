@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tripwire.pytest_plugin import GateLog
+from tripwire.gates.pytest_plugin import GateLog
 
 pytestmark = pytest.mark.guardrail
 

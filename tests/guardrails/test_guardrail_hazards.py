@@ -24,11 +24,11 @@ from esper.simic.rewards.normalizers import RewardNormalizer, RunningMeanStd
 from esper.simic.training.trainer import VectorizedPPOTrainer
 from esper.simic.training.wiring import BatchSource
 from esper.tolaria.engine import VectorizedEngine
-from tripwire.errors import SyncBudgetExceeded, TrajectoryDivergence
-from tripwire.goldens import GoldenStore
-from tripwire.pytest_plugin import GateLog
-from tripwire.snapshot import TelemetrySnapshotExtension
-from tripwire.telemetry import diff_counts, reduce_events
+from tripwire.common.errors import SyncBudgetExceeded, TrajectoryDivergence
+from tripwire.gates.goldens import GoldenStore
+from tripwire.gates.pytest_plugin import GateLog
+from tripwire.telemetry.counts import diff_counts, reduce_events
+from tripwire.telemetry.snapshot import TelemetrySnapshotExtension
 
 pytestmark = pytest.mark.guardrail
 

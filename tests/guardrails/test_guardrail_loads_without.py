@@ -1,9 +1,9 @@
 """Every promise that a module loads without torch (or torchvision, numpy) is declared once and gated.
 
 The promises live in `pyproject.toml` under `[tool.tripwire.loads-without]` (module -> the packages it must load
-without). `tripwire.imports.check_loads_without` imports each declared module in a fresh interpreter that refuses
-those packages and names the line that asked for one. The docstrings, comments and docs agree with the list: every
-sentence that promises torch-freedom (`PROMISE` below, the one definition of such a phrase) is about a declared
+without). `tripwire.gates.loads_without.check_loads_without` imports each declared module in a fresh interpreter that
+refuses those packages and names the line that asked for one. The docstrings, comments and docs agree with the list:
+every sentence that promises torch-freedom (`PROMISE` below, the one definition of such a phrase) is about a declared
 module and promises no package the list does not, and every declared module says exactly its packages in its own
 docstring or a comment.
 """
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tripwire.errors import GoldenFileError
-from tripwire.imports import check_loads_without, declared_in, read_promises
-from tripwire.pytest_plugin import GateLog
+from tripwire.common.errors import GoldenFileError
+from tripwire.gates.loads_without import check_loads_without, declared_in, read_promises
+from tripwire.gates.pytest_plugin import GateLog
 
 pytestmark = pytest.mark.guardrail
 

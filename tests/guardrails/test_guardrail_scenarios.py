@@ -17,10 +17,10 @@ from guardrail_scenarios import (
     run_scenario,
 )
 
-from tripwire.goldens import GoldenStore
-from tripwire.payloads import compare_payloads, payload_trajectory
-from tripwire.pytest_plugin import GateLog, TelemetryCountsHelper
+from tripwire.gates.goldens import GoldenStore
+from tripwire.gates.pytest_plugin import GateLog, TelemetryCountsHelper
 from tripwire.sync.budget import check_scaling
+from tripwire.telemetry.payloads import compare_payloads, payload_trajectory
 
 pytestmark = pytest.mark.guardrail
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from hot_path_modules import hot_path_modules
 
-from tripwire.goldens import GoldenStore
-from tripwire.pytest_plugin import GateLog
-from tripwire.static_audit import check_against
+from tripwire.gates.goldens import GoldenStore
+from tripwire.gates.pytest_plugin import GateLog
+from tripwire.gates.static_audit import check_against
 
 pytestmark = pytest.mark.guardrail
 

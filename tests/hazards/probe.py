@@ -8,7 +8,7 @@ own copy of tripwire are what runs):
 
 `check` writes `{"fired": {guardrail: first line of its failure}}` for the guardrails that failed, using the
 gate's own code: `GoldenStore.check_sync_budget`, `GoldenStore.check_trajectory`, `GoldenStore.check_payloads`
-and `tripwire.telemetry.diff_counts` (event counts, order and payload schema).
+and `tripwire.telemetry.counts.diff_counts` (event counts, order and payload schema).
 Goldens are recorded from the clean copy on the same machine, so the catalogue holds in any determinism context.
 """
 
@@ -40,10 +40,10 @@ def main(argv: list[str]) -> int:
     tree, name, goldens, mode, *rest = argv
     tree_path, goldens_path = Path(tree), Path(goldens)
     scenarios, scenario = load_scenario(tree_path, name)
-    from tripwire.errors import SyncBudgetExceeded, TrajectoryDivergence
-    from tripwire.goldens import GoldenStore
-    from tripwire.payloads import PayloadDivergence
-    from tripwire.telemetry import diff_counts, reduce_events
+    from tripwire.common.errors import SyncBudgetExceeded, TrajectoryDivergence
+    from tripwire.gates.goldens import GoldenStore
+    from tripwire.telemetry.counts import diff_counts, reduce_events
+    from tripwire.telemetry.payloads import PayloadDivergence
 
     workdir = goldens_path / "work" if mode == "record" else Path(rest[0]).parent
     workdir.mkdir(parents=True, exist_ok=True)

@@ -108,7 +108,7 @@ def run_static(clean: Path, tree: Path) -> dict[str, str]:
     """The static sync audit of the modules the loop reaches: the clean copy's counts budget the patched one."""
     from hot_path_modules import hot_path_modules
 
-    from tripwire.static_audit import audit, check
+    from tripwire.gates.static_audit import audit, check
 
     budget = {file: dict(counts) for file, counts in audit(hot_path_modules(clean), clean).counts.items()}
     report = check(audit(hot_path_modules(tree), tree), budget)
@@ -134,7 +134,7 @@ def run_config(clean: Path, tree: Path) -> dict[str, str]:
 
 def run_loads_without(tree: Path) -> dict[str, str]:
     """The declared "loads without" promises (the copy's pyproject.toml), each imported from the copy's src/."""
-    from tripwire.imports import check_loads_without, read_promises
+    from tripwire.gates.loads_without import check_loads_without, read_promises
 
     broken = check_loads_without(read_promises(tree / "pyproject.toml"), tree / "src")
     return {LOADS_WITHOUT: broken[0]} if broken else {}

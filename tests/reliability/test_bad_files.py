@@ -27,11 +27,11 @@ from esper.simic.training.config import TrainingConfig
 from esper.simic.training.vectorized import run_training
 from tripwire.bench import cli as bench_cli
 from tripwire.bench.store import BaselineError, read_baseline
-from tripwire.context import capture_context, context_key
-from tripwire.errors import GoldenFileError, SyncBudgetExceeded, TrajectoryDivergence
-from tripwire.goldens import GoldenStore
+from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder
+from tripwire.common.context import capture_context, context_key
+from tripwire.common.errors import GoldenFileError, SyncBudgetExceeded, TrajectoryDivergence
+from tripwire.gates.goldens import GoldenStore
 from tripwire.sync.counter import SyncCounter
-from tripwire.trajectory import Trajectory, TrajectoryRecorder
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"n_episodes": 1, "n_envs": 2, "max_epochs": 1, "train_samples": 50, "val_samples": 25, "batch_size": 25}

@@ -26,7 +26,7 @@ from esper.nissa.merge import main as merge_main
 from esper.nissa.merge import merge_run_dir, rank_file_name
 from esper.scripts import train
 from esper.simic.training import checkpoint as checkpoint_module
-from esper.simic.training import wiring
+from esper.simic.training import memory, wiring
 from esper.simic.training.checkpoint import (
     CheckpointError,
     CheckpointLayout,
@@ -355,11 +355,11 @@ def test_the_estimate_is_a_lower_bound_of_a_tiny_run_and_refuses_when_memory_is_
     config = TrainingConfig.from_dict({"n_envs": 2, "max_epochs": 3, "train_samples": 100, "val_samples": 50})
     task = wiring.get_task_spec("cifar_baseline")
     slots = wiring.SlotConfig(tuple(config.slots))
-    parts = wiring.memory_estimate(config, "ppo", task, slots, 2)
+    parts = memory.memory_estimate(config, "ppo", task, slots, 2)
     assert parts["data"] == 4 * 3 * 32 * 32 * 150 * 2 and 0 < parts["rollout buffer"] < 2**20
-    wiring.check_memory(config, "ppo", task, slots, torch.device("cpu"), 2)  # a tiny run fits
+    memory.check_memory(config, "ppo", task, slots, torch.device("cpu"), 2)  # a tiny run fits
     with pytest.raises(ConfigError, match=r"needs at least .* but 1.0 KiB is available"):
-        wiring.check_memory(config, "ppo", task, slots, torch.device("cpu"), 2, available=1024)
+        memory.check_memory(config, "ppo", task, slots, torch.device("cpu"), 2, available=1024)
 
 
 def test_escape_writes_control_characters_as_repr_does_and_keeps_printable_text() -> None:
@@ -378,4 +378,4 @@ def test_on_cuda_the_rollout_buffer_and_hosts_are_compared_with_the_device_free_
     task = wiring.get_task_spec("cifar_baseline")
     slots = wiring.SlotConfig(tuple(config.slots))
     with pytest.raises(ConfigError, match=r"of cuda:0 memory \(rollout buffer .* but 1.0 KiB is available"):
-        wiring.check_memory(config, "ppo", task, slots, torch.device("cuda:0"), 2)
+        memory.check_memory(config, "ppo", task, slots, torch.device("cuda:0"), 2)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from loop_modules import load
 
-from tripwire.errors import SyncBudgetExceeded
-from tripwire.goldens import GoldenStore
+from tripwire.common.errors import SyncBudgetExceeded
+from tripwire.gates.goldens import GoldenStore
 from tripwire.sync import hot_path
 from tripwire.sync.budget import SyncBudget, check_budget, site_key
 from tripwire.sync.counter import SyncCounter

@@ -21,7 +21,11 @@ ESPER = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 IMPORT_NAMES = {"pytest": "pytest", "syrupy": "syrupy", "pytest-benchmark": "pytest_benchmark", "scipy": "scipy"}
 IMPORT_NAMES |= {"matplotlib": "matplotlib", "rich": "rich", "torch": "torch", "numpy": "numpy", "tripwire-gate": ""}
 # Which extra a module's imports come from (the rest of tripwire needs only the base dependencies).
-EXTRA_OF = {"tripwire.pytest_plugin": "pytest", "tripwire.snapshot": "pytest", "tripwire.bench": "bench"}
+EXTRA_OF = {
+    "tripwire.gates.pytest_plugin": "pytest",
+    "tripwire.telemetry.snapshot": "pytest",
+    "tripwire.bench": "bench",
+}
 EXTRA_OF |= {"tripwire.history": "history"}
 
 
@@ -41,7 +45,7 @@ def graph() -> grimp.ImportGraph:
 
 def test_tripwire_depends_on_torch_and_numpy_only_and_registers_its_pytest_plugin() -> None:
     assert _names(TRIPWIRE["project"]["dependencies"]) == {"torch", "numpy"}
-    assert TRIPWIRE["project"]["entry-points"]["pytest11"] == {"tripwire": "tripwire.pytest_plugin"}
+    assert TRIPWIRE["project"]["entry-points"]["pytest11"] == {"tripwire": "tripwire.gates.pytest_plugin"}
     assert "pytest11" not in ESPER["project"].get("entry-points", {})  # registered once, by tripwire's own dist
 
 

@@ -2,7 +2,7 @@
 
 The loop (`loops/ppo_script.py`) is never edited; each test copies it into a folder of its own, a variant of the
 copy carries one injected change, and the scenario file (`loops/ppo_script_scenario.py`) places every instrument by
-name. Results are recorded in this process with `tripwire.record.record`, as `python -m tripwire run` does.
+name. Results are recorded in this process with `tripwire.outside.record.record`, as `python -m tripwire run` does.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tripwire.compare import compare_results
-from tripwire.magnitude import DRIFT, DRIFT_SCALE_ULPS, VALUE_CHANGE
-from tripwire.record import record
-from tripwire.result import Result
+from tripwire.bitwise.magnitude import DRIFT, DRIFT_SCALE_ULPS, VALUE_CHANGE
+from tripwire.outside.compare import compare_results
+from tripwire.outside.record import record
+from tripwire.outside.result import Result
 from tripwire.scenario import Region, Scenario, load_scenario
 
 LOOPS = Path(__file__).parent / "loops"
@@ -130,7 +130,7 @@ def test_a_changed_coefficient_is_a_value_change(base: Result, tmp_path: Path) -
 
 
 def _first_divergence_scale_ulps(a: Result, b: Result) -> float:
-    from tripwire.trajectory import compare_trajectories
+    from tripwire.bitwise.trajectory import compare_trajectories
 
     report = compare_trajectories(a.trajectory, b.trajectory, expected_values=a.values, actual_values=b.values)
     assert report.magnitude is not None

@@ -11,15 +11,15 @@ from collections.abc import Mapping
 import pytest
 import torch
 
-from tripwire.context import capture_context, context_key
-from tripwire.numerics import PIN_VARIABLES, apply_portable_cpu_env, is_pinned, portable_cpu_env
+from tripwire.common.context import capture_context, context_key
+from tripwire.common.numerics import PIN_VARIABLES, apply_portable_cpu_env, is_pinned, portable_cpu_env
 
 # A small training step that goes through all three libraries: a convolution (oneDNN), linear layers and an
 # LSTM (MKL's sgemm), softmax, normalization and Adam's foreach ops (ATen's vectorized kernels).
 WORKLOAD = """
 import json, torch
-from tripwire.context import capture_context
-from tripwire.digest import state_digest
+from tripwire.common.context import capture_context
+from tripwire.bitwise.digest import state_digest
 torch.manual_seed(0)
 torch.set_num_threads(1)
 conv = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tripwire.errors import GoldenFileError
-from tripwire.static_audit import (
+from tripwire.common.errors import GoldenFileError
+from tripwire.gates.static_audit import (
     StaticSyncExceeded,
     audit,
     check,

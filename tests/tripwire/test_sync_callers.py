@@ -16,10 +16,10 @@ import pytest
 import torch
 from loop_modules import load
 
-from tripwire.compare import compare_results, compare_syncs, site_changes
-from tripwire.errors import SyncBudgetExceeded
-from tripwire.goldens import GoldenStore
-from tripwire.result import Result, SyncSummary
+from tripwire.common.errors import SyncBudgetExceeded
+from tripwire.gates.goldens import GoldenStore
+from tripwire.outside.compare import compare_results, compare_syncs, site_changes
+from tripwire.outside.result import Result, SyncSummary
 from tripwire.sync import hot_path
 from tripwire.sync.budget import SyncBudget, check_budget
 from tripwire.sync.counter import SyncCounter
@@ -185,7 +185,7 @@ def test_counts_only_budget_checks_still_work(tmp_path: Path) -> None:
 
 
 def test_malformed_callers_are_refused(tmp_path: Path) -> None:
-    from tripwire.errors import GoldenFileError
+    from tripwire.common.errors import GoldenFileError
 
     with pytest.raises(GoldenFileError, match="'callers' must map"):
         SyncBudget.from_dict({"regions": {}, "callers": {"r": {"k": {"line": {"caller": "many"}}}}})

@@ -1,4 +1,4 @@
-"""tripwire.goldens and tripwire.context: goldens keyed by determinism context; budgets fail with call sites."""
+"""tripwire.gates.goldens and tripwire.common.context: goldens keyed by determinism context; budgets fail with sites."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tripwire.context import capture_context, context_key, mismatches
-from tripwire.errors import NoGoldenApplies, SyncBudgetExceeded, TrajectoryDivergence
-from tripwire.goldens import GoldenStore
+from tripwire.bitwise.trajectory import TrajectoryRecorder
+from tripwire.common.context import capture_context, context_key, mismatches
+from tripwire.common.errors import NoGoldenApplies, SyncBudgetExceeded, TrajectoryDivergence
+from tripwire.gates.goldens import GoldenStore
 from tripwire.sync import hot_path
 from tripwire.sync.counter import SyncCounter
-from tripwire.trajectory import TrajectoryRecorder
 
 
 def recorded(value: float, context: dict[str, object]) -> TrajectoryRecorder:

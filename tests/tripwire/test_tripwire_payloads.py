@@ -1,4 +1,4 @@
-"""tripwire.payloads: every event's field values digested, compared per determinism context, failures named."""
+"""tripwire.telemetry.payloads: every event's field values digested, compared per context, failures named."""
 
 from __future__ import annotations
 
@@ -7,11 +7,17 @@ from typing import Any
 
 import pytest
 
-from tripwire.context import capture_context
-from tripwire.errors import NoGoldenApplies
-from tripwire.goldens import GoldenStore
-from tripwire.payloads import PayloadDivergence, compare_payloads, excluded, payload_digests, payload_trajectory
-from tripwire.trajectory import Trajectory
+from tripwire.bitwise.trajectory import Trajectory
+from tripwire.common.context import capture_context
+from tripwire.common.errors import NoGoldenApplies
+from tripwire.gates.goldens import GoldenStore
+from tripwire.telemetry.payloads import (
+    PayloadDivergence,
+    compare_payloads,
+    excluded,
+    payload_digests,
+    payload_trajectory,
+)
 
 CONTEXT = {"device": "cpu", "threads": 1}
 WALL_CLOCK = ("event_id", "timestamp", "data.*_time_s", "data.timing")

@@ -135,7 +135,7 @@ def test_the_gate_table_shows_a_failing_check_and_wraps_long_details(tmp_path: P
 
 
 def test_format_gate_table_wraps_at_words_within_the_width() -> None:
-    from tripwire.pytest_plugin import format_gate_table
+    from tripwire.gates.pytest_plugin import format_gate_table
 
     lines = format_gate_table([("c", "s", "passed", "alpha beta gamma delta " * 10)], width=80)
     assert all(len(line) <= 80 for line in lines)

@@ -1,13 +1,13 @@
-"""tripwire.schema: each event label's fields and JSON types, and changes to them named by label and field."""
+"""tripwire.telemetry.schema: each event label's fields and JSON types, and changes to them named by label and field."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from tripwire.schema import diff_schema, field_types
-from tripwire.snapshot import TelemetrySnapshotExtension
-from tripwire.telemetry import diff_counts, reduce_events
+from tripwire.telemetry.counts import diff_counts, reduce_events
+from tripwire.telemetry.schema import diff_schema, field_types
+from tripwire.telemetry.snapshot import TelemetrySnapshotExtension
 
 
 def epoch(env: int = 0, **data: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""tripwire.telemetry: event streams reduce to counts per type, round and env, and one round's order."""
+"""tripwire.telemetry.counts: event streams reduce to counts per type, round and env, and one round's order."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tripwire.errors import TelemetryParseError
-from tripwire.telemetry import diff_counts, event_label, load_events, reduce_events
+from tripwire.common.errors import TelemetryParseError
+from tripwire.telemetry.counts import diff_counts, event_label, load_events, reduce_events
 
 
 def event(event_type: str, env_id: int = -1, **data: Any) -> dict[str, Any]:

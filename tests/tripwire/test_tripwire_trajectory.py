@@ -1,4 +1,4 @@
-"""tripwire.trajectory: recorded checkpoints compare bitwise and a divergence names the first checkpoint and tensor."""
+"""tripwire.bitwise.trajectory: checkpoints compare bitwise and a divergence names the first checkpoint and tensor."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tripwire.errors import GoldenFileError, TrajectoryDivergence, TripwireError
-from tripwire.trajectory import Trajectory, TrajectoryRecorder, compare_trajectories
+from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder, compare_trajectories
+from tripwire.common.errors import GoldenFileError, TrajectoryDivergence, TripwireError
 
 
 def record(weights: list[torch.Tensor], rewards: list[float]) -> Trajectory:
@@ -80,7 +80,7 @@ def test_trajectory_fixture_is_stamped_with_this_process_context(trajectory: Tra
 
 
 def test_float64_values_are_measured_at_float32_resolution() -> None:
-    from tripwire.magnitude import DRIFT, VALUE_CHANGE, classify, tensor_delta
+    from tripwire.bitwise.magnitude import DRIFT, VALUE_CHANGE, classify, tensor_delta
 
     value = torch.tensor(0.7071067690849304, dtype=torch.float32)  # a float32 read with .item()
     neighbour = torch.nextafter(value, torch.tensor(1.0))

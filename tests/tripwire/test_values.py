@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from tripwire.trajectory import TrajectoryRecorder, compare_trajectories
-from tripwire.values import load_values, save_values
+from tripwire.bitwise.trajectory import TrajectoryRecorder, compare_trajectories
+from tripwire.bitwise.values import load_values, save_values
 
 
 def recorder(scale: float) -> TrajectoryRecorder:

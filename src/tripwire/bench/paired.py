@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tripwire.bench.paired_stats import PairedVerdict, RatioEstimate, block_ratios, decide, estimate
-from tripwire.errors import TripwireError
+from tripwire.common.errors import TripwireError
 
 CLOCKS = ("cpu", "wall")
 

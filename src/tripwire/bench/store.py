@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tripwire.errors import TripwireError
+from tripwire.common.errors import TripwireError
 
 TRIPWIRE_KEY = "tripwire"  # the extra_info key tripwire.bench.fixture.measure writes
 TIME_METRIC = "time_ms"

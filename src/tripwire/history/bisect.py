@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tripwire.compare import DIFFERS, Verdict, compare_syncs, compare_telemetry, compare_trajectory
 from tripwire.history.commits import Commit
 from tripwire.history.rows import has_values, with_values
 from tripwire.history.runner import Runner
-from tripwire.result import Result
+from tripwire.outside.compare import DIFFERS, Verdict, compare_syncs, compare_telemetry, compare_trajectory
+from tripwire.outside.result import Result
 
 BISECTED = ("run", "trajectory", "syncs", "telemetry", "payloads")
 

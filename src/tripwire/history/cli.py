@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tripwire.errors import TripwireError
+from tripwire.common.errors import TripwireError
 from tripwire.history.bisect import Finding, bisect
 from tripwire.history.commits import Commit, HistoryError, list_commits
 from tripwire.history.report import write_report
 from tripwire.history.rows import walk_rows
 from tripwire.history.runner import Runner, WalkSettings
-from tripwire.result import Result
+from tripwire.outside.result import Result
 
 
 class _Parser(argparse.ArgumentParser):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tripwire.errors import TripwireError
+from tripwire.common.errors import TripwireError
 
 
 class HistoryError(TripwireError):

@@ -4,7 +4,7 @@ A commit is compared with the nearest earlier commit that ran to the end (the on
 or did not apply), so a crash and its fix show the net change across them. A step is, in this order of precedence:
 
 - `crash`, `error` (the scenario could not run: a target the tree lacks) or `n/a` (the scenario does not apply);
-- `value change`, `structure` or `low-bit drift`: the trajectory differs (`tripwire.magnitude` states the rule);
+- `value change`, `structure` or `low-bit drift`: the trajectory differs (`tripwire.bitwise.magnitude` states the rule);
 - `syncs`: host syncs appeared, grew, shrank or went away;
 - `telemetry`: event counts, order, schema or payload values differ;
 - `bitwise refactor`: nothing differs.
@@ -18,9 +18,9 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tripwire.compare import DIFFERS, Verdict, compare_results, compare_trajectory
 from tripwire.history.commits import Commit
-from tripwire.result import Result
+from tripwire.outside.compare import DIFFERS, Verdict, compare_results, compare_trajectory
+from tripwire.outside.result import Result
 
 CHECKS = ("run", "trajectory", "syncs", "telemetry", "payloads")
 BITWISE = "bitwise refactor"

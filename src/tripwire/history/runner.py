@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tripwire
-from tripwire.errors import TripwireError
+from tripwire.common.errors import TripwireError
 from tripwire.history.commits import Commit, Worktrees
-from tripwire.result import Result
+from tripwire.outside.result import Result
 
 # (commit, what happened: "cached" or "ran", the result, seconds the worker took)
 Progress = Callable[[Commit, str, Result, float], None]
@@ -63,14 +63,11 @@ def cache_key(settings: WalkSettings) -> str:
 _NOT_RECORDING = (
     "history/",
     "bench/",
-    "compare.py",
-    "magnitude.py",
-    "tensor_diff.py",
-    "baselines_diff.py",
-    "goldens.py",
-    "pytest_plugin.py",
-    "snapshot.py",
-    "static_audit.py",
+    "gates/",
+    "outside/compare.py",
+    "bitwise/magnitude.py",
+    "bitwise/tensor_diff.py",
+    "telemetry/snapshot.py",
 )
 
 

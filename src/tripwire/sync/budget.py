@@ -32,52 +32,27 @@ with its count instead (no claim of what is new). An
 "unbudgeted region" is a region that synced but has no entry: add it deliberately. Lines starting
 "budget can be tightened" are not failures unless `strict=True`: the code now syncs less than
 budgeted, so regenerate the budget to lock the gain in. A budget written before sites were keyed this way
-(`file:line` keys) still loads; its sites are matched by file only, and the report says to regenerate it.
+(`file:line` keys) still loads; its sites are matched by file only, and the report says to regenerate it. Each
+row under a region is built in `tripwire.sync.rows`.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from tripwire.errors import GoldenFileError, read_golden_json, update_command
-from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, site_key
+from tripwire.common.errors import GoldenFileError, read_golden_json, update_command
+from tripwire.sync.rows import CountSource, IterationProblem, RegionProblem, is_keyed, region_sites, site_lines
+from tripwire.sync.sites import site_key
 
 __all__ = ["BudgetReport", "SyncBudget", "budget_payload", "check_budget", "check_scaling", "site_key", "write_budget"]
 
 
-SHOWN_CALLERS = 5  # caller rows under one NEW or GREW line
-
-
 def _update_hint() -> str:
     return f"if intended, regenerate with `{update_command()}` (refused under CI) and commit the diff"
-
-
-def _is_keyed(recorded: Mapping[str, int]) -> bool:
-    """True for sites keyed by `site_key` (every budget written since keys dropped line numbers)."""
-    return all("::" in key for key in recorded)
-
-
-def _known(key: str, recorded: Mapping[str, int]) -> bool:
-    """Whether a live site's key was recorded; old `file:line` budgets are matched by file only."""
-    if _is_keyed(recorded):
-        return key in recorded
-    file = key.split("::", 1)[0]
-    return any(old.rsplit(":", 1)[0] == file for old in recorded)
-
-
-@runtime_checkable
-class CountSource(Protocol):
-    """What `check_budget` reads from a `SyncCounter` (kept structural to avoid an import cycle). A source that also
-    has `site_records(region)` and `iteration_counts()` gets reports per line and per-iteration checks."""
-
-    def counts_by_region(self, *, by_path: bool = False) -> dict[str, int]: ...
-
-    def site_details(self, region: str) -> dict[str, tuple[str, Counter[str]]]: ...
 
 
 def _int_map(value: Any) -> bool:
@@ -162,46 +137,6 @@ class SyncBudget:
 
 
 @dataclass(frozen=True)
-class SiteCount:
-    """Syncs from one call site (or, without line records, one site key) within a region."""
-
-    site: str
-    count: int
-    function: str = ""
-    kinds: dict[str, int] = field(default_factory=dict)
-    new: bool = False
-    via: tuple[str, ...] = ()  # torch code that synced on the site's behalf (Adam's step counters, ...)
-    text: str = ""  # the site's source line, shown for new and grown sites
-    was: int | None = None  # the recorded count of a line that now syncs more often
-    callers: tuple[CallerChange, ...] = ()  # of a new or grown line: its new (or, unrecorded, all) callers
-
-    @property
-    def marker(self) -> str:
-        return "NEW " if self.new else "GREW " if self.was is not None else "    "
-
-
-@dataclass(frozen=True)
-class RegionProblem:
-    """A region over its budget (`budget` None: unbudgeted) or, in `under`, below it."""
-
-    region: str
-    budget: int | None
-    count: int
-    sites: tuple[SiteCount, ...] = ()
-
-
-@dataclass(frozen=True)
-class IterationProblem:
-    """A region over its per-iteration budget (`budget` None: none declared) in the listed iterations, with the
-    region's new and grown sites."""
-
-    region: str
-    budget: int | None
-    iterations: tuple[tuple[int, int], ...]  # (0-based iteration, count)
-    sites: tuple[SiteCount, ...] = ()
-
-
-@dataclass(frozen=True)
 class BudgetReport:
     """Outcome of `check_budget`; `format()` is the message a failing test shows."""
 
@@ -228,17 +163,17 @@ class BudgetReport:
         for problem in self.over:
             excess = problem.count - (problem.budget or 0)
             lines.append(f"  region {problem.region!r}: {problem.count} syncs, budget {problem.budget} (+{excess})")
-            lines.extend(_site_lines(problem, self.sites_known))
+            lines.extend(site_lines(problem, self.sites_known))
         for problem in self.unbudgeted:
             lines.append(f"  unbudgeted region {problem.region!r}: {problem.count} syncs, no budget entry")
-            lines.extend(_site_lines(problem, self.sites_known))
+            lines.extend(site_lines(problem, self.sites_known))
         for iteration in self.per_iteration:
             shown = ", ".join(f"#{index} {count}" for index, count in iteration.iterations[:6])
             more = f", ... ({len(iteration.iterations)} iterations)" if len(iteration.iterations) > 6 else ""
             limit = f"budget {iteration.budget} per iteration" if iteration.budget is not None else "no budget"
             lines.append(f"  region {iteration.region!r} per iteration: {limit}, exceeded in {shown}{more}")
             problem = RegionProblem(iteration.region, iteration.budget, 0, iteration.sites)
-            lines.extend(_site_lines(problem, self.sites_known))
+            lines.extend(site_lines(problem, self.sites_known))
         for problem in self.under:
             marker = "  FAIL (strict) " if self.strict else "  "
             lines.append(
@@ -250,110 +185,6 @@ class BudgetReport:
         if self.old_format:
             lines.append("  (an old-format budget keyed by file:line: sites matched by file only; regenerate it)")
         return "\n".join(lines)
-
-
-def _site_lines(problem: RegionProblem, sites_known: bool) -> list[str]:
-    """Indented call-site lines for one failing region."""
-    if not sites_known:
-        return ["    (call sites unknown: pass the SyncCounter, not bare counts, to see them)"]
-    lines = []
-    for site in problem.sites:
-        kinds = ", ".join(f"{kind}×{n}" for kind, n in sorted(site.kinds.items()))
-        function = f" in {site.function}" if site.function else ""
-        was = f" (was {site.was})" if site.was is not None else ""
-        text = f"  `{site.text}`" if site.text and (site.new or site.was is not None) else ""
-        inside = f"  (inside torch: {', '.join(site.via)})" if site.via else ""
-        lines.append(f"    {site.marker}{site.site}{function}  ×{site.count}{was}  [{kinds}]{text}{inside}")
-        lines.extend(f"        {change.format()}" for change in site.callers[:SHOWN_CALLERS])
-        if len(site.callers) > SHOWN_CALLERS:
-            lines.append(f"        ... {len(site.callers) - SHOWN_CALLERS} more callers")
-    return lines
-
-
-def _sort_sites(sites: list[SiteCount]) -> tuple[SiteCount, ...]:
-    return tuple(sorted(sites, key=lambda s: (not s.new, s.was is None, -s.count, s.site)))
-
-
-def _region_sites(
-    source: CountSource,
-    region: str,
-    recorded: Mapping[str, int] | None,
-    recorded_lines: Mapping[str, Mapping[str, int]] | None,
-    recorded_callers: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
-) -> tuple[SiteCount, ...]:
-    """Call sites of one region, NEW (a key or line the budget never saw) and GREW first.
-
-    With line records (a `SyncCounter`), each row is one source line of one key, on its own, and a NEW or GREW row
-    names its new callers (`recorded_callers`: key -> line -> caller -> count; None when the budget has no
-    `callers`); without them, one row per key lists the lines it was seen on now (`src/engine.py:120,131`), for the
-    reader only.
-    """
-    records_of = getattr(source, "site_records", None)
-    if not callable(records_of):
-        return _key_rows(source, region, recorded)
-    rows: dict[tuple[str, str, str], list[SiteRecord]] = {}
-    for record in records_of(region):
-        rows.setdefault((record.key, record.via, record.identity), []).append(record)
-    matches: dict[str, dict[str, str | None]] = {}
-    for key in {row_key for row_key, _, _ in rows}:
-        if recorded_lines is not None and key in recorded_lines:
-            live = [row_identity for row_key, _, row_identity in rows if row_key == key]
-            matches[key] = match_lines(recorded_lines[key], live)
-    sites = []
-    for (key, via, identity), group in rows.items():
-        count = sum(record.count for record in group)
-        new = recorded is None or not _known(key, recorded)
-        was = None
-        old: str | None = None
-        if not new and key in matches:
-            old = matches[key][identity]
-            new = old is None
-            was = None if old is None else recorded_lines[key][old] if recorded_lines is not None else None
-        numbers = sorted({str(record.line) for record in group}, key=lambda x: (len(x), x))
-        grew = was is not None and count > was
-        callers: tuple[CallerChange, ...] = ()
-        if (new or grew) and all(record.callers is not None for record in group):
-            line_callers = {} if new or old is None else (recorded_callers or {}).get(key, {}).get(old)
-            known = recorded_callers is not None and line_callers is not None
-            live_callers = [caller for record in group for caller in record.callers or ()]
-            callers = caller_changes(line_callers if known else None, live_callers)
-        sites.append(
-            SiteCount(
-                f"{group[0].file}:{','.join(numbers)}",
-                count,
-                group[0].function,
-                {group[0].kind: count},
-                new=new,
-                via=(via,) if via else (),
-                text=group[0].text,
-                was=was if grew else None,
-                callers=callers,
-            )
-        )
-    return _sort_sites(sites)
-
-
-def _key_rows(source: CountSource, region: str, recorded: Mapping[str, int] | None) -> tuple[SiteCount, ...]:
-    """One row per (file, function, kind) from a source without line records."""
-    rows: dict[str, tuple[str, list[str], int, str]] = {}
-    for site, (function, kinds) in source.site_details(region).items():
-        line = site.rsplit(":", 1)[-1]
-        for kind, count in kinds.items():
-            key = site_key(site, function, kind)
-            file, lines, total, _ = rows.get(key, (key.split("::", 1)[0], [], 0, kind))
-            rows[key] = (file, sorted({*lines, line}, key=lambda x: (len(x), x)), total + count, kind)
-    return _sort_sites(
-        [
-            SiteCount(
-                f"{file}:{','.join(lines)}",
-                count,
-                key.split("::", 1)[1].rsplit(" [", 1)[0],
-                {kind: count},
-                new=recorded is None or not _known(key, recorded),
-            )
-            for key, (file, lines, count, kind) in rows.items()
-        ]
-    )
 
 
 def _region_callers(budget: SyncBudget, region: str) -> Mapping[str, Mapping[str, Mapping[str, int]]] | None:
@@ -374,7 +205,7 @@ def _iteration_problems(source: CountSource | None, budget: SyncBudget) -> tuple
                 seen.setdefault(region, []).append((index, count))
     problems = []
     for region, found in sorted(seen.items()):
-        sites = _region_sites(
+        sites = region_sites(
             source, region, budget.sites.get(region), budget.lines.get(region), _region_callers(budget, region)
         )
         pointed = tuple(site for site in sites if site.new or site.was is not None)
@@ -409,9 +240,9 @@ def check_budget(
         recorded = budget.sites.get(region) if budget.sites else None
         lines = budget.lines.get(region) if budget.lines else None
         callers = _region_callers(budget, region)
-        sites = _region_sites(source, region, recorded, lines, callers) if source is not None else ()
+        sites = region_sites(source, region, recorded, lines, callers) if source is not None else ()
         (over if allowed is not None else unbudgeted).append(RegionProblem(region, allowed, count, sites))
-    old_format = any(not _is_keyed(entries) for entries in budget.sites.values())
+    old_format = any(not is_keyed(entries) for entries in budget.sites.values())
     return BudgetReport(
         tuple(over),
         tuple(unbudgeted),

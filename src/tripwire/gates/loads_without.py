@@ -14,7 +14,7 @@ is attempted and caught (`try: import torch except ImportError`) still counts: w
 (asking `importlib.util.find_spec("torch")` whether it is installed does not load it, and does not count).
 One interpreter per module, because `sys.modules` cannot be reset: what one import loaded would hide what the next
 loads. They run a few at a time on a thread pool. This module imports no torch: only the standard library and
-`tripwire.errors`, and never the project it checks.
+`tripwire.common.errors`, and never the project it checks.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tripwire.errors import GoldenFileError
+from tripwire.common.errors import GoldenFileError
 
 TABLE: tuple[str, ...] = ("tool", "tripwire", "loads-without")
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")

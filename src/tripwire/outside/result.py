@@ -6,10 +6,10 @@ A result folder holds:
                       root and commit, syncs per region, per iteration and per call site (with each site's source
                       line and the project lines that called its function, `tripwire.sync.sites.Caller`), telemetry
                       counts, and what was not measured
-    trajectory.json   the checkpoints' digests and specs (`tripwire.trajectory`)
-    payloads.json     a digest of every event payload field (`tripwire.payloads`), when the run had events
+    trajectory.json   the checkpoints' digests and specs (`tripwire.bitwise.trajectory`)
+    payloads.json     a digest of every event payload field (`tripwire.telemetry.payloads`), when the run had events
     values.pt         the checkpoints' values, each distinct tensor once (or in a store shared by a history walk's
-                      results: `tripwire.values`), for measuring differences on this machine
+                      results: `tripwire.bitwise.values`), for measuring differences on this machine
     traceback.txt     the full traceback of a crash
 
 Call sites are relative to the declared source root, so two results recorded in two checkouts of one project
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tripwire.errors import GoldenFileError, read_golden_json
+from tripwire.common.errors import GoldenFileError, read_golden_json
 from tripwire.sync.sites import SiteRecord, site_key
 
 FORMAT = "tripwire-result/1"
@@ -108,7 +108,8 @@ class SyncSummary:
 
 @dataclass
 class Result:
-    """One recorded run (see the module docstring); `tripwire.trajectory.Trajectory` objects hold the digests."""
+    """One recorded run (see the module docstring); `tripwire.bitwise.trajectory.Trajectory` objects hold the
+    digests."""
 
     scenario: str
     status: str
@@ -120,9 +121,9 @@ class Result:
     telemetry: dict[str, Any] | None = None  # `TelemetryCounts.to_snapshot()` of the run's events
     notes: list[str] = field(default_factory=list)  # what was not measured, and why
     calls: dict[str, int] = field(default_factory=dict)  # how often each instrumented target was called
-    trajectory: Any = None  # tripwire.trajectory.Trajectory (loaded lazily: it imports torch)
-    payloads: Any = None  # tripwire.trajectory.Trajectory of payload digests, or None
-    values: Any = None  # tripwire.trajectory.Values, or None
+    trajectory: Any = None  # tripwire.bitwise.trajectory.Trajectory (loaded lazily: it imports torch)
+    payloads: Any = None  # tripwire.bitwise.trajectory.Trajectory of payload digests, or None
+    values: Any = None  # tripwire.bitwise.trajectory.Values, or None
     folder: Path | None = None
     traceback: str = ""  # the full traceback of a crash
 
@@ -140,8 +141,8 @@ class Result:
 
     def save(self, folder: str | Path, *, values_store: str | Path | None = None) -> Path:
         """Write the result folder (see the module docstring); files of an earlier result there are replaced. With
-        `values_store`, each distinct kept tensor is a file of that shared folder (`tripwire.values`)."""
-        from tripwire.values import save_values
+        `values_store`, each distinct kept tensor is a file of that shared folder (`tripwire.bitwise.values`)."""
+        from tripwire.bitwise.values import save_values
 
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
@@ -175,8 +176,8 @@ class Result:
     @classmethod
     def load(cls, folder: str | Path, *, values: bool = True) -> Result:
         """Read a result folder; a missing or malformed one raises `GoldenFileError` naming the file."""
-        from tripwire.trajectory import Trajectory
-        from tripwire.values import load_values
+        from tripwire.bitwise.trajectory import Trajectory
+        from tripwire.bitwise.values import load_values
 
         root = Path(folder)
         data = read_golden_json(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tripwire.errors import (
+from tripwire.common.errors import (
     DEFAULT_AGAINST_COMMAND,
     DEFAULT_UPDATE_COMMAND,
     set_against_command,
@@ -33,11 +33,11 @@ from tripwire.errors import (
     update_command,
 )
 from tripwire.sync.counter import SyncCounter
-from tripwire.telemetry import TelemetryCounts, reduce_events
+from tripwire.telemetry.counts import TelemetryCounts, reduce_events
 
 if TYPE_CHECKING:  # torch-importing modules load lazily, so merely having the plugin installed costs no torch import
-    from tripwire.goldens import GoldenStore
-    from tripwire.trajectory import TrajectoryRecorder
+    from tripwire.bitwise.trajectory import TrajectoryRecorder
+    from tripwire.gates.goldens import GoldenStore
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 UPDATE_FLAGS = {"--snapshot-update": "update_snapshots", "--tripwire-update": "tripwire_update"}
@@ -102,7 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
             f"regenerate them locally with `{update_command()}` and commit the diff"
         )
     try:
-        from tripwire.snapshot import set_snapshot_directory
+        from tripwire.telemetry.snapshot import set_snapshot_directory
     except ImportError:  # pragma: no cover - syrupy is a test dependency
         return
     set_snapshot_directory(_baselines_dir(config) / "telemetry")
@@ -182,8 +182,8 @@ def sync_counter() -> Iterator[SyncCounter]:
 @pytest.fixture
 def trajectory() -> TrajectoryRecorder:
     """A trajectory recorder stamped with this process's determinism context (CPU)."""
-    from tripwire.context import capture_context
-    from tripwire.trajectory import TrajectoryRecorder
+    from tripwire.bitwise.trajectory import TrajectoryRecorder
+    from tripwire.common.context import capture_context
 
     return TrajectoryRecorder(context=capture_context())
 
@@ -192,7 +192,7 @@ class TelemetryCountsHelper:
     """Reduce events (counts, order, payload schema) and compare them to this test's syrupy snapshot."""
 
     def __init__(self, snapshot: Any, round_end: str | None = None) -> None:
-        from tripwire.snapshot import TelemetrySnapshotExtension
+        from tripwire.telemetry.snapshot import TelemetrySnapshotExtension
 
         self.snapshot = snapshot.use_extension(TelemetrySnapshotExtension)
         self.round_end = round_end
@@ -247,7 +247,7 @@ def telemetry_counts(snapshot: Any, pytestconfig: pytest.Config) -> TelemetryCou
 @pytest.fixture(scope="session")
 def tripwire_goldens(pytestconfig: pytest.Config) -> GoldenStore:
     """The GoldenStore for sync budgets, trajectories and payloads (`update` follows `--tripwire-update`)."""
-    from tripwire.goldens import GoldenStore
+    from tripwire.gates.goldens import GoldenStore
 
     update = bool(pytestconfig.getoption("tripwire_update"))
     against = str(pytestconfig.getoption("tripwire_against"))

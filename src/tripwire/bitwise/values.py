@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from tripwire.errors import GoldenFileError
+from tripwire.common.errors import GoldenFileError
 
 FORMAT = "tripwire-values/2"
 LEGACY_FORMAT = "tripwire-values/1"

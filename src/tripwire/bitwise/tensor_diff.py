@@ -1,8 +1,8 @@
 """What changed inside one checkpoint: structure (tensors added, removed, renamed or reshaped) apart from values.
 
 Two checkpoints are maps `{tensor name: digest}` with optional specs `{tensor name: "float32[64,4]"}`
-(`tripwire.digest.leaf_spec`). A name on one side only is *added* or *removed*, unless a name on the other side has
-the same digest (and spec): then it was *renamed*, its value untouched. A name on both sides whose spec differs was
+(`tripwire.bitwise.digest.leaf_spec`). A name on one side only is *added* or *removed*, unless a name on the other side
+has the same digest (and spec): then it was *renamed*, its value untouched. A name on both sides whose spec differs was
 *reshaped* (or retyped). Only a name on both sides with the same spec and another digest *changed value*. An
 architecture change then reads "2 added, 2 reshaped" instead of "57 of 90 tensors differ".
 """

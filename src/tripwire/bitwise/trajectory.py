@@ -2,7 +2,7 @@
 
 A recorder collects checkpoints such as `r0/e1/env0/train` (weights after an env's train pass),
 `r0/e1/actions`, `r0/e1/rewards` or `r0/policy` (policy after the update). Each checkpoint maps tensor
-names to digests (see `tripwire.digest`) and to specs (`float32[64,4]`: dtype and shape, `float`, `list[3]`).
+names to digests (see `tripwire.bitwise.digest`) and to specs (`float32[64,4]`: dtype and shape, `float`, `list[3]`).
 Comparing two trajectories walks them in order and names the FIRST checkpoint whose digests differ and, inside
 it, what changed: structure (tensors added, removed, renamed with the same digest, reshaped or retyped) apart from
 values. Everything after a first divergence usually differs too, so only a count of later divergences is given.
@@ -16,8 +16,9 @@ Reading a failure (`TrajectoryReport.format()`):
       magnitude: low-bit drift: max |Δ| 2.4e-09 = 3 ULP (1 of scale) in 2 tensor(s)
 
 The magnitude line appears when both sides kept their values (`TrajectoryRecorder(keep_values=True)`, a result of
-`python -m tripwire run`): see `tripwire.magnitude` for the rule. Goldens carry the determinism context they were
-recorded in (`tripwire.context`); see `tripwire.goldens` for the file layout and the skip-on-context-mismatch rule.
+`python -m tripwire run`): see `tripwire.bitwise.magnitude` for the rule. Goldens carry the determinism context they
+were recorded in (`tripwire.common.context`); see `tripwire.gates.goldens` for the file layout and the
+skip-on-context-mismatch rule.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ from typing import Any
 
 import torch
 
-from tripwire.digest import leaf_digest, leaf_spec, leaf_value, leaves, short, value_digest
-from tripwire.errors import GoldenFileError, TrajectoryDivergence, TripwireError, read_golden_json
-from tripwire.magnitude import Magnitude, checkpoint_deltas, classify, growth_point
-from tripwire.tensor_diff import TensorChanges, tensor_changes
-from tripwire.values import Values, load_values, save_values
+from tripwire.bitwise.digest import leaf_digest, leaf_spec, leaf_value, leaves, short, value_digest
+from tripwire.bitwise.magnitude import Magnitude, checkpoint_deltas, classify, growth_point
+from tripwire.bitwise.tensor_diff import TensorChanges, tensor_changes
+from tripwire.bitwise.values import Values, load_values, save_values
+from tripwire.common.errors import GoldenFileError, TrajectoryDivergence, TripwireError, read_golden_json
 
 __all__ = ["Trajectory", "TrajectoryRecorder", "TrajectoryReport", "compare_trajectories", "load_values", "save_values"]
 
@@ -157,7 +158,7 @@ class TrajectoryRecorder:
     """Records named checkpoints in order: `recorder.record("r0/e1/env0/train", model)`.
 
     `keep_values=True` also keeps a CPU copy of every number, so a comparison with another run of this machine
-    can say how big a difference is (`tripwire.magnitude`); past `values_limit_bytes` only digests are kept. The
+    can say how big a difference is (`tripwire.bitwise.magnitude`); past `values_limit_bytes` only digests are kept. The
     default follows the environment variable `TRIPWIRE_KEEP_VALUES` (`1`: keep), which `nox -s guardrails --
     --against REF` sets for both the base's and this tree's runs.
     """

@@ -12,7 +12,7 @@ in a trailing segment. Sequence
 entries of per-env events carry the env (`EPOCH_COMPLETED@2`), so a reordered env loop shows. The
 snapshot (`TelemetryCounts.to_snapshot()`) has only string keys and int or string values, so syrupy's JSON
 extension keeps every entry (it silently drops non-string keys). It also holds each label's payload schema
-(`tripwire.schema`: every field's dotted path and JSON types), so a renamed, dropped, added or retyped payload
+(`tripwire.telemetry.schema`: every field's dotted path and JSON types), so a renamed, dropped, added or retyped payload
 field fails even when every count is unchanged.
 
 Reading a failure (`diff_counts`): `SEED_PRUNED: 1 -> 0 (-1)` means one SEED_PRUNED event fewer than the
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tripwire.errors import TelemetryParseError
-from tripwire.schema import Schema, diff_schema, payload_schema
+from tripwire.common.errors import TelemetryParseError
+from tripwire.telemetry.schema import Schema, diff_schema, payload_schema
 
 EVENTS_FILE = "events.jsonl"
 DEFAULT_DETAIL_KEYS = ("kind",)

@@ -1,9 +1,9 @@
-"""`python -m tripwire.baselines_diff BASE HEAD`: what a pull request changed under baselines/, as markdown.
+"""`python -m tripwire.gates.baselines_diff BASE HEAD`: what a pull request changed under baselines/, as markdown.
 
-    python -m tripwire.baselines_diff base/baselines baselines >> "$GITHUB_STEP_SUMMARY"
+    python -m tripwire.gates.baselines_diff base/baselines baselines >> "$GITHUB_STEP_SUMMARY"
 
 BASE and HEAD are the baselines folders of the two checkouts. Every added, removed or changed golden is listed,
-with what moved in it: telemetry snapshots by event count (`tripwire.telemetry.diff_counts`), sync budgets by
+with what moved in it: telemetry snapshots by event count (`tripwire.telemetry.counts.diff_counts`), sync budgets by
 region, trajectories by checkpoint, benchmark baselines by benchmark (median, threshold, proxies). A reviewer
 reads this to confirm each moved count or budget was meant. It prints "no changes" when nothing moved and
 always exits 0 (it flags, the gate judges); a missing folder is a usage error (exit 2).
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tripwire.telemetry import diff_counts
+from tripwire.telemetry.counts import diff_counts
 
 MAX_LINES = 40
 
@@ -148,7 +148,7 @@ def render(base_root: Path, head_root: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        print("usage: python -m tripwire.baselines_diff BASE_BASELINES_DIR HEAD_BASELINES_DIR", file=sys.stderr)
+        print("usage: python -m tripwire.gates.baselines_diff BASE_BASELINES_DIR HEAD_BASELINES_DIR", file=sys.stderr)
         return 2
     base, head = Path(args[0]), Path(args[1])
     for label, folder in (("base", base), ("head", head)):

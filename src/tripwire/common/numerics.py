@@ -18,9 +18,10 @@ x86-64 CPUs with AVX2, Intel or AMD, with or without AVX-512 (docs/portability.m
 what stays unverified). The variables must be set before torch runs its first kernel, so they are set in the
 environment (noxfile, `tests/conftest.py`) rather than from Python after `import torch`.
 
-The pinned level is recorded in the determinism context (`tripwire.context`) in place of the machine's native
+The pinned level is recorded in the determinism context (`tripwire.common.context`) in place of the machine's native
 ISA. A machine that cannot honour the pin (no AVX2, another architecture) reports its own level and gets no
 golden: the gate then compares base and head on that machine instead (`nox -s guardrails -- --against REF`).
+This module loads no torch: the pin is set before torch starts.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tripwire.errors import update_command
+from tripwire.common.errors import update_command
 
 Schema = dict[str, dict[str, str]]  # {event label: {dotted field path: "type|type"}}
 
@@ -73,7 +73,8 @@ def field_types(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def payload_schema(events: Iterable[Mapping[str, Any]], labels: Sequence[str]) -> Schema:
-    """The schema of each label: `labels[i]` is the label of the i-th event (`tripwire.telemetry.event_label`)."""
+    """The schema of each label: `labels[i]` is the label of the i-th event
+    (`tripwire.telemetry.counts.event_label`)."""
     by_label: dict[str, list[Mapping[str, Any]]] = {}
     for event, label in zip(events, labels, strict=True):
         by_label.setdefault(label, []).append(event)

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tripwire.errors import TripwireError, set_update_command
-from tripwire.numerics import apply_portable_cpu_env
+from tripwire.common.errors import TripwireError, set_update_command
+from tripwire.common.numerics import apply_portable_cpu_env
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,7 +53,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         apply_portable_cpu_env()
-    from tripwire.record import record
+    from tripwire.outside.record import record
     from tripwire.scenario import load_scenario
 
     root = args.root.resolve()
@@ -98,8 +98,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("b", type=Path, help="the result folder compared with it")
     parser.add_argument("--brief", action="store_true", help="the table only, without the details")
     args = parser.parse_args(argv)
-    from tripwire.compare import compare_results
-    from tripwire.result import Result
+    from tripwire.outside.compare import compare_results
+    from tripwire.outside.result import Result
 
     try:
         a, b = Result.load(args.a), Result.load(args.b)
@@ -119,7 +119,7 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("file", type=Path, help="the budget file")
     parser.add_argument("--per-iteration", action="store_true", help="write: cap each iteration, not the totals")
     args = parser.parse_args(argv)
-    from tripwire.result import Result
+    from tripwire.outside.result import Result
     from tripwire.sync.budget import write_budget
     from tripwire.sync.sites import callers_by_line, lines_by_key
 

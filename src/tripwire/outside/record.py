@@ -2,7 +2,7 @@
 
 `record(scenario, root)` puts the tree's import roots first on `sys.path`, applies the adapters whose condition
 holds for this tree, runs the scenario's entry under a `SyncCounter` (call sites relative to `root`) and its
-`Instrumentation`, and returns a `tripwire.result.Result`. A failure of the code under test is a `crash` with a
+`Instrumentation`, and returns a `tripwire.outside.result.Result`. A failure of the code under test is a `crash` with a
 one-line cause (its exception and the innermost line of the tree it came from); a scenario that cannot be set up
 (a target that does not exist in this tree) is an `error`; a scenario that raises `NotApplicable` is `n/a`. Modules
 imported from the tree are unloaded afterwards, and everything patched is restored.
@@ -25,16 +25,16 @@ from typing import Any
 
 import torch
 
-from tripwire.context import capture_context
-from tripwire.instrument import Instrumentation, Session, _resolve
-from tripwire.launch import module_path, run_main
-from tripwire.payloads import payload_trajectory
-from tripwire.result import Result, SyncSummary
+from tripwire.bitwise.trajectory import TrajectoryRecorder
+from tripwire.common.context import capture_context
+from tripwire.outside.instrument import Instrumentation, Session, _resolve
+from tripwire.outside.launch import module_path, run_main
+from tripwire.outside.result import Result, SyncSummary
 from tripwire.scenario import Adapter, NotApplicable, Scenario, ScenarioError, Tree
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.sites import group_records
-from tripwire.telemetry import load_events, reduce_events
-from tripwire.trajectory import TrajectoryRecorder
+from tripwire.telemetry.counts import load_events, reduce_events
+from tripwire.telemetry.payloads import payload_trajectory
 
 
 def one_line(error: BaseException, root: Path | None = None, tb: TracebackType | None = None) -> str:

@@ -2,12 +2,12 @@
 
 Layout (every file is reviewed in diffs):
 
-    baselines/telemetry/<test module>/<test name>.json     event-count snapshots (syrupy, `tripwire.snapshot`)
+    baselines/telemetry/<test module>/<test name>.json     event-count snapshots (syrupy, `tripwire.telemetry.snapshot`)
     baselines/sync_budgets/<scenario>.json                 per-region sync budgets with call sites
     baselines/trajectories/<scenario>/<context key>.json   trajectory digests, one file per determinism context
     baselines/payloads/<scenario>/<context key>.json       telemetry payload digests, one checkpoint per event
 
-Trajectory and payload goldens are keyed by determinism context (`tripwire.context`): a machine whose context
+Trajectory and payload goldens are keyed by determinism context (`tripwire.common.context`): a machine whose context
 has no golden SKIPS the comparison with the differing settings as the reason, instead of failing falsely. A store
 with `require=True` (the pytest plugin sets it under `CI`, unless the run compares against a base tree) FAILS
 there instead, in one line saying what to do: a check that cannot run is never a silent pass in CI.
@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tripwire.context import capture_context, context_key, mismatches
-from tripwire.errors import GoldenFileError, NoGoldenApplies, SyncBudgetExceeded, against_command, update_command
-from tripwire.payloads import DEFAULT_EXCLUDED, check_payloads, payload_trajectory
+from tripwire.bitwise.trajectory import VALUES_FILE_SUFFIX, Trajectory, compare_trajectories, load_values, save_values
+from tripwire.common.context import capture_context, context_key, mismatches
+from tripwire.common.errors import GoldenFileError, NoGoldenApplies, SyncBudgetExceeded, against_command, update_command
 from tripwire.sync.budget import BudgetReport, SyncBudget, check_budget, write_budget
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.sites import callers_by_line, lines_by_key
-from tripwire.trajectory import VALUES_FILE_SUFFIX, Trajectory, compare_trajectories, load_values, save_values
+from tripwire.telemetry.payloads import DEFAULT_EXCLUDED, check_payloads, payload_trajectory
 
 
 def _update() -> str:
@@ -126,8 +126,9 @@ class GoldenStore:
     ) -> GoldenOutcome:
         """Compare every event's payload digests with the golden for `context`; skip with the reason when there is none.
 
-        Digests and the `exclude` patterns (ids, timestamps, wall-clock fields) are those of `tripwire.payloads`;
-        a difference raises `PayloadDivergence` naming the first differing event, its type and the field.
+        Digests and the `exclude` patterns (ids, timestamps, wall-clock fields) are those of
+        `tripwire.telemetry.payloads`; a difference raises `PayloadDivergence` naming the first differing event, its
+        type and the field.
         """
         recorded = payload_trajectory(events, context, exclude=exclude)
         folder = self.payloads_dir(scenario)

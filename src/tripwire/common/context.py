@@ -3,7 +3,7 @@
 Bitwise results are only reproducible under the same torch build, device, CPU code paths, thread count and
 determinism flags. The build is named in full: `torch` (the version, with its local tag such as `+cu130`),
 `torch_build` (`cpu`, `cuda 13.0` or `rocm 6.2`: a CUDA wheel running on a CPU is not a CPU-only wheel), and the
-`mkl` and `onednn` versions it ships. The CPU code paths are those of `tripwire.numerics`: ATen's dispatch level
+`mkl` and `onednn` versions it ships. The CPU code paths are those of `tripwire.common.numerics`: ATen's dispatch level
 (`torch.backends.cpu.get_cpu_capability()`) and the oneDNN and MKL pins. Under the portable pin they read
 `AVX2` on every x86-64 CPU with AVX2, whatever its native ISA, so one golden serves all of them.
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from tripwire.numerics import PORTABLE_LEVEL, cpu_numerics, is_pinned
+from tripwire.common.numerics import PORTABLE_LEVEL, cpu_numerics, is_pinned
 
 KEY_CHARS = 10
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tripwire.errors import GoldenFileError, GuardrailFailure, read_golden_json, update_command
+from tripwire.common.errors import GoldenFileError, GuardrailFailure, read_golden_json, update_command
 
 FORMAT = "tripwire-static-sync/1"
 PLAIN_KINDS = {"item", "cpu", "tolist", "numpy", "synchronize", "wait_stream", "wait_event"}

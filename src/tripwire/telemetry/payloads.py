@@ -1,14 +1,14 @@
 """Telemetry payload values: a digest of every field of every event, compared with a context-bound golden.
 
-`payload_trajectory(events, context, exclude=...)` turns an event stream into a `tripwire.trajectory.Trajectory`:
-one checkpoint per event, named `0007 EPOCH_COMPLETED@env0` (1-based position, label, env for per-env events),
-mapping each field's dotted path (objects flattened as in `tripwire.schema`; a list is one field) to the
-`tripwire.digest.value_digest` of its value, floats by their IEEE bytes. Fields that differ from run to run
-however deterministic the trainer is are left out: ids and timestamps by default (`DEFAULT_EXCLUDED`); a
-trainer adds its wall-clock fields (durations, rates) and run-location fields (file paths). A pattern is a
-dotted path matched with `fnmatch` (so `data.*_ms` works) against a field and every object above it, in
-events of every type; `LABEL::PATH` limits it to events whose label matches `LABEL` (`charts/SPS::data.*`).
-Values depend on float numerics, so payload goldens are keyed by determinism context like trajectory goldens
+`payload_trajectory(events, context, exclude=...)` turns an event stream into a
+`tripwire.bitwise.trajectory.Trajectory`: one checkpoint per event, named `0007 EPOCH_COMPLETED@env0` (1-based position,
+label, env for per-env events), mapping each field's dotted path (objects flattened as in `tripwire.telemetry.schema`; a
+list is one field) to the `tripwire.bitwise.digest.value_digest` of its value, floats by their IEEE bytes. Fields that
+differ from run to run however deterministic the trainer is are left out: ids and timestamps by default
+(`DEFAULT_EXCLUDED`); a trainer adds its wall-clock fields (durations, rates) and run-location fields (file paths). A
+pattern is a dotted path matched with `fnmatch` (so `data.*_ms` works) against a field and every object above it, in
+events of every type; `LABEL::PATH` limits it to events whose label matches `LABEL` (`charts/SPS::data.*`). Values
+depend on float numerics, so payload goldens are keyed by determinism context like trajectory goldens
 (`GoldenStore.check_payloads`, `baselines/payloads/<scenario>/<context key>.json`).
 
 Reading a failure (`PayloadDivergence`), the first differing event and field named (digests shortened here;
@@ -28,11 +28,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
-from tripwire.digest import short, value_digest
-from tripwire.errors import GuardrailFailure
-from tripwire.schema import join_path
-from tripwire.telemetry import DEFAULT_DETAIL_KEYS, event_label
-from tripwire.trajectory import Trajectory, TrajectoryReport, compare_trajectories
+from tripwire.bitwise.digest import short, value_digest
+from tripwire.bitwise.trajectory import Trajectory, TrajectoryReport, compare_trajectories
+from tripwire.common.errors import GuardrailFailure
+from tripwire.telemetry.counts import DEFAULT_DETAIL_KEYS, event_label
+from tripwire.telemetry.schema import join_path
 
 DEFAULT_EXCLUDED = ("event_id", "timestamp")
 

@@ -7,7 +7,7 @@ edited on disk and everything is restored on exit, also when the run raised.
 
 Targets in importable modules are bound on entry (so `from torch.nn.utils import clip_grad_norm_` in the loop gets
 the stand-in). Targets in `__main__` (classes and functions a script defines) are bound as soon as the script has
-defined them: the script runner (`tripwire.launch`) calls `bind_namespace` after each top-level statement. A
+defined them: the script runner (`tripwire.outside.launch`) calls `bind_namespace` after each top-level statement. A
 method is replaced on the class named (an inherited one is shadowed there, then removed again); an instance's own
 attribute, or a reference taken before binding (`step = opt.step` at import time), is not seen.
 """
@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
+from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Scenario, ScenarioError, parse_target
 from tripwire.sync import hot_path, ignore_syncs
 from tripwire.sync.counter import SyncCounter
-from tripwire.trajectory import TrajectoryRecorder
 
 
 @dataclass

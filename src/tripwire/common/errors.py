@@ -3,7 +3,8 @@
 How to read them: `TripwireError` subclasses are usage or input problems (a malformed golden or
 events file, a timer used out of order) and say what to fix. The `*Failure` classes subclass
 `AssertionError` so pytest reports them as test failures; their message is the guardrail's full report
-(which region, call site, checkpoint or tensor changed) and no traceback is needed to act on it.
+(which region, call site, checkpoint or tensor changed) and no traceback is needed to act on it. This module loads
+no torch.
 """
 
 from __future__ import annotations

@@ -25,12 +25,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tripwire.context import mismatches
-from tripwire.payloads import compare_payloads
-from tripwire.result import Result, SyncSummary
+from tripwire.bitwise.trajectory import TrajectoryReport, compare_trajectories
+from tripwire.common.context import mismatches
+from tripwire.outside.result import Result, SyncSummary
 from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, merge_callers
-from tripwire.telemetry import diff_counts
-from tripwire.trajectory import TrajectoryReport, compare_trajectories
+from tripwire.telemetry.counts import diff_counts
+from tripwire.telemetry.payloads import compare_payloads
 
 SAME, DIFFERS, NOTE, NOT_COMPARED, FAILED = "same", "differs", "note", "n/a", "failed"
 

@@ -2,7 +2,7 @@
 
 `TelemetrySnapshotExtension` writes `<baselines>/telemetry/<test module>/<test name>.json` (the directory
 is set by the pytest plugin from the `tripwire_baselines` ini option), not `__snapshots__` beside the test.
-When a snapshot differs, its diff starts with a summary from `tripwire.telemetry.diff_counts` that names
+When a snapshot differs, its diff starts with a summary from `tripwire.telemetry.counts.diff_counts` that names
 each event type whose count or order changed and each payload field renamed, dropped, added or retyped
 (`schema of EPOCH_COMPLETED: field data.val_loss dropped`), then syrupy's line diff follows.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from tripwire.telemetry import diff_counts
+from tripwire.telemetry.counts import diff_counts
 
 _SETTINGS = {"directory": Path("baselines") / "telemetry"}
 

@@ -224,7 +224,7 @@ class Magnitude:
         if len(self.deltas) > len(worst):
             lines.append(f"    ... and {len(self.deltas) - len(worst)} more")
         rule = f"drift means floats only, within {DRIFT_SCALE_ULPS:.0f} ULPs of each tensor's scale"
-        lines.append(f"    rule: {rule} (tripwire.magnitude)")
+        lines.append(f"    rule: {rule} (tripwire.bitwise.magnitude)")
         if self.unmeasured:
             lines.append(f"    not measured (values not kept or not comparable): {', '.join(self.unmeasured[:4])}")
         if self.growth:

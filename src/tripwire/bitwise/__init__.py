@@ -1,0 +1,8 @@
+"""Bitwise state and what a difference is: digests, kept values, trajectories, structure and size.
+
+- `digest`: sha256 digests of tensors, state dicts, RNG states and plain values;
+- `values`: the numbers behind the digests, kept once per distinct tensor and read back lazily;
+- `trajectory`: ordered, named checkpoints of digests, recorded during a run and compared to a golden;
+- `tensor_diff`: what changed inside one checkpoint, structure (added, removed, renamed, reshaped) apart from values;
+- `magnitude`: how big a value difference is (max |Δ|, ULPs, growth) and the one rule for low-bit drift.
+"""

@@ -1,0 +1,9 @@
+"""The floor every layer stands on: tripwire's errors, the portable CPU pin, the determinism context.
+
+- `errors`: the exceptions, each naming the file, region, checkpoint or flag at fault, and the golden-file reader;
+- `numerics`: the CPU kernel pin that makes bitwise goldens verify on other x86-64 machines;
+- `context`: the settings a bitwise golden depends on, captured, keyed and compared.
+
+Nothing here imports another tripwire package. This package, `errors` and `numerics` load no torch (the noxfile
+and a `conftest.py` set the pin before torch starts).
+"""

@@ -1,0 +1,8 @@
+"""The gates a project runs: goldens under one folder, the pytest plugin, the static audit, import promises.
+
+- `goldens`: one baselines folder, checked or regenerated on purpose, no blind pass under CI;
+- `pytest_plugin`: fixtures, `--tripwire-update`, `--tripwire-against` and the guardrail table;
+- `static_audit`: sync-capable calls per function, read from the source, against a committed budget;
+- `loads_without`: promises that a module loads without a heavy package, each checked in a fresh interpreter;
+- `baselines_diff`: what a pull request changed under baselines/, as markdown.
+"""

@@ -1,0 +1,196 @@
+"""The rows of a sync budget report: each call site of a failing region, matched line by line against the budget.
+
+A row is one source line of one site key (`file::function [kind]`): NEW when the budget never saw it, GREW when it
+syncs more often than recorded, with the project lines that newly call its function (`tripwire.sync.sites`). A
+source without line records (bare counts per site) gets one row per key instead. `tripwire.sync.budget` decides
+which regions fail; this module says where, and prints it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, site_key
+
+__all__ = [
+    "CountSource",
+    "IterationProblem",
+    "RegionProblem",
+    "SiteCount",
+    "is_keyed",
+    "region_sites",
+    "site_lines",
+]
+
+
+SHOWN_CALLERS = 5  # caller rows under one NEW or GREW line
+
+
+def is_keyed(recorded: Mapping[str, int]) -> bool:
+    """True for sites keyed by `site_key` (every budget written since keys dropped line numbers)."""
+    return all("::" in key for key in recorded)
+
+
+def _known(key: str, recorded: Mapping[str, int]) -> bool:
+    """Whether a live site's key was recorded; old `file:line` budgets are matched by file only."""
+    if is_keyed(recorded):
+        return key in recorded
+    file = key.split("::", 1)[0]
+    return any(old.rsplit(":", 1)[0] == file for old in recorded)
+
+
+@runtime_checkable
+class CountSource(Protocol):
+    """What `check_budget` reads from a `SyncCounter` (kept structural to avoid an import cycle). A source that also
+    has `site_records(region)` and `iteration_counts()` gets reports per line and per-iteration checks."""
+
+    def counts_by_region(self, *, by_path: bool = False) -> dict[str, int]: ...
+
+    def site_details(self, region: str) -> dict[str, tuple[str, Counter[str]]]: ...
+
+
+@dataclass(frozen=True)
+class SiteCount:
+    """Syncs from one call site (or, without line records, one site key) within a region."""
+
+    site: str
+    count: int
+    function: str = ""
+    kinds: dict[str, int] = field(default_factory=dict)
+    new: bool = False
+    via: tuple[str, ...] = ()  # torch code that synced on the site's behalf (Adam's step counters, ...)
+    text: str = ""  # the site's source line, shown for new and grown sites
+    was: int | None = None  # the recorded count of a line that now syncs more often
+    callers: tuple[CallerChange, ...] = ()  # of a new or grown line: its new (or, unrecorded, all) callers
+
+    @property
+    def marker(self) -> str:
+        return "NEW " if self.new else "GREW " if self.was is not None else "    "
+
+
+@dataclass(frozen=True)
+class RegionProblem:
+    """A region over its budget (`budget` None: unbudgeted) or, in `under`, below it."""
+
+    region: str
+    budget: int | None
+    count: int
+    sites: tuple[SiteCount, ...] = ()
+
+
+@dataclass(frozen=True)
+class IterationProblem:
+    """A region over its per-iteration budget (`budget` None: none declared) in the listed iterations, with the
+    region's new and grown sites."""
+
+    region: str
+    budget: int | None
+    iterations: tuple[tuple[int, int], ...]  # (0-based iteration, count)
+    sites: tuple[SiteCount, ...] = ()
+
+
+def site_lines(problem: RegionProblem, sites_known: bool) -> list[str]:
+    """Indented call-site lines for one failing region."""
+    if not sites_known:
+        return ["    (call sites unknown: pass the SyncCounter, not bare counts, to see them)"]
+    lines = []
+    for site in problem.sites:
+        kinds = ", ".join(f"{kind}×{n}" for kind, n in sorted(site.kinds.items()))
+        function = f" in {site.function}" if site.function else ""
+        was = f" (was {site.was})" if site.was is not None else ""
+        text = f"  `{site.text}`" if site.text and (site.new or site.was is not None) else ""
+        inside = f"  (inside torch: {', '.join(site.via)})" if site.via else ""
+        lines.append(f"    {site.marker}{site.site}{function}  ×{site.count}{was}  [{kinds}]{text}{inside}")
+        lines.extend(f"        {change.format()}" for change in site.callers[:SHOWN_CALLERS])
+        if len(site.callers) > SHOWN_CALLERS:
+            lines.append(f"        ... {len(site.callers) - SHOWN_CALLERS} more callers")
+    return lines
+
+
+def _sort_sites(sites: list[SiteCount]) -> tuple[SiteCount, ...]:
+    return tuple(sorted(sites, key=lambda s: (not s.new, s.was is None, -s.count, s.site)))
+
+
+def region_sites(
+    source: CountSource,
+    region: str,
+    recorded: Mapping[str, int] | None,
+    recorded_lines: Mapping[str, Mapping[str, int]] | None,
+    recorded_callers: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
+) -> tuple[SiteCount, ...]:
+    """Call sites of one region, NEW (a key or line the budget never saw) and GREW first.
+
+    With line records (a `SyncCounter`), each row is one source line of one key, on its own, and a NEW or GREW row
+    names its new callers (`recorded_callers`: key -> line -> caller -> count; None when the budget has no
+    `callers`); without them, one row per key lists the lines it was seen on now (`src/engine.py:120,131`), for the
+    reader only.
+    """
+    records_of = getattr(source, "site_records", None)
+    if not callable(records_of):
+        return _key_rows(source, region, recorded)
+    rows: dict[tuple[str, str, str], list[SiteRecord]] = {}
+    for record in records_of(region):
+        rows.setdefault((record.key, record.via, record.identity), []).append(record)
+    matches: dict[str, dict[str, str | None]] = {}
+    for key in {row_key for row_key, _, _ in rows}:
+        if recorded_lines is not None and key in recorded_lines:
+            live = [row_identity for row_key, _, row_identity in rows if row_key == key]
+            matches[key] = match_lines(recorded_lines[key], live)
+    sites = []
+    for (key, via, identity), group in rows.items():
+        count = sum(record.count for record in group)
+        new = recorded is None or not _known(key, recorded)
+        was = None
+        old: str | None = None
+        if not new and key in matches:
+            old = matches[key][identity]
+            new = old is None
+            was = None if old is None else recorded_lines[key][old] if recorded_lines is not None else None
+        numbers = sorted({str(record.line) for record in group}, key=lambda x: (len(x), x))
+        grew = was is not None and count > was
+        callers: tuple[CallerChange, ...] = ()
+        if (new or grew) and all(record.callers is not None for record in group):
+            line_callers = {} if new or old is None else (recorded_callers or {}).get(key, {}).get(old)
+            known = recorded_callers is not None and line_callers is not None
+            live_callers = [caller for record in group for caller in record.callers or ()]
+            callers = caller_changes(line_callers if known else None, live_callers)
+        sites.append(
+            SiteCount(
+                f"{group[0].file}:{','.join(numbers)}",
+                count,
+                group[0].function,
+                {group[0].kind: count},
+                new=new,
+                via=(via,) if via else (),
+                text=group[0].text,
+                was=was if grew else None,
+                callers=callers,
+            )
+        )
+    return _sort_sites(sites)
+
+
+def _key_rows(source: CountSource, region: str, recorded: Mapping[str, int] | None) -> tuple[SiteCount, ...]:
+    """One row per (file, function, kind) from a source without line records."""
+    rows: dict[str, tuple[str, list[str], int, str]] = {}
+    for site, (function, kinds) in source.site_details(region).items():
+        line = site.rsplit(":", 1)[-1]
+        for kind, count in kinds.items():
+            key = site_key(site, function, kind)
+            file, lines, total, _ = rows.get(key, (key.split("::", 1)[0], [], 0, kind))
+            rows[key] = (file, sorted({*lines, line}, key=lambda x: (len(x), x)), total + count, kind)
+    return _sort_sites(
+        [
+            SiteCount(
+                f"{file}:{','.join(lines)}",
+                count,
+                key.split("::", 1)[1].rsplit(" [", 1)[0],
+                {kind: count},
+                new=recorded is None or not _known(key, recorded),
+            )
+            for key, (file, lines, count, kind) in rows.items()
+        ]
+    )

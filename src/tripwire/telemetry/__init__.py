@@ -1,0 +1,7 @@
+"""Telemetry events as goldens: counts and order, payload schemas, payload value digests, syrupy snapshots.
+
+- `counts`: an event stream reduced to per-type, per-round and per-env counts and one round's order;
+- `schema`: per event label, every field's dotted path and the JSON types seen there;
+- `payloads`: a digest of every field of every event, compared with a context-bound golden;
+- `snapshot`: the syrupy extension storing counts and schemas under the baselines folder.
+"""
