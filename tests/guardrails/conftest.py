@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from distributed_scenario import stop_ranks
 from guardrail_scenarios import (
     SCENARIOS,
     TWO_ENVS,
@@ -46,9 +47,7 @@ def ranked_launch(guardrail_dir: Path) -> Iterator[RankedScenario]:
     """Scenario (e) on two torchrun ranks, started first so it runs beside the in-process scenarios."""
     ranked = start_ranked(SCENARIOS["e_distributed"], guardrail_dir)
     yield ranked
-    if ranked.launch.process.poll() is None:
-        ranked.launch.process.kill()
-    ranked.launch.process.communicate()
+    stop_ranks(ranked.launch)
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,11 @@ every rank records must agree bitwise across ranks), the merged events.jsonl, an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,8 +32,8 @@ from typing import Any
 
 import torch
 
+from tripwire.bitwise.trajectory import Trajectory
 from tripwire.sync.state import SyncEvent
-from tripwire.trajectory import Trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_TIMEOUT_S = 300
@@ -74,13 +76,29 @@ def start_ranks(
         [sys.executable, script[0], "--fork", str(ranks), *script[1:]] if fork else torchrun_command(ranks, script)
     )
     env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"), "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A session of its own: `stop_ranks` ends the launcher and every rank together (a rank left behind would hold
+    # the output pipe open, and the launcher's `communicate()` would wait for it forever).
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     return RankLaunch(process, out, ranks, out / "telemetry" / run_name / "events.jsonl")
+
+
+def stop_ranks(launch: RankLaunch) -> None:
+    """End a launch that may still run: the launcher and its ranks (one process group), then collect its output."""
+    if launch.process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launch.process.pid, signal.SIGKILL)
+    launch.process.communicate(timeout=LAUNCH_TIMEOUT_S)
 
 
 def wait_ranks(launch: RankLaunch) -> str:
     """Wait for the launch; its output, or an AssertionError with the output's tail when it failed."""
-    output, _ = launch.process.communicate(timeout=LAUNCH_TIMEOUT_S)
+    try:
+        output, _ = launch.process.communicate(timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        stop_ranks(launch)
+        raise AssertionError(f"torchrun did not finish in {LAUNCH_TIMEOUT_S} s: its ranks were stopped") from None
     assert launch.process.returncode == 0, f"torchrun exited {launch.process.returncode}:\n{output[-4000:]}"
     return output
 
@@ -135,9 +153,9 @@ def main(argv: Sequence[str]) -> int:
     from esper.scripts.train import build_parser, config_from_args
     from esper.simic.training.launch import open_shard
     from esper.simic.training.vectorized import run_training
-    from tripwire.context import capture_context
+    from tripwire.bitwise.trajectory import TrajectoryRecorder
+    from tripwire.common.context import capture_context
     from tripwire.sync.counter import SyncCounter
-    from tripwire.trajectory import TrajectoryRecorder
 
     out, *train_argv = argv
     args = build_parser().parse_args(train_argv)
