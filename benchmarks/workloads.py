@@ -283,22 +283,38 @@ def paired_benchmarks() -> dict[str, PairedBench]:
     gate_units = {"samples": float(GATE.train_samples)}
     suite = {
         f"epoch[{n}env]": PairedBench(
-            _epoch_workload(n, GATE), {"env_epochs": float(n), **{k: n * v for k, v in gate_units.items()}}, threads=1
+            _epoch_workload(n, GATE),
+            {"env_epochs": float(n), **{k: n * v for k, v in gate_units.items()}},
+            threads=1,
+            workers=1,
         )
         for n in (1, 2, 4)
     }
     suite["train_pass"] = PairedBench(
-        _gate_workload(TrainPassWorkload, 2), {"samples": 2.0 * GATE.train_samples}, threads=1
+        _gate_workload(TrainPassWorkload, 2), {"samples": 2.0 * GATE.train_samples}, threads=1, workers=1
     )
     suite["fused_validation"] = PairedBench(
-        _gate_workload(ValidationWorkload, 2), {"samples": 2.0 * GATE.val_samples}, runs_per_unit=3, threads=1
+        _gate_workload(ValidationWorkload, 2),
+        {"samples": 2.0 * GATE.val_samples},
+        runs_per_unit=3,
+        threads=1,
+        workers=1,
     )
     # The LSTM's oneDNN path makes these two the noisiest per instance (docs/benchmarks.md): a wider tolerance.
     suite["policy_call"] = PairedBench(
-        _gate_workload(PolicyCallWorkload, 4), {"env_epochs": 4.0}, runs_per_unit=8, tolerance=0.05, threads=1
+        _gate_workload(PolicyCallWorkload, 4),
+        {"env_epochs": 4.0},
+        runs_per_unit=8,
+        tolerance=0.05,
+        threads=1,
+        workers=1,
     )
     suite["ppo_update"] = PairedBench(
-        _gate_workload(PPOUpdateWorkload, 4), {"transitions": 4.0 * EPISODE_LENGTH}, tolerance=0.05, threads=1
+        _gate_workload(PPOUpdateWorkload, 4),
+        {"transitions": 4.0 * EPISODE_LENGTH},
+        tolerance=0.05,
+        threads=1,
+        workers=1,
     )
     return suite
 
@@ -310,7 +326,12 @@ def _cores() -> int:
 def _original_size(n_envs: int, *, threads: int, workers: int) -> PairedBench:
     units = {"env_epochs": float(n_envs), "samples": float(n_envs * ORIGINAL.train_samples)}
     return PairedBench(
-        _epoch_workload(n_envs, ORIGINAL, workers=workers), units, threads=threads, proxies=False, tolerance=0.05
+        _epoch_workload(n_envs, ORIGINAL, workers=workers),
+        units,
+        threads=threads,
+        proxies=False,
+        tolerance=0.05,
+        workers=min(workers, n_envs),
     )
 
 
@@ -333,7 +354,9 @@ def plain_loop_side() -> dict[str, PairedBench]:
     """The plain PyTorch loop at the original's size (the base of the overhead pair), one thread."""
     units = {"env_epochs": 1.0}
     return {
-        f"epoch[{n}env]": PairedBench(_plain(n), {k: n * v for k, v in units.items()}, threads=1, proxies=False)
+        f"epoch[{n}env]": PairedBench(
+            _plain(n), {k: n * v for k, v in units.items()}, threads=1, proxies=False, workers=1
+        )
         for n in (1, 2, 4)
     }
 
@@ -342,7 +365,9 @@ def trainer_epoch_side() -> dict[str, PairedBench]:
     """Our trainer's first epoch of fresh envs at the original's size (the head of the overhead pair), one thread."""
     units = {"env_epochs": 1.0}
     return {
-        f"epoch[{n}env]": PairedBench(_first_epoch(n), {k: n * v for k, v in units.items()}, threads=1, proxies=False)
+        f"epoch[{n}env]": PairedBench(
+            _first_epoch(n), {k: n * v for k, v in units.items()}, threads=1, proxies=False, workers=1
+        )
         for n in (1, 2, 4)
     }
 

@@ -180,24 +180,35 @@ def test_the_worker_runs_under_this_interpreter() -> None:
     assert Side("x", Path("."), Path(".")).python == sys.executable
 
 
-def test_single_threaded_benchmarks_share_one_cpu_and_others_keep_theirs(tmp_path: Path) -> None:
+def _two_cpus() -> set[int]:
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs to tell a pinned benchmark from an unpinned one")
+    return allowed
+
+
+def test_one_thread_in_all_shares_one_cpu_and_more_threads_keep_every_cpu() -> None:
     from tripwire.bench.paired import shared_cpu
     from tripwire.bench.paired_spec import PairedBench
     from tripwire.bench.worker import Worker
 
-    allowed = os.sched_getaffinity(0)
-    if len(allowed) < 2:
-        pytest.skip("needs two CPUs to tell a pinned benchmark from an unpinned one")
+    allowed = _two_cpus()
     cpu = shared_cpu()
     assert cpu == max(allowed)
     import torch
 
-    suite = {name: PairedBench(object, threads=threads) for name, threads in (("one", 1), ("two", 2))}
+    suite = {
+        "one": PairedBench(object, threads=1, workers=1),
+        "two torch threads": PairedBench(object, threads=2, workers=1),
+        "two env workers": PairedBench(object, threads=1, workers=2),
+    }
     worker, threads = Worker(suite, "cpu", cpu), torch.get_num_threads()
     try:
-        worker.set_threads(suite["one"])
+        worker.set_threads("one", suite["one"])
         assert os.sched_getaffinity(0) == {cpu}
-        worker.set_threads(suite["two"])
+        worker.set_threads("two torch threads", suite["two torch threads"])
+        assert os.sched_getaffinity(0) == allowed
+        worker.set_threads("two env workers", suite["two env workers"])  # one torch thread, but two of its own
         assert os.sched_getaffinity(0) == allowed
         assert worker.hello()["context"]["single_thread_cpu"] == str(cpu)
     finally:
@@ -205,3 +216,63 @@ def test_single_threaded_benchmarks_share_one_cpu_and_others_keep_theirs(tmp_pat
         torch.set_num_threads(threads)
     with pytest.raises(ValueError, match=r"--cpu 9999 is not a CPU this process may use"):
         Worker(suite, "cpu", 9999)
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        PairedBench(object, workers=0)
+
+
+PARALLEL_SUITE = """
+import threading
+
+import torch
+
+from tripwire.bench.paired_spec import PairedBench
+
+
+class Pair:
+    \"\"\"Two threads of its own, each a chain of matrix products (torch releases the GIL while it multiplies).\"\"\"
+
+    def __init__(self, threads=2):
+        generator = torch.Generator().manual_seed(0)
+        self.matrices = [torch.randn(192, 192, generator=generator) / 14 for _ in range(threads)]
+
+    def prepare(self):
+        pass
+
+    def chain(self, matrix):
+        value = matrix
+        for _ in range(60):
+            value = value @ matrix
+
+    def run(self):
+        workers = [threading.Thread(target=self.chain, args=(matrix,)) for matrix in self.matrices]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+
+
+def paired_benchmarks():
+    return {
+        "declared": PairedBench(Pair, {"products": 120.0}, threads=1, workers=2, proxies=False),
+        "measured": PairedBench(Pair, {"products": 120.0}, threads=1, proxies=False),
+        "alone": PairedBench(lambda: Pair(1), {"products": 60.0}, threads=1, proxies=False),
+    }
+"""
+
+
+def test_a_benchmark_with_worker_threads_computes_on_every_cpu_under_pin_auto(tmp_path: Path) -> None:
+    import statistics
+
+    allowed = _two_cpus()
+    (tmp_path / "tree" / "benchmarks").mkdir(parents=True)
+    (tmp_path / "tree" / "benchmarks" / "workloads.py").write_text(PARALLEL_SUITE, encoding="utf-8")
+    schedule = Schedule(warmup_units=1, fresh_every=0, min_blocks=3, max_blocks=3, budget_s=30.0)
+    comparison = compare_sides(sides(tmp_path / "tree"), schedule, tmp_path / "out", pin_cpu="auto")
+    outcomes = {outcome.name: outcome for outcome in comparison.outcomes}
+    for name in ("declared", "measured"):  # declared two workers, or measured to compute on two threads
+        for units in (outcomes[name].base, outcomes[name].head):
+            assert units.cpus == len(allowed), name
+            parallel = statistics.median(units.cpu_ms) / statistics.median(units.wall_ms)
+            assert parallel > 1.3, f"{name}: CPU time / wall time {parallel:.2f}: its threads shared one core"
+    alone = outcomes["alone"].head  # one thread in all, measured: on the shared CPU
+    assert alone.cpus == 1 and statistics.median(alone.cpu_ms) / statistics.median(alone.wall_ms) < 1.15

@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=cpu_choice,
         default="auto",
         metavar="N|auto|none",
-        help="the CPU both workers run single-threaded benchmarks on (default auto: the highest allowed one)",
+        help="the CPU both workers run benchmarks of one thread in all on (one torch thread, one worker; "
+        "default auto: the highest allowed one)",
     )
     parser.add_argument("--out", default="build/bench-ab", help="reports, plots and logs (default build/bench-ab)")
     parser.add_argument("--title", default="Benchmarks A/B: head vs base, paired units on one machine")

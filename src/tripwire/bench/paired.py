@@ -11,7 +11,8 @@ benchmark's time budget is spent (never fewer than `min_blocks`). Before every b
 build a fresh workload instance and warm it up: one instance's memory layout alone moved a policy call's time by
 up to 55 % against another instance of the same code in the same process, so a side measured on one instance
 would carry that luck as a bias; with a fresh pair per block it becomes noise that the interval accounts for.
-Single-threaded benchmarks run on one CPU shared by both workers (`shared_cpu`): left to the scheduler, each
+Benchmarks of one thread in all (one torch thread, no worker threads of their own) run on one CPU shared by both
+workers (`shared_cpu`); a benchmark of more threads keeps every CPU. Left to the scheduler, each
 worker settles on a core of its own, and one core of a VM can run steadily slower than the other. Measured on the
 2-core CI VM with the tiny suite of `tests/bench/test_bench_paired.py`, 8 A/A runs each: unpinned, estimates of
 -20 % to +15 % with tight intervals (one REGRESSION, one "improved"); on a shared CPU, -1.5 % to +1.3 %.
@@ -80,6 +81,7 @@ class SideUnits:
 
     wall_ms: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
+    cpus: int = 0  # the most CPUs a unit ran on (0: not reported)
 
     def on(self, clock: str) -> list[float]:
         return self.cpu_ms if clock == "cpu" else self.wall_ms
@@ -87,6 +89,7 @@ class SideUnits:
     def extend(self, answer: Mapping[str, Any]) -> None:
         self.wall_ms.extend(float(v) for v in answer["wall_ms"])
         self.cpu_ms.extend(float(v) for v in answer["cpu_ms"])
+        self.cpus = max(self.cpus, int(answer.get("cpus", 0)))
 
 
 @dataclass
@@ -154,7 +157,7 @@ def fixed_layout() -> None:
 
 
 def shared_cpu() -> int | None:
-    """The CPU both workers run single-threaded benchmarks on: the highest one this process may use (CPU 0 takes
+    """The CPU both workers run benchmarks of one thread in all on: the highest one this process may use (CPU 0 takes
     most interrupts), or None where affinity cannot be set (not Linux) or only one CPU is allowed anyway."""
     if not hasattr(os, "sched_getaffinity"):
         return None
@@ -325,7 +328,7 @@ def compare_sides(
     pin_cpu: int | str | None = "auto",
 ) -> PairedComparison:
     """Start both workers, measure every selected benchmark, and return the comparison. `pin_cpu`: the CPU
-    single-threaded benchmarks run on, on both sides ("auto": `shared_cpu()`; None: left to the scheduler)."""
+    benchmarks of one thread in all run on, on both sides ("auto": `shared_cpu()`; None: left to the scheduler)."""
     if pin_cpu == "auto":
         pin_cpu = shared_cpu()
     elif isinstance(pin_cpu, str):

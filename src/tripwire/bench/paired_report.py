@@ -90,9 +90,12 @@ def legend(comparison: PairedComparison) -> list[str]:
         ctx = comparison.contexts.get(label, {})
         lines.append(
             f"{label}: torch {ctx.get('torch', '?')}, {ctx.get('threads', '?')} threads, {ctx.get('cpu', '?')}, "
-            f"address-space randomization {ctx.get('aslr', '?')}, single-threaded benchmarks on CPU "
+            f"address-space randomization {ctx.get('aslr', '?')}, benchmarks of one thread in all on CPU "
             f"{ctx.get('single_thread_cpu', '?')}"
         )
+    placed = [f"{outcome.name} {outcome.head.cpus}" for outcome in comparison.outcomes if outcome.head.cpus]
+    if placed:
+        lines.append(f"CPUs a unit ran on: {', '.join(placed)}")
     return lines
 
 

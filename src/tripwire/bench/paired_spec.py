@@ -32,6 +32,9 @@ class PairedBench:
     `tolerance`: the smallest slowdown that fails; the gate fails when the confidence interval of the paired
     ratio lies wholly above zero and its estimate exceeds the tolerance (`tripwire.bench.paired_stats.decide`).
     `threads`: torch intra-op threads while this benchmark runs (None: leave the process setting).
+    `workers`: threads of its own the workload computes on beside torch's (an engine's env workers; 1: none). A
+    benchmark of one torch thread and one worker runs on the CPU both sides share under `--pin-cpu`; any other
+    keeps every CPU. None: not declared, measured once per side on a warm unit (process CPU time over wall time).
     `proxies`: count aten ops and host syncs of one `run()` on a fresh copy, compared exactly between sides.
     """
 
@@ -41,6 +44,7 @@ class PairedBench:
     tolerance: float = 0.03
     threads: int | None = None
     proxies: bool = True
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.runs_per_unit < 1:
@@ -49,6 +53,8 @@ class PairedBench:
             raise ValueError(f"tolerance must be a fraction in (0, 1), got {self.tolerance}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be at least 1, got {self.threads}")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
 
     def make_warm(self, units: int) -> Workload:
         """A freshly built workload after `units` untimed warm-up units (`prepare()` then `run()`, per run)."""

@@ -7,7 +7,8 @@ the suite's workloads import that tree's trainer. Requests and answers are JSON 
 stdout is kept for the protocol; anything the trainer prints goes to stderr):
 
     {"op": "hello"}                          -> {"ok": true, "benchmarks": {name: settings}, "context": {...}}
-    {"op": "run", "name": N, "units": k}     -> {"ok": true, "wall_ms": [...], "cpu_ms": [...]}  (k measured units)
+    {"op": "run", "name": N, "units": k}     -> {"ok": true, "wall_ms": [...], "cpu_ms": [...], "cpus": n}  (k units
+                                                on n CPUs)
     {"op": "fresh", "name": N, "warmup": k}  -> {"ok": true}  (a new workload instance, k discarded units)
     {"op": "proxies", "name": N}             -> {"ok": true, "proxies": {"aten_ops": n, "syncs": n}}
     {"op": "quit"}                           -> the worker exits
@@ -16,8 +17,10 @@ A unit is `runs_per_unit` calls of the workload's `run()`, each after an untimed
 each unit on the wall clock (CUDA events on a GPU, after a synchronize) and on the process CPU clock; the driver
 chooses which one it gates. A failing request answers `{"ok": false, "error": "one line"}`.
 
-`--cpu N` (the driver passes the same N to both sides): a single-threaded benchmark runs on CPU N only, so base
-and head always compute on the same core; benchmarks of more threads keep the CPUs the process started with.
+`--cpu N` (the driver passes the same N to both sides): a benchmark that computes on one thread in all (one torch
+thread and no worker threads of its own: `PairedBench.workers`, declared or measured) runs on CPU N only, so base
+and head always compute on the same core; a benchmark of more threads, torch's or its own, keeps every CPU the
+process started with (pinning one of two env workers' threads to one core halves its rate).
 Unpinned, the scheduler leaves each worker on a core of its own, and on a VM one core can run steadily slower than
 the other: an unchanged tree then reads as a paired change of up to 20 % that no number of blocks removes.
 """
@@ -35,6 +38,8 @@ from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from tripwire.bench.paired_spec import PairedBench, Workload
+
+PARALLEL_RATIO = 1.3  # CPU time over wall time from which an undeclared workload counts as computing on threads
 
 
 def load_suite(spec: str) -> Mapping[str, PairedBench]:
@@ -129,6 +134,7 @@ class Worker:
         self.live: dict[str, Workload] = {}
         self.default_threads: int | None = None
         self.started_on = set(os.sched_getaffinity(0)) if cpu is not None else set()
+        self.parallelism: dict[str, float] = {}  # CPU time over wall time of benchmarks with undeclared workers
         if cpu is not None and cpu not in self.started_on:
             raise ValueError(f"--cpu {cpu} is not a CPU this process may use (allowed: {sorted(self.started_on)})")
 
@@ -137,16 +143,38 @@ class Worker:
             raise KeyError(f"no paired benchmark {name!r} on this side (it has {', '.join(sorted(self.suite))})")
         return self.suite[name]
 
-    def set_threads(self, bench: PairedBench) -> None:
+    def set_threads(self, name: str, bench: PairedBench) -> None:
         import torch
 
         if self.default_threads is None:
             self.default_threads = torch.get_num_threads()
         torch.set_num_threads(bench.threads or self.default_threads)
         if self.cpu is not None:
-            wanted = {self.cpu} if bench.threads == 1 else self.started_on
+            wanted = self.placement(name, bench)
             if os.sched_getaffinity(0) != wanted:
                 os.sched_setaffinity(0, wanted)
+
+    def placement(self, name: str, bench: PairedBench) -> set[int]:
+        """The CPUs a benchmark computes on: the shared CPU when it runs one thread in all (one torch thread and
+        one worker of its own), else every CPU the process started with. Undeclared workers are measured."""
+        assert self.cpu is not None
+        if bench.threads != 1:
+            return self.started_on
+        workers = bench.workers
+        if workers is None:
+            if name not in self.parallelism:
+                self.parallelism[name] = self.measure_parallelism(bench)
+            workers = 2 if self.parallelism[name] >= PARALLEL_RATIO else 1
+        return {self.cpu} if workers == 1 else self.started_on
+
+    def measure_parallelism(self, bench: PairedBench) -> float:
+        """Process CPU time over wall time of one warm unit on every CPU: about 1 for one thread in all, more for
+        a workload that computes on threads of its own."""
+        if os.sched_getaffinity(0) != self.started_on:
+            os.sched_setaffinity(0, self.started_on)
+        workload = bench.make_warm(1)
+        wall, cpu = self.timer.time(workload, bench.runs_per_unit)
+        return cpu / wall if wall > 0 else 1.0
 
     def hello(self) -> dict[str, Any]:
         settings = {
@@ -155,6 +183,7 @@ class Worker:
                 "runs_per_unit": bench.runs_per_unit,
                 "tolerance": bench.tolerance,
                 "threads": bench.threads,
+                "workers": bench.workers,
                 "proxies": bench.proxies,
             }
             for name, bench in self.suite.items()
@@ -163,7 +192,7 @@ class Worker:
 
     def run(self, name: str, units: int) -> dict[str, Any]:
         bench = self.bench(name)
-        self.set_threads(bench)
+        self.set_threads(name, bench)
         if name not in self.live:
             self.live[name] = bench.make()
         walls, cpus = [], []
@@ -171,13 +200,13 @@ class Worker:
             wall, cpu = self.timer.time(self.live[name], bench.runs_per_unit)
             walls.append(wall)
             cpus.append(cpu)
-        return {"wall_ms": walls, "cpu_ms": cpus}
+        return {"wall_ms": walls, "cpu_ms": cpus, "cpus": len(os.sched_getaffinity(0))}
 
     def fresh(self, name: str, warmup: int) -> dict[str, Any]:
         """Replace the live instance with a freshly built one and warm it up (untimed): its memory layout, and
         the timing luck that comes with it, is drawn anew, so that one instance's layout cannot bias a side."""
         bench = self.bench(name)
-        self.set_threads(bench)
+        self.set_threads(name, bench)
         self.live.pop(name, None)
         self.live[name] = bench.make_warm(warmup)
         return {}
@@ -188,7 +217,7 @@ class Worker:
         from tripwire.sync.counter import SyncCounter
 
         bench = self.bench(name)
-        self.set_threads(bench)
+        self.set_threads(name, bench)
         counted = bench.make()
         counted.prepare()
         with OpCounter() as ops:
@@ -242,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tripwire.bench.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--suite", required=True, help="module:function returning name -> PairedBench")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--cpu", type=int, help="run single-threaded benchmarks on this CPU only (same on both sides)")
+    parser.add_argument(
+        "--cpu", type=int, help="run benchmarks of one thread in all on this CPU only (same on both sides)"
+    )
     args = parser.parse_args(argv)
     answers = protocol_stdout()
     try:
