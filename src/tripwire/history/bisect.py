@@ -20,10 +20,17 @@ from dataclasses import dataclass, field
 from tripwire.history.commits import Commit
 from tripwire.history.rows import has_values, with_values
 from tripwire.history.runner import Runner
-from tripwire.outside.compare import DIFFERS, Verdict, compare_syncs, compare_telemetry, compare_trajectory
+from tripwire.outside.compare import (
+    DIFFERS,
+    Verdict,
+    compare_compile,
+    compare_syncs,
+    compare_telemetry,
+    compare_trajectory,
+)
 from tripwire.outside.result import Result
 
-BISECTED = ("run", "trajectory", "syncs", "telemetry", "payloads")
+BISECTED = ("run", "trajectory", "syncs", "compile", "telemetry", "payloads")
 
 
 @dataclass
@@ -47,6 +54,8 @@ def _verdict(check: str, base: Result, probe: Result, *, measured: bool = False)
         return compare_trajectory(base, probe)
     if check == "syncs":
         return compare_syncs(base.syncs, probe.syncs)
+    if check == "compile":
+        return compare_compile(base.compile, probe.compile)
     return next(verdict for verdict in compare_telemetry(base, probe) if verdict.check == check)
 
 

@@ -24,6 +24,7 @@ COLOURS = {
     "value change": "#d73027",
     "structure": "#9e6ebd",
     "syncs": "#fc8d59",
+    "compile": "#e7298a",
     "telemetry": "#4575b4",
     "crash": "#000000",
     "error": "#7f3b08",

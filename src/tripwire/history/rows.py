@@ -6,6 +6,7 @@ or did not apply), so a crash and its fix show the net change across them. A ste
 - `crash`, `error` (the scenario could not run: a target the tree lacks) or `n/a` (the scenario does not apply);
 - `value change`, `structure` or `low-bit drift`: the trajectory differs (`tripwire.bitwise.magnitude` states the rule);
 - `syncs`: host syncs appeared, grew, shrank or went away;
+- `compile`: torch.compile broke the graph, recompiled, fell back to eager or compiled more or less elsewhere;
 - `telemetry`: event counts, order, schema or payload values differ;
 - `bitwise refactor`: nothing differs.
 
@@ -22,9 +23,9 @@ from tripwire.history.commits import Commit
 from tripwire.outside.compare import DIFFERS, Verdict, compare_results, compare_trajectory
 from tripwire.outside.result import Result
 
-CHECKS = ("run", "trajectory", "syncs", "telemetry", "payloads")
+CHECKS = ("run", "trajectory", "syncs", "compile", "telemetry", "payloads")
 BITWISE = "bitwise refactor"
-PRECEDENCE = ("crash", "error", "n/a", "value change", "structure", "low-bit drift", "syncs", "telemetry")
+PRECEDENCE = ("crash", "error", "n/a", "value change", "structure", "low-bit drift", "syncs", "compile", "telemetry")
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def _cells(comparison_verdicts: Sequence[Verdict]) -> dict[str, Cell]:
         if verdict.status != DIFFERS:
             cells[verdict.check] = Cell("identical" if verdict.status == "same" else "-", verdict.summary)
             continue
-        kind = {"trajectory": _trajectory_kind(verdict), "syncs": "syncs", "run": "fixed"}.get(
+        kind = {"trajectory": _trajectory_kind(verdict), "syncs": "syncs", "compile": "compile", "run": "fixed"}.get(
             verdict.check, "telemetry"
         )
         cells[verdict.check] = Cell(kind, verdict.summary, verdict.details)

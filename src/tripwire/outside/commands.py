@@ -18,9 +18,13 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tripwire.common.errors import TripwireError, set_update_command
 from tripwire.common.numerics import apply_portable_cpu_env
+
+if TYPE_CHECKING:  # imported on use: the commands start before torch
+    from tripwire.outside.result import Result, SyncSummary
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,11 +75,13 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     print(f"{scenario.name}: {result.summary()} -> {args.out}")
     code = 0 if result.status in ("ok", "n/a") else 1
     if args.budget is not None and result.ok:
-        code = max(code, _check_budget(result.syncs, args.budget, args.out))
+        code = max(code, _check_budget(result, args.budget, args.out))
     return code
 
 
-def _check_budget(syncs: object, budget_file: Path, result_folder: Path) -> int:
+def _check_budget(result: Result, budget_file: Path, result_folder: Path) -> int:
+    """Check a result's syncs against a budget file, and its compilation events against the file's `compile`
+    section when both have one."""
     from tripwire.sync.budget import SyncBudget, check_budget
 
     set_update_command(f"python -m tripwire budget write {result_folder} {budget_file}")
@@ -86,9 +92,14 @@ def _check_budget(syncs: object, budget_file: Path, result_folder: Path) -> int:
         return 2
     if budget.per_iteration and not budget.regions:  # written with --per-iteration: regenerate it the same way
         set_update_command(f"python -m tripwire budget write {result_folder} {budget_file} --per-iteration")
-    report = check_budget(syncs, budget)  # type: ignore[arg-type]
-    print(report.format())
-    return 0 if report.ok else 1
+    reports = [check_budget(result.syncs, budget)]
+    if budget.compile is not None and result.compile is not None:
+        reports.append(check_budget(result.compile, budget.compile, what="compile"))
+    elif budget.compile is not None:
+        print("note: the result was recorded before compilation was counted: its compile budget is not checked")
+    for report in reports:
+        print(report.format())
+    return 0 if all(report.ok for report in reports) else 1
 
 
 def compare_main(argv: Sequence[str] | None = None) -> int:
@@ -129,7 +140,7 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.action == "check":
-        return _check_budget(result.syncs, args.file, args.result)
+        return _check_budget(result, args.file, args.result)
     if os.environ.get("CI") and args.file.exists():
         print(f"error: {args.file} exists and CI is set: budgets are never rewritten in CI", file=sys.stderr)
         return 2
@@ -139,6 +150,7 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
         return 2
     per_iteration = {region: max(it.get(region, 0) for it in syncs.iterations) for region in syncs.typical_iteration()}
     context: dict[str, object] = {key: result.context[key] for key in ("device", "torch") if key in result.context}
+    compiled = result.compile
     write_budget(
         args.file,
         {} if args.per_iteration else syncs.counts_by_region(),
@@ -147,7 +159,24 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
         lines_by_key(syncs.records),
         per_iteration if args.per_iteration else None,
         callers=callers_by_line(syncs.records),
+        # compilation happens in the first iterations: always budgeted by totals, so a recompile per round fails
+        compile=None if compiled is None else _events_payload(compiled),
     )
     what = "per iteration" if args.per_iteration else "totals"
-    print(f"wrote {args.file} ({what}; {syncs.total} syncs in {len(syncs.counts_by_region())} regions)")
+    compiled_text = f", {compiled.total} compilation events" if compiled is not None else ""
+    print(f"wrote {args.file} ({what}; {syncs.total} syncs in {len(syncs.counts_by_region())} regions{compiled_text})")
     return 0
+
+
+def _events_payload(summary: SyncSummary) -> dict[str, Any]:
+    """A budget payload of every event of a summary, by totals: regions, sites, lines and callers."""
+    from tripwire.sync.budget import budget_payload
+    from tripwire.sync.sites import callers_by_line, lines_by_key
+
+    return budget_payload(
+        summary.counts_by_region(),
+        summary.site_keys_by_region(),
+        None,
+        lines_by_key(summary.records),
+        callers=callers_by_line(summary.records),
+    )

@@ -8,8 +8,9 @@
 | context | the determinism contexts match (a note, not a failure) | `torch_build: 'cpu' -> 'cuda 13.0' (...)` |
 | trajectory | every checkpoint is bitwise equal | `low-bit drift at #5 'Adam.step#1': max |Δ| 2.4e-09 = 3 ULP` |
 | syncs | every region and call site syncs as often | `NEW update ppo.py:264 in main ×3 [item] `v.item()`` |
-| telemetry | event counts, order and payload schema match | `SEED_PRUNED: 1 -> 0 (-1)` |
-| payloads | every event payload field is bitwise equal | `telemetry payload diverged at event 3 of 22 ...` |
+| compile | torch.compile breaks, recompiles, compiles as often, at the same lines | `NEW 'update' ppo.py:88 ...
+[compile:graph_break]` | | telemetry | event counts, order and payload schema match | `SEED_PRUNED: 1 -> 0 (-1)` | |
+payloads | every event payload field is bitwise equal | `telemetry payload diverged at event 3 of 22 ...` |
 
 Sites are matched by file, function, kind and source line (`tripwire.sync.sites.match_lines`), never by line
 number, so two results of one tree recorded in two folders, or of two commits whose code only moved, show no site
@@ -28,7 +29,7 @@ from typing import Any
 from tripwire.bitwise.trajectory import TrajectoryReport, compare_trajectories
 from tripwire.common.context import mismatches
 from tripwire.outside.result import Result, SyncSummary
-from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, merge_callers
+from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, merge_callers, via_label
 from tripwire.telemetry.counts import diff_counts
 from tripwire.telemetry.payloads import compare_payloads
 
@@ -97,7 +98,7 @@ class SiteChange:
             counts = f"×{self.after if self.change == 'NEW' else self.before}"
         else:
             counts = f"×{self.before} -> ×{self.after}"
-        inside = f"  (inside torch: {record.via})" if record.via else ""
+        inside = f"  ({via_label(record.kind)}: {record.via})" if record.via else ""
         where = f"{record.site} in {record.function}"
         origin = f" (was {self.origin.site} in {self.origin.function})" if self.origin is not None else ""
         return f"{self.change:<5} {record.region!r} {where}{origin}  {counts} [{record.kind}]  `{record.text}`{inside}"
@@ -190,13 +191,49 @@ def _by_identity(records: Iterable[SiteRecord]) -> dict[str, tuple[int, SiteReco
 
 def compare_syncs(a: SyncSummary, b: SyncSummary) -> Verdict:
     """Region totals, the typical iteration and every site change."""
+    return compare_events("syncs", "syncs", a, b)
+
+
+def compare_compile(a: SyncSummary | None, b: SyncSummary | None) -> Verdict:
+    """What torch.compile did, compared like syncs: a NEW graph break named at its line, a recompile with the guard
+    that failed; `n/a` when a side was recorded before compilation was counted."""
+    if a is None or b is None:
+        side = "A" if a is None else "B"
+        return Verdict("compile", NOT_COMPARED, f"{side} was recorded before compilation was counted")
+    return compare_events("compile", "compilation events", a, b)
+
+
+def _event_kind(check: str, changes: Sequence[SiteChange]) -> str:
+    """What kind of difference a site-level change is: for syncs more or fewer of them, for compilation the most
+    telling kind among new or grown sites (a graph break, a recompile, a fallback to eager)."""
+    grown = [change for change in changes if change.change in ("NEW", "GREW")]
+    if check == "syncs":
+        return "new sync" if grown else "fewer syncs" if changes else "count"
+    kinds = {change.record.kind for change in grown}
+    for kind, name in COMPILE_KINDS:
+        if kind in kinds:
+            return name
+    return "compile change"
+
+
+# the kind of compilation change, most telling first (`tripwire.compile.trace`'s kinds)
+COMPILE_KINDS = (
+    ("compile:graph_break", "graph break"),
+    ("compile:disable", "graph break"),
+    ("compile:recompile", "recompile"),
+    ("compile:eager", "eager fallback"),
+)
+
+
+def compare_events(check: str, noun: str, a: SyncSummary, b: SyncSummary) -> Verdict:
+    """Region totals, the typical iteration and every site change of one kind of event (syncs, compilation)."""
     changes = site_changes(a.records, b.records)
     totals_a, totals_b = a.counts_by_region(), b.counts_by_region()
     regions = [r for r in sorted(set(totals_a) | set(totals_b)) if totals_a.get(r, 0) != totals_b.get(r, 0)]
     moved = [change for change in changes if change.change == "MOVED" and change.before == change.after]
     if len(moved) == len(changes) and not regions:
         note = f"; {len(moved)} site(s) moved, as often" if moved else ""
-        return Verdict("syncs", SAME, f"identical ({b.total} syncs{note})", tuple(c.format() for c in moved))
+        return Verdict(check, SAME, f"identical ({b.total} {noun}{note})", tuple(c.format() for c in moved))
     details = [f"region {r!r}: {totals_a.get(r, 0)} -> {totals_b.get(r, 0)}" for r in regions]
     typical_a, typical_b = a.typical_iteration(), b.typical_iteration()
     if a.iterations and b.iterations and typical_a != typical_b:
@@ -204,9 +241,9 @@ def compare_syncs(a: SyncSummary, b: SyncSummary) -> Verdict:
         details.append(f"per iteration: {', '.join(p for p in per if p.split()[1] != p.split()[3])}")
     details += [line for change in changes for line in change.format_lines()]
     head = changes[0].format() if changes else details[0]
-    kinds = {change.change for change in changes}
-    kind = "new sync" if kinds & {"NEW", "GREW"} else "fewer syncs" if kinds & {"GONE", "FEWER"} else "count"
-    return Verdict("syncs", DIFFERS, f"{b.total - a.total:+d} syncs; {head}", tuple(details), kind)
+    return Verdict(
+        check, DIFFERS, f"{b.total - a.total:+d} {noun}; {head}", tuple(details), _event_kind(check, changes)
+    )
 
 
 def compare_trajectory(a: Result, b: Result) -> Verdict:
@@ -266,11 +303,12 @@ def compare_results(a: Result, b: Result, *, a_label: str = "", b_label: str = "
     context = mismatches(a.context, b.context)
     verdicts = [run, Verdict("context", NOTE if context else SAME, "; ".join(context) or "same", tuple(context))]
     if a.ok and b.ok:
-        verdicts += [compare_trajectory(a, b), compare_syncs(a.syncs, b.syncs), *compare_telemetry(a, b)]
+        verdicts += [compare_trajectory(a, b), compare_syncs(a.syncs, b.syncs), compare_compile(a.compile, b.compile)]
+        verdicts += compare_telemetry(a, b)
     else:
         verdicts += [
             Verdict(check, NOT_COMPARED, "not compared: a side did not run to the end")
-            for check in ("trajectory", "syncs", "telemetry", "payloads")
+            for check in ("trajectory", "syncs", "compile", "telemetry", "payloads")
         ]
     return Comparison(labels[0], labels[1], tuple(verdicts))
 
@@ -296,4 +334,13 @@ def _label(result: Result) -> str:
     return f"{where}" + (f" ({commit[:12]})" if commit else "")
 
 
-__all__: list[Any] = ["Comparison", "SiteChange", "Verdict", "compare_results", "compare_syncs", "site_changes"]
+__all__: list[Any] = [
+    "Comparison",
+    "SiteChange",
+    "Verdict",
+    "compare_compile",
+    "compare_events",
+    "compare_results",
+    "compare_syncs",
+    "site_changes",
+]

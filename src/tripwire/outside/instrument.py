@@ -14,11 +14,11 @@ attribute, or a reference taken before binding (`step = opt.step` at import time
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
 import random
-import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,18 +26,33 @@ from typing import Any
 import torch
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
+from tripwire.compile.counter import CompileCounter
+from tripwire.outside.stand import stand_in
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Scenario, ScenarioError, parse_target
 from tripwire.sync import hot_path, ignore_syncs
 from tripwire.sync.counter import SyncCounter
+from tripwire.sync.dynamo import dynamo_skips_tripwire
 
 
 @dataclass
 class Session:
-    """Where the instruments deliver: the sync counter, the trajectory recorder and the captured events."""
+    """Where the instruments deliver: the sync counter, the trajectory recorder, the captured events and the
+    compilation counter (iteration marks go to both counters)."""
 
     counter: SyncCounter
     recorder: TrajectoryRecorder
     events: list[dict[str, Any]] = field(default_factory=list)
+    compiles: CompileCounter | None = None
+
+    def start_iteration(self) -> None:
+        for log in (self.counter, self.compiles):
+            if log is not None:
+                log.start_iteration()
+
+    def mark_iteration(self) -> None:
+        for log in (self.counter, self.compiles):
+            if log is not None:
+                log.mark_iteration()
 
 
 def rng_states() -> dict[str, Any]:
@@ -114,7 +129,7 @@ class TargetHooks:
         number = self.calls
         iteration = self.iteration
         if iteration is not None and iteration.at == "start" and (number - 1) % iteration.every == 0:
-            self.session.counter.start_iteration()
+            self.session.start_iteration()
         if self.region is not None:
             with self.region:
                 result = original(*args, **kwargs)
@@ -127,7 +142,7 @@ class TargetHooks:
         for event in self.event_calls:
             self.session.events.append(self._event(event, original, args, kwargs))
         if iteration is not None and iteration.at == "end" and number % iteration.every == 0:
-            self.session.counter.mark_iteration()
+            self.session.mark_iteration()
         return result
 
     def _bind(self, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -169,22 +184,6 @@ class TargetHooks:
         label = arguments.pop(event.label) if event.label in arguments else event.label
         data = {name: jsonable(value) for name, value in arguments.items() if not event.fields or name in event.fields}
         return {"event_type": str(label), "data": data}
-
-
-class Stand:
-    """The stand-in for a replaced callable: calls `hooks.call(original, ...)`, and binds like a function does (a
-    method stays a method). It carries the original's name, docstring and attributes (`functools.update_wrapper`)."""
-
-    def __init__(self, original: Any, hooks: TargetHooks) -> None:
-        functools.update_wrapper(self, original)
-        self._original = original
-        self._hooks = hooks
-
-    def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        return self if instance is None else types.MethodType(self, instance)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._hooks.call(self._original, args, kwargs)
 
 
 @dataclass
@@ -234,6 +233,7 @@ class Instrumentation:
         self.hooks: dict[str, TargetHooks] = {}
         self._patches: list[_Patch] = []
         self.bound: set[str] = set()
+        self._skipping: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         renames = dict(renames or {})
         for region in scenario.regions:
             self._hooks_for(region.target, renames).region = hot_path(region.name)
@@ -254,17 +254,22 @@ class Instrumentation:
         return self.hooks[target]
 
     def __enter__(self) -> Instrumentation:
+        self._skipping = dynamo_skips_tripwire()
+        self._skipping.__enter__()
         try:
             for target in self.hooks:
                 if parse_target(target)[0] != "__main__":
                     self._bind(target, None)
         except BaseException:
-            self.restore()
+            self.__exit__(None, None, None)
             raise
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.restore()
+        try:
+            self.restore()
+        finally:
+            self._skipping.__exit__(None, None, None)
 
     def bind_namespace(self, module_name: str, namespace: Mapping[str, Any]) -> None:
         """Bind the pending targets of `module_name` (`__main__`) that `namespace` now defines."""
@@ -293,12 +298,12 @@ class Instrumentation:
     def _stand_in(self, target: str, raw: Any) -> Any:
         hooks = self.hooks[target]
         if isinstance(raw, staticmethod):
-            return staticmethod(Stand(raw.__func__, hooks))
+            return staticmethod(stand_in(raw.__func__, hooks.call))
         if isinstance(raw, classmethod):
-            return classmethod(Stand(raw.__func__, hooks))
+            return classmethod(stand_in(raw.__func__, hooks.call))
         if not callable(raw):
             raise ScenarioError(f"target {target}: {type(raw).__name__} is not a function or method")
-        return Stand(raw, hooks)
+        return stand_in(raw, hooks.call)
 
     def restore(self) -> None:
         """Put every original back, newest first."""
@@ -320,4 +325,4 @@ class Instrumentation:
         return {target: hooks.calls for target, hooks in self.hooks.items()}
 
 
-__all__: Sequence[str] = ["Instrumentation", "Session", "Stand", "TargetHooks", "object_state", "rng_states"]
+__all__: Sequence[str] = ["Instrumentation", "Session", "TargetHooks", "object_state", "rng_states"]

@@ -1,9 +1,9 @@
 """Record one result: run a scenario on a source tree in this process, with every instrument in place.
 
-`record(scenario, root)` puts the tree's import roots first on `sys.path`, applies the adapters whose condition
-holds for this tree, runs the scenario's entry under a `SyncCounter` (call sites relative to `root`) and its
-`Instrumentation`, and returns a `tripwire.outside.result.Result`. A failure of the code under test is a `crash` with a
-one-line cause (its exception and the innermost line of the tree it came from); a scenario that cannot be set up
+`record(scenario, root)` puts the tree's import roots first on `sys.path`, applies the adapters whose condition holds
+for this tree, runs the scenario's entry under a `SyncCounter` and a `CompileCounter` (call sites relative to `root`)
+and its `Instrumentation`, and returns a `tripwire.outside.result.Result`. A failure of the code under test is a `crash`
+with a one-line cause (its exception and the innermost line of the tree it came from); a scenario that cannot be set up
 (a target that does not exist in this tree) is an `error`; a scenario that raises `NotApplicable` is `n/a`. Modules
 imported from the tree are unloaded afterwards, and everything patched is restored.
 """
@@ -27,11 +27,13 @@ import torch
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.common.context import capture_context
+from tripwire.compile.counter import CompileCounter
 from tripwire.outside.instrument import Instrumentation, Session, _resolve
 from tripwire.outside.launch import module_path, run_main
 from tripwire.outside.result import Result, SyncSummary
 from tripwire.scenario import Adapter, NotApplicable, Scenario, ScenarioError, Tree
 from tripwire.sync.counter import SyncCounter
+from tripwire.sync.log import EventLog
 from tripwire.sync.sites import group_records
 from tripwire.telemetry.counts import load_events, reduce_events
 from tripwire.telemetry.payloads import payload_trajectory
@@ -191,14 +193,15 @@ def record(
         keep = scenario.keep_values if keep_values is None else keep_values
         recorder = TrajectoryRecorder(context, keep_values=keep)
         counter = SyncCounter(root=tree.root)
-        session = Session(counter, recorder)
+        compiles = CompileCounter(root=tree.root)
+        session = Session(counter, recorder, compiles=compiles)
         instrumentation = Instrumentation(scenario, session, renames)
         status, cause, trace = "ok", "", ""
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
             try:
                 with _adapted(adapters):
-                    with instrumentation, counter:
+                    with instrumentation, compiles, counter:
                         _run_entry(scenario, tree, argv, instrumentation)
                     unbound = instrumentation.unbound()
                     if unbound:
@@ -216,6 +219,8 @@ def record(
             events = list(session.events) + _event_files(scenario, folder)
     result = Result(scenario.name, status, cause, context, source, seconds, traceback=trace)
     result.syncs = _summary(counter, [region.name for region in scenario.regions])
+    result.compile = _summary(compiles, [region.name for region in scenario.regions])
+    result.notes.extend(compiles.notes)
     result.calls = instrumentation.calls()
     result.trajectory, result.values = recorder.trajectory, (recorder.values if keep else None)
     if recorder.values_truncated_at:
@@ -253,7 +258,7 @@ def _never_called(calls: Mapping[str, int]) -> list[str]:
     return [f"target {target} was never called" for target, count in sorted(calls.items()) if count == 0]
 
 
-def _summary(counter: SyncCounter, declared: Sequence[str]) -> SyncSummary:
+def _summary(counter: EventLog, declared: Sequence[str]) -> SyncSummary:
     setup, iterations, tail = counter.segments()
     return SyncSummary(
         group_records(counter.events),

@@ -4,8 +4,9 @@ A result folder holds:
 
     result.json       status (ok, crash, n/a or error, with a one-line cause), the determinism context, the source
                       root and commit, syncs per region, per iteration and per call site (with each site's source
-                      line and the project lines that called its function, `tripwire.sync.sites.Caller`), telemetry
-                      counts, and what was not measured
+                      line and the project lines that called its function, `tripwire.sync.sites.Caller`), what
+                      torch.compile did (graph breaks, recompiles, frames, graphs, eager fallbacks: `compile`, kept
+                      the same way), telemetry counts, and what was not measured
     trajectory.json   the checkpoints' digests and specs (`tripwire.bitwise.trajectory`)
     payloads.json     a digest of every event payload field (`tripwire.telemetry.payloads`), when the run had events
     values.pt         the checkpoints' values, each distinct tensor once (or in a store shared by a history walk's
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.common.errors import GoldenFileError, read_golden_json
-from tripwire.sync.sites import SiteRecord, site_key
+from tripwire.sync.sites import SiteRecord, site_key, via_label
 
 FORMAT = "tripwire-result/1"
 STATUSES = ("ok", "crash", "n/a", "error")
@@ -118,6 +119,8 @@ class Result:
     source: dict[str, Any] = field(default_factory=dict)  # root, commit, scenario file
     seconds: float = 0.0
     syncs: SyncSummary = field(default_factory=SyncSummary)
+    # what torch.compile did (`tripwire.compile`), kept like syncs; None: recorded before compilation was counted
+    compile: SyncSummary | None = None
     telemetry: dict[str, Any] | None = None  # `TelemetryCounts.to_snapshot()` of the run's events
     notes: list[str] = field(default_factory=list)  # what was not measured, and why
     calls: dict[str, int] = field(default_factory=dict)  # how often each instrumented target was called
@@ -136,8 +139,10 @@ class Result:
         if self.status != "ok":
             return f"{self.status}: {self.cause}"
         events = f", {self.telemetry.get('total', 0)} events" if self.telemetry else ""
+        compiled = self.compile.total if self.compile is not None else 0
+        compiled_text = f", {compiled} compilation events" if compiled else ""
         checkpoints = len(self.trajectory) if self.trajectory is not None else 0
-        return f"ok in {self.seconds:.1f} s: {checkpoints} checkpoints, {self.syncs.total} syncs{events}"
+        return f"ok in {self.seconds:.1f} s: {checkpoints} checkpoints, {self.syncs.total} syncs{compiled_text}{events}"
 
     def save(self, folder: str | Path, *, values_store: str | Path | None = None) -> Path:
         """Write the result folder (see the module docstring); files of an earlier result there are replaced. With
@@ -166,6 +171,7 @@ class Result:
             "context": dict(sorted(self.context.items())),
             "source": self.source,
             "syncs": self.syncs.to_json(),
+            "compile": None if self.compile is None else self.compile.to_json(),
             "telemetry": self.telemetry,
             "calls": dict(sorted(self.calls.items())),
             "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
@@ -196,6 +202,7 @@ class Result:
             source=dict(data.get("source", {})),
             seconds=float(data.get("seconds", 0.0)),
             syncs=SyncSummary.from_json(data.get("syncs", {})),
+            compile=SyncSummary.from_json(data["compile"]) if isinstance(data.get("compile"), Mapping) else None,
             telemetry=data.get("telemetry"),
             notes=[str(note) for note in data.get("notes", [])],
             calls=dict(data.get("calls", {})),
@@ -210,6 +217,6 @@ def describe_sites(records: Sequence[SiteRecord]) -> list[str]:
     """One line per site: `region  file:line in function  [kind×n]  `source line``."""
     return [
         f"{record.region}  {record.site} in {record.function}  [{record.kind}×{record.count}]  `{record.text}`"
-        + (f"  (inside torch: {record.via})" if record.via else "")
+        + (f"  ({via_label(record.kind)}: {record.via})" if record.via else "")
         for record in records
     ]

@@ -74,6 +74,8 @@ class SyncBudget:
     per_iteration: dict[str, int] = field(default_factory=dict)
     # region -> key -> line -> caller identity -> count; None: the file has no `callers` section
     callers: dict[str, dict[str, dict[str, dict[str, int]]]] | None = None
+    # what torch.compile may do (`tripwire.compile`), budgeted the same way; None: the file has no `compile` section
+    compile: SyncBudget | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> SyncBudget:
@@ -108,6 +110,9 @@ class SyncBudget:
                 f"{source}: 'callers' must map region names to {{site key: {{line: {{caller: count}}}}}}"
             )
         context = data.get("context", {})
+        compiled = data.get("compile")
+        if compiled is not None and not isinstance(compiled, Mapping):
+            raise GoldenFileError(f"{source}: 'compile' must be a budget object like the file itself")
         return cls(
             regions=dict(regions),
             sites={str(region): dict(entries) for region, entries in sites.items()},
@@ -124,6 +129,7 @@ class SyncBudget:
                 }
                 for region, keys in callers.items()
             },
+            compile=None if compiled is None else cls.from_dict(compiled, f"{source} (compile)"),
         )
 
     @classmethod
@@ -148,6 +154,7 @@ class BudgetReport:
     sites_known: bool = True
     old_format: bool = False
     per_iteration: tuple[IterationProblem, ...] = ()
+    what: str = "sync"  # "compile": the report of a budget's `compile` section
 
     @property
     def ok(self) -> bool:
@@ -159,13 +166,14 @@ class BudgetReport:
         failing = len(self.over) + len(self.unbudgeted) + len(self.per_iteration)
         failing += len(self.under) if self.strict else 0
         where = f" ({self.source})" if self.source else ""
-        lines = [f"sync budget exceeded in {failing} region(s){where}:" if failing else f"sync budget ok{where}"]
+        what, events = self.what, "syncs" if self.what == "sync" else "compilation events"
+        lines = [f"{what} budget exceeded in {failing} region(s){where}:" if failing else f"{what} budget ok{where}"]
         for problem in self.over:
             excess = problem.count - (problem.budget or 0)
-            lines.append(f"  region {problem.region!r}: {problem.count} syncs, budget {problem.budget} (+{excess})")
+            lines.append(f"  region {problem.region!r}: {problem.count} {events}, budget {problem.budget} (+{excess})")
             lines.extend(site_lines(problem, self.sites_known))
         for problem in self.unbudgeted:
-            lines.append(f"  unbudgeted region {problem.region!r}: {problem.count} syncs, no budget entry")
+            lines.append(f"  unbudgeted region {problem.region!r}: {problem.count} {events}, no budget entry")
             lines.extend(site_lines(problem, self.sites_known))
         for iteration in self.per_iteration:
             shown = ", ".join(f"#{index} {count}" for index, count in iteration.iterations[:6])
@@ -181,7 +189,7 @@ class BudgetReport:
                 f"from {problem.budget} to {problem.count}"
             )
         if failing:
-            lines.append(f"  remove the syncs, or {_update_hint()}")
+            lines.append(f"  remove the {events}, or {_update_hint()}")
         if self.old_format:
             lines.append("  (an old-format budget keyed by file:line: sites matched by file only; regenerate it)")
         return "\n".join(lines)
@@ -218,9 +226,11 @@ def check_budget(
     budget: SyncBudget,
     *,
     strict: bool = False,
+    what: str = "sync",
 ) -> BudgetReport:
     """Compare per-region counts with `budget` (totals, and per iteration when it has `per_iteration`); pass the
-    counter itself to get call sites in the report."""
+    counter itself to get call sites in the report. `what` names the events in the report ("compile": a
+    `CompileCounter` against a budget's `compile` section)."""
     if isinstance(counter_or_counts, CountSource):
         source: CountSource | None = counter_or_counts
         counts = counter_or_counts.counts_by_region()
@@ -252,6 +262,7 @@ def check_budget(
         source is not None,
         old_format,
         _iteration_problems(source, budget),
+        what,
     )
 
 
@@ -262,9 +273,11 @@ def budget_payload(
     lines: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
     per_iteration: Mapping[str, int] | None = None,
     callers: Mapping[str, Mapping[str, Mapping[str, Mapping[str, int]]]] | None = None,
+    compile: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON form `write_budget` writes (keys sorted, plain ints; `lines` and `per_iteration` when given,
-    `callers` always: `tripwire.sync.sites.callers_by_line`, `{}` when not given)."""
+    `callers` always: `tripwire.sync.sites.callers_by_line`, `{}` when not given; `compile`, a budget payload of
+    compilation events, when given)."""
     payload: dict[str, Any] = {
         "context": dict(sorted((context or {}).items())),
         "regions": {str(region): int(counts[region]) for region in sorted(counts)},
@@ -293,6 +306,8 @@ def budget_payload(
     }
     if per_iteration:
         payload["per_iteration"] = {str(region): int(n) for region, n in sorted(per_iteration.items())}
+    if compile is not None:
+        payload["compile"] = dict(compile)
     return payload
 
 
@@ -304,11 +319,13 @@ def write_budget(
     lines: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
     per_iteration: Mapping[str, int] | None = None,
     callers: Mapping[str, Mapping[str, Mapping[str, Mapping[str, int]]]] | None = None,
+    compile: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a budget file (the regenerate path): sorted, indented JSON with a trailing newline."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(budget_payload(counts, sites, context, lines, per_iteration, callers), indent=2) + "\n"
+    payload = budget_payload(counts, sites, context, lines, per_iteration, callers, compile)
+    text = json.dumps(payload, indent=2) + "\n"
     path.write_text(text, encoding="utf-8")
     return path
 

@@ -24,6 +24,11 @@
 Host-bound copies (`.to(...)` and `copy_` towards the host, however spelled) are classified by
 `tripwire.sync.copies`.
 
+Under torch.compile the hooks stay out of what is compiled: while dynamo traces an op into a graph the function mode
+passes it through (`torch.compiler.is_compiling()`), the dispatch mode declares `ignore_compile_internals`, and
+tripwire's frames are on dynamo's skip list (`tripwire.sync.dynamo`). Syncs in a compiled function's eager parts
+(at its graph breaks) are counted as anywhere else.
+
 Reading failures: an event's kind names the hook that saw it; `implicit:<op>` names the aten op.
 """
 
@@ -38,11 +43,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.compiler import is_compiling
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tripwire.sync import state as sync
 from tripwire.sync.copies import copy_kind, to_kind
+from tripwire.sync.dynamo import dynamo_skips_tripwire
 
 _ROUTING_PROBES: dict[str, Callable[[torch.Tensor], object]] = {
     "__bool__": bool,
@@ -115,6 +122,7 @@ class Installation:
     function_mode: TorchFunctionMode | None = None
     dispatch_mode: TorchDispatchMode | None = None
     restores: list[tuple[Any, str, bool, Any]] = field(default_factory=list)
+    skipping: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # `tripwire.sync.dynamo`
 
 
 def _call_counted(kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -140,6 +148,13 @@ class _ExplicitSyncMode(TorchFunctionMode):
     ) -> Any:
         if kwargs is None:
             kwargs = {}
+        if is_compiling():  # dynamo is tracing this call into a graph: the op as it is (a sync breaks the graph)
+            method = getattr(func, "__module__", None) == "torch._tensor"
+            if method and getattr(torch.Tensor, func.__name__, None) is func:
+                # a tensor method written in Python (`backward`): called as the user called it, so dynamo handles
+                # it as it does without a mode, not by tracing the method's body
+                return getattr(args[0], func.__name__)(*args[1:], **kwargs)
+            return func(*args, **kwargs)
         kind = _SIMPLE_KINDS.get(func)
         if kind is None:
             if func is torch.Tensor.to:
@@ -187,6 +202,13 @@ def _implicit_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
 
 class _ImplicitSyncMode(TorchDispatchMode):
     """Dispatch mode recording data-dependent aten ops (see the module docstring)."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let torch.compile compile while this mode is active: without it dynamo skips every frame under a dispatch
+        mode and runs it eagerly, so counting would change what is counted. The mode still sees the ops compiled
+        code dispatches at run time (all of them with the eager backends, inductor's fallbacks with inductor)."""
+        return True
 
     def __torch_dispatch__(
         self,
@@ -297,6 +319,7 @@ def install(*, implicit: bool) -> Installation:
     global _dispatch_installed
     installation = Installation()
     try:
+        installation.skipping.enter_context(dynamo_skips_tripwire())
         if not sync._STATE.counters:
             sync._set_skip_prefixes((os.path.dirname(torch.__file__) + os.sep, sync._TRIPWIRE_DIR))
             routed_dunders()
@@ -339,3 +362,4 @@ def uninstall(installation: Installation) -> None:
             else:
                 delattr(owner, name)
         installation.restores.clear()
+        installation.skipping.close()

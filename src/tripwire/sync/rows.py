@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, site_key
+from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, site_key, via_label
 
 __all__ = [
     "CountSource",
@@ -102,7 +102,8 @@ def site_lines(problem: RegionProblem, sites_known: bool) -> list[str]:
         function = f" in {site.function}" if site.function else ""
         was = f" (was {site.was})" if site.was is not None else ""
         text = f"  `{site.text}`" if site.text and (site.new or site.was is not None) else ""
-        inside = f"  (inside torch: {', '.join(site.via)})" if site.via else ""
+        label = via_label(next(iter(site.kinds), ""))
+        inside = f"  ({label}: {', '.join(site.via)})" if site.via else ""
         lines.append(f"    {site.marker}{site.site}{function}  ×{site.count}{was}  [{kinds}]{text}{inside}")
         lines.extend(f"        {change.format()}" for change in site.callers[:SHOWN_CALLERS])
         if len(site.callers) > SHOWN_CALLERS:

@@ -37,6 +37,12 @@ def line_identity(text: str, via: str, line: int) -> str:
     return f"{identity}  <- {via}" if via else identity
 
 
+def via_label(kind: str) -> str:
+    """What an event's `via` says: the torch code that synced on a line's behalf, or, for a compilation event
+    (`compile:...`), why dynamo did what it did."""
+    return "reason" if kind.startswith("compile:") else "inside torch"
+
+
 @dataclass(frozen=True, order=True)
 class SiteRecord:
     """Syncs counted at one call site: where (`file:line` and function), what kind, on whose behalf, how many."""

@@ -7,7 +7,9 @@ module level: the hooks deliver events here, the counter installs the hooks when
 
 from __future__ import annotations
 
+import importlib.util
 import linecache
+import logging
 import os
 import sys
 import sysconfig
@@ -115,6 +117,37 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
         if implicit and not counter.implicit:
             continue
         counter.events.append(event)
+
+
+def event_at(kind: str, filename: str, line: int, function: str, reason: str = "") -> SyncEvent:
+    """An event named at a given line (what dynamo reports, not the frame running now), in this thread's current
+    region, with the project frames running now as its callers (innermost first): whoever called the compiled code."""
+    regions = _LOCAL.regions
+    region = regions[-1][1] if regions else OUTSIDE
+    path = "/".join(name for _, name in regions) if regions else OUTSIDE
+    relative = _STATE.relative.get(filename)
+    if relative is None:
+        relative = _STATE.relative[filename] = relative_path(filename)
+    frame: FrameType | None = sys._getframe(1)
+    prefixes = _STATE.skip_prefixes
+    while frame is not None and frame.f_code.co_filename.startswith((*prefixes, _LOGGING_FILE)):
+        frame = frame.f_back  # tripwire's handler, the logging module that called it, torch's compiler
+    callers, caller_text = _callers(frame)
+    return SyncEvent(kind, region, f"{relative}:{line}", function, path, reason, filename, callers, caller_text)
+
+
+_LOGGING_FILE = logging.__file__ or "logging/__init__.py"
+
+
+def ensure_skipped() -> None:
+    """Skip torch's and tripwire's frames when call sites are looked up (as `SyncCounter`'s hooks do); torch need not
+    be imported."""
+    module = sys.modules.get("torch")
+    spec = None if module is not None else importlib.util.find_spec("torch")
+    origin = getattr(module, "__file__", None) or (spec.origin if spec is not None else None)
+    prefixes = (os.path.dirname(origin) + os.sep, _TRIPWIRE_DIR) if origin else (_TRIPWIRE_DIR,)
+    if _STATE.skip_prefixes != prefixes:
+        _set_skip_prefixes(prefixes)
 
 
 # torch's own dispatch machinery: never "the torch code behind a sync", only the road to the hook.

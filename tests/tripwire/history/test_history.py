@@ -58,7 +58,7 @@ def test_each_difference_says_where_what_kind_and_how_big(walk: dict[str, Any]) 
 def test_the_report_comes_as_markdown_json_and_a_picture(walk: dict[str, Any]) -> None:
     out = walk["root"] / "out"
     table = (out / "history.md").read_text()
-    assert "| commit | subject | step | trajectory | syncs | telemetry | payloads |" in table
+    assert "| commit | subject | step | trajectory | syncs | compile | telemetry | payloads |" in table
     assert (out / "history.png").stat().st_size > 1000 and (out / "history.svg").exists()
     assert walk["report"]["ran"] == len(walk["shas"])
 

@@ -1,0 +1,8 @@
+"""What torch.compile does, counted like syncs: graph breaks, recompiles, frames, graphs and eager fallbacks.
+
+- `trace`: dynamo's structured trace read into notes (kind, the user line, the function, the reason);
+- `counter`: `CompileCounter`, which records them per region, per source line with callers, and per iteration, in
+  the same event log as `tripwire.sync.counter.SyncCounter`, so budgets, results and reports read both alike.
+
+Importing this package loads nothing; `tripwire.compile.counter` and `tripwire.compile.trace` load no torch.
+"""

@@ -1,0 +1,46 @@
+"""The stand-in an instrument puts in front of a callable, and how torch.compile is kept from seeing it.
+
+`stand_in(original, call)` is a real function carrying the original's name, docstring and signature, so it binds
+like the original (a method stays a method) and `torch.compile` treats it like the original: compiling a bound
+method compiles a frame, not a callable object that dynamo would wrap in one of its own.
+
+Dynamo meets a stand-in in two ways, and `tripwire.sync.dynamo` tells it what to do with each:
+- as the top frame of a compiled call (the loop compiles a function an instrument stands in front of): tripwire's
+  frames are on dynamo's skip list, so the stand-in and its instruments run as they are, and the original is
+  compiled as its own frame, with its own name, exactly as without tripwire;
+- called from code dynamo is tracing (an instrument on a function that compiled code inlines): this file is on
+  dynamo's inline-when-called list, and `torch.compiler.is_compiling()` sends the trace straight to the original,
+  so the graph is the one the loop has without tripwire. An instrument cannot act inside a graph: such calls are
+  not counted, regioned or checkpointed (`calls` says how often the instrument ran).
+
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from torch.compiler import is_compiling
+
+from tripwire.sync.dynamo import inline_when_called
+
+__all__ = ["stand_in"]
+
+Call = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
+
+
+def stand_in(original: Any, call: Call) -> Callable[..., Any]:
+    """A function standing in for `original` that runs `call(original, args, kwargs)`; inside a graph dynamo traces,
+    `original` itself. (A closure: only a real function binds and compiles like the function it replaces.)"""
+
+    def stand(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return original(*args, **kwargs)
+        return call(original, args, kwargs)
+
+    functools.update_wrapper(stand, original)
+    return stand
+
+
+inline_when_called(__file__)

@@ -1,0 +1,107 @@
+"""Keeping torch.compile out of tripwire's own frames, so watching a compiled loop does not change what it compiles.
+
+While dynamo's frame callback is set (a compiled function is running), every Python frame that starts is a candidate
+for compilation: a counter's `__torch_function__` called for an op in eager code between two graphs, a region's
+`__enter__`, an instrument's stand-in. Compiled, they would add frames, graphs, breaks and recompiles that the loop
+does not have without tripwire. `dynamo_skips_tripwire()` puts tripwire's folder on dynamo's skip list, so its
+frames run as they are, and the files registered with `inline_when_called` (the instruments' stand-ins) on its
+inline-when-called list, so that code dynamo traces goes through them to the loop's own function.
+
+The lists are set once the loop has imported dynamo, not before (an import hook while a counter or instrument is
+active): importing dynamo costs about a second, which a loop that never compiles should not pay. Once set, they stay
+for the process (tripwire's frames are never worth compiling). Loads no torch itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["dynamo_skips_tripwire", "inline_when_called"]
+
+_INLINED: set[str] = set()
+
+
+def inline_when_called(path: str) -> None:
+    """Have dynamo trace into `path` when code it is tracing calls it (its frames stay skipped at the top)."""
+    _INLINED.add(path.replace("\\", "/"))
+    rules = sys.modules.get(f"{_DYNAMO}.trace_rules")
+    if rules is not None and getattr(rules, "_tripwire_skipped", False):
+        _register_inlined(rules)
+
+
+_DYNAMO = "torch._dynamo"
+
+
+def _skip_tripwire() -> None:
+    """Put tripwire's folder on dynamo's skip list, and the stand-ins on its inline-when-called list and among the
+    files `torch.compile` calls as they are (not wrapped in a frame of its own), once."""
+    rules = sys.modules.get(f"{_DYNAMO}.trace_rules")
+    if rules is None or getattr(rules, "_tripwire_skipped", False):
+        return
+    _register_inlined(rules)
+    rules.add("tripwire")  # also recompiles the skip list's pattern
+    rules._tripwire_skipped = True  # type: ignore[attr-defined]  # our mark on dynamo's module
+
+
+def _register_inlined(rules: Any) -> None:
+    inline = getattr(rules, "BUILTIN_INLINE_WHEN_CALLED", None)
+    if isinstance(inline, set):
+        inline.update(_INLINED)
+    unwrapped = getattr(sys.modules.get(f"{_DYNAMO}.eval_frame"), "DONT_WRAP_FILES", None)
+    if isinstance(unwrapped, set):
+        unwrapped.update(_INLINED)
+
+
+class _SkipTripwireOnImport(importlib.abc.MetaPathFinder):
+    """Runs `_skip_tripwire` as soon as the loop has imported dynamo, before anything compiles."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name != _DYNAMO:
+            return None
+        for finder in sys.meta_path:
+            if isinstance(finder, _SkipTripwireOnImport) or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _SkippingLoader(spec.loader)
+                return spec
+        return None
+
+
+class _SkippingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        _skip_tripwire()
+
+
+_FINDER = _SkipTripwireOnImport()
+_USERS = [0]  # active `dynamo_skips_tripwire` blocks: the import hook stays while any is open
+
+
+@contextlib.contextmanager
+def dynamo_skips_tripwire() -> Iterator[None]:
+    """While active (and from then on, once dynamo is imported), dynamo runs tripwire's frames as they are."""
+    if _DYNAMO in sys.modules:
+        _skip_tripwire()
+        yield
+        return
+    if not _USERS[0]:
+        sys.meta_path.insert(0, _FINDER)
+    _USERS[0] += 1
+    try:
+        yield
+    finally:
+        _USERS[0] -= 1
+        if not _USERS[0] and _FINDER in sys.meta_path:
+            sys.meta_path.remove(_FINDER)

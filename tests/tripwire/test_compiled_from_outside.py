@@ -1,0 +1,170 @@
+"""tripwire on a loop that compiles itself: breaks and recompiles named from outside, and watching changes nothing.
+
+The loop (`loops/compiled_script.py`) compiles its policy step, its GAE (fullgraph) and its update as LeanRL's
+`ppo_continuous_action_torchcompile.py` does; each test copies it into a folder of its own, a variant carries one
+injected change, and the scenario (`loops/compiled_script_scenario.py`) places regions on two of the functions the loop
+compiles. The `eager` backend keeps the tests fast; dynamo breaks and recompiles the same way whatever the backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import runpy
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from tripwire.compile.counter import CompileCounter
+from tripwire.outside.commands import budget_main
+from tripwire.outside.compare import compare_results
+from tripwire.outside.record import record
+from tripwire.outside.result import Result
+from tripwire.scenario import load_scenario
+
+LOOPS = Path(__file__).parent / "loops"
+SCRIPT = LOOPS / "compiled_script.py"
+SCENARIO = load_scenario(LOOPS / "compiled_script_scenario.py")
+
+# A log line inside the compiled policy step: a graph break, and no sync, no value changed.
+BREAK = ("        logits = self.actor(x)\n", "        logits = self.actor(x)\n        print('policy step')\n")
+# A discount that changes every iteration, passed to the compiled GAE as a Python float: it recompiles.
+RECOMPILE = (
+    "gae(next_value, next_done, rewards, dones, values, args.gamma, args.gae_lambda)",
+    "gae(next_value, next_done, rewards, dones, values, args.gamma - 0.001 * iteration, args.gae_lambda)",
+)
+
+
+def checkout(folder: Path, change: tuple[str, str] | None = None) -> Path:
+    folder.mkdir(parents=True)
+    text = SCRIPT.read_text(encoding="utf-8")
+    if change is not None:
+        assert change[0] in text, change
+        text = text.replace(*change)
+    (folder / SCRIPT.name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def run(folder: Path) -> Result:
+    torch._dynamo.reset()
+    result = record(SCENARIO, folder)
+    assert result.status == "ok", result.cause
+    return result
+
+
+def line_of(folder: Path, text: str) -> int:
+    lines = (folder / SCRIPT.name).read_text(encoding="utf-8").splitlines()
+    return next(number for number, line in enumerate(lines, 1) if text in line)
+
+
+@pytest.fixture(scope="module")
+def base_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkout(tmp_path_factory.mktemp("base") / "checkout")
+
+
+@pytest.fixture(scope="module")
+def base(base_folder: Path) -> Result:
+    return run(base_folder)
+
+
+def test_what_the_loop_compiles_is_recorded_per_region_and_line(base: Result, base_folder: Path) -> None:
+    assert base.compile is not None
+    by_kind = Counter()
+    for record_ in base.compile.records:
+        by_kind[record_.kind] += record_.count
+    assert by_kind["compile:frame"] >= 3 and by_kind["compile:graph"] >= 3  # policy, GAE, the update
+    assert base.compile.counts_by_region()["policy"] > 0  # the region placed on the compiled policy step
+    assert base.calls["__main__:Agent.get_action_and_value"] == 64  # the region ran at every compiled call
+    breaks = {(r.line, r.via) for r in base.compile.records if r.kind == "compile:graph_break"}
+    assert (line_of(base_folder, "loss.backward()"), "Unsupported Tensor.backward() call") in breaks
+    steady = base.compile.iterations[1:]
+    assert steady and all(not counts for counts in steady)  # everything compiles in the first iteration
+
+
+def test_watching_from_outside_compiles_what_the_loop_compiles_alone(base: Result, base_folder: Path) -> None:
+    """The same graphs, ops in them and breaks by torch's own counters, and the same frames, graphs, breaks and
+    recompiles at the same lines, as the loop run alone (only dynamo's structured trace read): regions on compiled
+    functions and the sync counter's modes change nothing."""
+    from torch._dynamo.utils import counters
+
+    def torch_counts() -> dict[str, int]:  # not "frames": it also counts the frames dynamo looks at and skips
+        return {
+            "ops in graphs": counters["stats"]["calls_captured"],
+            "graphs": counters["stats"]["unique_graphs"],
+            "breaks": sum(counters["graph_break"].values()),
+        }
+
+    torch._dynamo.reset()
+    counters.clear()
+    saved_argv = sys.argv
+    sys.argv = [str(base_folder / SCRIPT.name), *SCENARIO.argv]
+    try:
+        with CompileCounter(root=base_folder) as alone, contextlib.redirect_stdout(None):
+            runpy.run_path(str(base_folder / SCRIPT.name), run_name="__main__")
+    finally:
+        sys.argv = saved_argv
+    alone_counts = torch_counts()
+    torch._dynamo.reset()
+    counters.clear()
+    watched = run(base_folder)
+    assert torch_counts() == alone_counts and alone_counts["breaks"] >= 2
+    assert watched.compile is not None
+
+    def lines(records: list) -> Counter:  # type: ignore[type-arg]
+        return Counter((r.kind, r.line, r.function, r.via) for r in records for _ in range(r.count))
+
+    assert lines(watched.compile.records) == lines(alone.site_records())
+
+
+def test_an_unchanged_loop_compares_identical(base: Result, tmp_path: Path) -> None:
+    comparison = compare_results(base, run(checkout(tmp_path / "again")))
+    assert comparison.ok, comparison.format()
+    assert comparison.verdict("compile").summary.startswith("identical (")
+
+
+def test_a_graph_break_added_in_a_compiled_function_is_named_at_its_line(base: Result, tmp_path: Path) -> None:
+    folder = checkout(tmp_path / "broken", BREAK)
+    comparison = compare_results(base, run(folder))
+    verdict = comparison.verdict("compile")
+    assert verdict.status == "differs" and verdict.kind == "graph break", comparison.format()
+    line = line_of(folder, "print('policy step')")
+    new = [d for d in verdict.details if d.startswith("NEW") and "compile:graph_break" in d]
+    named = f"compiled_script.py:{line} in Agent.get_action_and_value"
+    shown = "[compile:graph_break]  `print('policy step')`  (reason: Failed to trace builtin operator)"
+    # met where the loop compiles the policy step, and where the compiled update inlines it
+    assert {d.split()[1] for d in new} == {"'policy'", "'update'"}, new
+    assert all(named in d and d.endswith(shown) for d in new), new
+    assert comparison.verdict("trajectory").status == "same"  # no value changed: only the compile check sees it
+    assert comparison.verdict("syncs").status == "same"
+
+
+def test_a_python_number_that_changes_per_iteration_recompiles_by_name(base: Result, tmp_path: Path) -> None:
+    folder = checkout(tmp_path / "recompiling", RECOMPILE)
+    result = run(folder)
+    comparison = compare_results(base, result)
+    verdict = comparison.verdict("compile")
+    assert verdict.status == "differs" and verdict.kind == "recompile", comparison.format()
+    assert result.compile is not None
+    recompiles = [r for r in result.compile.records if r.kind == "compile:recompile"]
+    assert recompiles and all(r.function == "gae" for r in recompiles)
+    assert any("gamma" in r.via for r in recompiles), [r.via for r in recompiles]
+    assert any(counts for counts in result.compile.iterations[1:])  # it recompiles in later iterations too
+
+
+def test_a_budget_written_from_the_base_fails_on_the_graph_break(
+    base_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch._dynamo.reset()
+    base_result = record(SCENARIO, base_folder)
+    base_result.save(tmp_path / "base")
+    assert budget_main(["write", str(tmp_path / "base"), str(tmp_path / "budget.json")]) == 0
+    assert budget_main(["check", str(tmp_path / "base"), str(tmp_path / "budget.json")]) == 0
+    broken = checkout(tmp_path / "broken", BREAK)
+    run(broken).save(tmp_path / "head")
+    capsys.readouterr()
+    assert budget_main(["check", str(tmp_path / "head"), str(tmp_path / "budget.json")]) == 1
+    out = capsys.readouterr().out
+    assert "sync budget ok" in out and "compile budget exceeded in 2 region(s)" in out, out
+    assert f"NEW compiled_script.py:{line_of(broken, 'print(')} in Agent.get_action_and_value" in out
