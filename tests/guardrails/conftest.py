@@ -78,6 +78,12 @@ def run_c_rollback(guardrail_dir: Path) -> ScenarioRun:
 
 
 @pytest.fixture(scope="session")
+def run_f_compiled(guardrail_dir: Path) -> ScenarioRun:
+    """Scenario (f): (a) with the policy network compiled (aot_eager)."""
+    return run_scenario(SCENARIOS["f_compiled"], guardrail_dir)
+
+
+@pytest.fixture(scope="session")
 def run_d_resume(guardrail_dir: Path, resume_checkpoint: Path, run_a_baseline: ScenarioRun) -> ScenarioRun:
     """Scenario (d): resume (a)'s checkpoint and run the second round."""
     return run_scenario(SCENARIOS["d_resume"], guardrail_dir, "--resume", str(resume_checkpoint))

@@ -1,11 +1,12 @@
-"""The gate's canonical scenarios: CLI command lines run in-process with a trajectory probe and a sync counter.
+"""The gate's canonical scenarios: CLI command lines run in-process with a trajectory probe and counters.
 
 Each scenario is a `python -m esper.scripts.train ...` argument list (so it can be replayed by hand) plus,
 where the CLI has no flag for it, extra TrainingConfig keys passed as a `--config-json` file. Running one
-returns its telemetry events (wire dicts), its trajectory (digests at every epoch/round checkpoint) and
-the SyncCounter that watched it. A scenario with `ranks > 1` runs on that many torchrun ranks (gloo on
-localhost, `distributed_scenario.py`): its trajectory is merged into the single-process order, its events are
-the run's merged events.jsonl, and its counter holds every rank's syncs and collectives.
+returns its telemetry events (wire dicts), its trajectory (digests at every epoch/round checkpoint), the
+SyncCounter that watched it and the CompileCounter that saw what torch.compile did. A scenario with `ranks > 1`
+runs on that many torchrun ranks (gloo on localhost, `distributed_scenario.py`): its trajectory is merged into the
+single-process order, its events are the run's merged events.jsonl, and its counter holds every rank's syncs and
+collectives.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from esper.simic.training.policy_client import PolicyClient
 from esper.simic.training.vectorized import run_training
 from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder
 from tripwire.common.context import capture_context
+from tripwire.compile.counter import CompileCounter
 from tripwire.sync.counter import SyncCounter
 from tripwire.telemetry.payloads import DEFAULT_EXCLUDED
 
@@ -84,7 +86,13 @@ SCENARIOS: dict[str, Scenario] = {
         must_occur=("GOVERNOR_ROLLBACK",),
     ),
     "d_resume": Scenario("d_resume", (*PPO_A, "--rounds", "2", *SIZES), must_occur=("CHECKPOINT_LOADED",)),
+    # (f): (a) with the policy network compiled. aot_eager: dynamo breaks and recompiles exactly as for inductor
+    # (the backend only receives the graphs), AOTAutograd runs as for inductor, and the graphs run on ATen's own
+    # kernels, so the trajectory golden travels under the AVX2 pin where inductor's generated kernels would be
+    # the compiling CPU's. It must equal (a) bitwise.
+    "f_compiled": Scenario("f_compiled", (*PPO_A, "--rounds", "1", *SIZES, "--compile", "aot_eager")),
 }
+COMPILED = ("f_compiled",)  # scenarios with a compile budget
 
 
 TWO_ENVS = SCENARIOS["a_baseline"].with_args("--envs", "2", "--train-samples", "100", name="a_two_envs")
@@ -132,6 +140,7 @@ class ScenarioRun:
     events: list[dict[str, Any]]
     trajectory: Trajectory
     counter: SyncCounter
+    compiles: CompileCounter = field(default_factory=CompileCounter)  # what torch.compile did
 
     def count(self, event_type: str) -> int:
         return sum(1 for event in self.events if event["event_type"] == event_type)
@@ -173,11 +182,13 @@ def run_scenario(
     hub.add_backend(backend)
     with single_threaded():
         recorder = recorder or TrajectoryRecorder(context=capture_context(config.device))
-        with SyncCounter() as counter:
+        torch._dynamo.reset()  # each scenario compiles afresh, whatever ran before it in the session
+        with CompileCounter() as compiles, SyncCounter() as counter:
             observer = TrajectoryProbe(recorder) if probe else None
             run_training(config, controller=controller, hub=hub, probe=observer)
     hub.close()
-    return ScenarioRun(scenario, [event.to_json_dict() for event in backend.events], recorder.trajectory, counter)
+    events = [event.to_json_dict() for event in backend.events]
+    return ScenarioRun(scenario, events, recorder.trajectory, counter, compiles)
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""The gate's canonical scenarios against their goldens: telemetry counts and schema, sync budgets, trajectory and
-telemetry payload digests."""
+"""The gate's canonical scenarios against their goldens: telemetry counts and schema, sync budgets, compile budgets,
+trajectory and telemetry payload digests."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from guardrail_scenarios import (
+    COMPILED,
     HOT_REGIONS,
     PAYLOAD_EXCLUDED,
     RUN_LOCATION_FIELDS,
@@ -17,6 +18,7 @@ from guardrail_scenarios import (
     run_scenario,
 )
 
+from tripwire.bitwise.trajectory import compare_trajectories
 from tripwire.gates.goldens import GoldenStore
 from tripwire.gates.pytest_plugin import GateLog, TelemetryCountsHelper
 from tripwire.sync.budget import check_scaling
@@ -43,6 +45,27 @@ def test_sync_budget_holds(scenario_run: ScenarioRun, tripwire_goldens: GoldenSt
         scenario_run.scenario.name, scenario_run.counter, scenario_run.trajectory.context, HOT_REGIONS
     )
     gate_log.add("sync budget", scenario_run.scenario.name, outcome.status, outcome.detail)
+
+
+@pytest.mark.parametrize("scenario_run", COMPILED, indirect=True, ids=COMPILED)
+def test_compile_budget_holds(scenario_run: ScenarioRun, tripwire_goldens: GoldenStore, gate_log: GateLog) -> None:
+    """What torch.compile does (graph breaks, recompiles, frames, graphs, fallbacks), per region and line."""
+    outcome = tripwire_goldens.check_compile_budget(
+        scenario_run.scenario.name, scenario_run.compiles, scenario_run.trajectory.context
+    )
+    gate_log.add("compile budget", scenario_run.scenario.name, outcome.status, outcome.detail)
+
+
+def test_the_compiled_policy_computes_what_the_eager_one_does(
+    run_f_compiled: ScenarioRun, run_a_baseline: ScenarioRun, gate_log: GateLog
+) -> None:
+    """(f) is (a) with the policy compiled (aot_eager): every checkpoint bitwise equal, or the difference named
+    with its kind and size."""
+    report = compare_trajectories(run_a_baseline.trajectory, run_f_compiled.trajectory, source="(a), eager")
+    detail = f"{report.total} checkpoints bitwise equal to (a)" if report.ok else report.format().splitlines()[0]
+    gate_log.add("compiled = eager", "f_compiled vs a", "passed" if report.ok else "failed", detail)
+    assert report.ok, report.format()
+    assert run_f_compiled.compiles.total > 0 and run_a_baseline.compiles.total == 0  # (f) compiled, (a) did not
 
 
 @pytest.mark.parametrize("scenario_run", NAMES, indirect=True, ids=NAMES)

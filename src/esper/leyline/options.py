@@ -26,6 +26,25 @@ class AmpMode(StrEnum):
     FP16 = "float16"
 
 
+class CompileBackend(StrEnum):
+    """`--compile`: run the policy network eagerly (off), or compile it with torch.compile on one of dynamo's
+    backends: `eager` (dynamo traces, the graphs run as they are), `aot_eager` (AOTAutograd too) or `inductor`
+    (generated kernels: what compiling is for, and what the original runs)."""
+
+    OFF = "off"
+    EAGER = "eager"
+    AOT_EAGER = "aot_eager"
+    INDUCTOR = "inductor"
+
+
+class CompileMode(StrEnum):
+    """`--compile-mode`: inductor's trade of compile time for speed (the original's `--compile-mode`)."""
+
+    DEFAULT = "default"
+    REDUCE_OVERHEAD = "reduce-overhead"
+    MAX_AUTOTUNE = "max-autotune"
+
+
 class DatasetName(StrEnum):
     """Where a task's images come from: generated in memory, CIFAR-10 from a local folder, or your own .npz file."""
 

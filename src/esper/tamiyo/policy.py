@@ -5,12 +5,17 @@ vector -> Linear(hidden_dim) -> LayerNorm -> ReLU -> 1-layer `nn.LSTM` (batch_fi
 head Linear(h -> 256) -> ReLU -> Linear(256 -> n) (the blueprint head is h -> 512 -> 256 -> 13) and one value
 head Linear(h -> 256) -> ReLU -> Linear(256 -> 1).
 
-Three verbs, as in Stable-Baselines3's policies:
+`forward(obs, blueprint_idx, hidden)` is the network over [K, T] sequences: every head's logits, the values and the
+LSTM state after the last step. It is what `torch.compile` compiles (`compile_network`, after the weights are in
+place), with the LSTM behind `torch.compiler.disable` (`_recurrent`): dynamo cannot trace an `nn.LSTM`, so the
+boundary is stated, as the original keeps `torch.compiler.disable` on the code dynamo must not trace. The verbs
+take the network to call (`net`: this module, or its compiled form), as in Stable-Baselines3's policies:
 - `get_action` samples one factored action per env for one step (the op first, then the slot under the op's
   `slot_by_op` row, then the other heads), without gradients and without host syncs;
 - `evaluate_actions` re-scores stored actions over whole [K, T] sequences for the PPO update, running the LSTM
   from the stored initial state (one episode per env per round, so no mid-sequence resets);
 - `predict_values` gives V(s) for the bootstrap of a truncated last step.
+Sampling, masking and scoring stay outside the compiled forward: they take the explicit sampling generator.
 
 Parameters are initialised under a forked global RNG seeded from `seed`, so building a policy is deterministic
 and does not disturb anyone else's random stream.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +36,9 @@ from esper.tamiyo.distributions import MaskedCategorical
 from esper.tamiyo.features import BLUEPRINT_EMBED_DIM, NUM_BLUEPRINT_EMBEDDINGS
 
 Hidden = tuple[torch.Tensor, torch.Tensor]
+# What `forward` returns: logits per head [K, T, n], values [K, T], the LSTM state after the last step
+NetworkOutput = tuple[dict[str, torch.Tensor], torch.Tensor, Hidden]
+Network = Callable[[torch.Tensor, torch.Tensor, Hidden], NetworkOutput]  # the policy, or its compiled form
 
 HEAD_HIDDEN_DIM = 256
 POLICY_OUTPUT_GAIN = 0.01  # near-uniform initial policy
@@ -134,6 +143,26 @@ class FactoredRecurrentActorCritic(nn.Module):
         features: torch.Tensor = self.trunk(torch.cat([obs, embedded], dim=-1))
         return features
 
+    @torch.compiler.disable  # type: ignore[untyped-decorator]  # torch's decorator is untyped
+    def _recurrent(self, features: torch.Tensor, hidden: Hidden) -> tuple[torch.Tensor, Hidden]:
+        """The LSTM over [K, T] features from `hidden`, always eager: dynamo cannot trace an `nn.LSTM`, so a compiled
+        forward calls it across a stated boundary (one graph before, one after) instead of breaking wherever dynamo
+        meets the module."""
+        out, (h, c) = self.lstm(features, hidden)
+        return out, (h, c)
+
+    def forward(self, obs: torch.Tensor, blueprint_idx: torch.Tensor, hidden: Hidden) -> NetworkOutput:
+        """Obs [K, T, D] (or one step, [K, D]), blueprint indices [K, T, S] (or [K, S]) and the LSTM state ->
+        (logits per head [K, T, n] (or [K, n]), values [K, T] (or [K]), the LSTM state after the last step)."""
+        features = self._encode(obs, blueprint_idx)
+        one_step = features.dim() == 2
+        out, new_hidden = self._recurrent(features.unsqueeze(1) if one_step else features, hidden)
+        if one_step:
+            out = out.squeeze(1)
+        logits = {name: self.heads[name](out) for name in ACTION_HEAD_NAMES}
+        values = self.value_head(out).squeeze(-1)
+        return logits, values, (new_hidden[0], new_hidden[1])
+
     @torch.no_grad()
     def get_action(
         self,
@@ -144,38 +173,38 @@ class FactoredRecurrentActorCritic(nn.Module):
         *,
         generator: torch.Generator | None,
         deterministic: bool = False,
+        net: Network | None = None,
     ) -> PolicyStep:
         """Sample (or, when `deterministic`, take the mode of) one factored action per env for one step."""
-        out, new_hidden = self.lstm(self._encode(obs, blueprint_idx).unsqueeze(1), hidden)
-        features = out.squeeze(1)
+        logits, values, new_hidden = (self if net is None else net)(obs, blueprint_idx, hidden)
         actions: dict[str, torch.Tensor] = {}
         log_probs: dict[str, torch.Tensor] = {}
         entropies: dict[str, torch.Tensor] = {}
         op_probs = torch.empty(0)
         for name in SAMPLING_ORDER:
             mask = slot_mask_for_op(masks["slot_by_op"], actions["op"]) if name == "slot" else masks[name]
-            dist = MaskedCategorical(self.heads[name](features), mask)
+            dist = MaskedCategorical(logits[name], mask)
             action = dist.mode() if deterministic else dist.sample(generator)
             actions[name] = action
             log_probs[name] = dist.log_prob(action)
             entropies[name] = dist.entropy()
             if name == "op":
                 op_probs = dist.probs
-        values = self.value_head(features).squeeze(-1)
         return PolicyStep(
             actions={name: actions[name] for name in ACTION_HEAD_NAMES},
             log_probs={name: log_probs[name] for name in ACTION_HEAD_NAMES},
             values=values,
-            hidden=(new_hidden[0], new_hidden[1]),
+            hidden=new_hidden,
             op_probs=op_probs,
             entropies={name: entropies[name] for name in ACTION_HEAD_NAMES},
         )
 
     @torch.no_grad()
-    def predict_values(self, obs: torch.Tensor, blueprint_idx: torch.Tensor, hidden: Hidden) -> torch.Tensor:
+    def predict_values(
+        self, obs: torch.Tensor, blueprint_idx: torch.Tensor, hidden: Hidden, *, net: Network | None = None
+    ) -> torch.Tensor:
         """V(s) for one step of K envs ([K]), e.g. the bootstrap value of a truncated last step."""
-        out, _ = self.lstm(self._encode(obs, blueprint_idx).unsqueeze(1), hidden)
-        values: torch.Tensor = self.value_head(out.squeeze(1)).squeeze(-1)
+        _, values, _ = (self if net is None else net)(obs, blueprint_idx, hidden)
         return values
 
     def evaluate_actions(
@@ -185,15 +214,16 @@ class FactoredRecurrentActorCritic(nn.Module):
         masks: dict[str, torch.Tensor],
         actions: dict[str, torch.Tensor],
         hidden0: Hidden,
+        *,
+        net: Network | None = None,
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
         """Re-score stored [K, T] actions: (log_probs [K, T], normalized entropies [K, T], values [K, T])."""
-        out, _ = self.lstm(self._encode(obs, blueprint_idx), hidden0)
+        logits, values, _ = (self if net is None else net)(obs, blueprint_idx, hidden0)
         log_probs: dict[str, torch.Tensor] = {}
         entropies: dict[str, torch.Tensor] = {}
         for name in ACTION_HEAD_NAMES:
             mask = slot_mask_for_op(masks["slot_by_op"], actions["op"]) if name == "slot" else masks[name]
-            dist = MaskedCategorical(self.heads[name](out), mask)
+            dist = MaskedCategorical(logits[name], mask)
             log_probs[name] = dist.log_prob(actions[name])
             entropies[name] = dist.entropy()
-        values = self.value_head(out).squeeze(-1)
         return log_probs, entropies, values

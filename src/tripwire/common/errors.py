@@ -38,6 +38,11 @@ class SyncBudgetExceeded(GuardrailFailure):
     """A hot-path region made more host syncs than its budget, or a region has no budget."""
 
 
+class CompileBudgetExceeded(SyncBudgetExceeded):
+    """What torch.compile did exceeds the committed compile budget (a new graph break, a recompile); the message
+    names the region, the line and the reason."""
+
+
 class TrajectoryDivergence(GuardrailFailure):
     """A recorded trajectory differs from its golden; the message names the first divergence."""
 

@@ -4,5 +4,5 @@
 - `counter`: `CompileCounter`, which records them per region, per source line with callers, and per iteration, in
   the same event log as `tripwire.sync.counter.SyncCounter`, so budgets, results and reports read both alike.
 
-Importing this package loads nothing; `tripwire.compile.counter` and `tripwire.compile.trace` load no torch.
+This package loads no torch (its modules say the same of themselves).
 """

@@ -17,7 +17,7 @@ mode, no patch) and keeps tripwire's own frames out of dynamo's way (`tripwire.s
 graphs, breaks and recompiles happen with and without it, a `SyncCounter` and instruments placed from outside included
 (`tripwire.sync.hooks` says how the sync hooks stay out of what is compiled). What it costs: dynamo builds each
 structured record (graph printouts, guards) while a handler listens, so compiling takes longer; compiled code runs at
-full speed.
+full speed. This module loads no torch.
 """
 
 from __future__ import annotations

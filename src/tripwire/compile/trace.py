@@ -18,8 +18,8 @@ read); a handler on its logger (`torch.__trace`) receives each record as it happ
 A reason keeps what names the change and drops what names the machine: compile ids (`0/1: `), the source excerpt
 and absolute paths dynamo appends to a guard (`# if n > 3:  # .../f.py:11 in g`), object addresses. Functions are
 named by their qualified name, read from the source (`Policy.forward`, not `forward`); a resume function dynamo
-generates after a break (`torch_dynamo_resume_in_forward_at_17`) is named as the function it resumes. No torch here:
-the handler is plain `logging`.
+generates after a break (`torch_dynamo_resume_in_forward_at_17`) is named as the function it resumes. This module
+loads no torch: the handler is plain `logging`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _BREAK_REASON = re.compile(r"Graph Break Reason: (?P<reason>.*?)(?:\n\s*\n\s*Use
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$', re.MULTILINE)
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<name>.+)_at_\d+$")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
-_GENERIC = ("Encountered graph break when attempting to trace", "Failed to handle graph break gracefully")
+_GENERIC = ("Encountered graph break", "Failed to handle graph break gracefully")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ Layout (every file is reviewed in diffs):
 
     baselines/telemetry/<test module>/<test name>.json     event-count snapshots (syrupy, `tripwire.telemetry.snapshot`)
     baselines/sync_budgets/<scenario>.json                 per-region sync budgets with call sites
+    baselines/compile_budgets/<scenario>.json              what torch.compile may do, per region and line, alike
     baselines/trajectories/<scenario>/<context key>.json   trajectory digests, one file per determinism context
     baselines/payloads/<scenario>/<context key>.json       telemetry payload digests, one checkpoint per event
 
@@ -23,9 +24,17 @@ from typing import Any
 
 from tripwire.bitwise.trajectory import VALUES_FILE_SUFFIX, Trajectory, compare_trajectories, load_values, save_values
 from tripwire.common.context import capture_context, context_key, mismatches
-from tripwire.common.errors import GoldenFileError, NoGoldenApplies, SyncBudgetExceeded, against_command, update_command
+from tripwire.common.errors import (
+    CompileBudgetExceeded,
+    GoldenFileError,
+    NoGoldenApplies,
+    SyncBudgetExceeded,
+    against_command,
+    update_command,
+)
 from tripwire.sync.budget import BudgetReport, SyncBudget, check_budget, write_budget
 from tripwire.sync.counter import SyncCounter
+from tripwire.sync.log import EventLog
 from tripwire.sync.sites import callers_by_line, lines_by_key
 from tripwire.telemetry.payloads import DEFAULT_EXCLUDED, check_payloads, payload_trajectory
 
@@ -54,6 +63,9 @@ class GoldenStore:
     def budget_path(self, scenario: str) -> Path:
         return self.root / "sync_budgets" / f"{scenario}.json"
 
+    def compile_budget_path(self, scenario: str) -> Path:
+        return self.root / "compile_budgets" / f"{scenario}.json"
+
     def trajectory_dir(self, scenario: str) -> Path:
         return self.root / "trajectories" / scenario
 
@@ -75,25 +87,38 @@ class GoldenStore:
         `regions` are hot-path regions budgeted even when they made no sync (written as 0), so a first
         sync there reads "budget 0 (+n)" rather than "unbudgeted".
         """
-        path = self.budget_path(scenario)
+        return self._check_events(self.budget_path(scenario), scenario, counter, context, regions, "sync")
+
+    def check_compile_budget(
+        self, scenario: str, counter: EventLog, context: dict[str, Any], regions: Sequence[str] = ()
+    ) -> GoldenOutcome:
+        """Compare what torch.compile did (a `tripwire.compile.counter.CompileCounter`) with the scenario's compile
+        budget: a new graph break, recompile or fallback raises naming its region, line and reason."""
+        return self._check_events(self.compile_budget_path(scenario), scenario, counter, context, regions, "compile")
+
+    def _check_events(
+        self, path: Path, scenario: str, counter: EventLog, context: dict[str, Any], regions: Sequence[str], what: str
+    ) -> GoldenOutcome:
+        events = "syncs" if what == "sync" else "compilation events"
         if self.update:
             counts = {region: 0 for region in regions} | counter.counts_by_region()
             records, sites = counter.site_records(), counter.site_keys_by_region()
             lines, callers = lines_by_key(records), callers_by_line(records)
             write_budget(path, counts, sites, _budget_context(context), lines, callers=callers)
             return GoldenOutcome("updated", f"wrote {self._shown(path)}")
+        failure = SyncBudgetExceeded if what == "sync" else CompileBudgetExceeded
         try:
             budget = SyncBudget.load(path)
         except GoldenFileError as error:
-            raise SyncBudgetExceeded(f"{error}; create it with {_update()}") from None
-        report: BudgetReport = check_budget(counter, budget)
+            raise failure(f"{error}; create it with {_update()}") from None
+        report: BudgetReport = check_budget(counter, budget, what=what)
         if not report.ok:
-            raise SyncBudgetExceeded(f"scenario {scenario!r}: {report.format()}")
+            raise failure(f"scenario {scenario!r}: {report.format()}")
         if report.under:
             note = f"scenario {scenario!r}: {report.format()}"
             self.notes.append(note)
             return GoldenOutcome("passed", note.splitlines()[-1].strip())
-        return GoldenOutcome("passed", f"{counter.total} syncs within budget")
+        return GoldenOutcome("passed", f"{counter.total} {events} within budget")
 
     def check_trajectory(self, scenario: str, trajectory: Trajectory) -> GoldenOutcome:
         """Compare with the golden for this determinism context; skip with the reason when there is none."""

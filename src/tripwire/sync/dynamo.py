@@ -9,7 +9,7 @@ inline-when-called list, so that code dynamo traces goes through them to the loo
 
 The lists are set once the loop has imported dynamo, not before (an import hook while a counter or instrument is
 active): importing dynamo costs about a second, which a loop that never compiles should not pay. Once set, they stay
-for the process (tripwire's frames are never worth compiling). Loads no torch itself.
+for the process (tripwire's frames are never worth compiling). This module loads no torch.
 """
 
 from __future__ import annotations

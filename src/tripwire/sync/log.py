@@ -2,7 +2,7 @@
 
 `SyncCounter` (host syncs) and `tripwire.compile.CompileCounter` (what torch.compile does) keep their events the
 same way, so budgets (`tripwire.sync.budget.check_budget`), results and reports read either one: per region, per
-call site, per source line with its callers, and per iteration of the user's loop. No torch here.
+call site, per source line with its callers, and per iteration of the user's loop. This module loads no torch.
 """
 
 from __future__ import annotations

@@ -34,8 +34,10 @@ import torch
 from torch.nn import functional as F
 
 from esper.leyline import ACTION_HEAD_NAMES, HEAD_RELEVANCE_BY_OP, LifecycleOp
+from esper.leyline.options import CompileBackend, CompileMode
 from esper.simic.agent.buffer import RolloutBuffer
-from esper.tamiyo.policy import FactoredRecurrentActorCritic
+from esper.simic.agent.compiled import compile_network
+from esper.tamiyo.policy import FactoredRecurrentActorCritic, Network
 
 KL_STOP_FACTOR = 1.5
 _ADV_EPS = 1e-8
@@ -168,6 +170,9 @@ class PPOAgent:
     ) -> None:
         self.device = torch.device(device)
         self.policy = policy.to(self.device)
+        # what every forward pass calls: the policy, or its compiled form (`compile`); parameters, the optimizer
+        # and state dicts stay on `policy`
+        self.network: Network = self.policy
         self.config = config
         self.buffer = RolloutBuffer(
             n_envs, n_steps, policy.state_dim, policy.num_slots, policy.lstm_hidden_dim, self.device
@@ -256,7 +261,7 @@ class PPOAgent:
         params = [p for p in self.policy.parameters() if p.requires_grad]
         for _epoch in range(cfg.ppo_epochs):
             log_probs, entropies, values = self.policy.evaluate_actions(
-                view.obs, view.blueprint_idx, view.masks, view.actions, view.hidden0
+                view.obs, view.blueprint_idx, view.masks, view.actions, view.hidden0, net=self.network
             )
             policy_loss, entropy_bonus, joint_log_ratio = self._surrogate(view, log_probs, entropies, head_entropy)
             value_loss = F.mse_loss(values, view.returns)
@@ -361,8 +366,13 @@ class PPOAgent:
         elif not bool(skip):  # host sync: fallback path only (no fused Adam on this device)
             self.optimizer.step()
 
+    def compile(self, backend: CompileBackend, mode: CompileMode) -> None:
+        """Compile the network every forward pass calls (after the weights are loaded, as the original does)."""
+        self.network = compile_network(self.policy, backend, mode)
+
     def state_dict(self) -> dict[str, Any]:
-        """Policy, optimizer and counters; only tensors and plain Python values (`weights_only=True`-safe)."""
+        """Policy, optimizer and counters; only tensors and plain Python values (`weights_only=True`-safe). The
+        policy's keys are the plain module's, whether or not it is compiled."""
         return {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),

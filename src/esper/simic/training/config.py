@@ -22,7 +22,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from esper.leyline import TelemetryLevel
-from esper.leyline.options import AmpMode, DatasetName, RewardMode
+from esper.leyline.options import AmpMode, CompileBackend, CompileMode, DatasetName, RewardMode
 
 
 class ConfigError(ValueError):
@@ -99,6 +99,21 @@ class TrainingConfig:
     )
     amp: AmpMode = option(
         AmpMode.OFF, "mixed precision on CUDA (CPU always runs fp32)", "hardware", flag="--amp", ppo_only=True
+    )
+    compile: CompileBackend = option(
+        CompileBackend.OFF,
+        "compile the policy network with torch.compile on this backend, after its weights are loaded (off: eager; "
+        "see docs/compile.md for what each costs and buys)",
+        "hardware",
+        flag="--compile",
+        ppo_only=True,
+    )
+    compile_mode: CompileMode = option(
+        CompileMode.DEFAULT,
+        "inductor's mode (--compile inductor only)",
+        "hardware",
+        flag="--compile-mode",
+        ppo_only=True,
     )
     gpu_preload: bool = option(False, "keep the whole dataset on the device", "hardware", flag="--gpu-preload")
     env_workers: int = option(

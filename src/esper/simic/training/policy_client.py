@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from esper.leyline import ACTION_HEAD_NAMES
+from esper.leyline.options import CompileBackend, CompileMode
 from esper.simic.agent.ppo import PPOAgent, PPOMetrics
 from esper.simic.rewards import RewardNormalizer, RunningMeanStd
 from esper.simic.training.observations import ObservationBatch
@@ -55,6 +56,8 @@ class PolicyClient(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
+    def compile(self, backend: CompileBackend, mode: CompileMode) -> None: ...
+
 
 @dataclass
 class _PendingStep:
@@ -93,7 +96,7 @@ class PPOClient:
         normalized = self.obs_normalizer.normalize(obs.features)
         with torch.no_grad():
             step = self.agent.policy.get_action(
-                normalized, obs.blueprint_idx, obs.masks, self.hidden, generator=self.generator
+                normalized, obs.blueprint_idx, obs.masks, self.hidden, generator=self.generator, net=self.agent.network
             )
         self.pending = _PendingStep(
             normalized, obs.blueprint_idx, obs.masks, step.actions, step.log_probs, step.values, self.hidden
@@ -138,7 +141,13 @@ class PPOClient:
         normalized = self.obs_normalizer.normalize(obs.features)
         with torch.no_grad():
             step = self.agent.policy.get_action(
-                normalized, obs.blueprint_idx, obs.masks, self.hidden, generator=None, deterministic=True
+                normalized,
+                obs.blueprint_idx,
+                obs.masks,
+                self.hidden,
+                generator=None,
+                deterministic=True,
+                net=self.agent.network,
             )
         self.agent.buffer.set_bootstrap(step.values)
 
@@ -161,6 +170,10 @@ class PPOClient:
             "reward_normalizer": self.reward_normalizer.state_dict(),
             "generator": self.generator.get_state(),
         }
+
+    def compile(self, backend: CompileBackend, mode: CompileMode) -> None:
+        """Compile the policy network (after its weights are loaded); its state dicts keep the plain keys."""
+        self.agent.compile(backend, mode)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.agent.load_state_dict(state["agent"])
@@ -202,3 +215,6 @@ class HeuristicClient:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
+
+    def compile(self, backend: CompileBackend, mode: CompileMode) -> None:
+        return None  # no network

@@ -95,6 +95,7 @@ def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None 
                 f"checkpoint {config.resume_path} holds a controller of another shape or kind ({reason}): "
                 "resume with the --memory-size, hidden size and controller it was saved with"
             ) from None
+    client.compile(config.compile, config.compile_mode)  # after the weights are in place, as the original does
     rewards = reward_config(config)
     train_source = batch_source(config, task, "train", devices, env_ids=shard.env_ids)
     val_source = batch_source(config, task, "val", devices, env_ids=shard.env_ids)
@@ -342,6 +343,8 @@ def _run_settings(config: TrainingConfig, task: TaskSpec, slot_config: SlotConfi
         "param_budget": config.param_budget,
         "reward_mode": config.reward_mode.value,
         "amp": config.amp.value,
+        "compile": config.compile.value,
+        "compile_mode": config.compile_mode.value,
         "device": config.device,
         "train_samples_per_env": config.train_samples,
         "batch_size_per_env": config.batch_size,
