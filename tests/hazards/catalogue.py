@@ -21,7 +21,8 @@ STATIC_AUDIT = "static sync audit"
 TELEMETRY_PAYLOAD = "telemetry payload"
 CONFIG = "config golden"
 LOADS_WITHOUT = "loads without"
-SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD)
+COMPILE_BUDGET = "compile budget"
+SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD, COMPILE_BUDGET)
 # Guardrails that necessarily fire beside another: a changed event stream (counts, order, schema) or changed
 # numerics (trajectory) change the digests of the event payloads too, so the payload golden firing with them is
 # expected, never the wrong guardrail; beside a sync-budget hazard it is (an extra `.item()` changes no value).
@@ -79,6 +80,8 @@ ENGINE = "src/esper/tolaria/engine.py"
 TRAINER = "src/esper/simic/training/trainer.py"
 CLIENT = "src/esper/simic/training/policy_client.py"
 BUFFER = "src/esper/simic/agent/buffer.py"
+POLICY = "src/esper/tamiyo/policy.py"
+FORWARD = "    def forward(self, obs: torch.Tensor, blueprint_idx: torch.Tensor, hidden: Hidden) -> NetworkOutput:"
 HOST_COPY = '        self.values[:, step].copy_(values.to(torch.device("cpu")))\n'
 
 HAZARDS: tuple[Hazard, ...] = (
@@ -332,6 +335,78 @@ HAZARDS: tuple[Hazard, ...] = (
         ),
         TELEMETRY,
         "a_baseline",
+    ),
+    Hazard(
+        "compile_disable_dropped_in_a_move",
+        "the LSTM step's `torch.compiler.disable` left behind (a move that copied the body, not the decorator)",
+        (
+            Edit(
+                POLICY,
+                "    @torch.compiler.disable  # type: ignore[untyped-decorator]  # torch's decorator is untyped\n"
+                "    def _recurrent(",
+                "    def _recurrent(",
+            ),
+        ),
+        COMPILE_BUDGET,
+        "f_compiled",
+    ),
+    Hazard(
+        "timer_in_compiled_forward",
+        "a wall-clock timer read inside the compiled forward (a graph break, no sync, no value changed)",
+        (
+            Edit(POLICY, "import itertools\n", "import itertools\nimport time\n"),
+            Edit(
+                POLICY,
+                "        features = self._encode(obs, blueprint_idx)\n",
+                "        started = time.perf_counter()\n        features = self._encode(obs, blueprint_idx)\n",
+            ),
+        ),
+        COMPILE_BUDGET,
+        "f_compiled",
+    ),
+    Hazard(
+        "python_int_into_compiled_forward",
+        "the epoch's step, a Python int, passed into the compiled forward and branched on (it recompiles)",
+        (
+            Edit(POLICY, FORWARD, FORWARD.replace("hidden: Hidden)", "hidden: Hidden, step: int = 0)")),
+            Edit(
+                POLICY,
+                "        features = self._encode(obs, blueprint_idx)\n",
+                "        if step == 0:  # an episode's first step: a fresh copy of the initial state\n"
+                "            hidden = (hidden[0].clone(), hidden[1].clone())\n"
+                "        features = self._encode(obs, blueprint_idx)\n",
+            ),
+            Edit(
+                POLICY,
+                "        net: Network | None = None,\n    ) -> PolicyStep:",
+                "        net: Network | None = None,\n        step: int = 0,\n    ) -> PolicyStep:",
+            ),
+            Edit(
+                POLICY,
+                "        logits, values, new_hidden = (self if net is None else net)(obs, blueprint_idx, hidden)",
+                "        logits, values, new_hidden = (self if net is None else net)(obs, blueprint_idx, hidden, step)",
+            ),
+            Edit(
+                CLIENT,
+                "generator=self.generator, net=self.agent.network",
+                "generator=self.generator, net=self.agent.network, step=len(self.raw_obs)",
+            ),
+        ),
+        COMPILE_BUDGET,
+        "f_compiled",
+    ),
+    Hazard(
+        "compiled_state_dict_saved",
+        "the agent's state dict taken from the compiled module (`_orig_mod.` keys in checkpoints and trajectories)",
+        (
+            Edit(
+                "src/esper/simic/agent/ppo.py",
+                '            "policy": self.policy.state_dict(),\n',
+                '            "policy": self.network.state_dict(),  # type: ignore[attr-defined]\n',
+            ),
+        ),
+        TRAJECTORY,
+        "f_compiled",
     ),
     Hazard(
         "train_pass_10pct_slower",

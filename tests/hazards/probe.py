@@ -7,7 +7,8 @@ own copy of tripwire are what runs):
     python probe.py TREE SCENARIO GOLDENS check OUT.json
 
 `check` writes `{"fired": {guardrail: first line of its failure}}` for the guardrails that failed, using the
-gate's own code: `GoldenStore.check_sync_budget`, `GoldenStore.check_trajectory`, `GoldenStore.check_payloads`
+gate's own code: `GoldenStore.check_sync_budget`, `GoldenStore.check_compile_budget` (what torch.compile did),
+`GoldenStore.check_trajectory`, `GoldenStore.check_payloads`
 and `tripwire.telemetry.counts.diff_counts` (event counts, order and payload schema).
 Goldens are recorded from the clean copy on the same machine, so the catalogue holds in any determinism context.
 """
@@ -23,6 +24,7 @@ TELEMETRY = "telemetry counts"
 SYNC_BUDGET = "sync budget"
 TRAJECTORY = "trajectory"
 TELEMETRY_PAYLOAD = "telemetry payload"
+COMPILE_BUDGET = "compile budget"
 
 
 def load_scenario(tree: Path, name: str) -> Any:
@@ -40,7 +42,7 @@ def main(argv: list[str]) -> int:
     tree, name, goldens, mode, *rest = argv
     tree_path, goldens_path = Path(tree), Path(goldens)
     scenarios, scenario = load_scenario(tree_path, name)
-    from tripwire.common.errors import SyncBudgetExceeded, TrajectoryDivergence
+    from tripwire.common.errors import CompileBudgetExceeded, SyncBudgetExceeded, TrajectoryDivergence
     from tripwire.gates.goldens import GoldenStore
     from tripwire.telemetry.counts import diff_counts, reduce_events
     from tripwire.telemetry.payloads import PayloadDivergence
@@ -55,6 +57,7 @@ def main(argv: list[str]) -> int:
         counts_file.parent.mkdir(parents=True, exist_ok=True)
         counts_file.write_text(json.dumps(counts, indent=1, sort_keys=True), encoding="utf-8")
         store.check_sync_budget(name, run.counter, run.trajectory.context, scenarios.HOT_REGIONS)
+        store.check_compile_budget(name, run.compiles, run.trajectory.context)
         store.check_trajectory(name, run.trajectory)
         store.check_payloads(name, run.events, run.trajectory.context, exclude=scenarios.PAYLOAD_EXCLUDED)
         return 0
@@ -71,9 +74,18 @@ def main(argv: list[str]) -> int:
         caller = next((line for line in lines if line.startswith(("new caller:", "caller grew:"))), "")
         fired[SYNC_BUDGET] = " / ".join(part for part in (head, site, caller.split(" (from ")[0]) if part)
     try:
+        store.check_compile_budget(name, run.compiles, run.trajectory.context)
+    except CompileBudgetExceeded as error:
+        lines = [line.strip() for line in str(error).splitlines()]
+        head = lines[1] if len(lines) > 1 else lines[0]
+        site = next((line for line in lines if line.startswith(("NEW ", "GREW "))), "")
+        fired[COMPILE_BUDGET] = " / ".join(part for part in (head, site) if part)
+    try:
         store.check_trajectory(name, run.trajectory)
     except TrajectoryDivergence as error:
-        fired[TRAJECTORY] = str(error).splitlines()[0].split(" (")[0]
+        lines = [line.strip() for line in str(error).splitlines()]
+        structure = next((line[:160] for line in lines if line.startswith("structure:")), "")
+        fired[TRAJECTORY] = " / ".join(part for part in (lines[0].split(" (")[0], structure) if part)
     try:
         store.check_payloads(name, run.events, run.trajectory.context, exclude=scenarios.PAYLOAD_EXCLUDED)
     except PayloadDivergence as error:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from catalogue import (
     BENCH,
+    COMPILE_BUDGET,
     CONFIG,
     HAZARDS,
     IMPORTS,
@@ -52,7 +53,7 @@ def test_an_ambiguous_anchor_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_catalogue_exercises_every_guardrail() -> None:
-    expected = {TELEMETRY, SYNC_BUDGET, TRAJECTORY, IMPORTS, STATIC_AUDIT, CONFIG, LOADS_WITHOUT, BENCH}
+    expected = {TELEMETRY, SYNC_BUDGET, TRAJECTORY, IMPORTS, STATIC_AUDIT, CONFIG, LOADS_WITHOUT, BENCH, COMPILE_BUDGET}
     assert {hazard.expected for hazard in HAZARDS} == expected
     assert len(set(IDS)) == len(IDS)
 

@@ -91,14 +91,21 @@ def test_a_non_finite_learning_rate_flag_exits_2(capsys: pytest.CaptureFixture[s
     assert_usage_error(*run_main(capsys, "ppo", "--lr", "nan"), "argument --lr: expected a finite number, got nan")
 
 
+def test_an_inductor_mode_without_inductor_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert_usage_error(
+        *run_main(capsys, "ppo", "--compile", "aot_eager", "--compile-mode", "max-autotune"),
+        "--compile-mode max-autotune is inductor's: add --compile inductor or drop --compile-mode",
+    )
+
+
 # ---- fuzzing: no exception other than the documented one-line errors escapes ----
 
 FLAGS = [
     "--task", "--slots", "--seed", "--device", "--devices", "--telemetry-dir", "--telemetry-level", "--run-name",
     "--rounds", "--envs", "--episode-length", "--max-seeds", "--train-samples", "--val-samples", "--batch-size",
     "--dataset", "--data-dir", "--gpu-preload", "--save", "--resume", "--reward-mode", "--quiet", "--preset",
-    "--config-json", "--amp", "--ppo-epochs", "--memory-size", "--entropy-anneal-episodes", "--lr",
-    "--overwrite", "--no-gpu-preload", "--no-overwrite",
+    "--config-json", "--amp", "--compile", "--compile-mode", "--ppo-epochs", "--memory-size",
+    "--entropy-anneal-episodes", "--lr", "--overwrite", "--no-gpu-preload", "--no-overwrite",
 ]  # fmt: skip
 PLAUSIBLE = [
     "cifar_baseline", "cifar_minimal", "r0c0", "r0c1", "r1c2", "r9c9", "cpu", "cuda", "cuda:3", "shaped", "sparse",

@@ -132,7 +132,8 @@ def test_a_recompile_names_the_guard_that_failed_in_the_iteration_it_happened(lo
         ("Policy.forward", "scale == 0"),
         ("Policy.forward", "scale <= 3"),
     ]
-    assert recompiles[0].text == "def forward(self, x, scale):"
+    # named at the line whose guard failed (dynamo says which), not at the function's `def`
+    assert {e.text for e in recompiles} == {"if scale > 3:  # a guard on a Python number"}
     per_iteration = [counts.get("<outside>", 0) for counts in compiles.iteration_counts()]
     assert per_iteration[0] > 0 and per_iteration[1] > 0 and per_iteration[4] > 0  # compiled, then recompiled twice
     assert per_iteration[2:4] == [0, 0] and per_iteration[5] == 0  # the steady state compiles nothing

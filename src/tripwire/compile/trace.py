@@ -7,9 +7,9 @@ read); a handler on its logger (`torch.__trace`) receives each record as it happ
 - `compile:graph_break`, from a `dynamo_graph_break_reason` artifact: named at the user line that broke the graph,
   its reason the break's type (`Failed to trace builtin operator`);
 - `compile:disable`, the same for a call into a `torch.compiler.disable`d function: named at the calling line;
-- `compile:recompile`, from `compilation_metrics` with a `recompile_reason`: named at the recompiled function's `def`
-  (a resumed function: where it resumes), its reason the guard that failed (`tensor 'x' dtype mismatch. expected
-  Float, actual Double`);
+- `compile:recompile`, from `compilation_metrics` with a `recompile_reason`: named at the line whose guard failed
+  when dynamo says which (`if n > 3:`), else at the recompiled function's `def` (a resumed function: where it
+  resumes), its reason the guard (`n <= 3`, `tensor 'x' dtype mismatch. expected Float, actual Double`);
 - `compile:frame`, every `compilation_metrics` (one frame compiled), and `compile:graph`, every
   `dynamo_output_graph` of that compilation (one graph produced), named there too;
 - `compile:eager`, `compilation_metrics` with a `fail_type`: the frame runs eagerly; its reason the failure's first
@@ -42,6 +42,7 @@ _BREAK_REASON = re.compile(r"Graph Break Reason: (?P<reason>.*?)(?:\n\s*\n\s*Use
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$', re.MULTILINE)
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<name>.+)_at_\d+$")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+_GUARD_AT = re.compile(r"  # (?P<path>[^\s#]+):(?P<line>\d+) in \S+(?: \(.*\))?$")
 _GENERIC = ("Encountered graph break", "Failed to handle graph break gracefully")
 
 
@@ -66,11 +67,24 @@ def first_reason(text: str) -> str:
     return _ADDRESS.sub("", text.strip().splitlines()[0]) if text.strip() else ""
 
 
+def _first_guard(text: str) -> str:
+    first = text.strip().lstrip("[").strip().splitlines()[0].strip().strip('",')
+    return re.sub(r"^\d+/\d+: ", "", first)
+
+
 def guard_reason(text: str) -> str:
     """The first failed guard of a recompile, without its compile id and dynamo's appended source and paths."""
-    first = text.strip().lstrip("[").strip().splitlines()[0].strip().strip('",')
-    first = re.sub(r"^\d+/\d+: ", "", first)
-    return _ADDRESS.sub("", first.split("  # ", 1)[0].strip())
+    return _ADDRESS.sub("", _first_guard(text).split("  # ", 1)[0].strip())
+
+
+def guard_line(text: str, file: str) -> int | None:
+    """The line of `file` whose code installed the failed guard (`if n > 3:`), when dynamo says (it appends a
+    shortened `path:line in function` to guards that user code installed), else None."""
+    where = _GUARD_AT.search(_first_guard(text))
+    if where is None:
+        return None
+    shortened = where.group("path").replace("\\", "/")
+    return int(where.group("line")) if file.replace("\\", "/").endswith(shortened) else None
 
 
 def graph_break(payload: str, is_user: Callable[[str], bool] = lambda file: True) -> CompileNote | None:
@@ -112,7 +126,9 @@ def frame_notes(metrics: Mapping[str, Any], graphs: int) -> list[CompileNote]:
     notes = [CompileNote(FRAME, file, line, function)]
     notes += [CompileNote(GRAPH, file, line, function)] * graphs
     if metrics.get("recompile_reason"):
-        notes.append(CompileNote(RECOMPILE, file, line, function, guard_reason(str(metrics["recompile_reason"]))))
+        reason = str(metrics["recompile_reason"])
+        at = guard_line(reason, file) or line  # the line whose guard failed, else the function's `def`
+        notes.append(CompileNote(RECOMPILE, file, at, qualname_at(file, at) or function, guard_reason(reason)))
     if metrics.get("fail_type"):
         failure = first_reason(str(metrics.get("fail_reason") or metrics["fail_type"]))
         notes.append(CompileNote(EAGER, file, line, function, failure))

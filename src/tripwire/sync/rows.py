@@ -111,8 +111,19 @@ def site_lines(problem: RegionProblem, sites_known: bool) -> list[str]:
     return lines
 
 
+# Among new and grown rows, the compilation events that say what changed come before the frames and graphs
+# that follow from them (a graph break also compiles a frame after it); every other kind sits between.
+_TELLING = ("compile:graph_break", "compile:disable", "compile:recompile", "compile:eager")
+_FOLLOWING = ("compile:frame", "compile:graph")
+
+
+def _kind_rank(site: SiteCount) -> int:
+    kinds = set(site.kinds)
+    return 0 if kinds & set(_TELLING) else 2 if kinds and kinds <= set(_FOLLOWING) else 1
+
+
 def _sort_sites(sites: list[SiteCount]) -> tuple[SiteCount, ...]:
-    return tuple(sorted(sites, key=lambda s: (not s.new, s.was is None, -s.count, s.site)))
+    return tuple(sorted(sites, key=lambda s: (not s.new, s.was is None, _kind_rank(s), -s.count, s.site)))
 
 
 def region_sites(

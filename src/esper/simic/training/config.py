@@ -263,6 +263,10 @@ class TrainingConfig:
             )
         if self.run_name is not None:
             _check_run_name(self.run_name)
+        if self.compile_mode is not CompileMode.DEFAULT and self.compile is not CompileBackend.INDUCTOR:
+            raise ConfigError(
+                f"--compile-mode {self.compile_mode.value} is inductor's: add --compile inductor or drop --compile-mode"
+            )
         fault = self.inject_rank_failure
         if fault is not None and (len(fault) != 2 or fault[0] < 0 or fault[1] < 1):
             raise ConfigError(f"inject_rank_failure must be [rank >= 0, epoch >= 1], got {list(fault)}")
