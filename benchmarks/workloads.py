@@ -23,6 +23,7 @@ from torch.nn import functional as F
 import slowdowns
 from esper.kasmina.slot import SeedSlot
 from esper.leyline import BlueprintAction, GerminationStyle, TempoAction, get_task_spec
+from esper.leyline.options import CompileBackend
 from esper.nissa import TelemetryHub
 from esper.simic.training import vectorized
 from esper.simic.training.config import TrainingConfig
@@ -257,9 +258,11 @@ def measure_proxies(workload: Workload, counted: Workload, label: str) -> dict[s
     return {f"syncs_per_{label}": syncs.total, f"aten_ops_per_{label}": ops.total}
 
 
-def _gate_workload(kind: type[_TrainerWorkload], n_envs: int) -> Callable[[], _TrainerWorkload]:
+def _gate_workload(
+    kind: type[_TrainerWorkload], n_envs: int, compile: CompileBackend = CompileBackend.OFF
+) -> Callable[[], _TrainerWorkload]:
     def make() -> _TrainerWorkload:
-        return kind(bench_config(n_envs, GATE), TelemetryHub())
+        return kind(replace(bench_config(n_envs, GATE), compile=compile), TelemetryHub())
 
     return make
 
@@ -316,7 +319,50 @@ def paired_benchmarks() -> dict[str, PairedBench]:
         threads=1,
         workers=1,
     )
+    # The same two with the policy network compiled by inductor (`--compile inductor`): what the compiled code
+    # costs per call. Compiling happens in each side's first unit, reported apart (`BenchOutcome.first_unit_s`).
+    inductor = CompileBackend.INDUCTOR
+    suite["policy_call[compiled]"] = PairedBench(
+        _gate_workload(PolicyCallWorkload, 4, inductor),
+        {"env_epochs": 4.0},
+        runs_per_unit=8,
+        tolerance=0.05,
+        threads=1,
+        workers=1,
+    )
+    suite["ppo_update[compiled]"] = PairedBench(
+        _gate_workload(PPOUpdateWorkload, 4, inductor),
+        {"transitions": 4.0 * EPISODE_LENGTH},
+        tolerance=0.05,
+        threads=1,
+        workers=1,
+    )
     return suite
+
+
+def compile_side(backend: CompileBackend) -> dict[str, PairedBench]:
+    """The policy call and PPO update with the network compiled on `backend` (off: eager), under one name per unit,
+    so two sides of `benchmarks/compile_comparison.py` pair them."""
+    units: dict[str, tuple[type[_TrainerWorkload], dict[str, float], int]] = {
+        "policy_call": (PolicyCallWorkload, {"env_epochs": 4.0}, 8),
+        "ppo_update": (PPOUpdateWorkload, {"transitions": 4.0 * EPISODE_LENGTH}, 1),
+    }
+    return {
+        name: PairedBench(_gate_workload(kind, 4, backend), amount, runs_per_unit=runs, threads=1, workers=1)
+        for name, (kind, amount, runs) in units.items()
+    }
+
+
+def eager_side() -> dict[str, PairedBench]:
+    return compile_side(CompileBackend.OFF)
+
+
+def inductor_side() -> dict[str, PairedBench]:
+    return compile_side(CompileBackend.INDUCTOR)
+
+
+def aot_eager_side() -> dict[str, PairedBench]:
+    return compile_side(CompileBackend.AOT_EAGER)
 
 
 def _cores() -> int:

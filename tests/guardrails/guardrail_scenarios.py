@@ -181,7 +181,8 @@ def run_scenario(
     backend = InMemoryBackend()
     hub.add_backend(backend)
     with single_threaded():
-        recorder = recorder or TrajectoryRecorder(context=capture_context(config.device))
+        if recorder is None:  # never `recorder or ...`: an empty recorder is falsy (it has a length)
+            recorder = TrajectoryRecorder(context=capture_context(config.device))
         torch._dynamo.reset()  # each scenario compiles afresh, whatever ran before it in the session
         with CompileCounter() as compiles, SyncCounter() as counter:
             observer = TrajectoryProbe(recorder) if probe else None

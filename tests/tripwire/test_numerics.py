@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tripwire.common.context import capture_context, context_key
-from tripwire.common.numerics import PIN_VARIABLES, apply_portable_cpu_env, is_pinned, portable_cpu_env
+from tripwire.common.numerics import PIN_VARIABLES, apply_portable_cpu_env, is_pinned, pin_hint, portable_cpu_env
 
 # A small training step that goes through all three libraries: a convolution (oneDNN), linear layers and an
 # LSTM (MKL's sgemm), softmax, normalization and Adam's foreach ops (ATen's vectorized kernels).
@@ -124,3 +124,16 @@ def test_the_pin_is_keyed_not_the_native_isa() -> None:
     if native["cpu_capability"] != "AVX2":  # type: ignore[index]
         assert context_key(native) != context_key(pinned)  # type: ignore[arg-type]
     assert torch.backends.cpu.get_cpu_capability() == "AVX2"
+
+
+def test_code_inductor_compiles_under_the_pin_is_cached_apart_from_native_code() -> None:
+    """Inductor's cache key ignores ATEN_CPU_CAPABILITY: a pinned compilation reused natively aborted the process
+    (measured, tripwire.common.numerics.pinned_inductor_cache). The pin brings a cache folder of its own."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    pinned = portable_cpu_env()["TORCHINDUCTOR_CACHE_DIR"]
+    assert pinned != default_cache_dir() and pinned.endswith("_pinned_avx2")
+    environ = {"TORCHINDUCTOR_CACHE_DIR": "/mine"}
+    apply_portable_cpu_env(environ)
+    assert environ["TORCHINDUCTOR_CACHE_DIR"] == "/mine"  # the user's folder wins
+    assert "TORCHINDUCTOR_CACHE_DIR" not in pin_hint()

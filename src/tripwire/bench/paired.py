@@ -104,6 +104,8 @@ class BenchOutcome:
     ratios: dict[str, RatioEstimate] = field(default_factory=dict)  # clock -> estimate
     proxies: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)  # name -> (base, head)
     proxy_verdict: PairedVerdict | None = None  # CHANGED when an exact proxy differs, ok when all agree
+    # (base, head): building and running the first unit (a compiled workload compiles there), kept out of the units
+    first_unit_s: tuple[float | None, float | None] = (None, None)
     seconds: float = 0.0
     note: str = ""
 
@@ -295,6 +297,8 @@ class PairedRun:
         outcome.verdict = decide(outcome.ratios[schedule.clock], outcome.tolerance)
         if settings.get("proxies"):
             self.compare_proxies(outcome)
+        first = [self.workers[side].request({"op": "first", "name": name}).get("seconds") for side in (0, 1)]
+        outcome.first_unit_s = (first[0], first[1])
         outcome.seconds = time.perf_counter() - start
         return outcome
 
@@ -339,6 +343,9 @@ def compare_sides(
         started: list[WorkerProcess] = []
         try:
             for side, env in zip(sides, worker_environments(sides, shim)):
+                # each side compiles into a cache of its own, so neither side's first (compiling) unit reuses the
+                # other's generated code
+                env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(Path(scratch) / f"inductor-{side.label}")}
                 started.append(WorkerProcess(side, env, device, out / f"{side.label}-worker.log", pin_cpu))
             workers = (started[0], started[1])
             hellos = [worker.request({"op": "hello"}) for worker in workers]

@@ -93,6 +93,17 @@ def legend(comparison: PairedComparison) -> list[str]:
             f"address-space randomization {ctx.get('aslr', '?')}, benchmarks of one thread in all on CPU "
             f"{ctx.get('single_thread_cpu', '?')}"
         )
+    firsts = [
+        f"{outcome.name} {base:.2f} s / {head:.2f} s"
+        for outcome in comparison.outcomes
+        for base, head in [outcome.first_unit_s]
+        if base is not None and head is not None
+    ]
+    if firsts:
+        lines.append(
+            f"first unit of each benchmark ({comparison.labels[0]} / {comparison.labels[1]}: building it, and "
+            f"compiling it where it compiles; kept out of the timings above): {', '.join(firsts)}"
+        )
     placed = [f"{outcome.name} {outcome.head.cpus}" for outcome in comparison.outcomes if outcome.head.cpus]
     if placed:
         lines.append(f"CPUs a unit ran on: {', '.join(placed)}")

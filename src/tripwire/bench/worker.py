@@ -11,6 +11,7 @@ stdout is kept for the protocol; anything the trainer prints goes to stderr):
                                                 on n CPUs)
     {"op": "fresh", "name": N, "warmup": k}  -> {"ok": true}  (a new workload instance, k discarded units)
     {"op": "proxies", "name": N}             -> {"ok": true, "proxies": {"aten_ops": n, "syncs": n}}
+    {"op": "first", "name": N}               -> {"ok": true, "seconds": s}  (building and running its first unit)
     {"op": "quit"}                           -> the worker exits
 
 A unit is `runs_per_unit` calls of the workload's `run()`, each after an untimed `prepare()`. The worker times
@@ -135,6 +136,7 @@ class Worker:
         self.default_threads: int | None = None
         self.started_on = set(os.sched_getaffinity(0)) if cpu is not None else set()
         self.parallelism: dict[str, float] = {}  # CPU time over wall time of benchmarks with undeclared workers
+        self.first_unit_s: dict[str, float] = {}  # the first unit of each benchmark: building it, compiling it
         if cpu is not None and cpu not in self.started_on:
             raise ValueError(f"--cpu {cpu} is not a CPU this process may use (allowed: {sorted(self.started_on)})")
 
@@ -194,13 +196,24 @@ class Worker:
         bench = self.bench(name)
         self.set_threads(name, bench)
         if name not in self.live:
-            self.live[name] = bench.make()
+            self.live[name] = self.first_instance(name, bench)
         walls, cpus = [], []
         for _ in range(units):
             wall, cpu = self.timer.time(self.live[name], bench.runs_per_unit)
             walls.append(wall)
             cpus.append(cpu)
         return {"wall_ms": walls, "cpu_ms": cpus, "cpus": len(os.sched_getaffinity(0))}
+
+    def first_instance(self, name: str, bench: PairedBench) -> Workload:
+        """The benchmark's first instance, built and run once: that one unit's wall time, what a compiled workload's
+        first call costs to compile, is kept apart (`first_unit_s`), never among the measured units."""
+        start = time.perf_counter()
+        workload = bench.make()
+        for _ in range(bench.runs_per_unit):
+            workload.prepare()
+            workload.run()
+        self.first_unit_s[name] = time.perf_counter() - start
+        return workload
 
     def fresh(self, name: str, warmup: int) -> dict[str, Any]:
         """Replace the live instance with a freshly built one and warm it up (untimed): its memory layout, and
@@ -234,6 +247,8 @@ class Worker:
             return self.hello()
         if op == "run":
             return self.run(str(request["name"]), int(request.get("units", 1)))
+        if op == "first":
+            return {"seconds": self.first_unit_s.get(str(request["name"]))}
         if op == "proxies":
             return self.proxies(str(request["name"]))
         if op == "fresh":

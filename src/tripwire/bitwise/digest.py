@@ -95,9 +95,10 @@ def leaves(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
     mapping is the leaf `{}` named `prefix` (or `<empty>`).
     """
     if isinstance(value, Mapping):
-        if not value:
+        items = list(value.items())  # never `not value`: a mapping of tensors (a TensorDict) refuses bool()
+        if not items:
             yield prefix or "<empty>", {}
-        for key, item in value.items():
+        for key, item in items:
             yield from leaves(f"{prefix}.{key}" if prefix else str(key), item)
     elif isinstance(value, (list, tuple)) and any(isinstance(v, (Mapping, list, tuple, torch.Tensor)) for v in value):
         for index, item in enumerate(value):

@@ -103,7 +103,7 @@ class TrainingConfig:
     compile: CompileBackend = option(
         CompileBackend.OFF,
         "compile the policy network with torch.compile on this backend, after its weights are loaded (off: eager; "
-        "see docs/compile.md for what each costs and buys)",
+        "see docs/measurements.md for what each costs and buys)",
         "hardware",
         flag="--compile",
         ppo_only=True,
