@@ -9,6 +9,9 @@ behave the same (it runs before anything imports torch; an explicit setting in t
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+
+import pytest
 
 from tripwire.common.numerics import apply_portable_cpu_env
 
@@ -21,3 +24,16 @@ def pytest_configure() -> None:
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def distribution_checks_kept() -> Iterator[None]:
+    """torch.compile's first use turns off torch.distributions' argument checks for the whole process (dynamo's
+    `TorchPatcher.patch`), and a loop may do it itself: each test module (its module-scoped loop runs included)
+    leaves the setting as it found it, so the syncs those checks make in a later loop do not depend on which test
+    ran first."""
+    import torch
+
+    checking = torch.distributions.Distribution._validate_args
+    yield
+    torch.distributions.Distribution.set_default_validate_args(checking)

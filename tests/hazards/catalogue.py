@@ -8,6 +8,7 @@ checks which of them fired.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ TELEMETRY_PAYLOAD = "telemetry payload"
 CONFIG = "config golden"
 LOADS_WITHOUT = "loads without"
 COMPILE_BUDGET = "compile budget"
+NOTHING = "(nothing)"  # a control: a change that changes nothing, which no guardrail may fail
 SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD, COMPILE_BUDGET)
 # Guardrails that necessarily fire beside another: a changed event stream (counts, order, schema) or changed
 # numerics (trajectory) change the digests of the event payloads too, so the payload golden firing with them is
@@ -43,6 +45,20 @@ class Edit:
 
 
 @dataclass(frozen=True)
+class Move:
+    """Move the top-level function `name` verbatim from `path` to a new module `to` (which gets `path`'s imports),
+    and re-export it from `path` where it was: the refactor plans' step, a move that is only a move."""
+
+    path: str
+    name: str
+    to: str
+
+    @property
+    def module(self) -> str:
+        return ".".join(Path(self.to).with_suffix("").parts[1:])  # src/esper/x/y.py -> esper.x.y
+
+
+@dataclass(frozen=True)
 class Hazard:
     """One refactor mistake, the guardrail that must catch it, and the ones allowed to fire beside it.
 
@@ -50,21 +66,60 @@ class Hazard:
     checks), `imports` (lint-imports), `static` (the static sync audit of the modules the loop reaches), `config`
     (the effective configuration values against the clean copy's), `loads-without` (every module promised to load
     without torch, or another package, imported in a fresh interpreter) or `bench` (the benchmark A/B of
-    `bench_filter`).
+    `bench_filter`); several joined by `+` (`static+a_baseline`) all run. A control (`expected` NOTHING) is a
+    change that changes nothing: it passes when nothing fires.
     """
 
     name: str
     description: str
-    edits: tuple[Edit, ...]
+    edits: tuple[Edit | Move, ...]
     expected: str
     run: str
     tolerated: tuple[str, ...] = ()
     bench_filter: str = ""
 
+    @property
+    def control(self) -> bool:
+        return self.expected == NOTHING
 
-def apply_edits(root: Path, edits: tuple[Edit, ...]) -> None:
+    @property
+    def runs(self) -> tuple[str, ...]:
+        return tuple(self.run.split("+"))
+
+
+def _move(root: Path, move: Move) -> None:
+    """Apply a `Move` under `root` (module docstring of `Move`)."""
+    source_path = root / move.path
+    text = source_path.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    found = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == move.name]
+    if len(found) != 1:
+        raise AnchorError(
+            f"{move.path}: top-level function {move.name!r} found {len(found)} times (need exactly 1); "
+            "update the hazard in tests/hazards/catalogue.py to the refactored code"
+        )
+    lines = text.splitlines(keepends=True)
+    node = found[0]
+    start = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)]) - 1
+    function = "".join(lines[start : node.end_lineno])
+    imports = [
+        ast.get_source_segment(text, statement) or ""
+        for statement in tree.body
+        if isinstance(statement, ast.Import)
+        or (isinstance(statement, ast.ImportFrom) and statement.module != "__future__")
+    ]
+    header = f'"""`{move.name}`, moved here from {move.path}."""\n\nfrom __future__ import annotations\n\n'
+    (root / move.to).write_text(header + "\n".join(imports) + "\n\n\n" + function, encoding="utf-8")
+    re_export = f"from {move.module} import {move.name}  # noqa: E402  (moved; re-exported where it was)\n"
+    source_path.write_text("".join([*lines[:start], re_export, *lines[node.end_lineno :]]), encoding="utf-8")
+
+
+def apply_edits(root: Path, edits: tuple[Edit | Move, ...]) -> None:
     """Apply every edit under `root`; raises AnchorError naming the file when an anchor is not found exactly once."""
     for edit in edits:
+        if isinstance(edit, Move):
+            _move(root, edit)
+            continue
         target = root / edit.path
         text = target.read_text(encoding="utf-8")
         found = text.count(edit.anchor)
@@ -79,6 +134,7 @@ def apply_edits(root: Path, edits: tuple[Edit, ...]) -> None:
 ENGINE = "src/esper/tolaria/engine.py"
 TRAINER = "src/esper/simic/training/trainer.py"
 CLIENT = "src/esper/simic/training/policy_client.py"
+SHARDING = "src/esper/simic/training/sharding.py"
 BUFFER = "src/esper/simic/agent/buffer.py"
 POLICY = "src/esper/tamiyo/policy.py"
 FORWARD = "    def forward(self, obs: torch.Tensor, blueprint_idx: torch.Tensor, hidden: Hidden) -> NetworkOutput:"
@@ -407,6 +463,90 @@ HAZARDS: tuple[Hazard, ...] = (
         ),
         TRAJECTORY,
         "f_compiled",
+    ),
+    Hazard(
+        "net_zero_sync_swap",
+        "the action pull's `.cpu().tolist()` pair became one `.tolist()`, and a `float(...)` for a progress display "
+        "came in: the region's total holds, a second device-to-host copy on a GPU",
+        (
+            Edit(
+                CLIENT,
+                "            rows = packed.cpu().tolist()\n",
+                "            rows = packed.tolist()\n"
+                "            shown = float(packed[0, 0])  # for a progress display\n",
+            ),
+        ),
+        SYNC_BUDGET,
+        "a_baseline",
+    ),
+    Hazard(
+        "barrier_imported_by_name",
+        "a debugging barrier imported by name at the module's top (`from torch.distributed import barrier`) and "
+        "called in the per-epoch stop agreement",
+        (
+            Edit(
+                SHARDING,
+                "from torch.distributed import Store  # type: ignore[attr-defined]  # not in its __all__\n",
+                "from torch.distributed import Store  # type: ignore[attr-defined]  # not in its __all__\n"
+                "from torch.distributed import barrier as debug_barrier\n",
+            ),
+            Edit(
+                SHARDING,
+                '        """True on every rank when any rank\'s flag is True (one all-reduce)."""\n',
+                '        """True on every rank when any rank\'s flag is True (one all-reduce)."""\n'
+                "        debug_barrier()  # left in from chasing a hang\n",
+            ),
+        ),
+        SYNC_BUDGET,
+        "e_distributed",
+    ),
+    Hazard(
+        "blocking_upload_replaces_pinned_copy",
+        "fused validation's alpha table built with `torch.tensor(alphas, device=device)`, a blocking host-to-device "
+        "copy, instead of the pinned, non-blocking one",
+        (
+            Edit(
+                ENGINE,
+                "    table = torch.tensor(plan.alphas, dtype=torch.float32)\n"
+                '    if device.type == "cuda":\n'
+                "        table = table.pin_memory()\n"
+                "    return table.to(device, non_blocking=True)\n",
+                "    return torch.tensor(plan.alphas, dtype=torch.float32, device=device)\n",
+            ),
+        ),
+        SYNC_BUDGET,
+        "b_lifecycle",
+    ),
+    Hazard(
+        "non_blocking_dropped",
+        "`non_blocking=True` dropped from the alpha table's copy to the device (it now blocks the host)",
+        (Edit(ENGINE, "    return table.to(device, non_blocking=True)\n", "    return table.to(device)\n"),),
+        SYNC_BUDGET,
+        "b_lifecycle",
+    ),
+    Hazard(
+        "control_verbatim_move_with_re_export",
+        "control: `gather_rows` moved verbatim to a new module and re-exported from the old one (a move, no change)",
+        (Move("src/esper/tolaria/epoch.py", "gather_rows", "src/esper/tolaria/transfer.py"),),
+        NOTHING,
+        "static+a_baseline",
+    ),
+    Hazard(
+        "control_loop_to_comprehension",
+        "control: `weights_copy`'s loop turned into the equivalent dict comprehension (the same syncs, reworded)",
+        (
+            Edit(
+                TRAINER,
+                "    copies: dict[str, torch.Tensor] = {}\n"
+                "    for name, value in module.state_dict().items():\n"
+                '        copies[f"{prefix}{name}"] = value.detach().to("cpu", copy=True)\n'
+                "    return copies\n",
+                '    return {f"{prefix}{name}": value.detach().to("cpu", copy=True) '
+                "for name, value in module.state_dict().items()}\n",
+            ),
+        ),
+        NOTHING,
+        "static+a_baseline",
     ),
     Hazard(
         "train_pass_10pct_slower",

@@ -10,8 +10,9 @@ the copy's src/. The benchmark hazard runs last and alone (an interleaved A/B of
 
 Verdict per hazard: `caught` when the expected guardrail fired and nothing outside its tolerated companions (or
 the guardrails it implies, `catalogue.IMPLIED`: telemetry payloads beside telemetry counts or a trajectory) did;
-`MISSED` when nothing fired; `WRONG GUARDRAIL` otherwise; `ERROR` when the patch or a guardrail run broke.
-Exit 1 unless every hazard is caught and the control is clean.
+`MISSED` when nothing fired; `WRONG GUARDRAIL` otherwise; `ERROR` when the patch or a guardrail run broke. A
+control hazard (a change that changes nothing: a verbatim move, a loop reworded as a comprehension) is `clean`
+when nothing fired, `FALSE ALARM` otherwise. Exit 1 unless every hazard is caught and every control is clean.
 """
 
 from __future__ import annotations
@@ -108,10 +109,10 @@ def run_static(clean: Path, tree: Path) -> dict[str, str]:
     """The static sync audit of the modules the loop reaches: the clean copy's counts budget the patched one."""
     from hot_path_modules import hot_path_modules
 
-    from tripwire.gates.static_audit import audit, check
+    from tripwire.gates.static_audit import audit, budget_payload, check
 
-    budget = {file: dict(counts) for file, counts in audit(hot_path_modules(clean), clean).counts.items()}
-    report = check(audit(hot_path_modules(tree), tree), budget)
+    recorded = budget_payload(audit(hot_path_modules(clean), clean))  # counts and call lines, as the gate's file
+    report = check(audit(hot_path_modules(tree), tree), recorded["sites"], recorded["lines"])
     return {} if report.ok else {STATIC_AUDIT: report.over[0]}
 
 
@@ -161,6 +162,8 @@ def run_bench(clean: Path, tree: Path, bench_filter: str) -> dict[str, str]:
 
 
 def judge(hazard: Hazard, fired: dict[str, str]) -> str:
+    if hazard.control:
+        return "clean" if not fired else "FALSE ALARM"
     if not fired:
         return "MISSED"
     allowed = {hazard.expected, *hazard.tolerated, *IMPLIED.get(hazard.expected, ())}
@@ -183,18 +186,25 @@ def run_hazard(hazard: Hazard, clean: Path, goldens: Path, work: Path) -> Outcom
 
 
 def check_guardrails(hazard: Hazard, clean: Path, tree: Path, goldens: Path) -> dict[str, str]:
-    """Run the guardrail subset the hazard names on the patched tree; returns what fired."""
-    if hazard.run == "imports":
+    """Run the guardrail subsets the hazard names on the patched tree; returns what fired."""
+    fired: dict[str, str] = {}
+    for run in hazard.runs:
+        fired.update(check_one(run, hazard, clean, tree, goldens))
+    return fired
+
+
+def check_one(run: str, hazard: Hazard, clean: Path, tree: Path, goldens: Path) -> dict[str, str]:
+    if run == "imports":
         return run_imports(tree)
-    if hazard.run == "static":
+    if run == "static":
         return run_static(clean, tree)
-    if hazard.run == "config":
+    if run == "config":
         return run_config(clean, tree)
-    if hazard.run == "loads-without":
+    if run == "loads-without":
         return run_loads_without(tree)
-    if hazard.run == "bench":
+    if run == "bench":
         return run_bench(clean, tree, hazard.bench_filter)
-    return run_probe(tree, hazard.run, goldens, "check", tree / "fired.json")
+    return run_probe(tree, run, goldens, "check", tree / f"fired-{run}.json")
 
 
 def run_control(scenario: str, clean: Path, goldens: Path) -> Outcome:
@@ -237,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         clean = copy_tree(ROOT, work / "clean")
         goldens = work / "goldens"
-        scenarios = sorted({h.run for h in hazards if h.run not in NOT_SCENARIOS})
+        scenarios = sorted({run for h in hazards for run in h.runs if run not in NOT_SCENARIOS})
         quick = [h for h in hazards if h.run != "bench"]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             controls = list(pool.map(partial(run_control, clean=clean, goldens=goldens), scenarios))
@@ -248,8 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     total = time.perf_counter() - start
     rows = table([*controls, *outcomes])
-    bad = [o.name for o in controls if o.verdict != "clean"] + [o.name for o in outcomes if o.verdict != "caught"]
-    verdict = "every hazard caught by its guardrail" if not bad else f"FAILED: {', '.join(bad)}"
+    bad = [o.name for o in [*controls, *outcomes] if o.verdict not in ("clean", "caught")]
+    verdict = "every hazard caught by its guardrail, every control clean" if not bad else f"FAILED: {', '.join(bad)}"
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     footer = f"{len(outcomes)} hazards, {verdict}; total {total:.0f} s on {os.cpu_count()} cores (load average {load})"
     print("\n".join([*rows, "", footer]))

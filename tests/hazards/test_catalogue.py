@@ -13,6 +13,7 @@ from catalogue import (
     HAZARDS,
     IMPORTS,
     LOADS_WITHOUT,
+    NOTHING,
     STATIC_AUDIT,
     SYNC_BUDGET,
     TELEMETRY,
@@ -20,6 +21,7 @@ from catalogue import (
     AnchorError,
     Edit,
     Hazard,
+    Move,
     apply_edits,
 )
 from runner import judge, select, table
@@ -54,6 +56,7 @@ def test_an_ambiguous_anchor_is_refused(tmp_path: Path) -> None:
 
 def test_the_catalogue_exercises_every_guardrail() -> None:
     expected = {TELEMETRY, SYNC_BUDGET, TRAJECTORY, IMPORTS, STATIC_AUDIT, CONFIG, LOADS_WITHOUT, BENCH, COMPILE_BUDGET}
+    expected.add(NOTHING)  # and controls: changes that change nothing, which nothing may fail
     assert {hazard.expected for hazard in HAZARDS} == expected
     assert len(set(IDS)) == len(IDS)
 
@@ -95,3 +98,30 @@ def test_a_hazard_whose_anchor_is_gone_is_an_error_row_not_a_crash(tmp_path: Pat
     stale = Hazard("stale", "", (Edit("src/module.py", "y = 2\n", "y = 3\n"),), TRAJECTORY, "a_baseline")
     outcome = run_hazard(stale, tmp_path / "clean", tmp_path / "goldens", tmp_path)
     assert (outcome.verdict, outcome.fired) == ("ERROR", {})
+
+
+CONTROL = Hazard("c", "", (), NOTHING, "static+a_baseline")
+
+
+def test_a_control_is_clean_only_when_nothing_fires() -> None:
+    assert CONTROL.runs == ("static", "a_baseline")
+    assert judge(CONTROL, {}) == "clean"
+    assert judge(CONTROL, {STATIC_AUDIT: "NEW src/x.py:3 in f [item 0 -> 1]"}) == "FALSE ALARM"
+
+
+def test_a_move_carries_the_function_verbatim_with_the_imports_and_re_exports_it(tmp_path: Path) -> None:
+    package = tmp_path / "src" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "old.py").write_text(
+        "from __future__ import annotations\n\nimport math\n\n\n@staticmethod\ndef area(r):\n"
+        "    return math.pi * r * r\n\n\ndef kept():\n    return area(1.0)\n",
+        encoding="utf-8",
+    )
+    apply_edits(tmp_path, (Move("src/pkg/old.py", "area", "src/pkg/new.py"),))
+    moved = (package / "new.py").read_text(encoding="utf-8")
+    assert "import math\n" in moved and "@staticmethod\ndef area(r):\n    return math.pi * r * r\n" in moved
+    old = (package / "old.py").read_text(encoding="utf-8")
+    assert "from pkg.new import area" in old and "def area" not in old and "def kept" in old
+    with pytest.raises(AnchorError, match="top-level function 'area' found 0 times"):
+        apply_edits(tmp_path, (Move("src/pkg/old.py", "area", "src/pkg/other.py"),))

@@ -78,7 +78,8 @@ def test_syncs_are_counted_per_iteration_and_the_steady_state_repeats(base: Resu
     iterations = base.syncs.iterations
     assert len(iterations) == 3  # boundaries at Agent.get_value: rollout 1 is setup
     assert iterations[0] == iterations[1]  # update + next rollout, the same every iteration
-    assert iterations[0] == {"<outside>": 80, "optimizer": 96, "policy": 80}
+    # <outside>: 80 host pulls and 96 host-to-device copies that block (3 per step: torch.tensor(...).to(device))
+    assert iterations[0] == {"<outside>": 176, "optimizer": 96, "policy": 80}
     assert base.syncs.counts_by_region()["env"] == 0  # a declared region that never synced is counted as 0
     optimizer = [record for record in base.syncs.records if record.region == "optimizer"]
     assert [record.via for record in optimizer] == ["torch/optim/optimizer.py:_get_value"]  # Adam's step counters
@@ -101,7 +102,7 @@ def test_an_injected_item_is_named_at_its_own_line(base: Result, tmp_path: Path)
     new = [line for line in verdict.details if line.startswith("NEW")]
     line = 1 + SCRIPT.read_text().splitlines().index(INJECTED_ITEM[0].rstrip("\n")) + 1
     assert new == [f"NEW   '<outside>' ppo_script.py:{line} in <module>  ×24 [item]  `kl_seen = approx_kl.item()`"]
-    assert "per iteration: <outside> 80 -> 88" in verdict.details  # 8 minibatches per iteration
+    assert "per iteration: <outside> 176 -> 184" in verdict.details  # 8 minibatches per iteration
     assert not any("inside torch" in line for line in new)
 
 

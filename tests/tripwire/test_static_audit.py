@@ -221,3 +221,74 @@ class Staging:
     def pull(self, t):
         return t.to(torch.device("cpu"))
 """
+
+
+ENGINE = """
+import torch
+
+
+def gather_rows(values):
+    rows = values.cpu()
+    return rows.tolist()
+
+
+def run(values):
+    return gather_rows(values)
+"""
+# `gather_rows` moved verbatim to rows.py and re-exported from engine.py (a step of the refactor plans)
+ENGINE_AFTER_MOVE = """
+import torch
+
+from rows import gather_rows  # moved
+
+
+def run(values):
+    return gather_rows(values)
+"""
+ROWS = """
+def gather_rows(values):
+    rows = values.cpu()
+    return rows.tolist()
+"""
+
+
+def test_a_function_moved_verbatim_to_another_module_passes_as_moved(tmp_path: Path) -> None:
+    engine = write(tmp_path, ENGINE, "engine.py")
+    budget = tmp_path / "budget.json"
+    check_against([engine], budget, tmp_path, update=True)
+    write(tmp_path, ENGINE_AFTER_MOVE, "engine.py")
+    rows = write(tmp_path, ROWS, "rows.py")
+    _, report = check_against([engine, rows], budget, tmp_path)
+    assert report.ok and report.format() == "static sync audit within budget (2 call(s) moved)"
+    assert report.moved == (
+        "rows.py in gather_rows [cpu] `rows = values.cpu()` (moved from engine.py in gather_rows [cpu])",
+        "rows.py in gather_rows [tolist] `return rows.tolist()` (moved from engine.py in gather_rows [tolist])",
+    )
+
+
+def test_a_module_gone_after_every_call_moved_out_passes(tmp_path: Path) -> None:
+    engine = write(tmp_path, ENGINE, "engine.py")
+    budget = tmp_path / "budget.json"
+    check_against([engine], budget, tmp_path, update=True)
+    rows = write(tmp_path, ROWS + "\n\ndef run(values):\n    return gather_rows(values)\n", "rows.py")
+    _, report = check_against([rows], budget, tmp_path)  # engine.py no longer audited: it went away
+    assert report.ok, report.format()
+
+
+def test_a_moved_function_whose_call_changed_is_a_change(tmp_path: Path) -> None:
+    engine = write(tmp_path, ENGINE, "engine.py")
+    budget = tmp_path / "budget.json"
+    check_against([engine], budget, tmp_path, update=True)
+    write(tmp_path, ENGINE_AFTER_MOVE, "engine.py")
+    rows = write(tmp_path, ROWS.replace("values.cpu()", "values.detach().cpu()"), "rows.py")
+    with pytest.raises(StaticSyncExceeded) as failure:
+        check_against([engine, rows], budget, tmp_path)
+    text = str(failure.value)
+    assert "NEW rows.py:3 in gather_rows [cpu] 0 -> 1" in text  # the changed line is new ...
+    assert "MOVED rows.py in gather_rows [tolist] `return rows.tolist()`" in text  # ... the unchanged one moved
+
+
+def test_a_budget_without_recorded_lines_still_checks_counts(tmp_path: Path) -> None:
+    engine = write(tmp_path, ENGINE, "engine.py")
+    sites = audit([engine], tmp_path)
+    assert check(sites, {engine: {"gather_rows [cpu]": 1, "gather_rows [tolist]": 1}}).ok

@@ -9,7 +9,9 @@ no torch.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,19 @@ def set_update_command(command: str | None) -> None:
     """Name the project's own update command in messages (None or "" restores pytest's default)."""
     global _update_command
     _update_command = command or DEFAULT_UPDATE_COMMAND
+
+
+@contextlib.contextmanager
+def naming_update_command(command: str) -> Iterator[None]:
+    """Name `command` in messages for the duration of the block (a CLI command's own update line), then restore the
+    command named before: one command's messages never leak into the next one run in the same process."""
+    global _update_command
+    before = _update_command
+    _update_command = command
+    try:
+        yield
+    finally:
+        _update_command = before
 
 
 def read_golden_json(path: Path, missing: str) -> Any:

@@ -26,10 +26,8 @@ This module loads no torch: the pin is set before torch starts.
 
 from __future__ import annotations
 
-import getpass
 import os
 import platform
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,6 +63,9 @@ def pinned_inductor_cache(level: str = PORTABLE_LEVEL) -> str:
     a model compiled under the AVX2 pin and run again natively from the same cache aborted the process
     (`malloc(): unaligned tcache chunk detected`). Keeping pinned and native compilations in separate folders
     avoids it. A cache folder the user set wins."""
+    import getpass  # on use: `tempfile` imports `random`, which a tree's own `random.py` may shadow at import
+    import tempfile
+
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container): inductor falls back the same way

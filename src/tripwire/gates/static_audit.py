@@ -76,10 +76,12 @@ class StaticSites:
 
     counts: dict[str, Counter[str]] = field(default_factory=dict)
     lines: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    texts: dict[str, dict[str, Counter[str]]] = field(default_factory=dict)  # each call's stripped source line
 
-    def add(self, file: str, key: str, line: int) -> None:
+    def add(self, file: str, key: str, line: int, text: str = "") -> None:
         self.counts.setdefault(file, Counter())[key] += 1
         self.lines.setdefault(file, {}).setdefault(key, []).append(line)
+        self.texts.setdefault(file, {}).setdefault(key, Counter())[text] += 1
 
     def total(self) -> int:
         return sum(sum(c.values()) for c in self.counts.values())
@@ -119,10 +121,11 @@ def call_kind(call: ast.Call) -> str | None:
 class _Visitor(ast.NodeVisitor):
     """Walks one module, keeping the qualified name of the enclosing function or class."""
 
-    def __init__(self, file: str, sites: StaticSites) -> None:
+    def __init__(self, file: str, sites: StaticSites, source_lines: Sequence[str] = ()) -> None:
         self.file = file
         self.sites = sites
         self.scope: list[str] = []
+        self.source_lines = source_lines
 
     def _qualname(self) -> str:
         return ".".join(self.scope) if self.scope else "<module>"
@@ -155,7 +158,9 @@ class _Visitor(ast.NodeVisitor):
             if scope and scope[-1] == "<locals>":
                 scope.pop()
             function = ".".join(scope) if scope else "<module>"
-            self.sites.add(self.file, f"{function} [{kind}]", node.lineno)
+            lines = self.source_lines
+            text = lines[node.lineno - 1].strip() if 0 < node.lineno <= len(lines) else ""
+            self.sites.add(self.file, f"{function} [{kind}]", node.lineno, text)
         self.generic_visit(node)
 
 
@@ -171,7 +176,7 @@ def audit(paths: Iterable[str | Path], root: str | Path = ".") -> StaticSites:
             raise GoldenFileError(f"{path}: cannot read audited module ({error.strerror})") from None
         name = resolved.relative_to(base).as_posix() if resolved.is_relative_to(base) else str(resolved)
         sites.counts.setdefault(name, Counter())
-        _Visitor(name, sites).visit(ast.parse(source, filename=name))
+        _Visitor(name, sites, source.splitlines()).visit(ast.parse(source, filename=name))
     return sites
 
 
@@ -245,10 +250,16 @@ def reachable_modules(
 
 
 def budget_payload(sites: StaticSites) -> dict[str, Any]:
-    """The budget file's JSON form: format tag, then per file the sorted `function [kind]` counts."""
+    """The budget file's JSON form: format tag, per file the sorted `function [kind]` counts, and per file and key
+    the source lines of the calls (what tells a moved call from a new one)."""
     return {
         "format": FORMAT,
         "sites": {file: dict(sorted(counts.items())) for file, counts in sorted(sites.counts.items())},
+        "lines": {
+            file: {key: dict(sorted(texts.items())) for key, texts in sorted(by_key.items())}
+            for file, by_key in sorted(sites.texts.items())
+            if by_key
+        },
     }
 
 
@@ -272,12 +283,34 @@ def load_budget(path: str | Path) -> dict[str, dict[str, int]]:
     return {str(file): {str(k): int(n) for k, n in entries.items()} for file, entries in sites.items()}
 
 
+def load_budget_lines(path: str | Path) -> dict[str, dict[str, dict[str, int]]] | None:
+    """The source lines a static budget recorded per file and key, or None when it recorded none (older files)."""
+    data = read_golden_json(Path(path), f"static sync budget does not exist (record it with `{update_command()}`)")
+    lines = data.get("lines") if isinstance(data, Mapping) else None
+    if lines is None:
+        return None
+    if not isinstance(lines, Mapping) or not all(
+        isinstance(keys, Mapping)
+        and all(
+            isinstance(texts, Mapping) and all(isinstance(n, int) and n >= 0 for n in texts.values())
+            for texts in keys.values()
+        )
+        for keys in lines.values()
+    ):
+        raise GoldenFileError(f'{path}: "lines" must map files to {{"function [kind]": {{source line: count}}}}')
+    return {
+        str(file): {str(key): {str(text): int(n) for text, n in texts.items()} for key, texts in keys.items()}
+        for file, keys in lines.items()
+    }
+
+
 @dataclass(frozen=True)
 class StaticReport:
-    """Outcome of `check`: over-budget rows (NEW first) and rows that can be tightened."""
+    """Outcome of `check`: over-budget rows (NEW first), rows that can be tightened, and calls that only moved."""
 
     over: tuple[str, ...]
     under: tuple[str, ...]
+    moved: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -285,33 +318,97 @@ class StaticReport:
 
     def format(self) -> str:
         if self.ok:
-            return "static sync audit within budget" + (f" ({len(self.under)} can be tightened)" if self.under else "")
+            notes = [f"{len(self.moved)} call(s) moved" if self.moved else ""]
+            notes.append(f"{len(self.under)} can be tightened" if self.under else "")
+            shown = "; ".join(note for note in notes if note)
+            return "static sync audit within budget" + (f" ({shown})" if shown else "")
         head = f"static sync audit over budget in {len(self.over)} function(s):"
         hint = f"  remove the calls, or regenerate with `{update_command()}` (refused under CI) and commit the diff"
-        return "\n".join([head, *(f"  {row}" for row in self.over), hint])
+        return "\n".join([head, *(f"  {row}" for row in self.over), *(f"  MOVED {row}" for row in self.moved), hint])
 
 
-def check(sites: StaticSites, budget: Mapping[str, Mapping[str, int]]) -> StaticReport:
-    """Compare audited counts with `budget` per file, function and kind (line numbers never compared)."""
+def _short(key: str) -> tuple[str, str]:
+    """`Engine.run [item]` -> (`run`, `item`): a function is the same function moved into or out of a class."""
+    function, kind = key.rsplit(" [", 1)
+    return function.rsplit(".", 1)[-1], kind.rstrip("]")
+
+
+def _moves(
+    sites: StaticSites, budget: Mapping[str, Mapping[str, int]], lines: Mapping[str, Mapping[str, Mapping[str, int]]]
+) -> tuple[Counter[tuple[str, str, str]], list[str]]:
+    """Calls that only moved: a call line a (file, key) has more of than recorded, paired with the same line gone from
+    a (file, key) of the same kind in a function of the same name. Returns the moved calls per (file, key, line
+    text), to subtract from the counts, and one row per move for the report."""
+    added: list[tuple[str, str, str]] = []
+    removed: Counter[tuple[str, str, str]] = Counter()
+    for file in set(sites.counts) | set(budget):
+        for key in set(sites.counts.get(file, {})) | set(budget.get(file, {})):
+            now = sites.texts.get(file, {}).get(key, Counter())
+            was = Counter(lines.get(file, {}).get(key, {}))
+            added += [(file, key, text) for text, n in (now - was).items() for _ in range(n)]
+            removed.update({(file, key, text): n for text, n in (was - now).items()})
+    moved: Counter[tuple[str, str, str]] = Counter()
+    rows = []
+    for file, key, text in added:
+        origin = next(
+            (
+                (old_file, old_key)
+                for (old_file, old_key, old_text), n in removed.items()
+                if n > 0 and old_text == text and _short(old_key) == _short(key)
+            ),
+            None,
+        )
+        if origin is None:
+            continue
+        removed[(origin[0], origin[1], text)] -= 1
+        moved[(file, key, text)] += 1
+        moved[(origin[0], origin[1], "")] -= 1  # the origin holds one call fewer, by the move, not a gain
+        function = key.rsplit(" [", 1)[0]
+        rows.append(f"{file} in {function} [{_short(key)[1]}] `{text}` (moved from {origin[0]} in {origin[1]})")
+    return moved, sorted(rows)
+
+
+def check(
+    sites: StaticSites,
+    budget: Mapping[str, Mapping[str, int]],
+    lines: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
+) -> StaticReport:
+    """Compare audited counts with `budget` per file, function and kind (line numbers never compared). With the
+    budget's recorded call lines, a call that only moved (the same line, in a function of the same name, in another
+    file or place) is reported MOVED and passes; what moved and changed is a change."""
+    moved, moved_rows = _moves(sites, budget, lines) if lines is not None else (Counter(), [])
+    moved_in: Counter[tuple[str, str]] = Counter()
+    for (file, key, _), n in moved.items():
+        moved_in[(file, key)] += n
     new_rows: list[str] = []
     grown: list[str] = []
     under: list[str] = []
     for file in sorted(set(sites.counts) | set(budget)):
         counts, allowed = sites.counts.get(file, Counter()), budget.get(file, {})
         if file not in sites.counts:
+            if lines is not None and _all_moved_out(file, allowed, lines, moved_rows):
+                continue  # the module went away, and every call it had moved elsewhere
             gone = "audited module is gone or no longer reached from the loop's entry (renamed? regenerate the budget)"
             grown.append(f"{file}: {gone}")
             continue
         for key in sorted(set(counts) | set(allowed)):
             now, was = counts.get(key, 0), allowed.get(key, 0)
             function, kind = key.rsplit(" [", 1)
-            lines = ",".join(str(n) for n in sites.lines.get(file, {}).get(key, []))
-            row = f"{file}:{lines} in {function} [{kind} {was} -> {now}"
-            if now > was:
+            numbers = ",".join(str(n) for n in sites.lines.get(file, {}).get(key, []))
+            row = f"{file}:{numbers} in {function} [{kind} {was} -> {now}"
+            if now - max(moved_in[(file, key)], 0) > was:
                 (new_rows if key not in allowed else grown).append(("NEW " if key not in allowed else "") + row)
-            elif now < was:
+            elif now - min(moved_in[(file, key)], 0) < was:  # fewer calls, not counting those that moved out
                 under.append(row)
-    return StaticReport(tuple(new_rows + grown), tuple(under))
+    return StaticReport(tuple(new_rows + grown), tuple(under), tuple(moved_rows))
+
+
+def _all_moved_out(
+    file: str, allowed: Mapping[str, int], lines: Mapping[str, Mapping[str, Mapping[str, int]]], moved: list[str]
+) -> bool:
+    """Whether a module that is gone had no call, or only calls that moved elsewhere."""
+    calls = sum(allowed.values())
+    return calls == 0 or sum(1 for row in moved if f"(moved from {file} in " in row) == calls
 
 
 def check_against(
@@ -322,7 +419,7 @@ def check_against(
     if update:
         write_budget(budget_path, sites)
         return sites, StaticReport((), ())
-    report = check(sites, load_budget(budget_path))
+    report = check(sites, load_budget(budget_path), load_budget_lines(budget_path))
     if not report.ok:
         raise StaticSyncExceeded(report.format())
     return sites, report

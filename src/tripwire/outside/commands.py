@@ -20,11 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tripwire.common.errors import TripwireError, set_update_command
+from tripwire.common.errors import TripwireError, naming_update_command
 from tripwire.common.numerics import apply_portable_cpu_env
 
 if TYPE_CHECKING:  # imported on use: the commands start before torch
     from tripwire.outside.result import Result, SyncSummary
+    from tripwire.sync.budget import SyncBudget
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,16 +83,24 @@ def run_main(argv: Sequence[str] | None = None) -> int:
 def _check_budget(result: Result, budget_file: Path, result_folder: Path) -> int:
     """Check a result's syncs against a budget file, and its compilation events against the file's `compile`
     section when both have one."""
-    from tripwire.sync.budget import SyncBudget, check_budget
+    from tripwire.sync.budget import SyncBudget
 
-    set_update_command(f"python -m tripwire budget write {result_folder} {budget_file}")
-    try:
-        budget = SyncBudget.load(budget_file)
-    except TripwireError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    write = f"python -m tripwire budget write {result_folder} {budget_file}"
+    with naming_update_command(write):
+        try:
+            budget = SyncBudget.load(budget_file)
+        except TripwireError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     if budget.per_iteration and not budget.regions:  # written with --per-iteration: regenerate it the same way
-        set_update_command(f"python -m tripwire budget write {result_folder} {budget_file} --per-iteration")
+        write += " --per-iteration"
+    with naming_update_command(write):
+        return _report_budget(result, budget)
+
+
+def _report_budget(result: Result, budget: SyncBudget) -> int:
+    from tripwire.sync.budget import check_budget
+
     reports = [check_budget(result.syncs, budget)]
     if budget.compile is not None and result.compile is not None:
         reports.append(check_budget(result.compile, budget.compile, what="compile"))

@@ -45,7 +45,15 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.common.errors import GoldenFileError, read_golden_json, update_command
-from tripwire.sync.rows import CountSource, IterationProblem, RegionProblem, is_keyed, region_sites, site_lines
+from tripwire.sync.rows import (
+    CountSource,
+    IterationProblem,
+    RegionProblem,
+    SiteCount,
+    is_keyed,
+    region_sites,
+    site_lines,
+)
 from tripwire.sync.sites import site_key
 
 __all__ = ["BudgetReport", "SyncBudget", "budget_payload", "check_budget", "check_scaling", "site_key", "write_budget"]
@@ -155,15 +163,17 @@ class BudgetReport:
     old_format: bool = False
     per_iteration: tuple[IterationProblem, ...] = ()
     what: str = "sync"  # "compile": the report of a budget's `compile` section
+    swapped: tuple[RegionProblem, ...] = ()  # within their totals, but with a line the budget never saw
 
     @property
     def ok(self) -> bool:
         """True when no region is over budget or unbudgeted (or, with `strict`, under budget)."""
-        return not self.over and not self.unbudgeted and not self.per_iteration and not (self.strict and self.under)
+        failing = self.over or self.unbudgeted or self.per_iteration or self.swapped
+        return not failing and not (self.strict and self.under)
 
     def format(self) -> str:
         """Multi-line report: region, budget, count, and every call site with NEW and GREW ones marked."""
-        failing = len(self.over) + len(self.unbudgeted) + len(self.per_iteration)
+        failing = len(self.over) + len(self.unbudgeted) + len(self.per_iteration) + len(self.swapped)
         failing += len(self.under) if self.strict else 0
         where = f" ({self.source})" if self.source else ""
         what, events = self.what, "syncs" if self.what == "sync" else "compilation events"
@@ -174,6 +184,13 @@ class BudgetReport:
             lines.extend(site_lines(problem, self.sites_known))
         for problem in self.unbudgeted:
             lines.append(f"  unbudgeted region {problem.region!r}: {problem.count} {events}, no budget entry")
+            lines.extend(site_lines(problem, self.sites_known))
+        for problem in self.swapped:
+            new = sum(1 for site in problem.sites if site.new)
+            lines.append(
+                f"  region {problem.region!r}: {problem.count} {events}, within its budget of {problem.budget}, "
+                f"but {new} line(s) the budget never saw (a new line fails whatever the total)"
+            )
             lines.extend(site_lines(problem, self.sites_known))
         for iteration in self.per_iteration:
             shown = ", ".join(f"#{index} {count}" for index, count in iteration.iterations[:6])
@@ -239,19 +256,35 @@ def check_budget(
     over: list[RegionProblem] = []
     unbudgeted: list[RegionProblem] = []
     under: list[RegionProblem] = []
+    swapped: list[RegionProblem] = []
     totals_checked = bool(budget.regions) or not budget.per_iteration
     for region in sorted(set(counts) | set(budget.regions)) if totals_checked else ():
         count, allowed = counts.get(region, 0), budget.regions.get(region)
-        if allowed is not None and count == allowed:
-            continue
-        if allowed is not None and count < allowed:
-            under.append(RegionProblem(region, allowed, count))
-            continue
         recorded = budget.sites.get(region) if budget.sites else None
         lines = budget.lines.get(region) if budget.lines else None
         callers = _region_callers(budget, region)
+        if allowed is not None and count <= allowed:
+            # within its total, a region still fails on a line the budget never saw: a new sync paid for by one
+            # that went away is a second device-to-host copy on a GPU, whatever the count says
+            within = _new_lines(source, region, recorded, lines, callers)
+            if within:
+                swapped.append(RegionProblem(region, allowed, count, within))
+            elif count < allowed:
+                under.append(RegionProblem(region, allowed, count))
+            continue
         sites = region_sites(source, region, recorded, lines, callers) if source is not None else ()
         (over if allowed is not None else unbudgeted).append(RegionProblem(region, allowed, count, sites))
+    per_iteration = _iteration_problems(source, budget)
+    failing_iterations = {problem.region for problem in per_iteration}
+    for region in () if totals_checked else sorted(set(budget.per_iteration) - failing_iterations):
+        # a per-iteration budget: a region within its cap still fails on a line the budget never saw
+        recorded = budget.sites.get(region) if budget.sites else None
+        lines = budget.lines.get(region) if budget.lines else None
+        within = _new_lines(source, region, recorded, lines, _region_callers(budget, region))
+        if within:
+            per = getattr(source, "iteration_counts", None)
+            most = max((it.get(region, 0) for it in per()), default=0) if callable(per) else 0
+            swapped.append(RegionProblem(region, budget.per_iteration[region], most, within))
     old_format = any(not is_keyed(entries) for entries in budget.sites.values())
     return BudgetReport(
         tuple(over),
@@ -261,9 +294,25 @@ def check_budget(
         budget.source,
         source is not None,
         old_format,
-        _iteration_problems(source, budget),
+        per_iteration,
         what,
+        tuple(swapped),
     )
+
+
+def _new_lines(
+    source: CountSource | None,
+    region: str,
+    recorded: Mapping[str, int] | None,
+    lines: Mapping[str, Mapping[str, int]] | None,
+    callers: Mapping[str, Mapping[str, Mapping[str, int]]] | None,
+) -> tuple[SiteCount, ...]:
+    """The region's rows when one of its lines is new (a line that only moved is not), else nothing. Needs a source
+    with line records and a budget that recorded lines: without them a line cannot be told new."""
+    if source is None or lines is None or not callable(getattr(source, "site_records", None)):
+        return ()
+    rows = region_sites(source, region, recorded, lines, callers)
+    return rows if any(row.new for row in rows) else ()
 
 
 def budget_payload(

@@ -8,12 +8,27 @@ it: `self.cpu_buffer`, `host_out`, `PINNED`), and the receiver of `copy_` is suc
 the copies that would stall a GPU run, while `.to(self.device)` (the run's own device, a no-op on CPU and a device
 move on GPU) is not counted. The call's own source is read through the interpreter's instruction positions, once
 per call site. `tripwire.sync.hooks` asks `to_kind` and `copy_kind` from its function mode.
+
+Uploads that block the host (`to_device`, `copy_to_device`, `tensor_to_device`) are counted the same way: on an
+accelerator from the tensors (a host source that is not both pinned and `non_blocking`); on a CPU run from the
+call and from where the tensor came from. The hooks mark the tensors the user's code builds in host memory (a host
+factory or `torch.tensor` without `device=`, and their place-keeping views and casts); a `.to(<a device by name>)`
+or a `copy_` into a device buffer of a marked tensor without `non_blocking` counts, and so does a tensor built from
+host data on the line that moves it (`torch.tensor(rows).to(device)`) unless that line pins it and is
+non-blocking. A tensor moved to a device is a device tensor from then on (on a CPU run `.to` returns the tensor
+itself), so the device-to-device copies after an upload do not count again. Whether memory is pinned cannot be seen
+on a CPU run (`pin_memory()` needs an accelerator): a `non_blocking=True` copy of a tensor built earlier is taken as
+the pinned one it is written for, so a dropped `pin_memory()` alone is seen on an accelerator only.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import linecache
+import sys
+import weakref
+from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
@@ -21,7 +36,7 @@ import torch
 
 from tripwire.sync import state as sync
 
-__all__ = ["copy_kind", "to_kind"]
+__all__ = ["copy_kind", "forget_host_born", "host_born", "made_by_user", "mark_host_born", "tensor_kind", "to_kind"]
 
 
 def _device_type(value: object) -> str | None:
@@ -40,7 +55,57 @@ def _device_type(value: object) -> str | None:
 _HOST_WORDS = ("cpu", "host", "pinned")
 
 
-_spelling_cache: dict[tuple[CodeType, int, str], bool] = {}
+# Calls that build a tensor in host memory when no `device=` is given: from host data, or a host factory
+_BUILDERS = {"tensor", "as_tensor", "from_numpy", "Tensor", "FloatTensor", "LongTensor", "IntTensor", "BoolTensor"}
+_BUILDERS |= {"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "randint"}
+_KEEPS_PLACE = {"float", "long", "int", "double", "half", "bool", "view", "reshape", "contiguous", "unsqueeze"}
+_KEEPS_PLACE |= {"squeeze", "flatten", "t", "clone", "detach"}  # a host tensor stays a host tensor
+
+
+# Tensors built in host memory from host data or by a host factory (no `device=`) while a counter ran, by id: on a
+# CPU run every tensor is on the host, so this is what tells a later `.to(device)` of one of them is an upload.
+_host_born: dict[int, weakref.ref[torch.Tensor]] = {}
+
+
+def mark_host_born(tensor: torch.Tensor) -> None:
+    """Remember that `tensor` was built in host memory (until it is freed)."""
+    key = id(tensor)
+    if key not in _host_born:
+        _host_born[key] = weakref.ref(tensor, functools.partial(_forget, key))
+
+
+def _forget(key: int, _ref: object, table: dict[int, weakref.ref[torch.Tensor]] = _host_born) -> None:
+    table.pop(key, None)  # the table bound early: this may run at interpreter exit, after module globals are gone
+
+
+def forget_host_born(tensor: object) -> None:
+    """`tensor` now stands for a device tensor (a CPU run's `.to(device)` returns the tensor itself)."""
+    _host_born.pop(id(tensor), None)
+
+
+def made_by_user(depth: int) -> bool:
+    """Whether the torch call being classified was made by the user's code, not by torch on its behalf (`Module.to`
+    moving the parameters a library built): `depth` frames up is the frame that made the call."""
+    return not sys._getframe(depth + 1).f_code.co_filename.startswith(sync.skip_prefixes())
+
+
+def host_born(tensor: object) -> bool:
+    """Whether `tensor` was marked by `mark_host_born` (the same object, still alive)."""
+    ref = _host_born.get(id(tensor))
+    return ref is not None and ref() is tensor
+
+
+@dataclass(frozen=True)
+class _Spelling:
+    """What the user's call says of a copy, read from its source."""
+
+    target_is_host: bool = False  # `.to(X)` with X the host / `dst.copy_(...)` into a host buffer
+    device_named: bool = False  # a device target that is not the host: `.to(self.device)`, `device=device`
+    built_on_host: bool = False  # the receiver of `.to()` is built from host data right there (`torch.tensor(...)`)
+    pinned: bool = False  # ... in pinned memory (`.pin_memory()`, or a name with `pinned` in it)
+
+
+_spelling_cache: dict[tuple[CodeType, int, str], _Spelling] = {}
 
 
 def _names_host(node: ast.expr) -> bool:
@@ -55,8 +120,28 @@ def _names_host(node: ast.expr) -> bool:
         return name == "device" and first is not None and _names_host(first)
     if isinstance(node, ast.Subscript):
         return _names_host(node.value)
-    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
-    return any(word in name.lower() for word in _HOST_WORDS)
+    return any(word in _name(node).lower() for word in _HOST_WORDS)
+
+
+def _name(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def _receiver(node: ast.expr) -> tuple[bool, bool]:
+    """`(built on the host, pinned)` of the tensor a `.to()` is called on, as far as its expression says."""
+    if isinstance(node, ast.Call):
+        method = _name(node.func)
+        if method == "pin_memory" and isinstance(node.func, ast.Attribute):
+            return True, True  # pinned memory is host memory
+        if method in _KEEPS_PLACE and isinstance(node.func, ast.Attribute):
+            return _receiver(node.func.value)
+        if method in _BUILDERS:
+            return not any(kw.arg == "device" for kw in node.keywords), False
+        return False, False
+    if isinstance(node, ast.Subscript):
+        return _receiver(node.value)
+    name = _name(node).lower()
+    return any(word in name for word in _HOST_WORDS), "pinned" in name
 
 
 def _call_source(frame: FrameType) -> str:
@@ -74,41 +159,52 @@ def _call_source(frame: FrameType) -> str:
     return b"".join([lines[0][first_col:], *lines[1:-1], lines[-1][:last_col]]).decode(errors="replace")
 
 
-def _spelled_host(frame: FrameType, method: str) -> bool:
+def _spelled(frame: FrameType, method: str) -> _Spelling:
+    """Read the call `method(...)` (`.to`, `.copy_`, or a builder such as `torch.tensor`) the frame is making."""
     try:
         tree = ast.parse(_call_source(frame).strip(), mode="eval")
     except (SyntaxError, ValueError):
-        return False
+        return _Spelling()
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method):
+        if not (isinstance(node, ast.Call) and _name(node.func) == method):
             continue
-        if method == "copy_":
-            return _names_host(node.func.value)
+        if method == "copy_" and isinstance(node.func, ast.Attribute):
+            return _Spelling(target_is_host=_names_host(node.func.value))
+        if method in ("tensor", "as_tensor"):
+            device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
+            return _Spelling(device_named=device is not None and not _names_host(device))
         targets = [*node.args[:1], *(kw.value for kw in node.keywords if kw.arg == "device")]
-        return any(_names_host(target) for target in targets)
-    return False
+        host = any(_names_host(target) for target in targets)
+        built, pinned = _receiver(node.func.value) if isinstance(node.func, ast.Attribute) else (False, False)
+        return _Spelling(host, bool(targets) and not host, built, pinned)
+    return _Spelling()
 
 
-def _host_spelled(method: str) -> bool:
-    """Whether the user's line running now calls `.<method>(...)` with the host spelled as the target (cached per
-    call site and instruction)."""
+def _spelling(method: str) -> _Spelling:
+    """How the user's line running now spells its `method(...)` call (cached per call site and instruction)."""
     frame = sync.user_frame()
     if frame is None:
-        return False
+        return _Spelling()
     key = (frame.f_code, frame.f_lasti, method)
     known = _spelling_cache.get(key)
     if known is None:
-        known = _spelling_cache[key] = _spelled_host(frame, method)
+        known = _spelling_cache[key] = _spelled(frame, method)
     return known
 
 
 def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """Kind of a `Tensor.to(...)` call: `to_cpu`/`to_cpu_nonblocking` for a host-bound copy, else None.
+    """Kind of a `Tensor.to(...)` call: `to_cpu`/`to_cpu_nonblocking` for a host-bound copy, `to_device` for a
+    host-to-device copy that blocks the host, else None.
 
-    A copy counts when it really leaves an accelerator (source not on the CPU), or when the call names the host as
-    its target (module docstring: a deliberate move to the host, which would sync on CUDA; counted on CPU too so
-    CPU-only CI sees it). A move to a device the tensor is already on by another name (an env's device on a CPU
-    run, or torch's own `.to(device)` calls inside e.g. `clip_grad_norm_`) is a no-op and does not count.
+    Host-bound: a copy counts when it really leaves an accelerator (source not on the CPU), or when the call names
+    the host as its target (module docstring: a deliberate move to the host, which would sync on CUDA; counted on
+    CPU too so CPU-only CI sees it). A move to a device the tensor is already on by another name (an env's device
+    on a CPU run, or torch's own `.to(device)` calls inside e.g. `clip_grad_norm_`) is a no-op and does not count.
+
+    Host-to-device: a copy from host memory that is not both pinned and `non_blocking` blocks the host until it
+    lands. On an accelerator that is read from the tensors; on a CPU run, where the target is the CPU too, from the
+    call's source: a tensor built from host data on that line (`torch.tensor(values).to(self.device)`) and moved to
+    a named device counts, unless it is pinned there (`.pin_memory()`) and the move is `non_blocking=True`.
     """
     raw_target: object = kwargs.get("device")
     non_blocking = bool(kwargs.get("non_blocking", False))
@@ -119,22 +215,59 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
             non_blocking = non_blocking or arg
             break
     target = _device_type(raw_target) if raw_target is not None else None
+    source = args[0]
+    on_host = isinstance(source, torch.Tensor) and source.device.type == "cpu"
+    if target not in (None, "cpu", "meta"):  # a real device: read the tensors
+        pinned = on_host and non_blocking and source.is_pinned()
+        return "to_device" if on_host and not pinned else None
     if target != "cpu":
         return None
-    source = args[0]
     leaves_device = isinstance(source, torch.Tensor) and source.device.type not in ("cpu", "meta")
-    if not (leaves_device or isinstance(raw_target, str) or _host_spelled("to")):
+    if leaves_device or isinstance(raw_target, str):
+        return "to_cpu_nonblocking" if non_blocking else "to_cpu"
+    spelling = _spelling("to")
+    if spelling.target_is_host:
+        return "to_cpu_nonblocking" if non_blocking else "to_cpu"
+    if not (on_host and spelling.device_named):
         return None
-    return "to_cpu_nonblocking" if non_blocking else "to_cpu"
+    if spelling.built_on_host:  # built right there: pageable unless the line pins it
+        uploaded = not (non_blocking and spelling.pinned)
+    else:
+        # built earlier in host memory: whether it was pinned is decided on the accelerator (`pin_memory()` needs
+        # one), so a `non_blocking=True` copy is taken as the pinned one it is written for; without it, it counts
+        uploaded = not non_blocking and host_born(source) and made_by_user(2)
+    forget_host_born(source)  # what `.to` returns (on a CPU run, the tensor itself) is a device tensor from here on
+    return "to_device" if uploaded else None
+
+
+def tensor_kind(args: tuple[Any, ...], kwargs: dict[str, Any], builder: str) -> str | None:
+    """Kind of `torch.tensor(data, device=...)` / `torch.as_tensor(...)`: `tensor_to_device` when host data (a list,
+    a number, an array) is copied to a device, which blocks the host; on a CPU run, when the `device=` the call
+    names is not the host (read from its source)."""
+    device = kwargs.get("device")
+    if device is None or (args and isinstance(args[0], torch.Tensor)):
+        return None
+    target = _device_type(device)
+    if target not in (None, "cpu", "meta"):
+        return "tensor_to_device"
+    return "tensor_to_device" if target == "cpu" and _spelling(builder).device_named else None
 
 
 def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """Kind of `dst.copy_(src)`: `copy_to_cpu` when a CPU tensor receives accelerator data, or, on a CPU run, when
-    the user's line names the destination as a host buffer (module docstring)."""
+    the user's line names the destination as a host buffer (module docstring); `copy_to_device` when host data
+    lands in a device tensor and blocks the host: on an accelerator a source not both pinned and `non_blocking`,
+    on a CPU run a host-built source (`mark_host_born`) copied without `non_blocking` into a destination the line
+    does not name as a host buffer."""
     destination, source = args[0], args[1] if len(args) > 1 else kwargs.get("src")
-    if not isinstance(source, torch.Tensor) or destination.device.type != "cpu":
+    if not isinstance(source, torch.Tensor) or source.device.type == "meta":
         return None
-    if source.device.type == "meta" or (source.device.type == "cpu" and not _host_spelled("copy_")):
+    non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
+    if destination.device.type not in ("cpu", "meta"):
+        pinned = non_blocking and source.device.type == "cpu" and source.is_pinned()
+        return "copy_to_device" if source.device.type == "cpu" and not pinned else None
+    if destination.device.type != "cpu":
         return None
-    non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
-    return "copy_to_cpu_nonblocking" if non_blocking else "copy_to_cpu"
+    if source.device.type != "cpu" or _spelling("copy_").target_is_host:
+        return "copy_to_cpu_nonblocking" if non_blocking else "copy_to_cpu"
+    return "copy_to_device" if not non_blocking and host_born(source) and made_by_user(2) else None

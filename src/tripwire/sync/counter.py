@@ -26,8 +26,7 @@ region costs one global check: no torch mode is pushed and no stack is walked.
 Threads: torch function modes are thread-local, so tensor-method syncs are seen on the thread that
 entered the counter and on threads running work wrapped with `carried(fn)`, which also gives the work the
 submitting thread's regions (the engine's parallel env workers use it). Patched `synchronize`
-functions are seen on every thread. A reference taken
-before the counter started (`sync = torch.cuda.synchronize`) bypasses the patch.
+functions are seen on every thread, references taken before the counter started included.
 
 Budgets (`SyncBudget`, `check_budget`, `write_budget`) live in `tripwire.sync.budget`; see that module for
 how to read a budget failure.

@@ -9,8 +9,9 @@
   `output_size`, `one_hot` without `num_classes`). Syncs already counted explicitly are not counted
   twice: the explicit hook suppresses recording while the call it counted runs.
 - `torch.cuda.synchronize`, `torch.accelerator.synchronize`, `torch.cuda.Stream.synchronize` and
-  `torch.cuda.Event.synchronize` are replaced while a counter is active and restored on exit (also
-  when the body raised).
+  `torch.cuda.Event.synchronize` count their calls while a counter is active, restored on exit (also when the body
+  raised): their code is swapped (`tripwire.sync.swaps`), so a reference taken before the counter started
+  (`sync = torch.cuda.synchronize`, a bound `stream.synchronize` kept aside) is counted too.
 - Tensor dunders that do not route through function modes in the running torch (probed once; in
   torch 2.14 all of `__bool__/__float__/__int__/__index__/__complex__` do) are wrapped on
   `torch.Tensor` while active, then restored.
@@ -18,11 +19,16 @@
   `all_gather_object`, `broadcast`, `barrier`, `send`, `recv`, ...) are replaced, in `torch.distributed` and in
   `torch.distributed.distributed_c10d`, while a counter is active: each call is one sync point of kind
   `collective:<op>` (every rank waits there for the others). What torch does inside one (the size exchange and
-  `.item()` of `all_gather_object`) is not counted again. Methods of a `ProcessGroup` object called directly, and
-  references taken before the counter started (`from torch.distributed import all_reduce`), are not seen.
+  `.item()` of `all_gather_object`) is not counted again. A collective issued any other way (a reference taken
+  before the counter started, `from torch.distributed import all_reduce`; a `ProcessGroup` method called directly)
+  is counted where it reaches the dispatcher, as a c10d op (`collective:all_reduce`; `all_gather_object` so shows
+  as its two `collective:all_gather`), by the dispatch mode (`implicit=True`, the default).
 
-Host-bound copies (`.to(...)` and `copy_` towards the host, however spelled) are classified by
-`tripwire.sync.copies`.
+Host-bound copies (`.to(...)` and `copy_` towards the host, however spelled) and host-to-device copies that block
+the host (`to_device`: a `.to(device)` from host memory that is not pinned and non-blocking; `copy_to_device`: the
+same through `copy_`; `tensor_to_device`: `torch.tensor(data, device=...)`) are classified by `tripwire.sync.copies`,
+on CPU runs by reading the call and by which tensors were built in host memory (a host factory or `torch.tensor`
+without `device=`, and the place-keeping methods of such a tensor, marked as they are made).
 
 Under torch.compile the hooks stay out of what is compiled: while dynamo traces an op into a graph the function mode
 passes it through (`torch.compiler.is_compiling()`), the dispatch mode declares `ignore_compile_internals`, and
@@ -48,8 +54,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tripwire.sync import state as sync
-from tripwire.sync.copies import copy_kind, to_kind
+from tripwire.sync.copies import copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
 from tripwire.sync.dynamo import dynamo_skips_tripwire
+from tripwire.sync.swaps import Swap, swap_code
 
 _ROUTING_PROBES: dict[str, Callable[[torch.Tensor], object]] = {
     "__bool__": bool,
@@ -108,6 +115,27 @@ COLLECTIVES = (
     "recv_object_list",
 )
 
+_BUILDERS: dict[Any, str] = {torch.tensor: "tensor", torch.as_tensor: "as_tensor"}  # host data to a device
+# Calls whose result, built without `device=`, is in host memory (marked: a later `.to(device)` of it is an upload)
+_HOST_BUILDERS = frozenset(
+    {torch.tensor, torch.as_tensor, torch.from_numpy, torch.zeros, torch.ones, torch.empty, torch.full}
+    | {torch.arange, torch.linspace, torch.eye, torch.rand, torch.randn, torch.randint, torch.stack, torch.cat}
+)
+# Tensor methods whose result stays where their input is (a host tensor's `.float()` is a host tensor)
+_PLACE_KEEPING: tuple[str, ...] = (
+    "float",
+    "long",
+    "int",
+    "double",
+    "half",
+    "bool",
+    "view",
+    "reshape",
+    "contiguous",
+    "unsqueeze",
+)
+_PLACE_KEEPING += ("squeeze", "flatten", "t", "clone", "detach", "__getitem__")
+_KEEPS_PLACE = frozenset(getattr(torch.Tensor, name) for name in _PLACE_KEEPING)
 _MASK_DTYPES = (torch.bool, torch.uint8)
 _NO_IMPLICIT = "-"
 _implicit_cache: dict[Any, str] = {}
@@ -123,6 +151,7 @@ class Installation:
     dispatch_mode: TorchDispatchMode | None = None
     restores: list[tuple[Any, str, bool, Any]] = field(default_factory=list)
     skipping: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # `tripwire.sync.dynamo`
+    swaps: list[Swap] = field(default_factory=list)  # functions whose code counts their calls
 
 
 def _call_counted(kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -161,13 +190,64 @@ class _ExplicitSyncMode(TorchFunctionMode):
                 kind = to_kind(args, kwargs)
             elif func is torch.Tensor.copy_:
                 kind = copy_kind(args, kwargs)
+            elif func in _BUILDERS:
+                kind = tensor_kind(args, kwargs, _BUILDERS[func])
             if kind is None:
-                return func(*args, **kwargs)
+                result = func(*args, **kwargs)
+                if _host_built(func, args, kwargs, result):
+                    mark_host_born(result)
+                return result
         return _call_counted(kind, func, args, kwargs)
 
 
+def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> bool:
+    """Whether a call built a tensor in host memory: a host builder given no `device=` (`torch.stack`/`cat` of host
+    tensors), or a place-keeping method of a host-built tensor; seen on CPU runs only (`copies.host_born`)."""
+    if not isinstance(result, torch.Tensor) or result.device.type != "cpu":
+        return False
+    if func in _HOST_BUILDERS:
+        if "device" in kwargs or not made_by_user(2):  # 2 frames up: the code calling the builder
+            return False
+        if func is torch.stack or func is torch.cat:
+            parts = args[0] if args else kwargs.get("tensors", ())
+            return bool(parts) and all(host_born(part) for part in parts)
+        return True
+    return func in _KEEPS_PLACE and bool(args) and host_born(args[0])
+
+
+# c10d's ops as the dispatcher sees them -> the `torch.distributed` name a collective is counted under
+_C10D_NAMES = {
+    "allreduce_": "all_reduce",
+    "allreduce_coalesced_": "all_reduce_coalesced",
+    "allgather_": "all_gather",
+    "_allgather_base_": "all_gather_into_tensor",
+    "allgather_coalesced_": "all_gather_coalesced",
+    "allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_": "reduce_scatter",
+    "_reduce_scatter_base_": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced",
+    "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all_single",
+    "broadcast_": "broadcast",
+    "reduce_": "reduce",
+    "gather_": "gather",
+    "scatter_": "scatter",
+    "barrier": "barrier",
+    "monitored_barrier_": "monitored_barrier",
+    "send": "send",
+    "recv_": "recv",
+    "recv_any_source_": "recv",
+}
+
+
 def _static_implicit_kind(func: Any) -> str:
-    """Per-op part of the implicit classification (cached): a kind, `mask`, `rep`, `onehot` or `-`."""
+    """Per-op part of the implicit classification (cached): a kind, `mask`, `rep`, `onehot` or `-`. A c10d op is a
+    collective (`collective:all_reduce`): seen at the dispatcher, it is counted however the Python function that
+    issued it was referenced (`from torch.distributed import all_reduce` at import); one issued inside a counted
+    `torch.distributed` call is not counted again."""
+    if getattr(func, "namespace", "") == "c10d":
+        name = func._schema.name.split("::", 1)[-1]
+        return f"collective:{_C10D_NAMES.get(name, name.strip('_'))}"
     tags = getattr(func, "tags", ())
     if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
         return _NO_IMPLICIT
@@ -221,7 +301,7 @@ class _ImplicitSyncMode(TorchDispatchMode):
             kwargs = {}
         kind = _implicit_kind(func, args, kwargs)
         if kind is not None:
-            sync.deliver(kind, implicit=True)
+            sync.deliver(kind, implicit=not kind.startswith("collective:"))
         return func(*args, **kwargs)
 
 
@@ -274,24 +354,32 @@ def _patch(installation: Installation, owner: Any, name: str, replacement: Any) 
 
 
 def _patch_sync_functions(installation: Installation) -> None:
-    """Patch the explicit synchronize entry points and any unrouted dunders."""
-    _patch(
-        installation,
-        torch.cuda,
-        "synchronize",
-        functools.partial(_counted_call, "cuda_synchronize", torch.cuda.synchronize),
-    )
+    """Count the explicit synchronize entry points (the function objects themselves, so a reference taken before the
+    counter started is counted too) and patch any unrouted dunders."""
+    targets: list[tuple[Any, str, str]] = [(torch.cuda, "synchronize", "cuda_synchronize")]
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None and hasattr(accelerator, "synchronize"):
-        replacement = functools.partial(_counted_call, "accelerator_synchronize", accelerator.synchronize)
-        _patch(installation, accelerator, "synchronize", replacement)
-    for owner, kind in ((torch.cuda.Stream, "stream_synchronize"), (torch.cuda.Event, "event_synchronize")):
-        method = functools.partialmethod(_counted_method, kind, owner.synchronize)
-        _patch(installation, owner, "synchronize", method)
+        targets.append((accelerator, "synchronize", "accelerator_synchronize"))
+    targets.append((torch.cuda.Stream, "synchronize", "stream_synchronize"))
+    targets.append((torch.cuda.Event, "synchronize", "event_synchronize"))
+    for owner, name, kind in targets:
+        function = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name)
+        swap = swap_code(function, functools.partial(_counted_swap, kind))
+        if swap is not None:
+            installation.swaps.append(swap)
+        elif isinstance(owner, type):  # a method written in C: patched on its class
+            _patch(installation, owner, name, functools.partialmethod(_counted_method, kind, getattr(owner, name)))
+        else:
+            _patch(installation, owner, name, functools.partial(_counted_call, kind, getattr(owner, name)))
     for name in sorted(set(_DUNDER_KINDS) - routed_dunders()):
         method = functools.partialmethod(_counted_method, _DUNDER_KINDS[name], getattr(torch.Tensor, name))
         _patch(installation, torch.Tensor, name, method)
     _patch_collectives(installation)
+
+
+def _counted_swap(kind: str, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A swapped function's call (`tripwire.sync.swaps`): recorded, then run with recording suppressed."""
+    return _call_counted(kind, original, args, kwargs)
 
 
 def _patch_collectives(installation: Installation) -> None:
@@ -362,4 +450,7 @@ def uninstall(installation: Installation) -> None:
             else:
                 delattr(owner, name)
         installation.restores.clear()
+        for swap in reversed(installation.swaps):
+            swap.restore()
+        installation.swaps.clear()
         installation.skipping.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, site_key, via_label
@@ -63,11 +63,17 @@ class SiteCount:
     new: bool = False
     via: tuple[str, ...] = ()  # torch code that synced on the site's behalf (Adam's step counters, ...)
     text: str = ""  # the site's source line, shown for new and grown sites
-    was: int | None = None  # the recorded count of a line that now syncs more often
+    was: int | None = None  # the recorded count of a line that now syncs more often (or, GONE, synced)
     callers: tuple[CallerChange, ...] = ()  # of a new or grown line: its new (or, unrecorded, all) callers
+    gone: bool = False  # a recorded line that no longer syncs
+    moved_from: str = ""  # a line that only moved: where the budget recorded it ("file in function")
 
     @property
     def marker(self) -> str:
+        if self.gone:
+            return "GONE "
+        if self.moved_from:
+            return "MOVED "
         return "NEW " if self.new else "GREW " if self.was is not None else "    "
 
 
@@ -101,10 +107,13 @@ def site_lines(problem: RegionProblem, sites_known: bool) -> list[str]:
         kinds = ", ".join(f"{kind}×{n}" for kind, n in sorted(site.kinds.items()))
         function = f" in {site.function}" if site.function else ""
         was = f" (was {site.was})" if site.was is not None else ""
-        text = f"  `{site.text}`" if site.text and (site.new or site.was is not None) else ""
+        shown = site.new or site.was is not None or site.gone or site.moved_from
+        text = f"  `{site.text}`" if site.text and shown else ""
         label = via_label(next(iter(site.kinds), ""))
         inside = f"  ({label}: {', '.join(site.via)})" if site.via else ""
-        lines.append(f"    {site.marker}{site.site}{function}  ×{site.count}{was}  [{kinds}]{text}{inside}")
+        moved = f"  (moved from {site.moved_from})" if site.moved_from else ""
+        count = "×0" if site.gone else f"×{site.count}"
+        lines.append(f"    {site.marker}{site.site}{function}  {count}{was}  [{kinds}]{text}{inside}{moved}")
         lines.extend(f"        {change.format()}" for change in site.callers[:SHOWN_CALLERS])
         if len(site.callers) > SHOWN_CALLERS:
             lines.append(f"        ... {len(site.callers) - SHOWN_CALLERS} more callers")
@@ -123,7 +132,13 @@ def _kind_rank(site: SiteCount) -> int:
 
 
 def _sort_sites(sites: list[SiteCount]) -> tuple[SiteCount, ...]:
-    return tuple(sorted(sites, key=lambda s: (not s.new, s.was is None, _kind_rank(s), -s.count, s.site)))
+    """NEW first, then GREW, then the rest; GONE and MOVED rows last."""
+    return tuple(
+        sorted(
+            sites,
+            key=lambda s: (s.gone or bool(s.moved_from), not s.new, s.was is None, _kind_rank(s), -s.count, s.site),
+        )
+    )
 
 
 def region_sites(
@@ -182,7 +197,57 @@ def region_sites(
                 callers=callers,
             )
         )
+    if recorded_lines is not None:
+        matched = {(key, old) for key, by_live in matches.items() for old in by_live.values() if old is not None}
+        live_keys = {key for key, _, _ in rows}
+        gone = [
+            _gone_row(key, identity, count)
+            for key, by_line in recorded_lines.items()
+            for identity, count in by_line.items()
+            if count and (key, identity) not in matched and (key in live_keys or key in (recorded or {}))
+        ]
+        sites = _pair_moves(sites, gone)
     return _sort_sites(sites)
+
+
+def _gone_row(key: str, identity: str, count: int) -> SiteCount:
+    """A recorded line of `key` that no longer syncs."""
+    file, _, rest = key.partition("::")
+    function, _, kind = rest.rpartition(" [")
+    text, _, via = identity.partition("  <- ")
+    return SiteCount(
+        file, 0, function, {kind.rstrip("]"): count}, via=(via,) if via else (), text=text, was=count, gone=True
+    )
+
+
+def _short_name(function: str) -> str:
+    """`Engine.run` -> `run`: a function is the same function wherever it moved, in a class or out of one."""
+    return function.rsplit(".", 1)[-1]
+
+
+def _pair_moves(sites: list[SiteCount], gone: list[SiteCount]) -> list[SiteCount]:
+    """A NEW line with the same text, kind and torch code as a GONE one, in a function of the same name, moved (to
+    another file, or within one): reported MOVED, not new, and the GONE row is dropped. Anything else stays."""
+    left = list(gone)
+    out = []
+    for site in sites:
+        origin = None
+        if site.new and site.text:
+            origin = next(
+                (
+                    g
+                    for g in left
+                    if (g.text, g.kinds.keys(), g.via, _short_name(g.function))
+                    == (site.text, site.kinds.keys(), site.via, _short_name(site.function))
+                ),
+                None,
+            )
+        if origin is None:
+            out.append(site)
+            continue
+        left.remove(origin)
+        out.append(replace(site, new=False, moved_from=f"{origin.site} in {origin.function}", callers=()))
+    return out + left
 
 
 def _key_rows(source: CountSource, region: str, recorded: Mapping[str, int] | None) -> tuple[SiteCount, ...]:

@@ -151,7 +151,7 @@ def ensure_skipped() -> None:
 
 
 # torch's own dispatch machinery: never "the torch code behind a sync", only the road to the hook.
-_MACHINERY = ("overrides.py", "_tensor.py", "_ops.py", "_python_dispatch.py", "_jit_internal.py")
+_MACHINERY = ("overrides.py", "_tensor.py", "_ops.py", "_python_dispatch.py", "_jit_internal.py", "eval_frame.py")
 
 
 def _call_site() -> tuple[str, str, str, str, tuple[str, ...], str]:
@@ -172,11 +172,25 @@ def _call_site() -> tuple[str, str, str, str, tuple[str, ...], str]:
     relative = _STATE.relative.get(filename)
     if relative is None:
         relative = _STATE.relative[filename] = relative_path(filename)
-    return f"{relative}:{frame.f_lineno}", frame.f_code.co_qualname, via, filename, *_callers(_caller_frame(frame))
+    function = function_name(frame.f_code)
+    return f"{relative}:{frame.f_lineno}", function, via, filename, *_callers(_caller_frame(frame))
 
 
 # Code run in a frame of its own only up to Python 3.11 (PEP 709 inlines the first three in 3.12).
 _COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
+
+
+_IN_COMPREHENSION = tuple(f".<locals>.{name}" for name in _COMPREHENSIONS)
+
+
+def function_name(code: CodeType) -> str:
+    """The qualified name a sync site is keyed by: a comprehension's line is its enclosing function's, as Python 3.12
+    runs it (PEP 709 inlines list, dict and set comprehensions), so a budget holds on every Python and a loop
+    rewritten as an equivalent comprehension is the same site."""
+    name = code.co_qualname
+    while name.endswith(_IN_COMPREHENSION):
+        name = name.rsplit(".<locals>.", 1)[0]
+    return name
 
 
 def _caller_frame(site: FrameType) -> FrameType | None:
@@ -248,6 +262,11 @@ def _describe(code: CodeType, line: int) -> tuple[str, str]:
     filename = code.co_filename
     linecache.checkcache(filename)  # the file may have been rewritten since it was first read
     return f"{relative_path(filename)}:{line} in {code.co_qualname}", site_text(filename, line)
+
+
+def skip_prefixes() -> tuple[str, ...]:
+    """The folders whose frames are not the user's: torch's and tripwire's (`ensure_skipped`)."""
+    return _STATE.skip_prefixes
 
 
 def user_frame() -> FrameType | None:

@@ -360,7 +360,10 @@ class VectorizedPPOTrainer:
 
 def weights_copy(prefix: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Detached CPU clones of `module`'s state dict, keys prefixed with `prefix`."""
-    return {f"{prefix}{name}": value.detach().to("cpu", copy=True) for name, value in module.state_dict().items()}
+    copies: dict[str, torch.Tensor] = {}
+    for name, value in module.state_dict().items():
+        copies[f"{prefix}{name}"] = value.detach().to("cpu", copy=True)
+    return copies
 
 
 def rolling_mean(values: Sequence[float]) -> float | None:

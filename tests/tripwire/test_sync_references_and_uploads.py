@@ -1,0 +1,136 @@
+"""No reference escapes, and uploads that block are counted.
+
+A synchronize function or a collective referenced before the counter started (`from torch.distributed import
+barrier` at a module's top, `sync = torch.cuda.synchronize` at import) is counted like one looked up at the call.
+A host-to-device copy that blocks the host (`torch.tensor(rows, device=device)`, a `.to(device)` or `copy_` of a
+host-built tensor without `non_blocking`) is counted on a CPU run, by reading the call and by which tensors were
+built in host memory; the pinned, non-blocking copy it replaces is not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed import all_reduce as early_all_reduce
+from torch.distributed import barrier as early_barrier
+
+from tripwire.sync import hot_path
+from tripwire.sync.counter import SyncCounter
+
+EARLY_SYNCHRONIZE = torch.cuda.synchronize  # taken at import, before any counter patched anything
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def count_in_region(action: Callable[[], object]) -> dict[str, int]:
+    with SyncCounter() as counter, hot_path("region"):
+        action()
+    return counter.counts_by_kind("region")
+
+
+@pytest.fixture
+def one_rank_group(tmp_path: Path) -> Iterator[None]:
+    if not dist.is_available():
+        pytest.skip("this torch build has no torch.distributed")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_collectives_imported_by_name_at_the_top_are_counted(one_rank_group: None) -> None:
+    def step() -> None:
+        early_barrier()
+        early_all_reduce(torch.ones(2))
+
+    assert count_in_region(step) == {"collective:barrier": 1, "collective:all_reduce": 1}
+
+
+def test_a_collective_called_on_the_process_group_itself_is_counted(one_rank_group: None) -> None:
+    group = dist.group.WORLD
+    assert group is not None
+    assert count_in_region(lambda: group.barrier().wait()) == {"collective:barrier": 1}
+
+
+def test_a_synchronize_taken_by_reference_at_import_is_counted() -> None:
+    def step() -> None:
+        # without a GPU the call raises after it was counted (the count is of the call, as on a GPU)
+        with contextlib.suppress(RuntimeError) if not torch.cuda.is_available() else contextlib.nullcontext():
+            EARLY_SYNCHRONIZE()
+
+    assert count_in_region(step) == {"cuda_synchronize": 1}
+    assert torch.cuda.synchronize is EARLY_SYNCHRONIZE  # the function object itself, restored when counting stopped
+    assert torch.cuda.synchronize.__code__.co_name == "synchronize"
+
+
+def test_a_list_uploaded_with_a_device_target_is_one_blocking_copy() -> None:
+    rows = [0.5, 0.25]
+    assert count_in_region(lambda: torch.tensor(rows, dtype=torch.float32, device=DEVICE)) == {"tensor_to_device": 1}
+    assert count_in_region(lambda: torch.tensor(rows, dtype=torch.float32)) == {}  # stays on the host
+
+
+def test_a_host_built_tensor_moved_without_non_blocking_is_a_blocking_copy() -> None:
+    def step() -> None:
+        table = torch.tensor([0.5, 0.25])
+        table.to(DEVICE)  # built above, moved here: the provenance, not the line, says it is host memory
+        torch.tensor([1, 2]).float().to(DEVICE)
+        rows = torch.zeros(3)
+        rows[1:].to(DEVICE)
+
+    assert count_in_region(step) == {"to_device": 3}
+
+
+def test_a_tensor_moved_to_the_device_is_a_device_tensor_from_then_on() -> None:
+    buffer = torch.empty(2, device=DEVICE)
+
+    def step() -> None:
+        rewards = torch.tensor([1.0, 2.0]).to(DEVICE)  # the upload, counted once ...
+        buffer.copy_(rewards)  # ... and this is a device-to-device copy (on a CPU run, the same tensor object)
+
+    assert count_in_region(step) == {"to_device": 1}
+
+
+def test_the_non_blocking_copy_of_a_host_tensor_is_not_counted() -> None:
+    def step() -> None:
+        table = torch.tensor([0.5, 0.25])
+        if DEVICE.type == "cuda":
+            table = table.pin_memory()
+        table.to(DEVICE, non_blocking=True)
+
+    assert count_in_region(step) == {}
+
+
+def test_a_tensor_computed_on_the_device_is_not_an_upload() -> None:
+    layer = torch.nn.Linear(2, 2).to(DEVICE)
+    inputs = torch.ones(1, 2, device=DEVICE)
+    assert count_in_region(lambda: layer(inputs).to(DEVICE)) == {}
+
+
+def test_copy_into_a_device_buffer_from_host_data_counts_unless_non_blocking() -> None:
+    buffer = torch.empty(2, device=DEVICE)
+
+    def blocking() -> None:
+        buffer.copy_(torch.tensor([1.0, 2.0]))
+
+    def non_blocking() -> None:
+        source = torch.tensor([1.0, 2.0])
+        buffer.copy_(source.pin_memory() if DEVICE.type == "cuda" else source, non_blocking=True)
+
+    assert count_in_region(blocking) == {"copy_to_device": 1}
+    assert count_in_region(non_blocking) == {}
+
+
+def test_a_sync_inside_a_comprehension_is_keyed_by_its_function() -> None:
+    def gather(values: list[torch.Tensor]) -> list[float]:
+        return [value.item() for value in values]
+
+    with SyncCounter() as counter, hot_path("region"):
+        gather([torch.ones(()), torch.zeros(())])
+    functions = {event.function for event in counter.events}
+    # Python 3.12 inlines comprehensions (PEP 709); 3.11 runs them as `<listcomp>`: one key for both
+    assert functions == {"test_a_sync_inside_a_comprehension_is_keyed_by_its_function.<locals>.gather"}
