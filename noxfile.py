@@ -147,18 +147,34 @@ def guardrails(session: nox.Session) -> None:
 
     `-- --against REF` (default REF: the merge-base with main) compares against base tree REF instead of the
     committed goldens: REF is checked out in a git worktree, its scenarios record goldens on this machine, and
-    this tree's gate runs against them. That gates bitwise on any machine, whatever goldens it has.
+    this tree's gate runs against them. That gates bitwise on any machine, whatever goldens it has. The scenarios
+    run under coverage.py: every line of src/esper changed since the base (without `--against`: since the
+    merge-base with main, when there is a main) must have run under a scenario or check
+    (tests/guardrails/exercised_gate.py); with no base at all, what they ran is reported.
     """
     args = list(session.posargs)
     pytest_args = [*GATE_PYTEST_ARGS]
+    base = ""
     if "--against" in args:
         position = args.index("--against")
         ref = args[position + 1] if position + 1 < len(args) and not args[position + 1].startswith("-") else ""
         del args[position : position + (2 if ref else 1)]
-        pytest_args += _record_base(session, ref or _merge_base(session))
+        base = ref or _merge_base(session)
+        pytest_args += _record_base(session, base)
     run_in_env(session, "lint-imports", "--no-cache", env=GATE_ENV)
     env = {**GATE_ENV, "TRIPWIRE_KEEP_VALUES": "1"} if "--tripwire-against" in " ".join(pytest_args) else GATE_ENV
-    run_in_env(session, "python", "-m", "pytest", *pytest_args, *_existing(GATE_PATHS), *args, env=env)
+    # The scenarios run under coverage.py, so the gate can say which changed lines none of them ran.
+    data = ROOT / "build" / "guardrails" / "coverage" / ".coverage"
+    shutil.rmtree(data.parent, ignore_errors=True)
+    data.parent.mkdir(parents=True)
+    env = {**env, "COVERAGE_FILE": str(data), "COVERAGE_RCFILE": str(ROOT / "pyproject.toml")}
+    coverage = ("python", "-m", "coverage", "run", "-m", "pytest")
+    run_in_env(session, *coverage, *pytest_args, *_existing(GATE_PATHS), *args, env=env)
+    run_in_env(session, "python", "-m", "coverage", "combine", "-q", env=env)
+    # Changed lines are judged against the base, or else against the merge-base with main when there is one.
+    line_base = base or _main_merge_base()
+    against = ["--against", _git("rev-parse", "--verify", f"{line_base}^{{commit}}")] if line_base else []
+    run_in_env(session, "python", "tests/guardrails/exercised_gate.py", str(data), *against, env=GATE_ENV)
 
 
 def _git(*args: str) -> str:
@@ -168,14 +184,21 @@ def _git(*args: str) -> str:
     return done.stdout.strip()
 
 
-def _merge_base(session: nox.Session) -> str:
-    """The merge-base of HEAD with main (origin/main when there is no local main)."""
+def _main_merge_base() -> str:
+    """The merge-base of HEAD with main (origin/main when there is no local main), or "" when there is neither."""
     for branch in ("origin/main", "main"):
         check = subprocess.run(["git", "rev-parse", "--verify", "-q", branch], cwd=ROOT, capture_output=True)
         if check.returncode == 0:
             return _git("merge-base", "HEAD", branch)
-    session.error("--against needs a ref: no main or origin/main here (pass one: --against REF)")
-    raise AssertionError  # unreachable: session.error raises
+    return ""
+
+
+def _merge_base(session: nox.Session) -> str:
+    """The merge-base of HEAD with main, for `--against` without a ref."""
+    base = _main_merge_base()
+    if not base:
+        session.error("--against needs a ref: no main or origin/main here (pass one: --against REF)")
+    return base
 
 
 def _worktree(ref: str, folder: str) -> tuple[str, Path]:

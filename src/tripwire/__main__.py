@@ -7,6 +7,7 @@
     python -m tripwire bench ...            run a benchmark suite, save a baseline or gate against one
     python -m tripwire bench-ab ...         paired base-vs-head benchmark A/B on this machine
     python -m tripwire baselines-diff A B   what changed between two baselines/ folders (markdown)
+    python -m tripwire exercised ...        fail on changed lines no scenario ran, or report what the scenarios ran
 
 Each command's own `--help` lists its options; `python -m tripwire.bench` and friends still work.
 """
@@ -31,6 +32,7 @@ COMMANDS = {
     "bench": ("tripwire.bench.cli", "run a benchmark suite, save a baseline or gate against one"),
     "bench-ab": ("tripwire.bench.ab", "paired base-vs-head benchmark A/B on this machine"),
     "baselines-diff": ("tripwire.gates.baselines_diff", "what changed between two baselines/ folders (markdown)"),
+    "exercised": ("tripwire.gates.exercised", "changed lines no scenario ran (coverage.py data), or what they ran"),
 }
 
 

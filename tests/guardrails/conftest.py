@@ -96,6 +96,24 @@ def run_continuous(guardrail_dir: Path) -> ScenarioRun:
 
 
 @pytest.fixture(scope="session")
+def run_g_preset_and_flags(guardrail_dir: Path) -> ScenarioRun:
+    """Scenario (g): another preset, a --config-json that flags override, another task, reward and PPO knobs."""
+    return run_scenario(SCENARIOS["g_preset_and_flags"], guardrail_dir)
+
+
+@pytest.fixture(scope="session")
+def run_h_escrow_workers(guardrail_dir: Path) -> ScenarioRun:
+    """Scenario (h): escrow reward, two env worker threads, debug telemetry, a user's loader of real data."""
+    return run_scenario(SCENARIOS["h_escrow_workers"], guardrail_dir)
+
+
+@pytest.fixture(scope="session")
+def run_i_cifar_files(guardrail_dir: Path) -> ScenarioRun:
+    """Scenario (i): CIFAR-10's official on-disk batches (a tiny copy written for the run) through the real loader."""
+    return run_scenario(SCENARIOS["i_cifar_files"], guardrail_dir)
+
+
+@pytest.fixture(scope="session")
 def run_a_two_envs(guardrail_dir: Path) -> ScenarioRun:
     """(a) with two envs: the sync-scaling check and the env-order hazard compare against it."""
     return run_scenario(TWO_ENVS, guardrail_dir)

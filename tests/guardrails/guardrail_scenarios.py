@@ -39,6 +39,7 @@ ROUND_END = "ANALYTICS_SNAPSHOT:throughput"  # esper's last per-round event (pyp
 HOT_REGIONS = ("train_pass", "fused_validation", "epoch_transfer", "action_transfer")  # budgeted even at 0
 SIZES = ("--train-samples", "200", "--val-samples", "100", "--batch-size", "25", "--quiet")
 SMALL = ("--train-samples", "100", "--val-samples", "50", "--batch-size", "25", "--quiet")
+TINY = ("--train-samples", "24", "--val-samples", "6")  # the tiny CIFAR-10 copy holds 30 and 6 images
 PPO_A = ("ppo", "--preset", "cifar_baseline", "--task", "cifar_baseline", "--envs", "1", "--episode-length", "5")
 
 # Payload fields that differ between two runs of the same scenario however deterministic the trainer is, left out
@@ -57,6 +58,11 @@ RUN_LOCATION_FIELDS = ("data.path",)
 PAYLOAD_EXCLUDED = (*DEFAULT_EXCLUDED, *WALL_CLOCK_FIELDS, *RUN_LOCATION_FIELDS)
 
 
+def cli(line: str, *more: str) -> tuple[str, ...]:
+    """A command line as the argument tuple a scenario holds."""
+    return (*line.split(), *more)
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One canonical run: CLI arguments, extra config keys, and the lifecycle events it must show."""
@@ -66,10 +72,12 @@ class Scenario:
     config_json: dict[str, Any] = field(default_factory=dict)
     must_occur: tuple[str, ...] = ()
     ranks: int = 1  # > 1: sharded over that many torchrun ranks
+    data: str = ""  # "cifar10": a tiny CIFAR-10 folder in the official format, written for the run (`--data-dir`)
 
     def with_args(self, *extra: str, name: str | None = None) -> Scenario:
         """The same scenario with more CLI arguments (later flags win)."""
-        return Scenario(name or self.name, (*self.argv, *extra), dict(self.config_json), self.must_occur, self.ranks)
+        argv = (*self.argv, *extra)
+        return Scenario(name or self.name, argv, dict(self.config_json), self.must_occur, self.ranks, self.data)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -92,6 +100,49 @@ SCENARIOS: dict[str, Scenario] = {
     # the compiling CPU's. It must equal (a) bitwise.
     "f_compiled": Scenario("f_compiled", (*PPO_A, "--rounds", "1", *SIZES, "--compile", "aot_eager")),
 }
+# (g) and (h): the configuration a user reaches that (a)-(f) leave at its defaults (`nox -s guardrails` reports the
+# fields no scenario moves off its default). (g): another preset, with a --config-json whose keys explicit flags
+# override (the CLI's precedence: preset, then the file, then flags), another task and reward, two PPO epochs and
+# the entropy anneal; (h): the escrow reward on the impaired task, two env worker threads, debug telemetry,
+# augmentation, and real data through a user's loader (scikit-learn's bundled digits, `--dataset module:function`).
+SCENARIOS["g_preset_and_flags"] = Scenario(
+    "g_preset_and_flags",
+    cli(
+        "ppo --preset cifar_baseline_stable --task cifar_minimal --envs 2 --episode-length 5 --rounds 2 --ppo-epochs 2"
+        " --memory-size 64 --lr 0.0005 --max-seeds 1 --seed 7",
+        *SMALL,
+    ),
+    config_json={
+        "lr": 0.001,  # overridden by --lr
+        "lstm_hidden_dim": 128,  # overridden by --memory-size
+        "hidden_dim": 64,
+        "gamma": 0.97,
+        "gae_lambda": 0.9,
+        "value_coef": 0.5,
+        "max_policy_grad_norm": 1.0,
+        "target_kl": 0.05,
+        "max_grad_norm": 0.5,
+        "reward_mode": "simplified",
+        "param_budget": 100000,
+        "improvement_threshold": 0.5,
+        "permissive_gates": False,
+    },
+)
+# (i): real data in the format a user downloads: CIFAR-10's official batches (a tiny copy the run writes, read by
+# the real loader), the loader's default augmentation on.
+SCENARIOS["i_cifar_files"] = Scenario(
+    "i_cifar_files",
+    cli("ppo --dataset cifar10 --envs 1 --episode-length 4 --rounds 1 --batch-size 6 --quiet", *TINY),
+    data="cifar10",
+)
+SCENARIOS["h_escrow_workers"] = Scenario(
+    "h_escrow_workers",
+    cli(
+        "ppo --task cifar_impaired --reward-mode escrow --env-workers 2 --envs 2 --episode-length 5 --rounds 1"
+        " --telemetry-level debug --augment --no-normalize --dataset esper.data.digits:load",
+        *SMALL,
+    ),
+)
 COMPILED = ("f_compiled",)  # scenarios with a compile budget
 
 
@@ -149,6 +200,14 @@ class ScenarioRun:
 def scenario_config(scenario: Scenario, workdir: Path, *extra: str) -> tuple[Any, str]:
     """(TrainingConfig, controller) exactly as the CLI would build them for this scenario."""
     argv = [*scenario.argv, *extra]
+    if scenario.data == "cifar10":  # the official on-disk format, written where the run reads it
+        sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, where the writer lives
+        from cifar_files import write_tiny_cifar
+
+        folder = workdir / f"{scenario.name}.data"
+        if folder.exists():
+            shutil.rmtree(folder)
+        argv += ["--data-dir", str(write_tiny_cifar(folder))]
     if scenario.config_json:
         workdir.mkdir(parents=True, exist_ok=True)
         path = workdir / f"{scenario.name}.config.json"

@@ -23,6 +23,7 @@ TELEMETRY_PAYLOAD = "telemetry payload"
 CONFIG = "config golden"
 LOADS_WITHOUT = "loads without"
 COMPILE_BUDGET = "compile budget"
+EXERCISED = "changed-line coverage"  # a changed line no scenario ran (`nox -s guardrails -- --against REF`)
 NOTHING = "(nothing)"  # a control: a change that changes nothing, which no guardrail may fail
 SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD, COMPILE_BUDGET)
 # Guardrails that necessarily fire beside another: a changed event stream (counts, order, schema) or changed
@@ -525,11 +526,25 @@ HAZARDS: tuple[Hazard, ...] = (
         "b_lifecycle",
     ),
     Hazard(
+        "changed_line_no_scenario_runs",
+        "the sparse reward's clamp dropped in a cleanup: training under `--reward-mode sparse` changes, and no "
+        "scenario runs that mode, so every behaviour check stays green",
+        (
+            Edit(
+                "src/esper/simic/rewards/simple.py",
+                "        sparse = config.sparse_scale * clip(base, -1.0, 1.0)\n",
+                "        sparse = config.sparse_scale * base\n",
+            ),
+        ),
+        EXERCISED,
+        "exercised",
+    ),
+    Hazard(
         "control_verbatim_move_with_re_export",
         "control: `gather_rows` moved verbatim to a new module and re-exported from the old one (a move, no change)",
         (Move("src/esper/tolaria/epoch.py", "gather_rows", "src/esper/tolaria/transfer.py"),),
         NOTHING,
-        "static+a_baseline",
+        "static+a_baseline+exercised",
     ),
     Hazard(
         "control_loop_to_comprehension",
@@ -546,7 +561,7 @@ HAZARDS: tuple[Hazard, ...] = (
             ),
         ),
         NOTHING,
-        "static+a_baseline",
+        "static+a_baseline+exercised",
     ),
     Hazard(
         "train_pass_10pct_slower",

@@ -39,6 +39,7 @@ sys.path.insert(1, str(ROOT / "tests" / "guardrails"))  # hot_path_modules and c
 from catalogue import (  # noqa: E402
     BENCH,
     CONFIG,
+    EXERCISED,
     HAZARDS,
     IMPLIED,
     IMPORTS,
@@ -49,10 +50,11 @@ from catalogue import (  # noqa: E402
     apply_edits,
 )
 
-COPIED = ("src", "tests/guardrails", "benchmarks", "baselines", "pyproject.toml")
+COPIED = ("src", "tests/guardrails", "tests/cifar_files.py", "benchmarks", "baselines", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "build")
 PROBE = HERE / "probe.py"
-NOT_SCENARIOS = ("imports", "static", "config", "loads-without", "bench")  # run kinds that are no scenario
+NOT_SCENARIOS = ("imports", "static", "config", "loads-without", "bench", "exercised")  # run kinds, no scenario
+EXERCISE = HERE / "exercise.py"
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,34 @@ def run_loads_without(tree: Path) -> dict[str, str]:
     return {LOADS_WITHOUT: broken[0]} if broken else {}
 
 
+def commit_base(clean: Path) -> None:
+    """Make the clean copy a git repository of one commit: each hazard's copy then diffs against it, as the gate's
+    `--against` diffs a change against its base."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "hazards", "GIT_AUTHOR_EMAIL": "hazards@localhost"}
+    env |= {"GIT_COMMITTER_NAME": "hazards", "GIT_COMMITTER_EMAIL": "hazards@localhost"}
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "clean copy"]):
+        subprocess.run(["git", *command], cwd=clean, env=env, check=True, capture_output=True)
+
+
+def run_exercised(tree: Path) -> dict[str, str]:
+    """The gate's changed-line check: every scenario of the copy run under coverage.py, then the lines the hazard
+    changed (git diff against the clean commit) that none of them ran, minus the copy's reviewed exclusions."""
+    from tripwire.gates.exercised import check_changed_lines, load_exclusions
+
+    data = tree / "build" / "coverage" / ".coverage"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    env = {**tree_env(tree), "COVERAGE_FILE": str(data), "COVERAGE_RCFILE": str(tree / "pyproject.toml")}
+    for command in (["run", str(EXERCISE), str(tree)], ["combine", "-q"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "coverage", *command], cwd=tree, env=env, capture_output=True, text=True, check=False
+        )
+        if done.returncode:
+            raise RuntimeError(f"coverage {command[0]} in {tree} failed:\n{done.stderr[-3000:]}")
+    exclusions = load_exclusions(tree / "tests" / "guardrails" / "unexercised.toml", tree)
+    report = check_changed_lines(tree, "HEAD", data, ["src/esper"], exclusions)
+    return {} if report.ok else {EXERCISED: f"{len(report.unseen)} unseen: {report.unseen[0].format()}"}
+
+
 def run_bench(clean: Path, tree: Path, bench_filter: str) -> dict[str, str]:
     """Paired A/B of the clean copy (base) and the patched copy (head) through `python -m tripwire bench-ab`."""
     out = tree / "build" / "bench-ab"
@@ -204,6 +234,8 @@ def check_one(run: str, hazard: Hazard, clean: Path, tree: Path, goldens: Path) 
         return run_loads_without(tree)
     if run == "bench":
         return run_bench(clean, tree, hazard.bench_filter)
+    if run == "exercised":
+        return run_exercised(tree)
     return run_probe(tree, run, goldens, "check", tree / f"fired-{run}.json")
 
 
@@ -246,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     try:
         clean = copy_tree(ROOT, work / "clean")
+        commit_base(clean)
         goldens = work / "goldens"
         scenarios = sorted({run for h in hazards for run in h.runs if run not in NOT_SCENARIOS})
         quick = [h for h in hazards if h.run != "bench"]
