@@ -313,7 +313,12 @@ fresh process (the control rows), so the catalogue holds in any determinism cont
 copy's counts; the config hazard compares the copy's effective configuration values (defaults and presets) with the
 unpatched copy's; the "loads without" hazard imports every module the copy's pyproject.toml promises to load without
 torch, each in a fresh interpreter; the slowdown runs the paired `python -m tripwire bench-ab` with the unpatched
-copy as base and the patched one as head (units alternating ABBA between two worker processes).
+copy as base and the patched one as head (units alternating ABBA between two worker processes); the changed-line
+hazard (and both controls) run every gate scenario of the patched copy under coverage.py and ask which lines the
+patch changed (the clean copy is committed as the base) that no scenario ran.
+
+Controls are changes that change nothing (a function moved verbatim and re-exported, a loop reworded as the
+equivalent comprehension): `clean` means no guardrail fired, `FALSE ALARM` fails the session.
 
 `caught` means the expected guardrail fired and nothing outside its tolerated companions did. A trajectory hazard
 may also change which lifecycle events happen, so trajectory hazards tolerate a telemetry change; a changed event
@@ -331,7 +336,9 @@ OUTRO = """
 Add a `Hazard` to `HAZARDS` in `tests/hazards/catalogue.py`: the text to replace (it must occur exactly once, so
 a refactor that moves the code fails `tests/hazards/test_catalogue.py` in `nox -s tests` instead of silently
 patching nothing), the guardrail that must catch it, and what to run (a scenario of
-`tests/guardrails/guardrail_scenarios.py`, `imports`, `static` or `bench`). Then `nox -s hazards -- --only NAME`.
+`tests/guardrails/guardrail_scenarios.py`, `imports`, `static`, `config`, `loads-without`, `exercised` or `bench`,
+several joined by `+`); a `Move` edit moves a function to a new module. A control expects `NOTHING`. Then
+`nox -s hazards -- --only NAME`.
 """
 
 
