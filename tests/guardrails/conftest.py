@@ -96,31 +96,28 @@ def run_continuous(guardrail_dir: Path) -> ScenarioRun:
 
 
 @pytest.fixture(scope="session")
-def run_g_preset_and_flags(guardrail_dir: Path) -> ScenarioRun:
-    """Scenario (g): another preset, a --config-json that flags override, another task, reward and PPO knobs."""
-    return run_scenario(SCENARIOS["g_preset_and_flags"], guardrail_dir)
-
-
-@pytest.fixture(scope="session")
-def run_h_escrow_workers(guardrail_dir: Path) -> ScenarioRun:
-    """Scenario (h): escrow reward, two env worker threads, debug telemetry, a user's loader of real data."""
-    return run_scenario(SCENARIOS["h_escrow_workers"], guardrail_dir)
-
-
-@pytest.fixture(scope="session")
-def run_i_cifar_files(guardrail_dir: Path) -> ScenarioRun:
-    """Scenario (i): CIFAR-10's official on-disk batches (a tiny copy written for the run) through the real loader."""
-    return run_scenario(SCENARIOS["i_cifar_files"], guardrail_dir)
-
-
-@pytest.fixture(scope="session")
 def run_a_two_envs(guardrail_dir: Path) -> ScenarioRun:
     """(a) with two envs: the sync-scaling check and the env-order hazard compare against it."""
     return run_scenario(TWO_ENVS, guardrail_dir)
 
 
+@pytest.fixture(scope="session")
+def plain_runs() -> dict[str, ScenarioRun]:
+    """Runs of the scenarios that need nothing but their command line (no `run_<name>` fixture), made on first use."""
+    return {}
+
+
 @pytest.fixture
-def scenario_run(request: pytest.FixtureRequest) -> ScenarioRun:
-    """The session's run of the scenario named by the test's `scenario` parameter."""
-    run: ScenarioRun = request.getfixturevalue(f"run_{request.param}")
+def scenario_run(
+    request: pytest.FixtureRequest, plain_runs: dict[str, ScenarioRun], guardrail_dir: Path
+) -> ScenarioRun:
+    """The session's run of the scenario named by the test's `scenario` parameter: its `run_<name>` fixture where
+    it has one, else its command line run once per session."""
+    name = request.param
+    try:
+        run: ScenarioRun = request.getfixturevalue(f"run_{name}")
+    except pytest.FixtureLookupError:
+        if name not in plain_runs:
+            plain_runs[name] = run_scenario(SCENARIOS[name], guardrail_dir)
+        run = plain_runs[name]
     return run

@@ -20,13 +20,14 @@ ESPER = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 # The import name of each distribution an extra may bring.
 IMPORT_NAMES = {"pytest": "pytest", "syrupy": "syrupy", "pytest-benchmark": "pytest_benchmark", "scipy": "scipy"}
 IMPORT_NAMES |= {"matplotlib": "matplotlib", "rich": "rich", "torch": "torch", "numpy": "numpy", "tripwire-gate": ""}
+IMPORT_NAMES |= {"coverage": "coverage"}
 # Which extra a module's imports come from (the rest of tripwire needs only the base dependencies).
 EXTRA_OF = {
     "tripwire.gates.pytest_plugin": "pytest",
     "tripwire.telemetry.snapshot": "pytest",
     "tripwire.bench": "bench",
 }
-EXTRA_OF |= {"tripwire.history": "history"}
+EXTRA_OF |= {"tripwire.history": "history", "tripwire.gates.exercised": "coverage"}
 
 
 def _names(requirements: list[str]) -> set[str]:
@@ -82,5 +83,5 @@ def test_each_extra_holds_only_what_its_modules_import(graph: grimp.ImportGraph)
 
 def test_esper_tests_get_every_extra_of_tripwire() -> None:
     test_extra = " ".join(ESPER["project"]["optional-dependencies"]["test"])
-    assert "tripwire-gate[pytest,bench,history]" in test_extra
+    assert "tripwire-gate[pytest,bench,history,coverage]" in test_extra
     assert "grimp" in test_extra  # tests/test_import_isolation.py and this file import it
