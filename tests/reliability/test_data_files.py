@@ -361,8 +361,9 @@ _audit: dict[str, Any] = {"armed": False, "seen": []}
 
 
 def _audit_hook(event: str, args: tuple[Any, ...]) -> None:
-    if _audit["armed"] and (event in WATCHED_EVENTS or event.startswith(("os.spawn", "os.exec"))):
-        _audit["seen"].append((event, repr(args)[:200]))
+    audit = _audit  # None while the interpreter tears the module down: the hook outlives it, and must stay quiet
+    if audit is not None and audit["armed"] and (event in WATCHED_EVENTS or event.startswith(("os.spawn", "os.exec"))):
+        audit["seen"].append((event, repr(args)[:200]))
 
 
 _hook_installed = False

@@ -5,9 +5,10 @@ NaNs with different payloads, get different digests (`torch.equal` would call th
 the second unequal to itself). Digests are 64 hex characters; `short(d)` gives the 16 shown in
 messages. Reading a mismatch: equal digests mean bitwise-equal values; a different digest for the
 same name means at least one bit, the dtype or the shape changed. Non-tensor leaves (floats, ints,
-strings, `param_groups` entries) are hashed from a canonical encoding (floats by their IEEE bytes).
-Digesting copies device tensors to the host; it runs under `ignore_syncs()` so it never counts
-against a sync budget.
+strings, `param_groups` entries) are hashed from a canonical encoding (floats by their IEEE bytes). A NumPy
+array is digested as the tensor of its dtype and bytes (`numpy_tensor`), a NumPy scalar as its Python value, so
+state a loop keeps in NumPy (a rollout buffer) is compared bit for bit, never by a truncated repr. Digesting copies
+device tensors to the host; it runs under `ignore_syncs()` so it never counts against a sync budget.
 """
 
 from __future__ import annotations
@@ -40,6 +41,36 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
     return data.view(torch.uint8).numpy().tobytes()
 
 
+def numpy_tensor(value: Any) -> torch.Tensor | None:
+    """A NumPy array as a CPU tensor of the same dtype, shape and bytes (None: not an array, or a dtype torch has no
+    counterpart for: objects, strings, datetimes)."""
+    if not type(value).__module__.startswith("numpy"):
+        return None
+    import numpy
+
+    if not isinstance(value, numpy.ndarray) or value.dtype.kind not in "biufc":
+        return None
+    array = numpy.ascontiguousarray(value)
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    try:
+        return torch.from_numpy(array)
+    except TypeError:  # a dtype torch does not have (uint32 in old torch, float128)
+        return None
+
+
+def plain_leaf(leaf: Any) -> Any:
+    """A NumPy array as its tensor (`numpy_tensor`), a NumPy scalar as its Python value; anything else as it is."""
+    if type(leaf).__module__.startswith("numpy") and not isinstance(leaf, (float, int)):
+        tensor = numpy_tensor(leaf)
+        if tensor is not None:
+            return tensor
+        item = getattr(leaf, "item", None)
+        if callable(item) and getattr(leaf, "ndim", None) == 0:
+            return item()
+    return leaf
+
+
 def tensor_digest(tensor: torch.Tensor) -> str:
     """sha256 hex of dtype, shape and raw bytes; meta tensors hash their dtype and shape only."""
     hasher = hashlib.sha256()
@@ -70,7 +101,8 @@ def _canonical(value: Any) -> Any:
 
 
 def value_digest(value: Any) -> str:
-    """Digest of one value: a tensor, a generator's state, or a canonical plain value."""
+    """Digest of one value: a tensor (or NumPy array), a generator's state, or a canonical plain value."""
+    value = plain_leaf(value)
     if isinstance(value, torch.Tensor):
         return tensor_digest(value)
     if isinstance(value, torch.Generator):
@@ -88,6 +120,11 @@ def _plain_digest(value: Any) -> str:
     return hashlib.sha256(b"value|" + encoded.encode()).hexdigest()
 
 
+def _structured(value: Any) -> bool:
+    """Whether a list item is digested on its own (a container, a tensor, a NumPy array), not inside a plain list."""
+    return isinstance(value, (Mapping, list, tuple, torch.Tensor)) or type(value).__name__ == "ndarray"
+
+
 def leaves(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
     """`(dotted name, leaf)` pairs of a nested mapping/sequence, in its own order: what `state_digest` digests.
 
@@ -100,7 +137,7 @@ def leaves(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
             yield prefix or "<empty>", {}
         for key, item in items:
             yield from leaves(f"{prefix}.{key}" if prefix else str(key), item)
-    elif isinstance(value, (list, tuple)) and any(isinstance(v, (Mapping, list, tuple, torch.Tensor)) for v in value):
+    elif isinstance(value, (list, tuple)) and any(_structured(v) for v in value):
         for index, item in enumerate(value):
             yield from leaves(f"{prefix}.{index}" if prefix else str(index), item)
     else:
@@ -108,7 +145,8 @@ def leaves(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
 
 
 def leaf_digest(leaf: Any) -> str:
-    """Digest of one leaf of `leaves` (tensor, generator, module or plain value)."""
+    """Digest of one leaf of `leaves` (tensor or NumPy array, generator, module or plain value)."""
+    leaf = plain_leaf(leaf)
     if isinstance(leaf, torch.Tensor):
         return tensor_digest(leaf)
     if isinstance(leaf, (torch.Generator, torch.nn.Module)):
@@ -122,6 +160,7 @@ def leaf_spec(leaf: Any) -> str:
     Two trajectories whose leaf under one name has different specs changed structure (reshaped or retyped),
     not only values.
     """
+    leaf = plain_leaf(leaf)
     if isinstance(leaf, torch.Tensor):
         dtype = str(leaf.dtype).removeprefix("torch.")
         return f"{dtype}[{','.join(str(size) for size in leaf.shape)}]"
@@ -142,6 +181,7 @@ def leaf_value(leaf: Any) -> torch.Tensor | None:
     Python floats become float64 scalars, ints int64, lists of numbers a 1-d tensor; strings and objects have no
     value to measure (their digests still compare).
     """
+    leaf = plain_leaf(leaf)
     with ignore_syncs():
         if isinstance(leaf, torch.Tensor):
             if leaf.device.type == "meta" or leaf.layout != torch.strided:

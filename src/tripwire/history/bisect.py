@@ -10,6 +10,12 @@ once, at some commit where it is present. A probe that did not run to the end ca
 trajectory, syncs or telemetry: the nearest commit between the ends that did run is probed instead (as
 `git bisect skip` would), and when none did, the answer is the range. Results are shared with the walk's cache, so
 every probe runs at most once, whatever the number of kinds.
+
+`bisect_all` (`--bisect all`) finds every change point instead: a segment whose two ends differ in a check is split
+at a commit between them until each difference sits between two neighbouring commits, and each point is measured
+and classified against its own predecessor, so a reassociation after an earlier, unrelated value change is found
+and named as drift without a second hand-made bisection. Segments whose ends agree are not searched: a change that
+a later commit undoes within one segment is not found (`git bisect`'s assumption, one level down).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from tripwire.outside.compare import (
     DIFFERS,
     Verdict,
     compare_compile,
+    compare_payloads_verdict,
     compare_syncs,
     compare_telemetry,
     compare_trajectory,
@@ -46,8 +53,8 @@ class Finding:
 
 
 def _verdict(check: str, base: Result, probe: Result, *, measured: bool = False) -> Verdict:
-    """`check`'s verdict of `probe` against `base`; `measured`: the trajectory with both sides' values (how big,
-    what kind), which costs a pass over every differing tensor."""
+    """`check`'s verdict of `probe` against `base`; `measured`: the trajectory and payloads with both sides' values
+    (how big, what kind), which costs a pass over every differing tensor."""
     if check == "trajectory":
         if measured and has_values(base) and has_values(probe):
             return compare_trajectory(with_values(base), with_values(probe))
@@ -56,6 +63,8 @@ def _verdict(check: str, base: Result, probe: Result, *, measured: bool = False)
         return compare_syncs(base.syncs, probe.syncs)
     if check == "compile":
         return compare_compile(base.compile, probe.compile)
+    if check == "payloads" and measured and has_values(base) and has_values(probe):
+        return compare_payloads_verdict(with_values(base), with_values(probe))
     return next(verdict for verdict in compare_telemetry(base, probe) if verdict.check == check)
 
 
@@ -114,11 +123,64 @@ def bisect_check(runner: Runner, commits: Sequence[Commit], check: str, base: Re
     return Finding(label, first, steps, summary, probes=probes)
 
 
-def bisect(runner: Runner, commits: Sequence[Commit]) -> tuple[list[Finding], Result, Result]:
-    """`(findings, A's result, B's result)`: one finding per check that differs between A and B."""
+def _base_and_head(runner: Runner, commits: Sequence[Commit]) -> tuple[Result, Result]:
     base, head = runner.result(commits[0]), runner.result(commits[-1])
     if not base.ok:
         raise ValueError(f"the base {commits[0].short} did not run ({base.status}: {base.cause}): pick another A")
+    return base, head
+
+
+def bisect_all(runner: Runner, commits: Sequence[Commit]) -> tuple[list[Finding], Result, Result]:
+    """`(findings, A's result, B's result)`: one finding per change point of each check between A and B, in commit
+    order, each labelled with its own kind (see the module docstring)."""
+    base, head = _base_and_head(runner, commits)
+    findings: list[Finding] = []
+    last = len(commits) - 1
+    for check in BISECTED:
+        end = (last, head) if check == "run" or head.ok else _usable(runner, commits, 0, last + 1, last)
+        if end is None:
+            continue
+        probes: list[str] = []
+        _split(runner, commits, check, (0, base), end, probes, findings)
+    return findings, base, head
+
+
+def _split(
+    runner: Runner,
+    commits: Sequence[Commit],
+    check: str,
+    low: tuple[int, Result],
+    high: tuple[int, Result],
+    probes: list[str],
+    findings: list[Finding],
+) -> None:
+    """Every change point of `check` between two commits that differ in it (a stack, not recursion: a long walk
+    with many points must not hit Python's recursion limit)."""
+    pending = [(low, high)]
+    while pending:
+        (lo, a), (hi, b) = pending.pop()
+        if not _differs(check, "", a, b):
+            continue
+        if hi - lo == 1:
+            verdict = None if check == "run" else _verdict(check, a, b, measured=True)
+            kind = "run" if verdict is None else _kind(verdict) or "differs"
+            summary = f"{b.status}: {b.cause}" if verdict is None else verdict.summary
+            label = check if check == "run" else f"{check} ({kind})"
+            findings.append(Finding(label, commits[hi], len(probes), summary, probes=list(probes)))
+            continue
+        middle = (lo + hi) // 2
+        found = (middle, runner.result(commits[middle])) if check == "run" else _usable(runner, commits, lo, hi, middle)
+        if found is None:
+            summary = f"every commit between {commits[lo].short} and {commits[hi].short} failed to run"
+            findings.append(Finding(check, None, len(probes), summary, (commits[lo], commits[hi]), list(probes)))
+            continue
+        probes.append(commits[found[0]].sha)
+        pending += [(found, (hi, b)), ((lo, a), found)]  # the earlier half is popped first: points in commit order
+
+
+def bisect(runner: Runner, commits: Sequence[Commit]) -> tuple[list[Finding], Result, Result]:
+    """`(findings, A's result, B's result)`: one finding per check that differs between A and B."""
+    base, head = _base_and_head(runner, commits)
     findings = []
     for check in BISECTED:
         if check != "run" and not head.ok:

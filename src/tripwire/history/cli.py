@@ -1,14 +1,17 @@
 """`python -m tripwire history`: walk a scenario over a commit range, or bisect the first commit of each change.
 
     python -m tripwire history --repo PATH --range A..B --scenario FILE [--out DIR] [--paths P ...] [--jobs N]
-    python -m tripwire history ... --bisect
+    python -m tripwire history ... --bisect [all]
 
 The walk runs every commit of the range (A first, then `git rev-list A..B`, only those touching `--paths` when
 given), compares each with the one before and writes `history.md`, `history.json` and `history.png`/`.svg` under
-`--out`. `--bisect` runs A and B, and for each check that differs finds the first commit that shows it
-(`bisect.md`, `bisect.json`, `bisect.png`). Results are
-cached under `--out`: a second run is free. Progress is live on a terminal (rich), one line per commit elsewhere.
-Exit codes: 0 the walk or bisection finished, 1 it could not (the base did not run), 2 a usage error.
+`--out`; each row names the commit it was compared with and how many commits between them it did not run.
+`--bisect` runs A and B, and for each check that differs finds the first commit that shows it; `--bisect all` finds
+every change point of each check, each classified against its own predecessor (`bisect.md`, `bisect.json`,
+`bisect.png`). Results are cached under `--out`: a second run is free, and an interrupted one (Ctrl-C) resumes
+where it stopped. Progress is live on a terminal (rich), one line per commit elsewhere. The scenario file is loaded
+once before anything runs: one that cannot load is a usage error, not a crash at every commit. Exit codes: 0 the
+walk or bisection finished, 1 it could not (the base did not run), 2 a usage error, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.common.errors import TripwireError
-from tripwire.history.bisect import Finding, bisect
-from tripwire.history.commits import Commit, HistoryError, list_commits
+from tripwire.history.bisect import Finding, bisect, bisect_all
+from tripwire.history.commits import Commit, commits_between, list_commits
 from tripwire.history.report import write_report
 from tripwire.history.rows import walk_rows
 from tripwire.history.runner import Runner, WalkSettings
@@ -44,7 +47,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--paths", nargs="+", default=[], help="only commits touching these paths (and A)")
     parser.add_argument("--first-parent", action="store_true", help="only the first-parent line (merges as steps)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="commits run at once")
-    parser.add_argument("--bisect", action="store_true", help="find the first commit of each kind of change")
+    parser.add_argument(
+        "--bisect",
+        nargs="?",
+        const="first",
+        choices=("first", "all"),
+        help="find the first commit of each kind of change (`all`: every change point)",
+    )
     parser.add_argument("--cpu-pin", choices=("avx2", "native"), default="avx2", help="the workers' CPU kernels")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a commit may run")
     parser.add_argument("--keep-trees", action="store_true", help="keep each commit's worktree under OUT/trees")
@@ -90,12 +99,21 @@ class Progress:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before the walk started, or while writing its report: nothing to lose
+        print("interrupted: run the same command again (results already recorded are kept)", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     repo = args.repo.resolve()
     out = (args.out or Path("build") / "history" / args.scenario.stem).resolve()
     try:
+        _loads(args.scenario)
         commits = list_commits(repo, args.span, args.paths, first_parent=args.first_parent)
-    except HistoryError as error:
+    except TripwireError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if len(commits) < 2:
@@ -105,16 +123,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = WalkSettings(repo, args.scenario.resolve(), out, args.jobs, args.cpu_pin, args.timeout, args.keep_trees)
     progress = Progress(None if args.bisect else len(commits))
     start = time.perf_counter()
+    runner = Runner(settings, progress)
     try:
-        runner = Runner(settings, progress)
         if args.bisect:
-            findings, _, _ = bisect(runner, commits)
+            findings, _, _ = (bisect_all if args.bisect == "all" else bisect)(runner, commits)
             probed = [commit for commit in commits if commit.sha in runner.asked]
             rows = walk_rows(probed, runner.asked, runner.seconds)
         else:
             findings = []
             results = runner.results(commits)
             rows = walk_rows(commits, results, runner.seconds)
+        for row in rows:
+            if row.against:
+                row.between = commits_between(repo, row.against, row.commit.sha, first_parent=args.first_parent)
+    except KeyboardInterrupt:
+        runner.stop()
+        progress.close()
+        print(
+            f"interrupted: {progress.done} commit(s) done and kept under {runner.cache}; run the same command again "
+            "to resume",
+            file=sys.stderr,
+        )
+        return 130
     except (TripwireError, ValueError) as error:
         progress.close()
         print(f"error: {error}", file=sys.stderr)
@@ -133,20 +163,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         "jobs": args.jobs,
     }
     span = f"{commits[0].short}..{commits[-1].short}"
-    title = f"tripwire history: {settings.scenario.name} over {span}" + (" (bisection)" if args.bisect else "")
+    what = {"first": " (bisection)", "all": " (every change point)"}.get(args.bisect or "", "")
+    title = f"tripwire history: {settings.scenario.name} over {span}{what}"
     files = write_report(out, rows, findings, meta, title, "bisect" if args.bisect else "history")
-    _print_summary(rows, findings, progress, elapsed, files)
+    _print_summary(rows, findings, progress, elapsed, files, "" if args.bisect == "all" else "first ")
     return 0
 
 
+def _loads(scenario: Path) -> None:
+    """Load the scenario file here, once, as each worker will: a syntax error or a missing `scenario` is a usage
+    error before the walk, not a crash recorded at every commit."""
+    from tripwire.scenario import load_scenario
+
+    load_scenario(scenario)
+
+
 def _print_summary(
-    rows: Sequence[Any], findings: Sequence[Finding], progress: Progress, elapsed: float, files: Sequence[Path]
+    rows: Sequence[Any],
+    findings: Sequence[Finding],
+    progress: Progress,
+    elapsed: float,
+    files: Sequence[Path],
+    first: str = "first ",
 ) -> None:
     for row in rows if not findings else ():
-        print(f"{row.commit.short}  {row.step:<17} {row.commit.subject[:70]}")
+        compared = f"  ({row.compared})" if row.between else ""
+        print(f"{row.commit.short}  {row.step:<17} {row.commit.subject[:70]}{compared}")
     for finding in findings:
         where = f"{finding.first.short} {finding.first.subject[:60]}" if finding.first else "a range"
-        print(f"first {finding.check} change: {where} ({finding.steps} probes): {finding.summary[:100]}")
+        print(f"{first}{finding.check} change: {where} ({finding.steps} probes): {finding.summary[:100]}")
     per = f", {elapsed / progress.ran:.1f} s per commit run" if progress.ran else ""
     print(
         f"{progress.done} commits ({progress.ran} run, {progress.done - progress.ran} cached) in {elapsed:.1f} s{per}"

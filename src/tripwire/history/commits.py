@@ -58,10 +58,29 @@ def list_commits(repo: Path, spec: str, paths: Sequence[str] = (), *, first_pare
     ancestor = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", base_sha, head_sha], check=False)
     if ancestor.returncode:
         raise HistoryError(f"--range {spec}: {base} is not an ancestor of {head}; give the older commit first")
+    check_paths(repo, head, paths)
     if head_sha not in shas:  # B itself touches none of `paths` (a merge, say): the walk still ends at B
         shas.append(head_sha)
     subjects = _subjects(repo, [base_sha, *shas])
     return [Commit(sha, subjects.get(sha, "")) for sha in [base_sha, *shas]]
+
+
+def check_paths(repo: Path, head: str, paths: Sequence[str]) -> None:
+    """Refuse a `--paths` entry that no commit up to `head` ever touched: a typo would otherwise filter the walk
+    down to A and B and say nothing."""
+    for path in paths:
+        if not git(repo, "rev-list", "-1", head, "--", path).strip():
+            raise HistoryError(
+                f"--paths {path}: no commit up to {head} touches it (a typo? paths are relative to the repository "
+                "root, as `git log -- PATH` takes them)"
+            )
+
+
+def commits_between(repo: Path, older: str, newer: str, *, first_parent: bool = False) -> int:
+    """How many commits lie between `older` and `newer` (neither counted): what a row compared with `older` also
+    carries when the walk skipped them (`--paths`, or a commit that did not run)."""
+    options = ["--first-parent"] if first_parent else []
+    return max(0, int(git(repo, "rev-list", "--count", *options, f"{older}..{newer}").strip() or 0) - 1)
 
 
 def _subjects(repo: Path, shas: Sequence[str]) -> dict[str, str]:

@@ -25,6 +25,7 @@ COLOURS = {
     "structure": "#9e6ebd",
     "syncs": "#fc8d59",
     "compile": "#e7298a",
+    "instruments": "#80cdc1",
     "telemetry": "#4575b4",
     "crash": "#000000",
     "error": "#7f3b08",
@@ -46,7 +47,14 @@ def markdown(rows: Sequence[Row], title: str, findings: Sequence[Finding] = ()) 
         lines += ["Bisection: the rows are the commits probed, each compared with the nearest earlier one probed.", ""]
     counts = Counter(row.step for row in rows)
     lines.append("Steps: " + ", ".join(f"{kind} {count}" for kind, count in counts.most_common()) + ".")
-    lines += ["", "| commit | subject | step | " + " | ".join(CHECKS[1:]) + " |", "|" + "---|" * (len(CHECKS) + 2)]
+    lines += [
+        "",
+        "Each row is compared with the commit named under `compared with`; `+N commits not run` means the row's",
+        "differences also carry the changes of N commits between them that the walk skipped (`--paths`, a crash).",
+        "",
+        "| commit | subject | step | compared with | " + " | ".join(CHECKS[1:]) + " |",
+        "|" + "---|" * (len(CHECKS) + 3),
+    ]
     for row in rows:
         cells = []
         for check in CHECKS[1:]:
@@ -54,9 +62,9 @@ def markdown(rows: Sequence[Row], title: str, findings: Sequence[Finding] = ()) 
             cells.append("" if cell.kind in ("identical", "base", "-") else _cell(cell.text))
         cause = row.cells["run"].text.split(": ", 1)[-1]
         step = row.step if row.step not in ("crash", "error", "n/a") else f"{row.step}: {_cell(cause)}"
-        against = f" (vs {row.against[:8]})" if row.against and row.cells["run"].kind == "fixed" else ""
         subject = _cell(row.commit.subject, 60)
-        lines.append(f"| {row.commit.short} | {subject} | {step}{against} | " + " | ".join(cells) + " |")
+        compared = row.compared.removeprefix("vs ")
+        lines.append(f"| {row.commit.short} | {subject} | {step} | {compared} | " + " | ".join(cells) + " |")
     if findings:
         lines += ["", "## First commit of each kind of change (bisection)", ""]
         lines += ["| check | first commit | probes | what |", "|---|---|---|---|"]
@@ -79,6 +87,7 @@ def to_json(rows: Sequence[Row], findings: Sequence[Finding], meta: dict[str, An
                 "step": row.step,
                 "kinds": row.kinds,
                 "compared_with": row.against,
+                "commits_between": row.between,
                 "seconds": round(row.seconds, 2),
                 "cells": {
                     check: {"kind": cell.kind, "text": cell.text, "details": list(cell.details)}

@@ -7,6 +7,8 @@ or did not apply), so a crash and its fix show the net change across them. A ste
 - `value change`, `structure` or `low-bit drift`: the trajectory differs (`tripwire.bitwise.magnitude` states the rule);
 - `syncs`: host syncs appeared, grew, shrank or went away;
 - `compile`: torch.compile broke the graph, recompiled, fell back to eager or compiled more or less elsewhere;
+- `instruments`: the two runs marked a different number of iterations or called an instrumented target a
+  different number of times, so one saw less of the loop (`tripwire.outside.compare`);
 - `telemetry`: event counts, order, schema or payload values differ;
 - `bitwise refactor`: nothing differs.
 
@@ -20,12 +22,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tripwire.history.commits import Commit
-from tripwire.outside.compare import DIFFERS, Verdict, compare_results, compare_trajectory
+from tripwire.outside.compare import DIFFERS, Verdict, compare_payloads_verdict, compare_results, compare_trajectory
 from tripwire.outside.result import Result
 
 CHECKS = ("run", "trajectory", "syncs", "compile", "telemetry", "payloads")
 BITWISE = "bitwise refactor"
-PRECEDENCE = ("crash", "error", "n/a", "value change", "structure", "low-bit drift", "syncs", "compile", "telemetry")
+PRECEDENCE = (
+    "crash",
+    "error",
+    "n/a",
+    "value change",
+    "structure",
+    "low-bit drift",
+    "syncs",
+    "compile",
+    "instruments",
+    "telemetry",
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,15 @@ class Row:
     against: str = ""
     seconds: float = 0.0
     kinds: list[str] = field(default_factory=list)
+    between: int = 0  # commits between `against` and this one that the walk did not run: their changes count here
+
+    @property
+    def compared(self) -> str:
+        """`vs 1a2b3c4d` or `vs 1a2b3c4d, +3 commits not run`: what this row's cells compare with."""
+        if not self.against:
+            return ""
+        between = f", +{self.between} commit{'s' if self.between != 1 else ''} not run" if self.between else ""
+        return f"vs {self.against[:8]}{between}"
 
     @property
     def step(self) -> str:
@@ -68,9 +90,12 @@ def _cells(comparison_verdicts: Sequence[Verdict]) -> dict[str, Cell]:
         if verdict.status != DIFFERS:
             cells[verdict.check] = Cell("identical" if verdict.status == "same" else "-", verdict.summary)
             continue
-        kind = {"trajectory": _trajectory_kind(verdict), "syncs": "syncs", "compile": "compile", "run": "fixed"}.get(
-            verdict.check, "telemetry"
-        )
+        kind = {
+            "trajectory": _trajectory_kind(verdict),
+            "syncs": "syncs",
+            "compile": "compile",
+            "run": "instruments",
+        }.get(verdict.check, "telemetry")
         cells[verdict.check] = Cell(kind, verdict.summary, verdict.details)
     return cells
 
@@ -86,12 +111,16 @@ def classify(commit: Commit, result: Result, against: Result | None, against_sha
         return Row(commit, "ok", cells)
     comparison = compare_results(against, result)
     verdicts = list(comparison.verdicts)
-    trajectory = comparison.verdict("trajectory")
-    if trajectory.status == DIFFERS and has_values(against) and has_values(result):
-        measured = compare_trajectory(with_values(against), with_values(result))
-        verdicts = [measured if verdict.check == "trajectory" else verdict for verdict in verdicts]
+    measured: dict[str, Verdict] = {}
+    if has_values(against) and has_values(result):
+        if comparison.verdict("trajectory").status == DIFFERS:
+            measured["trajectory"] = compare_trajectory(with_values(against), with_values(result))
+        if comparison.verdict("payloads").status == DIFFERS:
+            measured["payloads"] = compare_payloads_verdict(with_values(against), with_values(result))
+    verdicts = [measured.get(verdict.check, verdict) for verdict in verdicts]
     cells = _cells(verdicts)
-    cells["run"] = Cell("ok", "ok")
+    if cells["run"].kind != "instruments":
+        cells["run"] = Cell("ok", "ok")
     found = {cell.kind for cell in cells.values()}
     kinds = [kind for kind in PRECEDENCE if kind in found]
     return Row(commit, "ok", cells, against_sha, kinds=kinds)

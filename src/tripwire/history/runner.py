@@ -5,19 +5,23 @@ current folder off `sys.path`, the worker runs in a scratch folder, and `record`
 first, so the tree's code is what runs and nothing beside the scenario or the harness can shadow the standard
 library. Results are cached under `OUT/results/<key>/<sha>/`, the key covering the scenario file, tripwire's
 version, the CPU pin and the Python and torch the workers run: a second walk over the same commits runs nothing. A
-worker that dies without writing its result (a segfault, a timeout) leaves a `crash` result saying so.
+worker that dies without writing its result (a segfault, a timeout) leaves a `crash` result saying so; one stopped
+by `Runner.stop` (Ctrl-C) leaves nothing, so the next walk runs that commit again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -95,6 +99,19 @@ class Runner:
         self.progress = progress
         self.seconds: dict[str, float] = {}  # per commit: the worker's wall time (cached: as first recorded)
         self.asked: dict[str, Result] = {}  # every commit a caller asked for, with its result
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def stop(self) -> None:
+        """Kill every running worker (each in its own session, so a terminal's Ctrl-C does not reach them) and run
+        no more; the commits they ran leave no result, so the next walk runs them again."""
+        with self._lock:
+            self._stopping = True
+            running = list(self._running)
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
 
     def folder(self, commit: Commit) -> Path:
         return self.cache / commit.sha
@@ -122,9 +139,15 @@ class Runner:
             else:
                 done[commit.sha] = result
                 self._report(commit, "cached", result)
-        with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, self.settings.jobs))
+        try:
             for commit, result in zip(missing, pool.map(self._run, missing)):
                 done[commit.sha] = result
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         self.asked.update(done)
         return done
 
@@ -143,15 +166,23 @@ class Runner:
             self.progress(commit, what, result, self.seconds.get(commit.sha, 0.0))
 
     def _run(self, commit: Commit) -> Result:
+        if self._stopping:
+            raise KeyboardInterrupt
         folder = self.folder(commit)
         folder.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         tree = self.worktrees.add(commit)
         try:
             code, tail = self._work(commit, tree, folder)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
         finally:
             if not self.settings.keep_trees:
                 self.worktrees.remove(tree)
+        if self._stopping and (code < 0 or not (folder / "result.json").exists()):
+            shutil.rmtree(folder, ignore_errors=True)  # killed by stop(): whatever it left is not a result
+            raise KeyboardInterrupt
         seconds = time.perf_counter() - start
         (folder / "walk.json").write_text(json.dumps({"seconds": round(seconds, 3)}) + "\n", encoding="utf-8")
         self.seconds[commit.sha] = seconds
@@ -173,12 +204,21 @@ class Runner:
             process = subprocess.Popen(
                 command, cwd=scratch, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=_env()
             )
+            with self._lock:
+                self._running.add(process)
             try:
                 code = process.wait(timeout=settings.timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
                 return -9, f"timed out after {settings.timeout:.0f} s"
+            except KeyboardInterrupt:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                raise
+            finally:
+                with self._lock:
+                    self._running.discard(process)
         lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
         return code, lines[-1].strip()[:200] if lines and code else ""
 

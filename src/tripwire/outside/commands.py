@@ -148,6 +148,13 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
     except TripwireError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if not result.ok:
+        print(
+            f"error: {args.result} is a {result.status} result ({result.cause}): a run that did not run to the end "
+            "cannot be held to or make a budget; fix the run and record it again",
+            file=sys.stderr,
+        )
+        return 1
     if args.action == "check":
         return _check_budget(result, args.file, args.result)
     if os.environ.get("CI") and args.file.exists():

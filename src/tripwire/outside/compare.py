@@ -31,7 +31,7 @@ from tripwire.common.context import mismatches
 from tripwire.outside.result import Result, SyncSummary
 from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, merge_callers, via_label
 from tripwire.telemetry.counts import diff_counts
-from tripwire.telemetry.payloads import compare_payloads
+from tripwire.telemetry.payloads import format_payload_report
 
 SAME, DIFFERS, NOTE, NOT_COMPARED, FAILED = "same", "differs", "note", "n/a", "failed"
 
@@ -287,13 +287,31 @@ def compare_telemetry(a: Result, b: Result) -> list[Verdict]:
     )
     if a.payloads is None or b.payloads is None:
         return [counts, Verdict("payloads", NOT_COMPARED, "no payload digests")]
-    message = compare_payloads(a.payloads, b.payloads, labels=("A", "B"))
-    payloads = (
-        Verdict("payloads", SAME, f"identical ({len(b.payloads)} events)")
-        if message is None
-        else Verdict("payloads", DIFFERS, message.splitlines()[0], tuple(message.splitlines()), "payload")
+    return [counts, compare_payloads_verdict(a, b)]
+
+
+def compare_payloads_verdict(a: Result, b: Result) -> Verdict:
+    """Every payload field, and, when both sides kept the numbers, how big the first difference is and what kind
+    (`low-bit drift` or `value change`, the trajectory's rule), else `events` (added, dropped, reordered) or
+    `field` (a field appeared or went away)."""
+    report = compare_trajectories(
+        a.payloads, b.payloads, expected_values=a.payload_values, actual_values=b.payload_values
     )
-    return [counts, payloads]
+    if report.ok:
+        return Verdict("payloads", SAME, f"identical ({len(b.payloads)} events)")
+    lines = format_payload_report(report, a.payloads, b.payloads, labels=("A", "B")).splitlines()
+    if report.structure:
+        return Verdict("payloads", DIFFERS, lines[0], tuple(lines), "events")
+    if "<absent>" in (report.expected_digest, report.actual_digest):
+        return Verdict("payloads", DIFFERS, lines[0], tuple(lines), "field")
+    magnitude = report.magnitude
+    if magnitude is None or not magnitude.deltas:
+        kept = a.payload_values is not None and b.payload_values is not None
+        why = "the field is not a number" if kept else "values not kept on both sides (recorded with --no-values)"
+        lines.append(f"  {why}: compared by digest, magnitude unknown")
+        return Verdict("payloads", DIFFERS, lines[0], tuple(lines), "values")
+    where = f"at event {report.first_index} of {report.total} {report.first_name.split(' ', 1)[-1]!r}"
+    return Verdict("payloads", DIFFERS, f"{magnitude.summary()} {where}", (*lines, *magnitude.format()), magnitude.kind)
 
 
 def compare_results(a: Result, b: Result, *, a_label: str = "", b_label: str = "") -> Comparison:
@@ -315,6 +333,9 @@ def compare_results(a: Result, b: Result, *, a_label: str = "", b_label: str = "
 
 def _run_verdict(a: Result, b: Result) -> Verdict:
     if a.ok and b.ok:
+        fired = _instruments_differ(a, b)
+        if fired:
+            return Verdict("run", DIFFERS, fired[0], tuple(fired), "instruments")
         return Verdict("run", SAME, f"both ran ({a.seconds:.1f} s, {b.seconds:.1f} s)")
     if a.status == b.status and a.cause == b.cause:
         status = NOT_COMPARED if a.status == "n/a" else FAILED
@@ -326,6 +347,22 @@ def _run_verdict(a: Result, b: Result) -> Verdict:
     )
     summary = f"{side} {verb}: {result.cause}" if verb else f"{side} {result.status}"
     return Verdict("run", DIFFERS, summary, tuple(details), result.status if not b.ok else "fixed")
+
+
+def _instruments_differ(a: Result, b: Result) -> list[str]:
+    """How the two runs' iteration counts and instrument calls differ ([] when they agree): fewer iterations or
+    an instrument called less often means one side saw less of the loop, whatever else compares equal."""
+    lines = []
+    iterations_a, iterations_b = len(a.syncs.iterations), len(b.syncs.iterations)
+    if iterations_a != iterations_b:
+        lines.append(f"iterations: {iterations_a} -> {iterations_b}")
+    if a.calls and b.calls:  # a result saved before calls were kept has none
+        for target in sorted(set(a.calls) | set(b.calls)):
+            before, after = a.calls.get(target), b.calls.get(target)
+            if before != after:
+                shown = [("not instrumented" if n is None else f"{n} call(s)") for n in (before, after)]
+                lines.append(f"{target}: {shown[0]} -> {shown[1]}")
+    return lines
 
 
 def _label(result: Result) -> str:

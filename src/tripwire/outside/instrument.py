@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from tripwire.bitwise.digest import plain_leaf
 from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.compile.counter import CompileCounter
 from tripwire.outside.stand import stand_in
@@ -43,6 +44,7 @@ class Session:
     recorder: TrajectoryRecorder
     events: list[dict[str, Any]] = field(default_factory=list)
     compiles: CompileCounter | None = None
+    notes: dict[str, None] = field(default_factory=dict)  # what a capture left out, once each, in order
 
     def start_iteration(self) -> None:
         for log in (self.counter, self.compiles):
@@ -74,9 +76,11 @@ def rng_states() -> dict[str, Any]:
     return states
 
 
-def object_state(value: Any) -> Any:
+def object_state(value: Any, skipped: list[str] | None = None) -> Any:
     """What a checkpoint digests of an object: a module's or optimizer's state (an optimizer's parameters too),
-    any `state_dict()`, tensors and plain values as they are, else the object's plain attributes."""
+    any `state_dict()`, tensors, NumPy arrays, plain values and containers of them as they are, else the object's
+    own attributes of those kinds (modules and optimizers among them by their state). What is left out (an
+    attribute holding some other object, a container item of no digestible kind) is named in `skipped`."""
     if isinstance(value, torch.nn.Module):
         return value.state_dict()
     if isinstance(value, torch.optim.Optimizer):
@@ -85,14 +89,51 @@ def object_state(value: Any) -> Any:
     state_dict = getattr(value, "state_dict", None)
     if callable(state_dict):
         return state_dict()
-    if isinstance(value, (torch.Tensor, Mapping, list, tuple, int, float, str, bool)) or value is None:
-        return value
-    attributes = getattr(value, "__dict__", {})
-    return {
-        name: item
-        for name, item in attributes.items()
-        if isinstance(item, (torch.Tensor, int, float, str, bool)) and not name.startswith("__")
-    }
+    skipped = [] if skipped is None else skipped
+    if _digestible(value):
+        return _contents(value, "", skipped)
+    attributes = {}
+    for name, item in getattr(value, "__dict__", {}).items():
+        if name.startswith("__"):
+            continue
+        if isinstance(item, (torch.nn.Module, torch.optim.Optimizer)):
+            attributes[name] = object_state(item)
+        elif _digestible(item):
+            attributes[name] = _contents(item, name, skipped)
+        else:
+            skipped.append(f"{name} ({type(item).__name__})")
+    return attributes
+
+
+def _digestible(value: Any) -> bool:
+    """A tensor, a NumPy array or scalar, a plain value, a device or dtype, or a container (kept, its items judged
+    one by one)."""
+    return (
+        value is None
+        or isinstance(value, (torch.Tensor, Mapping, list, tuple, int, float, str, bool, torch.device, torch.dtype))
+        or (type(value).__module__.startswith("numpy") and plain_leaf(value) is not value)
+    )
+
+
+def _contents(value: Any, path: str, skipped: list[str]) -> Any:
+    """`value` with every container item that cannot be digested replaced by a marker naming its type, and named
+    in `skipped` (a list keeps its length, so later items keep their place)."""
+    if isinstance(value, (torch.device, torch.dtype)):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {key: _item(item, f"{path}[{key!r}]", skipped) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_item(item, f"{path}[{index}]", skipped) for index, item in enumerate(value)]
+    return value
+
+
+def _item(value: Any, path: str, skipped: list[str]) -> Any:
+    if _digestible(value):
+        return _contents(value, path, skipped)
+    if isinstance(value, torch.nn.Module | torch.optim.Optimizer):
+        return object_state(value)
+    skipped.append(f"{path.lstrip('.')} ({type(value).__name__})")
+    return f"<skipped {type(value).__name__}>"
 
 
 def jsonable(value: Any) -> Any:
@@ -117,12 +158,21 @@ class TargetHooks:
 
     label: str  # `Agent.get_value`: names checkpoints
     session: Session
+    declared: list[str] = field(default_factory=list)  # the scenario's names for this target (before renames)
     region: hot_path | None = None
     iteration: Iteration | None = None
     checkpoints: list[Checkpoint] = field(default_factory=list)
     event_calls: list[EventCall] = field(default_factory=list)
     calls: int = 0
     signature: inspect.Signature | None = None
+
+    def roles(self) -> list[str]:
+        """What the scenario placed here: `region 'rollout'`, `iteration`, `checkpoint 'X'`, `event`."""
+        roles = [f"region {self.region.name!r}"] if self.region is not None else []
+        roles += ["iteration"] if self.iteration is not None else []
+        roles += [f"checkpoint {checkpoint.name or self.label!r}" for checkpoint in self.checkpoints]
+        roles += ["event"] if self.event_calls else []
+        return roles
 
     def call(self, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self.calls += 1
@@ -158,24 +208,31 @@ class TargetHooks:
     ) -> dict[str, Any]:
         captured: dict[str, Any] = {}
         for spec in checkpoint.capture:
+            skipped: list[str] = []
             if spec == "return":
-                captured["return"] = object_state(result)
+                captured["return"] = object_state(result, skipped)
             elif spec == "rng":
                 captured["rng"] = rng_states()
             elif spec == "args":
-                captured["args"] = [object_state(arg) for arg in args]
+                captured["args"] = [object_state(arg, skipped) for arg in args]
             elif spec.startswith("arg:"):
-                captured[spec] = object_state(self._bind(original, args, kwargs).get(spec[4:]))
+                captured[spec] = object_state(self._bind(original, args, kwargs).get(spec[4:]), skipped)
             elif spec == "self" or spec.startswith("self."):
                 if not args:
                     raise ScenarioError(f"checkpoint on {checkpoint.target}: capture {spec!r} needs a method")
                 value = functools.reduce(getattr, spec.split(".")[1:], args[0])
-                captured[spec] = object_state(value)
+                captured[spec] = object_state(value, skipped)
             else:
                 raise ScenarioError(
                     f"checkpoint on {checkpoint.target}: unknown capture {spec!r} "
                     "(use return, self, self.attr, args, arg:NAME or rng)"
                 )
+            if skipped:
+                note = (
+                    f"checkpoint {checkpoint.name or self.label} capture {spec!r} left out {', '.join(skipped)}: "
+                    "not tensors, arrays or plain values (capture one by name, `self.NAME`, to digest what it holds)"
+                )
+                self.session.notes.setdefault(note)
         return captured
 
     def _event(self, event: EventCall, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -251,6 +308,8 @@ class Instrumentation:
         if target not in self.hooks:
             label = ".".join(parse_target(declared)[1].split(".")[-2:])
             self.hooks[target] = TargetHooks(label, self.session)
+        if declared not in self.hooks[target].declared:
+            self.hooks[target].declared.append(declared)
         return self.hooks[target]
 
     def __enter__(self) -> Instrumentation:
@@ -321,8 +380,26 @@ class Instrumentation:
         return [target for target in self.hooks if target not in self.bound]
 
     def calls(self) -> dict[str, int]:
-        """How often each target was called."""
-        return {target: hooks.calls for target, hooks in self.hooks.items()}
+        """How often each target was called, under the scenario's names (an adapter's rename keeps the name, so two
+        trees' counts compare)."""
+        return {declared: hooks.calls for hooks in self.hooks.values() for declared in hooks.declared}
+
+    def never_fired(self) -> str:
+        """One line naming the instruments whose target was never called ('' when every one fired): a target the
+        tree renamed, stopped calling or only calls inside a compiled graph leaves the scenario blind, so the run
+        fails rather than count everything as set-up."""
+        silent = []
+        for target, hooks in self.hooks.items():
+            if hooks.calls == 0 and target in self.bound:
+                declared = ", ".join(hooks.declared)
+                name = declared if declared == target else f"{declared} (here {target})"
+                silent.append(f"{name} [{', '.join(hooks.roles())}]")
+        if not silent:
+            return ""
+        return (
+            f"instrument never fired: {'; '.join(silent)} was never called (renamed, no longer called, or called only "
+            "inside a compiled graph?): point the scenario at what this tree calls"
+        )
 
 
 __all__: Sequence[str] = ["Instrumentation", "Session", "TargetHooks", "object_state", "rng_states"]

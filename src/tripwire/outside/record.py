@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -36,7 +36,7 @@ from tripwire.sync.counter import SyncCounter
 from tripwire.sync.log import EventLog
 from tripwire.sync.sites import group_records
 from tripwire.telemetry.counts import load_events, reduce_events
-from tripwire.telemetry.payloads import payload_trajectory
+from tripwire.telemetry.payloads import DEFAULT_EXCLUDED, payload_trajectory, payload_values, unmatched_patterns
 
 
 def one_line(error: BaseException, root: Path | None = None, tb: TracebackType | None = None) -> str:
@@ -200,12 +200,8 @@ def record(
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
             try:
-                with _adapted(adapters):
-                    with instrumentation, compiles, counter:
-                        _run_entry(scenario, tree, argv, instrumentation)
-                    unbound = instrumentation.unbound()
-                    if unbound:
-                        raise ScenarioError(f"never bound: {', '.join(unbound)} (the tree defines no such target)")
+                with _adapted(adapters), instrumentation, compiles, counter:
+                    _run_entry(scenario, tree, argv, instrumentation)
             except NotApplicable as reason:
                 status, cause = "n/a", str(reason)
             except ScenarioError as error:
@@ -215,21 +211,39 @@ def record(
                     status, cause, trace = "crash", f"SystemExit({exit_.code!r})", traceback.format_exc()
             except Exception as error:
                 status, cause, trace = "crash", one_line(error, tree.root), traceback.format_exc()
+            if status == "ok":  # also after a script's sys.exit(0)
+                status, cause = _instruments_fired(instrumentation)
             seconds = time.perf_counter() - start
             events = list(session.events) + _event_files(scenario, folder)
     result = Result(scenario.name, status, cause, context, source, seconds, traceback=trace)
     result.syncs = _summary(counter, [region.name for region in scenario.regions])
     result.compile = _summary(compiles, [region.name for region in scenario.regions])
     result.notes.extend(compiles.notes)
+    result.notes.extend(session.notes)
     result.calls = instrumentation.calls()
     result.trajectory, result.values = recorder.trajectory, (recorder.values if keep else None)
     if recorder.values_truncated_at:
         result.notes.append(f"values kept up to checkpoint {recorder.values_truncated_at!r} (size limit)")
     if events or scenario.events or scenario.event_calls:
         result.telemetry = reduce_events(events, round_end=scenario.round_end or None).to_snapshot()
-        result.payloads = payload_trajectory(events, context, exclude=tuple(scenario.exclude))
-    result.notes.extend(_never_called(result.calls))
+        exclude = tuple(scenario.exclude)
+        result.payloads = payload_trajectory(events, context, exclude=exclude)
+        result.payload_values = payload_values(events, exclude=exclude) if keep else None
+        result.notes.extend(
+            f"exclude pattern {pattern!r} left out no field of any event: check the label and the field name "
+            "(a field is named by the call's own argument, data.NAME)"
+            for pattern in unmatched_patterns(events, [p for p in exclude if p not in DEFAULT_EXCLUDED])
+        )
     return result
+
+
+def _instruments_fired(instrumentation: Instrumentation) -> tuple[str, str]:
+    """`("ok", "")`, or an `error` naming the targets never bound or bound and never called."""
+    unbound = instrumentation.unbound()
+    if unbound:
+        return "error", f"never bound: {', '.join(unbound)} (the tree defines no such target)"
+    silent = instrumentation.never_fired()
+    return ("error", silent) if silent else ("ok", "")
 
 
 @contextlib.contextmanager
@@ -252,10 +266,6 @@ def _event_files(scenario: Scenario, folder: Path) -> list[dict[str, Any]]:
     for path in sorted(folder.glob(scenario.events)):
         events.extend(load_events(path))
     return events
-
-
-def _never_called(calls: Mapping[str, int]) -> list[str]:
-    return [f"target {target} was never called" for target, count in sorted(calls.items()) if count == 0]
 
 
 def _summary(counter: EventLog, declared: Sequence[str]) -> SyncSummary:

@@ -9,6 +9,7 @@ A result folder holds:
                       the same way), telemetry counts, and what was not measured
     trajectory.json   the checkpoints' digests and specs (`tripwire.bitwise.trajectory`)
     payloads.json     a digest of every event payload field (`tripwire.telemetry.payloads`), when the run had events
+    payload_values.pt the numbers behind those digests, kept like values.pt, for measuring a payload difference
     values.pt         the checkpoints' values, each distinct tensor once (or in a store shared by a history walk's
                       results: `tripwire.bitwise.values`), for measuring differences on this machine
     traceback.txt     the full traceback of a crash
@@ -126,6 +127,7 @@ class Result:
     calls: dict[str, int] = field(default_factory=dict)  # how often each instrumented target was called
     trajectory: Any = None  # tripwire.bitwise.trajectory.Trajectory (loaded lazily: it imports torch)
     payloads: Any = None  # tripwire.bitwise.trajectory.Trajectory of payload digests, or None
+    payload_values: Any = None  # tripwire.bitwise.values.Values of the payloads' numeric fields, or None
     values: Any = None  # tripwire.bitwise.trajectory.Values, or None
     folder: Path | None = None
     traceback: str = ""  # the full traceback of a crash
@@ -151,7 +153,7 @@ class Result:
 
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
-        for stale in ("payloads.json", "values.pt", "traceback.txt"):
+        for stale in ("payloads.json", "values.pt", "payload_values.pt", "traceback.txt"):
             (out / stale).unlink(missing_ok=True)
         if self.trajectory is not None:
             self.trajectory.save(out / "trajectory.json")
@@ -160,6 +162,8 @@ class Result:
         if self.values:
             digests = dict(self.trajectory.checkpoints) if self.trajectory is not None else {}
             save_values(out / "values.pt", self.values, digests, values_store)
+        if self.payload_values and self.payloads is not None:
+            save_values(out / "payload_values.pt", self.payload_values, dict(self.payloads.checkpoints), values_store)
         if self.traceback:
             (out / "traceback.txt").write_text(self.traceback, encoding="utf-8")
         data = {
@@ -176,7 +180,10 @@ class Result:
             "calls": dict(sorted(self.calls.items())),
             "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
         }
-        (out / "result.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        # written last, and whole (a temporary file renamed): a folder with a result.json holds a complete result
+        partial = out / "result.json.partial"
+        partial.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        partial.replace(out / "result.json")
         return out
 
     @classmethod
@@ -191,8 +198,8 @@ class Result:
         )
         if not isinstance(data, Mapping) or data.get("format") != FORMAT or data.get("status") not in STATUSES:
             raise GoldenFileError(f"{root / 'result.json'}: not a tripwire result (format {FORMAT})")
-        trajectory_file, payloads_file, values_file = (
-            root / name for name in ("trajectory.json", "payloads.json", "values.pt")
+        trajectory_file, payloads_file, values_file, payload_values_file = (
+            root / name for name in ("trajectory.json", "payloads.json", "values.pt", "payload_values.pt")
         )
         return cls(
             scenario=str(data.get("scenario", "")),
@@ -209,6 +216,7 @@ class Result:
             trajectory=Trajectory.load(trajectory_file) if trajectory_file.exists() else Trajectory(),
             payloads=Trajectory.load(payloads_file) if payloads_file.exists() else None,
             values=load_values(values_file) if values and values_file.exists() else None,
+            payload_values=load_values(payload_values_file) if values and payload_values_file.exists() else None,
             folder=root,
         )
 

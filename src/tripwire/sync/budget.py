@@ -164,11 +164,13 @@ class BudgetReport:
     per_iteration: tuple[IterationProblem, ...] = ()
     what: str = "sync"  # "compile": the report of a budget's `compile` section
     swapped: tuple[RegionProblem, ...] = ()  # within their totals, but with a line the budget never saw
+    no_iterations: bool = False  # a per-iteration budget, and the run marked no iteration: nothing was capped
 
     @property
     def ok(self) -> bool:
-        """True when no region is over budget or unbudgeted (or, with `strict`, under budget)."""
-        failing = self.over or self.unbudgeted or self.per_iteration or self.swapped
+        """True when no region is over budget or unbudgeted (or, with `strict`, under budget), and a per-iteration
+        budget had iterations to cap."""
+        failing = self.over or self.unbudgeted or self.per_iteration or self.swapped or self.no_iterations
         return not failing and not (self.strict and self.under)
 
     def format(self) -> str:
@@ -177,6 +179,12 @@ class BudgetReport:
         failing += len(self.under) if self.strict else 0
         where = f" ({self.source})" if self.source else ""
         what, events = self.what, "syncs" if self.what == "sync" else "compilation events"
+        if self.no_iterations:
+            return (
+                f"{what} budget not checked{where}: it caps each iteration and the run marked none (the iteration "
+                "target was never called, or called fewer times than `every`): point the scenario's `iteration=` at "
+                "what this loop calls once per iteration"
+            )
         lines = [f"{what} budget exceeded in {failing} region(s){where}:" if failing else f"{what} budget ok{where}"]
         for problem in self.over:
             excess = problem.count - (problem.budget or 0)
@@ -286,6 +294,8 @@ def check_budget(
             most = max((it.get(region, 0) for it in per()), default=0) if callable(per) else 0
             swapped.append(RegionProblem(region, budget.per_iteration[region], most, within))
     old_format = any(not is_keyed(entries) for entries in budget.sites.values())
+    iteration_counts = getattr(source, "iteration_counts", None)
+    no_iterations = bool(budget.per_iteration) and callable(iteration_counts) and not iteration_counts()
     return BudgetReport(
         tuple(over),
         tuple(unbudgeted),
@@ -297,6 +307,7 @@ def check_budget(
         per_iteration,
         what,
         tuple(swapped),
+        no_iterations,
     )
 
 

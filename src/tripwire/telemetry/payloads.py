@@ -28,7 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
-from tripwire.bitwise.digest import short, value_digest
+import torch
+
+from tripwire.bitwise.digest import leaf_value, short, value_digest
 from tripwire.bitwise.trajectory import Trajectory, TrajectoryReport, compare_trajectories
 from tripwire.common.errors import GuardrailFailure
 from tripwire.telemetry.counts import DEFAULT_DETAIL_KEYS, event_label
@@ -98,6 +100,48 @@ def payload_trajectory(
         for position, event in enumerate(events, start=1)
     ]
     return Trajectory(checkpoints, dict(context))
+
+
+def payload_values(
+    events: Iterable[Mapping[str, Any]],
+    *,
+    exclude: Sequence[str] = DEFAULT_EXCLUDED,
+    detail_keys: Sequence[str] = DEFAULT_DETAIL_KEYS,
+) -> dict[str, dict[str, torch.Tensor]]:
+    """The numbers behind `payload_trajectory`'s digests, named alike: `{event: {field: tensor}}` for every field
+    that holds a number or a list of numbers, so a differing field can be measured (`tripwire.bitwise.magnitude`:
+    a logged Python float is counted in float32 ULPs, the precision of the tensor it usually came from)."""
+    values: dict[str, dict[str, torch.Tensor]] = {}
+    for position, event in enumerate(events, start=1):
+        fields: dict[str, Any] = {}
+        for key, value in event.items():
+            _leaves(str(key), value, fields)
+        patterns = patterns_for(event_label(event, detail_keys), exclude)
+        kept = {
+            path: tensor
+            for path, value in fields.items()
+            if not isinstance(value, str) and not excluded(path, patterns) and (tensor := leaf_value(value)) is not None
+        }
+        if kept:
+            values[event_name(position, event, detail_keys)] = kept
+    return values
+
+
+def unmatched_patterns(events: Iterable[Mapping[str, Any]], exclude: Sequence[str]) -> list[str]:
+    """The `exclude` patterns that left out no field of any event: a typo'd field or label excludes nothing, and
+    the wall-clock field it meant still differs between two runs."""
+    waiting = list(dict.fromkeys(exclude))
+    for event in events:
+        if not waiting:
+            break
+        fields: dict[str, Any] = {}
+        for key, value in event.items():
+            _leaves(str(key), value, fields)
+        label = event_label(event)
+        waiting = [
+            pattern for pattern in waiting if not any(excluded(path, patterns_for(label, [pattern])) for path in fields)
+        ]
+    return waiting
 
 
 def _label(name: str) -> str:

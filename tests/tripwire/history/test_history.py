@@ -58,7 +58,7 @@ def test_each_difference_says_where_what_kind_and_how_big(walk: dict[str, Any]) 
 def test_the_report_comes_as_markdown_json_and_a_picture(walk: dict[str, Any]) -> None:
     out = walk["root"] / "out"
     table = (out / "history.md").read_text()
-    assert "| commit | subject | step | trajectory | syncs | compile | telemetry | payloads |" in table
+    assert "| commit | subject | step | compared with | trajectory | syncs | compile | telemetry | payloads |" in table
     assert (out / "history.png").stat().st_size > 1000 and (out / "history.svg").exists()
     assert walk["report"]["ran"] == len(walk["shas"])
 
@@ -119,3 +119,96 @@ def test_a_range_that_is_not_older_to_newer_is_a_one_line_usage_error(walk: dict
         assert done.returncode == 2 and done.stdout == "", done.stderr
         assert done.stderr.startswith(f"error: --range {span}: ") and problem in done.stderr
         assert done.stderr.count("\n") == 1
+
+
+def test_a_scenario_that_cannot_load_is_a_one_line_error_before_the_walk(walk: dict[str, Any]) -> None:
+    root = walk["root"]
+    broken = root / "broken" / "broken_scenario.py"
+    broken.parent.mkdir()
+    broken.write_text("from tripwire.scenario import Scenario\n\nscenario = Scenario(name='x', call='train:train'\n")
+    args = ["--repo", str(root / "repo"), "--range", walk["span"], "--scenario", str(broken)]
+    done = history(root, *args, "--out", str(root / "out-broken"))
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.startswith(f"error: {broken}: the scenario file raised SyntaxError: ")
+    assert done.stderr.count("\n") == 1
+    assert not (root / "out-broken").exists()  # nothing ran
+
+
+def test_paths_that_no_commit_touches_are_refused(walk: dict[str, Any]) -> None:
+    root = walk["root"]
+    done = history(root, *walk["args"], "--paths", "trian.py")
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.startswith("error: --paths trian.py: no commit up to ") and done.stderr.count("\n") == 1
+
+
+def test_each_row_names_what_it_was_compared_with_and_the_commits_it_skipped(
+    walk: dict[str, Any], tmp_path: Path
+) -> None:
+    """With `--paths`, a comments-only commit after an unlisted value change carries that change: the row says so."""
+    shas = walk["shas"]
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(walk["root"] / "repo"), str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "side", shas[2]], check=True)
+    train = (repo / "train.py").read_text()
+    (repo / "train.py").write_text(train.replace("lr=0.1)", "lr=0.12)"))
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "tune: lr 0.12"], check=True)
+    (repo / "notes.md").write_text("# notes\n")
+    subprocess.run(["git", "-C", str(repo), "add", "notes.md"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "docs: notes only"], check=True)
+    args = ["--repo", str(repo), "--range", f"{shas[2]}..side", "--scenario", walk["args"][5]]
+    done = history(tmp_path, *args, "--out", str(tmp_path / "out"), "--paths", "notes.md")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads((tmp_path / "out" / "history.json").read_text())["rows"]
+    assert [row["subject"] for row in rows] == ["perf: sum the features in two halves", "docs: notes only"]
+    last = rows[-1]
+    assert (last["step"], last["compared_with"], last["commits_between"]) == ("value change", shas[2], 1)
+    assert f"docs: notes only  (vs {shas[2][:8]}, +1 commit not run)" in done.stdout
+    assert f"| {shas[2][:8]}, +1 commit not run |" in (tmp_path / "out" / "history.md").read_text()
+
+
+def test_bisect_all_finds_every_change_point_each_with_its_own_kind(walk: dict[str, Any]) -> None:
+    done = history(walk["root"], *walk["args"], "--bisect", "all")
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads((walk["root"] / "out" / "bisect.json").read_text())["bisection"]
+    points = [(finding["check"], finding["subject"].split(":")[0]) for finding in found]
+    assert points == [
+        ("trajectory (low-bit drift)", "perf"),  # the first: a regrouped sum
+        ("trajectory (value change)", "tune"),  # the next, measured against its own predecessor
+        ("syncs (new sync)", "feat"),
+        ("telemetry (events)", "telemetry"),
+        ("payloads (low-bit drift)", "perf"),
+        ("payloads (value change)", "tune"),
+        ("payloads (field)", "telemetry"),
+    ]
+    assert "trajectory (low-bit drift) change: " in done.stdout
+
+
+def test_ctrl_c_ends_in_one_line_and_the_next_walk_resumes(walk: dict[str, Any], tmp_path: Path) -> None:
+    import signal
+    import time
+
+    command = [sys.executable, "-m", "tripwire", "history", *walk["args"][:-2], "--out", str(tmp_path / "out")]
+    process = subprocess.Popen(
+        [*command, "--jobs", "1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        seen.append(line)
+        if line.startswith("[2/"):
+            break
+    time.sleep(1.0)  # the third commit's worker is running
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted: ") and "run the same command again to resume" in last
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "history.json").read_text())
+    kept = sum(1 for line in seen if line.startswith("["))
+    assert report["ran"] == len(walk["shas"]) - kept  # what finished before Ctrl-C was kept, nothing else
+    assert [row["step"] for row in report["rows"]] == [kind for _, kind, _ in STEPS]  # no killed worker's crash
