@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # imported on first use, so `import tripwire.sync` (a trainer
     from tripwire.telemetry.counts import TelemetryCounts, reduce_events
     from tripwire.timing import CUDATimer
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 _LAZY = {  # public name -> "module" or "module:attribute"
     "SyncBudget": "tripwire.sync.budget",

@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
         lines = [line.strip() for line in str(error).splitlines()]
         head = lines[1] if len(lines) > 1 else lines[0]
         site = next((line for line in lines if line.startswith(("NEW ", "GREW "))), "")
-        caller = next((line for line in lines if line.startswith(("new caller:", "caller grew:"))), "")
+        caller = next((line for line in lines if line.startswith(("new caller:", "caller grew:", "caller:"))), "")
         fired[SYNC_BUDGET] = " / ".join(part for part in (head, site, caller.split(" (from ")[0]) if part)
     try:
         store.check_compile_budget(name, run.compiles, run.trajectory.context)

@@ -208,3 +208,13 @@ def test_an_instrument_renamed_by_an_adapter_keeps_its_name_in_the_calls(tmp_pat
     )
     result = ran(record(scenario, folder))
     assert result.calls["__main__:Agent.get_value"] == 4 and "__main__:Agent.value_of" not in result.calls
+
+
+def test_the_context_names_the_loops_own_libraries(sb3: Result) -> None:
+    from tripwire.common.context import mismatches
+
+    packages = sb3.context["packages"]
+    assert {"stable_baselines3", "gymnasium", "numpy", "torch"} <= set(packages)
+    assert "tripwire-gate" not in packages
+    older = {**sb3.context, "packages": {**packages, "gymnasium": "0.28.0"}}
+    assert mismatches(older, sb3.context) == [f"packages.gymnasium: '0.28.0' -> {packages['gymnasium']!r}"]

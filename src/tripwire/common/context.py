@@ -108,12 +108,43 @@ _MEANING = {
 }
 
 
+def imported_distributions() -> dict[str, str]:
+    """`{distribution: version}` of every installed distribution a module imported so far belongs to (numpy,
+    gymnasium, stable-baselines3, ...): what a result recorded from outside names beside torch, since a loop's own
+    libraries change its numbers too. The standard library has none; tripwire itself is left out."""
+    import importlib.metadata
+    import sys
+
+    owners = _owners()
+    found: dict[str, str] = {}
+    for name in {module.partition(".")[0] for module in list(sys.modules)}:
+        for distribution in owners.get(name, ()):
+            if distribution in found or distribution == "tripwire-gate":
+                continue
+            try:
+                found[distribution] = importlib.metadata.version(distribution)
+            except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a stale mapping
+                continue
+    return dict(sorted(found.items()))
+
+
+@functools.cache
+def _owners() -> Mapping[str, list[str]]:
+    import importlib.metadata
+
+    return importlib.metadata.packages_distributions()
+
+
 def mismatches(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """`key: recorded -> current (what it means)` for every setting that differs (empty when the contexts match)."""
+    """`key: recorded -> current (what it means)` for every setting that differs (empty when the contexts match);
+    a setting holding a mapping (`packages`) is compared entry by entry (`packages.gymnasium: '0.29.1' -> '1.0.0'`)."""
     keys = sorted(set(recorded) | set(current))
-    lines = []
+    lines: list[str] = []
     for key in keys:
         if recorded.get(key) == current.get(key):
+            continue
+        if isinstance(recorded.get(key), Mapping) and isinstance(current.get(key), Mapping):
+            lines += [f"{key}.{line}" for line in mismatches(recorded[key], current[key])]
             continue
         meaning = f" ({_MEANING[key]})" if key in _MEANING else ""
         lines.append(f"{key}: {recorded.get(key, '<unset>')!r} -> {current.get(key, '<unset>')!r}{meaning}")

@@ -21,6 +21,7 @@ COLOURS = {
     "ok": "#d9f0d3",
     "fixed": "#a6dba0",
     "low-bit drift": "#fee08b",
+    "low-bit drift, amplified": "#fdae61",
     "value change": "#d73027",
     "structure": "#9e6ebd",
     "syncs": "#fc8d59",

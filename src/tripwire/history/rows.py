@@ -4,7 +4,8 @@ A commit is compared with the nearest earlier commit that ran to the end (the on
 or did not apply), so a crash and its fix show the net change across them. A step is, in this order of precedence:
 
 - `crash`, `error` (the scenario could not run: a target the tree lacks) or `n/a` (the scenario does not apply);
-- `value change`, `structure` or `low-bit drift`: the trajectory differs (`tripwire.bitwise.magnitude` states the rule);
+- `value change`, `structure`, `low-bit drift, amplified` or `low-bit drift`: the trajectory differs
+  (`tripwire.bitwise.magnitude` states the rule);
 - `syncs`: host syncs appeared, grew, shrank or went away;
 - `compile`: torch.compile broke the graph, recompiled, fell back to eager or compiled more or less elsewhere;
 - `instruments`: the two runs marked a different number of iterations or called an instrumented target a
@@ -33,6 +34,7 @@ PRECEDENCE = (
     "n/a",
     "value change",
     "structure",
+    "low-bit drift, amplified",
     "low-bit drift",
     "syncs",
     "compile",

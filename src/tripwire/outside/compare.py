@@ -112,7 +112,6 @@ def site_changes(a: Sequence[SiteRecord], b: Sequence[SiteRecord]) -> list[SiteC
         for record in records:
             groups.setdefault((record.region, record.key, record.via), ([], []))[side].append(record)
     changes = []
-    a_callers = all(record.callers is not None for record in a)  # else: A is older than caller records
     for before_records, after_records in groups.values():
         before = _by_identity(before_records)
         after = _by_identity(after_records)
@@ -120,7 +119,8 @@ def site_changes(a: Sequence[SiteRecord], b: Sequence[SiteRecord]) -> list[SiteC
         for identity, (count, record) in after.items():
             old = matched[identity]
             if old is None:
-                changes.append(SiteChange("NEW", record, 0, count, callers=_callers(record, {} if a_callers else None)))
+                # a NEW line's callers are named, never claimed new: only the line is new
+                changes.append(SiteChange("NEW", record, 0, count, callers=_callers(record, None)))
             elif count > before[old][0]:
                 callers = _callers(record, _caller_counts(before[old][1]))
                 changes.append(SiteChange("GREW", record, before[old][0], count, callers=callers))

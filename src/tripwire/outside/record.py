@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
-from tripwire.common.context import capture_context
+from tripwire.common.context import capture_context, imported_distributions
 from tripwire.compile.counter import CompileCounter
 from tripwire.outside.instrument import Instrumentation, Session, _resolve
 from tripwire.outside.launch import module_path, run_main
@@ -215,6 +215,8 @@ def record(
                 status, cause = _instruments_fired(instrumentation)
             seconds = time.perf_counter() - start
             events = list(session.events) + _event_files(scenario, folder)
+    # the loop's own libraries, as imported by the end of the run (the recorder's context stays as it was)
+    context = {**context, "packages": imported_distributions()}
     result = Result(scenario.name, status, cause, context, source, seconds, traceback=trace)
     result.syncs = _summary(counter, [region.name for region in scenario.regions])
     result.compile = _summary(compiles, [region.name for region in scenario.regions])

@@ -180,10 +180,11 @@ def region_sites(
         grew = was is not None and count > was
         callers: tuple[CallerChange, ...] = ()
         if (new or grew) and all(record.callers is not None for record in group):
-            line_callers = {} if new or old is None else (recorded_callers or {}).get(key, {}).get(old)
-            known = recorded_callers is not None and line_callers is not None
+            # a NEW line had no callers to compare with: its callers are named, never claimed new (the call that
+            # reaches it may be as old as the function; only the line is new)
+            line_callers = None if new or old is None else (recorded_callers or {}).get(key, {}).get(old)
             live_callers = [caller for record in group for caller in record.callers or ()]
-            callers = caller_changes(line_callers if known else None, live_callers)
+            callers = caller_changes(line_callers if recorded_callers is not None else None, live_callers)
         sites.append(
             SiteCount(
                 f"{group[0].file}:{','.join(numbers)}",

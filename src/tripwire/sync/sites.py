@@ -305,8 +305,8 @@ def match_callers(recorded: Mapping[str, int], live: Iterable[str]) -> dict[str,
 
 @dataclass(frozen=True)
 class CallerChange:
-    """A caller of a NEW or GREW line: new (`before` 0), calling more often (`before` its recorded count), or, when
-    the line's callers were not recorded (`before` None), simply one of its callers now."""
+    """A caller of a NEW or GREW line: new (`before` 0), calling more often (`before` its recorded count), or, for a
+    NEW line or one whose callers were not recorded (`before` None), simply one of its callers now."""
 
     caller: Caller
     before: int | None

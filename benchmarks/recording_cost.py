@@ -1,0 +1,138 @@
+"""The cost of recording from outside: a loop run plain against the same loop under `python -m tripwire run`.
+
+A measurement, not a gate. Each round runs every loop twice, plain and recorded, in fresh processes, in an order
+that alternates round by round, so drift in the machine's speed reaches both sides alike; the ratio reported is the
+median over rounds of recorded wall time / plain wall time. Both sides run with the same CPU pin and one thread,
+what a recording uses, so the ratio is the instruments' cost alone. Wall time is the whole process (interpreter,
+`import torch`, the loop); tripwire's own import is part of the cost it reports.
+
+Loops: CleanRL's `ppo.py` as published (tests/tripwire/third_party) at two sizes and the SB3 PPO script of
+tests/tripwire/loops, with their test scenarios (every instrument placed, checkpoints and events included) and,
+for CleanRL, the same scenario stripped to sync counting (no checkpoints, no events), which says where the time
+goes. Needs the test dependencies (gymnasium, tyro, tensorboard, stable-baselines3). Run it on a quiet machine:
+
+    python benchmarks/recording_cost.py [--rounds 5] [--json build/recording_cost.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tripwire.common.numerics import portable_cpu_env
+
+TESTS = Path(__file__).resolve().parents[1] / "tests" / "tripwire"
+
+
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    script: Path
+    scenario: Path
+    argv: tuple[str, ...]
+    stripped: bool = False  # the scenario's checkpoints and events removed: sync counting alone
+
+
+CLEANRL = TESTS / "third_party" / "cleanrl" / "ppo.py"
+CLEANRL_SCENARIO = TESTS / "third_party" / "cleanrl_ppo_scenario.py"
+SMALL = ("--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256", "--update-epochs", "2")
+LARGE = ("--num-envs", "4", "--num-steps", "128", "--total-timesteps", "2048")
+LOOPS = (
+    Loop("cleanrl ppo.py, 4 x 64 steps", CLEANRL, CLEANRL_SCENARIO, SMALL),
+    Loop("cleanrl ppo.py, 4 x 512 steps", CLEANRL, CLEANRL_SCENARIO, LARGE),
+    Loop("cleanrl ppo.py, 4 x 512 steps, syncs only", CLEANRL, CLEANRL_SCENARIO, LARGE, stripped=True),
+    Loop("sb3 PPO, 4 x 64 steps", TESTS / "loops" / "sb3_script.py", TESTS / "loops" / "sb3_script_scenario.py", ()),
+)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(portable_cpu_env())
+    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"})
+    return env
+
+
+def _timed(command: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-300:]}")
+    return seconds
+
+
+def _scenario_file(loop: Loop, folder: Path) -> Path:
+    """The loop's scenario with this size's argv (and, stripped, without checkpoints and events)."""
+    stripped = ", checkpoints=(), event_calls=()" if loop.stripped else ""
+    text = "\n".join(
+        [
+            "import dataclasses",
+            "from tripwire.scenario import load_scenario",
+            "",
+            f"base = load_scenario({str(loop.scenario)!r})",
+            f"scenario = dataclasses.replace(base, argv={list(loop.argv)!r}{stripped})",
+            "",
+        ]
+    )
+    target = folder / "scenario.py"
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+def measure(loop: Loop, rounds: int, work: Path) -> dict[str, object]:
+    folder = work / loop.name.replace(" ", "_").replace(",", "")
+    tree = folder / "tree"
+    tree.mkdir(parents=True)
+    shutil.copy(loop.script, tree / loop.script.name)
+    scenario = _scenario_file(loop, folder)
+    plain = [sys.executable, str(tree / loop.script.name), *loop.argv]
+    recorded = [sys.executable, "-m", "tripwire", "run", str(scenario), "--root", str(tree), "--out"]
+    times: dict[str, list[float]] = {"plain": [], "recorded": []}
+    for index in range(rounds):
+        order = ("plain", "recorded") if index % 2 == 0 else ("recorded", "plain")
+        for side in order:
+            scratch = Path(tempfile.mkdtemp(dir=folder))
+            command = plain if side == "plain" else [*recorded, str(scratch / "result")]
+            times[side].append(_timed(command, scratch))
+    ratios = [r / p for r, p in zip(times["recorded"], times["plain"])]
+    return {
+        "loop": loop.name,
+        "plain_s": round(statistics.median(times["plain"]), 2),
+        "recorded_s": round(statistics.median(times["recorded"]), 2),
+        "ratio": round(statistics.median(ratios), 2),
+        "ratios": [round(ratio, 3) for ratio in ratios],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--only", help="measure only loops whose name contains this")
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="recording-cost-") as work:
+        for loop in LOOPS:
+            if args.only and args.only not in loop.name:
+                continue
+            row = measure(loop, args.rounds, Path(work))
+            rows.append(row)
+            print(f"{row['loop']:<44} plain {row['plain_s']:6.2f} s  recorded {row['recorded_s']:6.2f} s  "
+                  f"ratio {row['ratio']:.2f}x  (rounds {row['ratios']})", flush=True)  # fmt: skip
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"rounds": args.rounds, "loops": rows}, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
