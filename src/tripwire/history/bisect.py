@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tripwire.history.commits import Commit
-from tripwire.history.rows import has_values, with_values
+from tripwire.history.rows import has_values, measured_verdict, with_values
 from tripwire.history.runner import Runner
 from tripwire.outside.compare import (
     DIFFERS,
@@ -57,14 +57,18 @@ def _verdict(check: str, base: Result, probe: Result, *, measured: bool = False)
     (how big, what kind), which costs a pass over every differing tensor."""
     if check == "trajectory":
         if measured and has_values(base) and has_values(probe):
-            return compare_trajectory(with_values(base), with_values(probe))
+            return measured_verdict(
+                base, probe, check, lambda: compare_trajectory(with_values(base), with_values(probe))
+            )
         return compare_trajectory(base, probe)
     if check == "syncs":
         return compare_syncs(base.syncs, probe.syncs)
     if check == "compile":
         return compare_compile(base.compile, probe.compile)
     if check == "payloads" and measured and has_values(base) and has_values(probe):
-        return compare_payloads_verdict(with_values(base), with_values(probe))
+        return measured_verdict(
+            base, probe, check, lambda: compare_payloads_verdict(with_values(base), with_values(probe))
+        )
     return next(verdict for verdict in compare_telemetry(base, probe) if verdict.check == check)
 
 

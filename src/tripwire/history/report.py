@@ -5,6 +5,7 @@ the report says so and the table and JSON are still written.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -41,9 +42,17 @@ def _cell(text: str, width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def markdown(rows: Sequence[Row], title: str, findings: Sequence[Finding] = ()) -> str:
+def markdown(
+    rows: Sequence[Row], title: str, findings: Sequence[Finding] = (), meta: dict[str, Any] | None = None
+) -> str:
     """The table: one row per commit, the kind of step, then a cell per check (identical cells left blank)."""
     lines = [f"# {title}", ""]
+    if meta and "recorded_seconds" in meta:
+        lines += [
+            f"Recording these {len(rows)} results took {meta['recorded_seconds']:.0f} s of worker time; this report "
+            f"took {meta.get('seconds', 0):.1f} s ({meta.get('ran', 0)} run, {len(rows) - meta.get('ran', 0)} cached).",
+            "",
+        ]
     if findings:
         lines += ["Bisection: the rows are the commits probed, each compared with the nearest earlier one probed.", ""]
     counts = Counter(row.step for row in rows)
@@ -156,7 +165,21 @@ def write_report(
     bisection, so one folder keeps both); returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
     md = out / f"{stem}.md"
-    md.write_text(markdown(rows, title, findings), encoding="utf-8")
+    table = markdown(rows, title, findings)  # without the timings: what the picture shows
+    md.write_text(markdown(rows, title, findings, meta), encoding="utf-8")
     data = out / f"{stem}.json"
     data.write_text(json.dumps(to_json(rows, findings, meta), indent=1) + "\n", encoding="utf-8")
-    return [md, data, *picture(rows, out / stem, title)]
+    return [md, data, *_picture_once(rows, out / stem, title, table)]
+
+
+def _picture_once(rows: Sequence[Row], path: Path, title: str, table: str) -> list[Path]:
+    """The picture, drawn again only when the table it shows changed (drawing 172 rows takes seconds)."""
+    key_file = path.with_suffix(".picture-key")
+    key = hashlib.sha256(table.encode()).hexdigest()
+    drawn = [path.with_suffix(suffix) for suffix in (".png", ".svg")]
+    if all(file.exists() for file in drawn) and key_file.exists() and key_file.read_text(encoding="utf-8") == key:
+        return drawn
+    written = picture(rows, path, title)
+    if written:
+        key_file.write_text(key, encoding="utf-8")
+    return written

@@ -18,10 +18,16 @@ Every kind found is listed (`Row.kinds`); the first one names the step.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import tripwire
 from tripwire.history.commits import Commit
 from tripwire.outside.compare import DIFFERS, Verdict, compare_payloads_verdict, compare_results, compare_trajectory
 from tripwire.outside.result import Result
@@ -116,9 +122,16 @@ def classify(commit: Commit, result: Result, against: Result | None, against_sha
     measured: dict[str, Verdict] = {}
     if has_values(against) and has_values(result):
         if comparison.verdict("trajectory").status == DIFFERS:
-            measured["trajectory"] = compare_trajectory(with_values(against), with_values(result))
+            measured["trajectory"] = measured_verdict(
+                against, result, "trajectory", lambda: compare_trajectory(with_values(against), with_values(result))
+            )
         if comparison.verdict("payloads").status == DIFFERS:
-            measured["payloads"] = compare_payloads_verdict(with_values(against), with_values(result))
+            measured["payloads"] = measured_verdict(
+                against,
+                result,
+                "payloads",
+                lambda: compare_payloads_verdict(with_values(against), with_values(result)),
+            )
     verdicts = [measured.get(verdict.check, verdict) for verdict in verdicts]
     cells = _cells(verdicts)
     if cells["run"].kind != "instruments":
@@ -126,6 +139,52 @@ def classify(commit: Commit, result: Result, against: Result | None, against_sha
     found = {cell.kind for cell in cells.values()}
     kinds = [kind for kind in PRECEDENCE if kind in found]
     return Row(commit, "ok", cells, against_sha, kinds=kinds)
+
+
+# the files a measured comparison reads, and tripwire's code that computes it: what its cached verdict depends on
+_COMPARED_FILES = ("result.json", "trajectory.json", "payloads.json")
+_COMPARING_CODE = ("bitwise/magnitude.py", "bitwise/trajectory.py", "outside/compare.py", "telemetry/payloads.py")
+
+
+@functools.cache
+def _comparing_code() -> bytes:
+    root = Path(tripwire.__file__).parent
+    digest = hashlib.sha256(tripwire.__version__.encode())
+    for name in _COMPARING_CODE:
+        digest.update(name.encode() + b"\0" + (root / name).read_bytes())
+    return digest.digest()
+
+
+@functools.lru_cache(maxsize=512)
+def _files_digest(folder: str) -> bytes:
+    digest = hashlib.sha256()
+    for name in _COMPARED_FILES:
+        path = Path(folder) / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"<none>"))
+    return digest.digest()
+
+
+def measured_verdict(against: Result, result: Result, check: str, compute: Callable[[], Verdict]) -> Verdict:
+    """A measured comparison (`compute`: both sides' values read, every differing tensor measured), cached beside
+    `result` under a key of both results' files and the comparing code, so a walk over cached results measures
+    nothing twice. A cached verdict that cannot be read is measured again."""
+    if against.folder is None or result.folder is None:
+        return compute()
+    key = hashlib.sha256(
+        _comparing_code() + _files_digest(str(against.folder)) + _files_digest(str(result.folder)) + check.encode()
+    ).hexdigest()[:24]
+    path = result.folder / "compared" / f"{key}.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Verdict(data["check"], data["status"], data["summary"], tuple(data["details"]), data["kind"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    verdict = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    partial.write_text(json.dumps(dataclasses.asdict(verdict)), encoding="utf-8")
+    partial.replace(path)
+    return verdict
 
 
 def has_values(result: Result) -> bool:

@@ -69,6 +69,13 @@ def test_a_second_walk_is_free(walk: dict[str, Any]) -> None:
     report = json.loads((walk["root"] / "out" / "history.json").read_text())
     assert report["ran"] == 0 and report["seconds"] < 10
     assert [row["step"] for row in report["rows"]] == [row["step"] for row in walk["report"]["rows"]]
+    # the cost of the walk that recorded the results is kept, not replaced by this one's
+    assert report["recorded_seconds"] == walk["report"]["recorded_seconds"] > report["seconds"]
+    assert f"Recording these {len(walk['shas'])} results took " in (walk["root"] / "out" / "history.md").read_text()
+    # measured comparisons are cached beside the results, and the picture is not drawn again
+    measured = list((walk["root"] / "out" / "results").glob("*/*/compared/*.json"))
+    assert len(measured) >= 2  # the drift and the value change, at least
+    assert "recording them took" in done.stdout
 
 
 def test_bisection_finds_the_first_commit_of_each_kind_of_change(walk: dict[str, Any]) -> None:
