@@ -12,8 +12,11 @@ Files are written with `torch.save` and read with `weights_only=True`: a crafted
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,15 +37,20 @@ def _store_path(store: Path, key: str) -> Path:
 
 
 def _store_tensor(store: Path, key: str, tensor: torch.Tensor) -> None:
-    """Write one tensor under its digest, once; concurrent writers of one digest write the same bytes."""
+    """Write one tensor under its digest; concurrent writers of one digest write the same bytes. A file already
+    there is kept when it holds those bytes, and replaced when it does not (damaged, truncated): recording again
+    mends the store."""
     target = _store_path(store, key)
-    if target.exists():
+    buffer = io.BytesIO()
+    torch.save(tensor.contiguous(), buffer)
+    data = buffer.getvalue()
+    if target.is_file() and target.stat().st_size == len(data) and target.read_bytes() == data:
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
     os.close(handle)
     try:
-        torch.save(tensor.contiguous(), temporary)
+        Path(temporary).write_bytes(data)
         os.replace(temporary, target)
     finally:
         if os.path.exists(temporary):
@@ -110,9 +118,13 @@ class _Source:
 
 
 def _load(path: Path) -> Any:
+    if path.exists() and not path.is_file():
+        raise GoldenFileError(f"{path}: not a regular file: record it again")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError, EOFError) as error:
+        with warnings.catch_warnings():  # a foreign file's pickle protocol warning would add lines to the one line
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, TypeError) as error:
         raise GoldenFileError(f"{path}: unreadable values file ({type(error).__name__}): record it again") from None
 
 

@@ -107,10 +107,16 @@ def read_golden_json(path: Path, missing: str) -> Any:
 
     `missing` is the message used when the file does not exist (it says what to do).
     """
+    if path.exists() and not path.is_file():  # a folder, or a FIFO that would block the read forever
+        raise GoldenFileError(f"{path}: not a regular file: put the file itself there")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise GoldenFileError(f"{path}: {missing}") from None
+    except NotADirectoryError:
+        raise GoldenFileError(f"{path}: a file stands where a folder is expected on this path") from None
+    except RecursionError:
+        raise GoldenFileError(f"{path}: JSON nested too deeply to be one of tripwire's files: regenerate it") from None
     except json.JSONDecodeError as error:
         raise GoldenFileError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
     except UnicodeDecodeError:

@@ -48,17 +48,21 @@ def list_commits(repo: Path, spec: str, paths: Sequence[str] = (), *, first_pare
     if ".." not in spec or spec.startswith("..") or spec.endswith(".."):
         raise HistoryError(f"--range {spec!r} is not A..B (two commits, e.g. 11ebe0f6..2016337e)")
     base, head = spec.split("..", 1)
+    for ref in (base, head):
+        if ref.startswith("-") or any(char.isspace() or ord(char) < 32 for char in ref):
+            raise HistoryError(f"--range {spec!r}: {ref!r} is not a commit (a ref never starts with '-')")
     git(repo, "rev-parse", "--git-dir")  # not a repository: git says so
+    # the commits are resolved first, each after --end-of-options, so no argument of ours can reach git as an option
+    base_sha = git(repo, "rev-parse", "--verify", "--end-of-options", f"{base}^{{commit}}").strip()
+    head_sha = git(repo, "rev-parse", "--verify", "--end-of-options", f"{head}^{{commit}}").strip()
     options = ["--first-parent"] if first_parent else []
-    shas = git(repo, "rev-list", "--reverse", *options, f"{base}..{head}", "--", *paths).split()
-    base_sha = git(repo, "rev-parse", "--verify", f"{base}^{{commit}}").strip()
-    head_sha = git(repo, "rev-parse", "--verify", f"{head}^{{commit}}").strip()
+    shas = git(repo, "rev-list", "--reverse", *options, f"{base_sha}..{head_sha}", "--", *paths).split()
     if base_sha == head_sha:
         raise HistoryError(f"--range {spec}: A and B are the same commit; give an older commit as A")
     ancestor = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", base_sha, head_sha], check=False)
     if ancestor.returncode:
         raise HistoryError(f"--range {spec}: {base} is not an ancestor of {head}; give the older commit first")
-    check_paths(repo, head, paths)
+    check_paths(repo, head_sha, paths)
     if head_sha not in shas:  # B itself touches none of `paths` (a merge, say): the walk still ends at B
         shas.append(head_sha)
     subjects = _subjects(repo, [base_sha, *shas])
@@ -69,7 +73,7 @@ def check_paths(repo: Path, head: str, paths: Sequence[str]) -> None:
     """Refuse a `--paths` entry that no commit up to `head` ever touched: a typo would otherwise filter the walk
     down to A and B and say nothing."""
     for path in paths:
-        if not git(repo, "rev-list", "-1", head, "--", path).strip():
+        if not git(repo, "rev-list", "-1", "--end-of-options", head, "--", path).strip():
             raise HistoryError(
                 f"--paths {path}: no commit up to {head} touches it (a typo? paths are relative to the repository "
                 "root, as `git log -- PATH` takes them)"

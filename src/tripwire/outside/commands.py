@@ -65,6 +65,9 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     if not root.is_dir():
         print(f"error: --root {root} is not a folder", file=sys.stderr)
         return 2
+    if args.out.exists() and not args.out.is_dir():  # checked before the run, so no recorded result is lost
+        print(f"error: --out {args.out} is a file, not a result folder: give a folder", file=sys.stderr)
+        return 2
     try:
         scenario = load_scenario(args.scenario)
     except TripwireError as error:
@@ -125,6 +128,13 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         a, b = Result.load(args.a), Result.load(args.b)
     except TripwireError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    if a.scenario and b.scenario and a.scenario != b.scenario:
+        print(
+            f"error: {args.a} is a result of scenario {a.scenario!r}, {args.b} of {b.scenario!r}: compare two "
+            "results of one scenario",
+            file=sys.stderr,
+        )
         return 2
     comparison = compare_results(a, b, a_label=str(args.a), b_label=str(args.b))
     print(comparison.format(details=not args.brief))

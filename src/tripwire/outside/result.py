@@ -193,6 +193,8 @@ class Result:
         from tripwire.bitwise.values import load_values
 
         root = Path(folder)
+        if root.exists() and not root.is_dir():
+            raise GoldenFileError(f"{root}: a file, not a result folder (record one with `python -m tripwire run`)")
         data = read_golden_json(
             root / "result.json", "no tripwire result here (record one with `python -m tripwire run`)"
         )
@@ -201,24 +203,33 @@ class Result:
         trajectory_file, payloads_file, values_file, payload_values_file = (
             root / name for name in ("trajectory.json", "payloads.json", "values.pt", "payload_values.pt")
         )
-        return cls(
-            scenario=str(data.get("scenario", "")),
-            status=str(data["status"]),
-            cause=str(data.get("cause", "")),
-            context=dict(data.get("context", {})),
-            source=dict(data.get("source", {})),
-            seconds=float(data.get("seconds", 0.0)),
-            syncs=SyncSummary.from_json(data.get("syncs", {})),
-            compile=SyncSummary.from_json(data["compile"]) if isinstance(data.get("compile"), Mapping) else None,
-            telemetry=data.get("telemetry"),
-            notes=[str(note) for note in data.get("notes", [])],
-            calls=dict(data.get("calls", {})),
-            trajectory=Trajectory.load(trajectory_file) if trajectory_file.exists() else Trajectory(),
-            payloads=Trajectory.load(payloads_file) if payloads_file.exists() else None,
-            values=load_values(values_file) if values and values_file.exists() else None,
-            payload_values=load_values(payload_values_file) if values and payload_values_file.exists() else None,
-            folder=root,
-        )
+        try:
+            result = cls(
+                scenario=str(data.get("scenario", "")),
+                status=str(data["status"]),
+                cause=str(data.get("cause", "")),
+                context=dict(data.get("context", {})),
+                source=dict(data.get("source", {})),
+                seconds=float(data.get("seconds", 0.0)),
+                syncs=SyncSummary.from_json(data.get("syncs", {})),
+                compile=SyncSummary.from_json(data["compile"]) if isinstance(data.get("compile"), Mapping) else None,
+                telemetry=data.get("telemetry"),
+                notes=[str(note) for note in data.get("notes", [])],
+                calls={str(target): int(count) for target, count in dict(data.get("calls", {})).items()},
+                folder=root,
+            )
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            raise GoldenFileError(
+                f"{root / 'result.json'}: a field has the wrong type or shape ({type(error).__name__}: {error}): "
+                "record the result again"
+            ) from None
+        if result.telemetry is not None and not isinstance(result.telemetry, Mapping):
+            raise GoldenFileError(f"{root / 'result.json'}: 'telemetry' is not an object: record the result again")
+        result.trajectory = Trajectory.load(trajectory_file) if trajectory_file.exists() else Trajectory()
+        result.payloads = Trajectory.load(payloads_file) if payloads_file.exists() else None
+        result.values = load_values(values_file) if values and values_file.exists() else None
+        result.payload_values = load_values(payload_values_file) if values and payload_values_file.exists() else None
+        return result
 
 
 def describe_sites(records: Sequence[SiteRecord]) -> list[str]:

@@ -95,7 +95,7 @@ class SyncBudget:
         if not _int_map(per_iteration):
             raise GoldenFileError(f"{source}: 'per_iteration' must map region names to non-negative ints")
         sites = data.get("sites", {})
-        if not isinstance(sites, Mapping):
+        if not isinstance(sites, Mapping) or not all(_int_map(entries) for entries in sites.values()):
             raise GoldenFileError(f"{source}: 'sites' must map region names to {{site: count}}")
         lines = data.get("lines", {})
         if not isinstance(lines, Mapping) or not all(
