@@ -169,3 +169,16 @@ def test_a_cached_result_of_the_wrong_type_is_recorded_again_not_trusted(repo: P
     data["seconds"] = {"not": "a number"}
     (folder / "result.json").write_text(json.dumps(data))
     assert runner.cached(commit) is None  # the walk runs this commit again
+
+
+def test_a_damaged_events_file_from_the_loop_is_a_crash_result_not_a_lost_one(tmp_path: Path) -> None:
+    from tripwire.outside.record import record
+    from tripwire.scenario import Scenario
+
+    for damage in (b'{"event_type": "A"}\n{"event_ty', b"\xff\xfe binary\n"):
+        (tmp_path / "loop.py").write_text(f"open('events.jsonl', 'wb').write({damage!r})\n")
+        result = record(Scenario(name="s", script="loop.py", events="events.jsonl"), tmp_path)
+        assert result.status == "crash" and result.cause.startswith("the loop's events file is damaged: ")
+        assert "\n" not in result.cause
+        result.save(tmp_path / "out")  # the result is kept
+        assert Result.load(tmp_path / "out").status == "crash"

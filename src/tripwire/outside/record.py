@@ -27,6 +27,7 @@ import torch
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.common.context import capture_context, imported_distributions
+from tripwire.common.errors import TripwireError
 from tripwire.compile.counter import CompileCounter
 from tripwire.outside.instrument import Instrumentation, Session, _resolve
 from tripwire.outside.launch import module_path, run_main
@@ -214,7 +215,12 @@ def record(
             if status == "ok":  # also after a script's sys.exit(0)
                 status, cause = _instruments_fired(instrumentation)
             seconds = time.perf_counter() - start
-            events = list(session.events) + _event_files(scenario, folder)
+            try:
+                events = list(session.events) + _event_files(scenario, folder)
+            except TripwireError as error:  # the loop wrote a damaged events file: its failure, kept as a result
+                events = list(session.events)
+                if status == "ok":
+                    status, cause = "crash", f"the loop's events file is damaged: {error}"
     # the loop's own libraries, as imported by the end of the run (the recorder's context stays as it was)
     context = {**context, "packages": imported_distributions()}
     result = Result(scenario.name, status, cause, context, source, seconds, traceback=trace)

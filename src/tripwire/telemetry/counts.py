@@ -54,6 +54,8 @@ def load_events(source: str | Path) -> list[dict[str, Any]]:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise TelemetryParseError(f"{path}: cannot read events file ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise TelemetryParseError(f"{path}: not UTF-8 text: not an events file") from None
     events: list[dict[str, Any]] = []
     lines = text.split("\n")
     for number, line in enumerate(lines, start=1):
@@ -65,6 +67,8 @@ def load_events(source: str | Path) -> list[dict[str, Any]]:
             event = json.loads(line)
         except json.JSONDecodeError as error:
             raise TelemetryParseError(f"{path}:{number}: malformed JSON ({error.msg}, column {error.colno})") from None
+        except RecursionError:
+            raise TelemetryParseError(f"{path}:{number}: JSON nested too deeply to be an event") from None
         if not isinstance(event, dict) or not isinstance(event.get("event_type"), str):
             raise TelemetryParseError(f"{path}:{number}: not an event (needs a JSON object with a string event_type)")
         events.append(event)
