@@ -125,8 +125,13 @@ def test_a_per_iteration_budget_fails_when_the_run_marked_no_iteration(
     capsys.readouterr()
     assert budget_main(["check", str(tmp_path / "b"), str(tmp_path / "budget.json")]) == 1
     out = capsys.readouterr().out
-    assert "sync budget not checked" in out and "it caps each iteration and the run marked none" in out
+    assert "written from a run of 4 iteration(s) and this run marked 0" in out
     assert budget_main(["check", str(tmp_path / "a"), str(tmp_path / "budget.json")]) == 0  # the cap itself holds
+    # a budget that does not record the run's length (written in pytest, or by tripwire 0.4) fails all the same
+    from tripwire.sync.budget import SyncBudget, check_budget
+
+    report = check_budget(result.syncs, SyncBudget.from_dict({"per_iteration": {"policy": 80}}))
+    assert not report.ok and "it caps each iteration and the run marked none" in report.format()
 
 
 def test_compare_tells_apart_runs_that_marked_different_iteration_counts(cleanrl: Result, tmp_path: Path) -> None:
@@ -138,6 +143,10 @@ def test_compare_tells_apart_runs_that_marked_different_iteration_counts(cleanrl
     assert not comparison.ok and run.status == "differs" and run.kind == "instruments"
     assert run.summary == "iterations: 4 -> 2"
     assert comparison.verdict("trajectory").status == "same"  # everything else agrees: only the marks differ
+    cleanrl.save(tmp_path / "a")
+    other.save(tmp_path / "b")
+    assert budget_main(["write", str(tmp_path / "a"), str(tmp_path / "budget.json")]) == 0
+    assert budget_main(["check", str(tmp_path / "b"), str(tmp_path / "budget.json")]) == 1  # totals of a shorter run
 
 
 def test_a_logged_value_that_changed_is_measured_and_classified(cleanrl: Result, tmp_path: Path) -> None:

@@ -104,6 +104,14 @@ def _check_budget(result: Result, budget_file: Path, result_folder: Path) -> int
 def _report_budget(result: Result, budget: SyncBudget) -> int:
     from tripwire.sync.budget import check_budget
 
+    recorded, marked = budget.context.get("iterations"), len(result.syncs.iterations)
+    if isinstance(recorded, int) and recorded != marked:
+        print(
+            f"sync budget not checked ({budget.source}): it was written from a run of {recorded} iteration(s) and "
+            f"this run marked {marked}: a run of another length is held to other totals; record the scenario as it "
+            "was recorded, or write the budget again"
+        )
+        return 1
     reports = [check_budget(result.syncs, budget)]
     if budget.compile is not None and result.compile is not None:
         reports.append(check_budget(result.compile, budget.compile, what="compile"))
@@ -176,6 +184,7 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
         return 2
     per_iteration = {region: max(it.get(region, 0) for it in syncs.iterations) for region in syncs.typical_iteration()}
     context: dict[str, object] = {key: result.context[key] for key in ("device", "torch") if key in result.context}
+    context["iterations"] = len(syncs.iterations)  # a check on a run that marked another number fails
     compiled = result.compile
     write_budget(
         args.file,
