@@ -87,6 +87,40 @@ def test_config_json_that_is_non_finite_binary_or_too_deep_exits_2(
     assert_usage_error(*run_main(capsys, "ppo", "--config-json", str(path)), needle)
 
 
+def test_config_json_that_is_a_device_a_fifo_or_too_large_exits_2_without_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    from esper.simic.training.config import CONFIG_FILE_LIMIT_BYTES
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # reading it would block forever
+    large = tmp_path / "large.json"
+    large.write_bytes(b" " * (CONFIG_FILE_LIMIT_BYTES + 1))
+    for path, needle in [
+        ("/dev/zero", "is not a regular file (a folder, FIFO or device)"),  # reading it would never end
+        (str(fifo), "is not a regular file (a folder, FIFO or device)"),
+        (str(large), f"over the limit of {CONFIG_FILE_LIMIT_BYTES} (CONFIG_FILE_LIMIT_BYTES)"),
+    ]:
+        assert_usage_error(*run_main(capsys, "ppo", "--config-json", path), needle)
+
+
+def test_a_closed_stdout_after_a_completed_run_ends_quietly_with_its_exit_code(tmp_path: Path) -> None:
+    """`train ... | head -c 0`: the reader is gone when the done line is printed; the run is saved, so exit 0."""
+    import subprocess
+    import sys
+
+    tiny = ["--rounds", "1", "--envs", "1", "--train-samples", "50", "--val-samples", "25", "--batch-size", "25"]
+    command = [sys.executable, "-m", "esper.scripts.train", "heuristic", *tiny]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # as `| head -c 0` does
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=600) == 0, err
+    assert "BrokenPipe" not in err and "Traceback" not in err
+
+
 def test_a_non_finite_learning_rate_flag_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert_usage_error(*run_main(capsys, "ppo", "--lr", "nan"), "argument --lr: expected a finite number, got nan")
 

@@ -279,7 +279,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return stop.exit_code
     finally:
         stop.restore()
-    return report_end(config, result, stop.exit_code, quiet=args.quiet or not leader, speak=leader)
+    try:
+        return report_end(config, result, stop.exit_code, quiet=args.quiet or not leader, speak=leader)
+    except BrokenPipeError:  # stdout's reader went away (`| head`): the run is done and saved; end quietly
+        _silence_stdout()
+        return 0 if result.interrupted_at is None else stop.exit_code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not report the closed pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def _run_failures() -> tuple[type[BaseException], ...]:

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import json
 import math
+import stat
 import types
 import typing
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ def option(default: Any, help: str, group: str, **kwargs: Any) -> Any:
         raise TypeError("mutable defaults are not allowed in a frozen config: use a tuple")
     return dataclasses.field(default=default, metadata=meta)
 
+
+# a --config-json larger than this is refused before reading: a config is a few hundred bytes of keys
+CONFIG_FILE_LIMIT_BYTES = 1 << 20
 
 GROUPS = {
     "loop": "loop shape",
@@ -301,6 +305,19 @@ class TrainingConfig:
 
     @classmethod
     def from_json_file(cls, path: str | Path, base: TrainingConfig | None = None) -> TrainingConfig:
+        try:
+            status = Path(path).stat()
+        except OSError as exc:
+            raise ConfigError(f"cannot read --config-json {path}: {exc.strerror}") from None
+        if not stat.S_ISREG(status.st_mode):  # a FIFO would block forever, /dev/zero would never end
+            raise ConfigError(
+                f"--config-json {path} is not a regular file (a folder, FIFO or device): pass a JSON file"
+            )
+        if status.st_size > CONFIG_FILE_LIMIT_BYTES:
+            raise ConfigError(
+                f"--config-json {path} is {status.st_size} bytes, over the limit of {CONFIG_FILE_LIMIT_BYTES} "
+                "(CONFIG_FILE_LIMIT_BYTES): a config is a small JSON object of config keys"
+            )
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
