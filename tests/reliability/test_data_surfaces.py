@@ -181,6 +181,21 @@ def test_an_npz_zip_bomb_is_refused_by_its_uncompressed_size(tmp_path: Path, mon
     assert "member x_train.npy declares" in one_line(caught.value)
 
 
+def test_an_npz_with_the_zip_encryption_flag_is_one_line_with_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "encrypted.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x_train.npy", npy_bytes((4, 1, 8, 8), "<f4", b"\0" * 4 * 64 * 4))
+    raw = bytearray(path.read_bytes())
+    for signature, flag_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # local header, central directory
+        raw[raw.find(signature) + flag_at] |= 1  # general purpose bit 0: encrypted
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataDirectoryError) as caught:
+        load_npz(path)
+    assert "holds an encrypted member" in one_line(caught.value)
+    result = run_cli(tmp_path, "--dataset", "npz", "--data-dir", str(path))
+    assert_cli_refused(result, "holds an encrypted member", "numpy.savez")
+
+
 @pytest.mark.parametrize("label", [10**9, 2**62])
 def test_npz_labels_beyond_the_class_limit_are_refused(tmp_path: Path, label: int) -> None:
     y = np.arange(8, dtype=np.int64) % 2

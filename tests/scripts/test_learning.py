@@ -72,6 +72,23 @@ def test_bad_overrides_are_refused_in_one_line(capsys: pytest.CaptureFixture[str
     assert "unknown config key(s) 'n_envz'" in err[2]
 
 
+def test_bad_seeds_values_and_json_paths_are_refused_before_any_worker_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert learning.main(["--seeds", "1", "-5", "--rounds", "2"]) == 2
+    assert learning.main(["--override", '{"lr": -1}', "--rounds", "2"]) == 2
+    assert learning.main(["--json", str(tmp_path / "missing" / "figures.json"), "--rounds", "2"]) == 2
+    assert learning.main(["--json", str(tmp_path), "--rounds", "2"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "learning: error: --seed must be >= 0, got -5",
+        "learning: error: --lr must be > 0, got -1.0",
+        f"learning: error: --json {tmp_path / 'missing' / 'figures.json'}: its folder does not exist: pass a file "
+        "path in an existing folder",
+        f"learning: error: --json {tmp_path}: is a folder: pass a file path in an existing folder",
+    ]
+
+
 def test_a_short_real_run_writes_its_figures(tmp_path: Path) -> None:
     small = {"n_envs": 2, "train_samples": 100, "val_samples": 50, "max_epochs": 3}  # seconds, not minutes
     out = tmp_path / "figures.json"

@@ -69,6 +69,11 @@ def _read(source: Path) -> dict[str, np.ndarray]:
             arrays = {key: archive[key] for key in members}
     except DataDirectoryError:
         raise
+    except RuntimeError as error:  # zipfile's "File ... is encrypted, password required for extraction"
+        raise DataDirectoryError(
+            f"--data-dir {_shown(source)} holds an encrypted member ({first_line(error, 200)}): numpy cannot read "
+            "it; write the archive again with numpy.savez"
+        ) from None
     except (OSError, ValueError, zipfile.BadZipFile, zlib.error, EOFError, KeyError, NotImplementedError) as error:
         raise DataDirectoryError(
             f"--data-dir {_shown(source)} is not a readable .npz archive of plain arrays ({first_line(error, 200)}): "

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
+from pathlib import Path
 from typing import Any
 
 from esper.scripts.train import OneLineParser, positive_int
@@ -190,16 +191,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = {**extra, "n_episodes": args.rounds}
     from esper.simic.training.config import ConfigError, TrainingConfig, preset_config
 
-    try:  # refuse unknown keys here, once, rather than in every worker process
-        TrainingConfig.from_dict({**LEARNING_CONFIG, **overrides}, base=preset_config("cifar_impaired"))
+    try:  # refuse unknown keys and bad values (each seed's too) here, once, rather than in every worker process
+        for seed in args.seeds:
+            TrainingConfig.from_dict(
+                {**LEARNING_CONFIG, **overrides, "seed": seed}, base=preset_config("cifar_impaired")
+            )
     except ConfigError as exc:
         print(f"learning: error: {exc}", file=sys.stderr)
         return 2
+    if args.json:  # checked before hours of training, so the figures are never lost to a typo'd folder
+        target = Path(args.json)
+        if target.is_dir() or not target.parent.is_dir():
+            problem = "is a folder" if target.is_dir() else "its folder does not exist"
+            print(
+                f"learning: error: --json {args.json}: {problem}: pass a file path in an existing folder",
+                file=sys.stderr,
+            )
+            return 2
     print(f"learning: {len(args.seeds)} seed(s) x {args.rounds} rounds of {json.dumps(LEARNING_CONFIG)}", flush=True)
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
         futures = {pool.submit(run_seed, seed, overrides): seed for seed in args.seeds}
         for future in as_completed(futures):
-            done = future.result()
+            try:
+                done = future.result()
+            except Exception as exc:  # the worker's failure, in one line (its remote traceback is not ours to print)
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                print(
+                    f"learning: error: seed {futures[future]} failed: {type(exc).__name__}: {reason}", file=sys.stderr
+                )
+                for other in futures:
+                    other.cancel()
+                return 1
             verdict = judge(done, args.window)
             print(
                 f"learning: seed {done.seed} done in {done.seconds / 60:.1f} min: first round {verdict.first:.2f}, "
