@@ -149,6 +149,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         progress.close()
         print(f"error: {error}", file=sys.stderr)
         return 1
+    finally:
+        runner.close()
     progress.close()
     elapsed = time.perf_counter() - start
     meta = {

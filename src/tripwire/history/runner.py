@@ -1,6 +1,8 @@
 """One result per commit: each in its own worktree and its own process, cached, several at a time.
 
-A commit's worker is `python -P -m tripwire run SCENARIO --root WORKTREE --commit SHA --out FOLDER`: `-P` keeps the
+A commit's worker is `python -P -m tripwire run SCENARIO --root WORKTREE --commit SHA --out FOLDER`, run by a fork
+server's child (`tripwire.history.forkserver`: torch and tripwire imported once per job, the same command and
+environment; a fresh process where fork does not exist or the server fails): `-P` keeps the
 current folder off `sys.path`, the worker runs in a scratch folder, and `record` puts the tree's own import roots
 first, so the tree's code is what runs and nothing beside the scenario or the harness can shadow the standard
 library. Results are cached under `OUT/results/<key>/<sha>/`, the key covering the scenario file, tripwire's
@@ -31,6 +33,7 @@ from pathlib import Path
 import tripwire
 from tripwire.common.errors import TripwireError
 from tripwire.history.commits import Commit, Worktrees
+from tripwire.history.forkserver import PIN_VARIABLE, ForkServer, ForkServerError
 from tripwire.outside.result import Result
 
 # (commit, what happened: "cached" or "ran", the result, seconds the worker took)
@@ -49,6 +52,7 @@ class WalkSettings:
     timeout: float = 900.0
     keep_trees: bool = False
     python: str = sys.executable
+    fork_server: bool = hasattr(os, "fork")  # False: a fresh process per commit
 
 
 def cache_key(settings: WalkSettings) -> str:
@@ -102,6 +106,17 @@ class Runner:
         self._running: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
         self._stopping = False
+        self._idle_servers: list[ForkServer] = []
+        self._busy_servers: set[ForkServer] = set()
+        self._no_server = not settings.fork_server
+
+    def close(self) -> None:
+        """Shut the fork servers down (the walk calls it when it ends, however it ends)."""
+        with self._lock:
+            servers = [*self._idle_servers, *self._busy_servers]
+            self._idle_servers.clear()
+        for server in servers:
+            server.close()
 
     def stop(self) -> None:
         """Kill every running worker (each in its own session, so a terminal's Ctrl-C does not reach them) and run
@@ -109,9 +124,12 @@ class Runner:
         with self._lock:
             self._stopping = True
             running = list(self._running)
+            busy = list(self._busy_servers)
         for process in running:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
+        for server in busy:
+            server.kill_child()
 
     def folder(self, commit: Commit) -> Path:
         return self.cache / commit.sha
@@ -193,13 +211,63 @@ class Runner:
         self._report(commit, "ran", result)
         return result
 
+    def _server(self) -> ForkServer | None:
+        """An idle fork server, started on first need; None when fork servers are off or one failed to start."""
+        with self._lock:
+            if self._no_server:
+                return None
+            if self._idle_servers:
+                server = self._idle_servers.pop()
+                self._busy_servers.add(server)
+                return server
+        try:
+            env = _env() | {PIN_VARIABLE: self.settings.cpu_pin}
+            server = ForkServer(self.settings.python, env, Path(tempfile.gettempdir()))
+        except (ForkServerError, OSError, ValueError):
+            with self._lock:
+                self._no_server = True  # every commit runs in a fresh process instead
+            return None
+        with self._lock:
+            self._busy_servers.add(server)
+        return server
+
+    def _release(self, server: ForkServer, healthy: bool) -> None:
+        with self._lock:
+            self._busy_servers.discard(server)
+            if healthy and not self._stopping:
+                self._idle_servers.append(server)
+                return
+        server.close()
+
     def _work(self, commit: Commit, tree: Path, folder: Path) -> tuple[int, str]:
         """Run the worker; `(exit code, last line of its error output)`. Its output goes to `worker.log`."""
         settings = self.settings
-        command = [settings.python, "-P", "-m", "tripwire", "run", str(settings.scenario.resolve())]
-        command += ["--root", str(tree), "--commit", commit.sha, "--out", str(folder), "--cpu-pin", settings.cpu_pin]
-        command += ["--values-store", str(self.cache / "tensors")]
+        arguments = [str(settings.scenario.resolve()), "--root", str(tree), "--commit", commit.sha]
+        arguments += [
+            "--out",
+            str(folder),
+            "--cpu-pin",
+            settings.cpu_pin,
+            "--values-store",
+            str(self.cache / "tensors"),
+        ]
         log = folder / "worker.log"
+        server = self._server()
+        if server is not None:
+            healthy = False
+            try:
+                with tempfile.TemporaryDirectory(prefix="tripwire-worker-") as scratch:
+                    code = server.run(arguments, Path(scratch), log, settings.timeout)
+                healthy = True
+            except (ForkServerError, OSError, ValueError):
+                code = -1  # the server broke: this commit runs in a fresh process below
+            finally:
+                self._release(server, healthy)
+            if healthy:
+                if code is None:
+                    return -9, f"timed out after {settings.timeout:.0f} s"
+                return code, _last_line(log) if code else ""
+        command = [settings.python, "-P", "-m", "tripwire", "run", *arguments]
         with tempfile.TemporaryDirectory(prefix="tripwire-worker-") as scratch, log.open("w") as output:
             process = subprocess.Popen(
                 command, cwd=scratch, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=_env()
@@ -219,11 +287,15 @@ class Runner:
             finally:
                 with self._lock:
                     self._running.discard(process)
-        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-        return code, lines[-1].strip()[:200] if lines and code else ""
+        return code, _last_line(log) if code else ""
 
     def _scenario_name(self) -> str:
         return self.settings.scenario.stem
+
+
+def _last_line(log: Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip()[:200] if lines else ""
 
 
 def _env() -> dict[str, str]:

@@ -51,13 +51,17 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=Path, help="also check the syncs against this budget file")
     args = parser.parse_args(argv)
     if args.cpu_pin == "avx2":
-        if "torch" in sys.modules:
-            print(
-                "error: torch was imported before the CPU pin could be set: run `python -m tripwire run`",
-                file=sys.stderr,
-            )
-            return 2
-        apply_portable_cpu_env()
+        if "torch" in sys.modules:  # fine only when the pin was set before torch started (a history fork server)
+            from tripwire.common.numerics import cpu_numerics, is_pinned
+
+            if not is_pinned(cpu_numerics()):
+                print(
+                    "error: torch was imported before the CPU pin could be set: run `python -m tripwire run`",
+                    file=sys.stderr,
+                )
+                return 2
+        else:
+            apply_portable_cpu_env()
     from tripwire.outside.record import record
     from tripwire.scenario import load_scenario
 

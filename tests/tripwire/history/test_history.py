@@ -219,3 +219,32 @@ def test_ctrl_c_ends_in_one_line_and_the_next_walk_resumes(walk: dict[str, Any],
     kept = sum(1 for line in seen if line.startswith("["))
     assert report["ran"] == len(walk["shas"]) - kept  # what finished before Ctrl-C was kept, nothing else
     assert [row["step"] for row in report["rows"]] == [kind for _, kind, _ in STEPS]  # no killed worker's crash
+
+
+def test_the_fork_server_records_what_a_fresh_process_records(walk: dict[str, Any], tmp_path: Path) -> None:
+    """The walk above ran every commit in a fork server's child; one commit run again in a fresh process (the
+    fallback) records the same digests, syncs and events."""
+    from tripwire.history.commits import list_commits
+    from tripwire.history.runner import Runner, WalkSettings
+
+    shas = walk["shas"]
+    commits = list_commits(walk["root"] / "repo", f"{shas[3]}..{shas[4]}")
+    settings = WalkSettings(walk["root"] / "repo", Path(walk["args"][5]), tmp_path / "fresh", fork_server=False)
+    runner = Runner(settings)
+    try:
+        fresh = runner.result(commits[1])
+    finally:
+        runner.close()
+    forked = walk["root"] / "out" / "results"
+    [folder] = [path for path in forked.glob(f"*/{shas[4]}") if path.is_dir()]
+    assert fresh.folder is not None
+    assert (fresh.folder / "trajectory.json").read_bytes() == (folder / "trajectory.json").read_bytes()
+    assert (fresh.folder / "payloads.json").read_bytes() == (folder / "payloads.json").read_bytes()
+    recorded = {
+        key: value for key, value in json.loads((folder / "result.json").read_text()).items() if key != "seconds"
+    }
+    again = {
+        key: value for key, value in json.loads((fresh.folder / "result.json").read_text()).items() if key != "seconds"
+    }
+    recorded["source"].pop("root"), again["source"].pop("root")  # two worktree folders
+    assert again == recorded

@@ -1,0 +1,166 @@
+"""A fork server for the history walk: torch and tripwire imported once per job, a forked child per commit.
+
+A cold commit spends about 2 s of its 3 s importing torch and tripwire in a fresh `python -P -m tripwire run`. A
+`ForkServer` is one such process, started with the walk's environment (the CPU pin and the one-thread settings set
+before torch is imported, as a worker's are) in a scratch folder, that imports torch and tripwire's recording code
+and then, for each commit, forks: the child detaches from the server's pipes, sends its output to the commit's
+`worker.log`, moves to its own scratch folder and runs exactly what the worker runs (`tripwire.outside.commands
+.run_main`, with the same arguments), then exits with its code. Nothing of a tree is ever imported by the server, so
+every child starts from the same state: the tree's modules are imported by the child alone and die with it.
+
+The protocol is one JSON line each way on the server's stdin and stdout: `{"argv", "cwd", "log"}` in, then
+`{"pid": child}` and `{"code": exit code}` out. A child that runs past the walk's timeout is killed by its process
+group (it is a session leader), exactly as a timed-out worker is. Where `os.fork` does not exist, or the server cannot
+start, the walk runs each commit in a fresh process as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+PIN_VARIABLE = "TRIPWIRE_FORKSERVER_PIN"  # the walk's --cpu-pin, for the server to apply before torch
+
+
+class ForkServerError(RuntimeError):
+    """The server died or answered something else than its protocol: the caller falls back to a fresh process."""
+
+
+class ForkServer:
+    """One server process (see the module docstring); `run` is called by one thread at a time."""
+
+    def __init__(self, python: str, env: Mapping[str, str], cwd: Path) -> None:
+        self._process = subprocess.Popen(
+            [python, "-P", "-m", "tripwire.history.forkserver"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            text=True,
+            start_new_session=True,
+        )
+        ready = self._read(timeout=300.0)
+        if ready.get("ready") is not True:
+            self.close()
+            raise ForkServerError(f"the fork server did not start: {ready}")
+        self.child: int | None = None
+
+    def _read(self, timeout: float | None) -> dict[str, Any]:
+        stdout = self._process.stdout
+        assert stdout is not None
+        if timeout is not None:
+            ready, _, _ = select.select([stdout], [], [], timeout)
+            if not ready:
+                return {}
+        line = stdout.readline()
+        if not line:
+            raise ForkServerError("the fork server exited")
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            raise ForkServerError(f"the fork server said {line.strip()!r}")
+        return data
+
+    def run(self, argv: list[str], cwd: Path, log: Path, timeout: float) -> int | None:
+        """Run one commit's worker in a forked child; its exit code, or None when it ran past `timeout` (killed)."""
+        stdin = self._process.stdin
+        assert stdin is not None
+        stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "log": str(log)}) + "\n")
+        stdin.flush()
+        self.child = int(self._read(timeout=60.0)["pid"])
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                answer = self._read(timeout=max(0.0, deadline - time.monotonic()))
+                if "code" in answer:
+                    return int(answer["code"])
+                if time.monotonic() >= deadline:
+                    self.kill_child()
+                    self._read(timeout=60.0)  # the server reports the killed child's code
+                    return None
+        finally:
+            self.child = None
+
+    def kill_child(self) -> None:
+        """Kill the running child's process group (a no-op when none runs)."""
+        if self.child is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.child, signal.SIGKILL)
+
+    def close(self) -> None:
+        self.kill_child()
+        if self._process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+        for stream in (self._process.stdin, self._process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def _child(request: Mapping[str, Any], commands: IO[str]) -> None:
+    """In the forked child: detach, redirect, run the worker's command, exit with its code (never returns)."""
+    code = 1
+    try:
+        os.setsid()  # its own process group, so a timeout kills whatever it started too
+        del commands  # the server's answer pipe (fd 1) is replaced by the log below, never written by the child
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own descriptors, kept for its life
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        os.chdir(request["cwd"])
+        from tripwire.outside.commands import run_main
+
+        code = run_main(list(request["argv"]))
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    except BaseException:  # the worker's own failure: its traceback goes to worker.log, as a fresh process's would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def serve() -> None:
+    """The server's loop (see the module docstring)."""
+    if os.environ.get(PIN_VARIABLE, "avx2") == "avx2":
+        from tripwire.common.numerics import apply_portable_cpu_env
+
+        apply_portable_cpu_env()  # before torch, as `python -m tripwire run` does; an explicit setting wins
+    import torch  # noqa: F401 - imported once here, shared by every child
+
+    import tripwire.outside.commands
+    import tripwire.outside.record  # noqa: F401
+
+    answers = sys.stdout
+    requests = sys.stdin
+    print(json.dumps({"ready": True}), file=answers, flush=True)
+    for line in requests:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(request, answers)
+        print(json.dumps({"pid": pid}), file=answers, flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"code": os.waitstatus_to_exitcode(status)}), file=answers, flush=True)
+
+
+if __name__ == "__main__":
+    serve()
