@@ -218,7 +218,7 @@ class Result:
                 calls={str(target): int(count) for target, count in dict(data.get("calls", {})).items()},
                 folder=root,
             )
-        except (TypeError, ValueError, KeyError, AttributeError) as error:
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:
             raise GoldenFileError(
                 f"{root / 'result.json'}: a field has the wrong type or shape ({type(error).__name__}: {error}): "
                 "record the result again"

@@ -1,0 +1,123 @@
+"""Fuzzing tripwire's own files: result folders and sync budgets, mutated anywhere, load and compare or refuse in one
+line; never a traceback. 2,000 inputs (1,000 each), from a real result and a real budget.
+
+Each input is a valid file with one part replaced by arbitrary JSON (a value of another type, a deep structure, a
+huge number, a stray string): what a CI cache, a hand edit or another tool's output hands tripwire. The contract:
+`Result.load` and `SyncBudget.load` either return or raise `GoldenFileError` naming the file, and what they return
+compares and checks without raising.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tripwire.common.errors import GoldenFileError
+from tripwire.outside.compare import compare_results
+from tripwire.outside.result import Result, SyncSummary
+from tripwire.sync import hot_path
+from tripwire.sync.budget import SyncBudget, budget_payload, check_budget
+from tripwire.sync.counter import SyncCounter
+from tripwire.sync.sites import callers_by_line, group_records, lines_by_key
+
+FUZZ = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+SPECIAL = st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e308, -(2**70), 2**64, -1, 0, "", "ok"])
+JSON = st.recursive(
+    SPECIAL | st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _loop(counter: SyncCounter) -> None:
+    values = torch.arange(6.0)
+    for _ in range(3):
+        with hot_path("step"):
+            values.sum().item()
+        counter.mark_iteration()
+        values.tolist()
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, dict[str, Any], dict[str, Any]]:
+    with SyncCounter() as counter:
+        _loop(counter)
+    records = group_records(counter.events)
+    _setup, iterations, _tail = counter.segments()
+    summary = SyncSummary(records, [{"step": 1, "<outside>": 1}] * len(iterations), {}, {}, ["step"])
+    result = Result("fuzz", "ok", syncs=summary, compile=summary, calls={"m:f": 3}, notes=["n"])
+    folder = result.save(tmp_path_factory.mktemp("seed") / "result")
+    document = json.loads((folder / "result.json").read_text())
+    budget = budget_payload(
+        summary.counts_by_region(), summary.site_keys_by_region(), {"iterations": 3}, lines_by_key(records),
+        {"step": 1}, callers_by_line(records), None,
+    )  # fmt: skip
+    return Result.load(folder), document, budget
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON document a value can be replaced, the document itself included."""
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _paths(item, (*prefix, index))
+    return found
+
+
+def _replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
+    if not path:
+        return value
+    copy = json.loads(json.dumps(document))
+    holder = copy
+    for part in path[:-1]:
+        holder = holder[part]
+    holder[path[-1]] = value
+    return copy
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_mutated_result_loads_and_compares_or_is_refused_in_one_line(
+    seeds: tuple[Result, dict[str, Any], dict[str, Any]], tmp_path_factory: pytest.TempPathFactory, data: Any
+) -> None:
+    base, document, _ = seeds
+    path = data.draw(st.sampled_from(_paths(document)))
+    mutated = _replaced(document, path, data.draw(JSON))
+    folder = tmp_path_factory.mktemp("mutated")
+    (folder / "result.json").write_text(json.dumps(mutated))
+    try:
+        loaded = Result.load(folder)
+    except GoldenFileError as error:
+        assert "\n" not in str(error) and str(folder) in str(error)
+        return
+    compare_results(base, loaded).format()
+    compare_results(loaded, loaded).format()
+    loaded.summary()
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_mutated_budget_loads_and_checks_or_is_refused_in_one_line(
+    seeds: tuple[Result, dict[str, Any], dict[str, Any]], tmp_path_factory: pytest.TempPathFactory, data: Any
+) -> None:
+    base, _, budget = seeds
+    path = data.draw(st.sampled_from(_paths(budget)))
+    mutated = _replaced(budget, path, data.draw(JSON))
+    file = tmp_path_factory.mktemp("budget") / "budget.json"
+    file.write_text(json.dumps(mutated))
+    try:
+        loaded = SyncBudget.load(file)
+    except GoldenFileError as error:
+        assert "\n" not in str(error) and str(file) in str(error)
+        return
+    check_budget(base.syncs, loaded).format()
+    check_budget(base.compile, loaded, what="compile").format()  # type: ignore[arg-type]
