@@ -333,6 +333,27 @@ def test_the_cli_names_a_user_loader_that_calls_sys_exit(tmp_path: Path) -> None
     assert_cli_refused(result, "--dataset exiting_loader:load raised SystemExit")
 
 
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("raise GeneratorExit('closed')", "--dataset odd_loader:load raised GeneratorExit loading the train split"),
+        ("raise BaseException('odd')", "--dataset odd_loader:load raised BaseException loading the train split"),
+        (
+            "class Unprintable(Exception):\n        def __str__(self):\n            raise RuntimeError('no')\n"
+            "    raise Unprintable()",
+            "(<Unprintable whose message cannot be printed>)",
+        ),
+        ("raise KeyboardInterrupt", "KeyboardInterrupt raised by the run's own code, not by a signal"),
+    ],
+)
+def test_the_cli_ends_any_exception_of_a_user_loader_in_one_line(tmp_path: Path, body: str, needle: str) -> None:
+    """GeneratorExit, a bare BaseException, a message whose __str__ raises, and a KeyboardInterrupt no signal sent
+    (it used to print the "second interrupt" message of a real Ctrl-C)."""
+    (tmp_path / "odd_loader.py").write_text(f"def load(**kwargs):\n    {body}\n")
+    result = run_cli(tmp_path, "--dataset", "odd_loader:load", pythonpath=tmp_path)
+    assert_cli_refused(result, needle)
+
+
 def test_validate_splits_refuses_splits_of_other_shapes_and_short_splits() -> None:
     def data(n: int, channels: int = 3) -> ImageDataset:
         return ImageDataset(torch.zeros(n, channels, 8, 8), torch.arange(n) % 2, num_classes=2, name="d", augment=False)

@@ -103,13 +103,16 @@ _NEEDS_DIR = {
 def _from_callable(spec: str, *, split: str, n_samples: int | None, seed: int, data_dir: str | None) -> ImageDataset:
     """`--dataset package.module:function`: import the function, call it for one split, check what it returns.
 
-    Anything the user's code raises (SystemExit included; not KeyboardInterrupt) becomes a one-line UserLoaderError
+    Anything the user's code raises (SystemExit, GeneratorExit and other BaseExceptions included; not
+    KeyboardInterrupt, which train's main tells apart from a real interrupt) becomes a one-line UserLoaderError
     naming `package.module:function`; the returned ImageDataset then goes through `check_dataset` like every source.
     """
     module_name, _, attribute = spec.partition(":")
     try:
         loader = getattr(importlib.import_module(module_name), attribute)
-    except (Exception, SystemExit) as error:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # the user's module runs here: any failure is one line naming it
         raise UserLoaderError(
             f"--dataset {spec}: cannot import {attribute!r} from {module_name!r} "
             f"({type(error).__name__}: {first_line(error, 200)}): pass an importable package.module:function"
@@ -117,7 +120,9 @@ def _from_callable(spec: str, *, split: str, n_samples: int | None, seed: int, d
     _check_signature(spec, loader)
     try:
         dataset = loader(split=split, n_samples=n_samples, seed=seed, data_dir=data_dir)
-    except (Exception, SystemExit) as error:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # the user's code: any failure becomes one line naming it
         raise UserLoaderError(
             f"--dataset {spec} raised {type(error).__name__} loading the {split} split ({first_line(error, 200)}): "
             "fix the loader so it returns an esper ImageDataset"

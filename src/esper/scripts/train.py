@@ -275,6 +275,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"train: error: {exc}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
+        if not stop.requested:  # no signal arrived: the run's own code (a loader, a task) raised it
+            say(
+                "train: error: KeyboardInterrupt raised by the run's own code, not by a signal (a --dataset loader "
+                "or a --task module?): fix the code that raises it"
+            )
+            return EXIT_USAGE
         print("train: aborted by a second interrupt; the checkpoint holds the last completed round", file=sys.stderr)
         return stop.exit_code
     finally:
