@@ -351,6 +351,31 @@ def test_a_run_too_large_for_memory_is_refused_in_one_line_before_allocating() -
     assert message.endswith("lower --envs, --episode-length, --train-samples or --val-samples")
 
 
+def test_the_address_space_limit_is_memory_the_estimate_counts(tmp_path: Path) -> None:
+    """Under `ulimit -v 6 GiB`, 300,000 synthetic training images (3.4 GiB) fit the machine's free memory but not
+    the process: refused in one line naming the limit, before the allocator would fail with a traceback."""
+    import resource
+    import subprocess
+    import sys
+
+    limit = 6 * 2**30
+    argv = [sys.executable, "-m", "esper.scripts.train", "heuristic", "--rounds", "1", "--envs", "1"]
+    result = subprocess.run(
+        [*argv, "--train-samples", "300000", "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )
+    message = one_line(result, 2)
+    assert message.startswith("train: error: this run needs at least 3.4 GiB of memory (")
+    machine = memory._machine_available()
+    if machine is not None and machine > 4 * 2**30:  # on a machine with less free, that alone refuses it
+        assert "under this process's address-space limit (ulimit -v)" in message
+
+
 def test_the_estimate_is_a_lower_bound_of_a_tiny_run_and_refuses_when_memory_is_short() -> None:
     config = TrainingConfig.from_dict({"n_envs": 2, "max_epochs": 3, "train_samples": 100, "val_samples": 50})
     task = wiring.get_task_spec("cifar_baseline")

@@ -28,7 +28,14 @@ def _gib(n_bytes: float) -> str:
 
 
 def available_memory() -> int | None:
-    """Bytes of host memory available now (/proc/meminfo MemAvailable, else free pages); None when unknown."""
+    """Bytes of host memory this process can still get: the least of what the machine has available now
+    (/proc/meminfo MemAvailable, else free pages) and what the process's address-space limit (`ulimit -v`,
+    RLIMIT_AS) leaves above what it already maps; None when neither is known."""
+    limits = [value for value in (_machine_available(), _address_space_left()) if value is not None]
+    return min(limits) if limits else None
+
+
+def _machine_available() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
             for line in meminfo:
@@ -40,6 +47,24 @@ def available_memory() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def _address_space_left() -> int | None:
+    """RLIMIT_AS minus the process's current virtual size (/proc/self/statm); None without a limit."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        mapped = 0
+    return max(0, soft - mapped)
 
 
 CIFAR_SHAPED = ("synthetic", "cifar10")
@@ -99,7 +124,9 @@ def check_memory(
     """Refuse, before anything is allocated, a run whose estimated memory (a lower bound) exceeds the memory
     available: host memory, plus on CUDA the device's free memory for the rollout buffer and the hosts."""
     parts = memory_estimate(config, controller, task, slot_config, local_envs)
-    free = available if available is not None else available_memory()
+    machine, left = (_machine_available(), _address_space_left()) if available is None else (available, None)
+    free = min((value for value in (machine, left) if value is not None), default=None)
+    limited = left is not None and (machine is None or left < machine)
     needs = [("memory", sum(parts.values()), free)]
     if device.type == "cuda" and available is None:
         on_device = parts["rollout buffer"] + parts["env hosts"]
@@ -108,7 +135,8 @@ def check_memory(
         if have is None or need <= have:
             continue
         detail = ", ".join(f"{name} {_gib(size)}" for name, size in parts.items() if size)
+        why = " under this process's address-space limit (ulimit -v)" if limited and kind == "memory" else ""
         raise MemoryEstimateError(
             f"this run needs at least {_gib(need)} of {kind} ({detail}; a lower-bound estimate) but {_gib(have)} "
-            "is available: lower --envs, --episode-length, --train-samples or --val-samples"
+            f"is available{why}: lower --envs, --episode-length, --train-samples or --val-samples"
         )
