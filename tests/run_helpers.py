@@ -12,6 +12,20 @@ from esper.simic.training.config import TrainingConfig
 from esper.simic.training.trainer import TrainingResult
 from esper.simic.training.vectorized import run_training
 
+# A PPO run of two rounds, two envs and three epochs on a tiny task: seconds, yet every part of the loop runs.
+TINY_PPO: dict[str, Any] = {
+    "n_episodes": 2,
+    "n_envs": 2,
+    "max_epochs": 3,
+    "task": "cifar_baseline",
+    "train_samples": 32,
+    "val_samples": 16,
+    "batch_size": 16,
+    "hidden_dim": 32,
+    "lstm_hidden_dim": 32,
+    "seed": 5,
+}
+
 
 def recorded_run(config: dict[str, Any], *, controller: str = "ppo") -> tuple[TrainingResult, list[dict[str, Any]]]:
     """Run `config` with an in-memory telemetry backend: the result and every event's wire form, in order."""

@@ -16,20 +16,10 @@ from typing import Any
 import torch
 
 from esper.leyline import AnalyticsKind
+from run_helpers import TINY_PPO as SHARED_TINY_PPO
 from run_helpers import comparable, first_event_difference, first_weight_difference, recorded_run
 
-TINY_PPO: dict[str, Any] = {
-    "n_episodes": 2,
-    "n_envs": 2,
-    "max_epochs": 3,
-    "task": "cifar_baseline",
-    "train_samples": 32,
-    "val_samples": 16,
-    "batch_size": 16,
-    "hidden_dim": 32,
-    "lstm_hidden_dim": 32,
-    "seed": 11,
-}
+TINY_PPO: dict[str, Any] = {**SHARED_TINY_PPO, "seed": 11}
 
 # Runs TINY_PPO (passed as JSON) in a fresh interpreter and saves the comparable outputs with torch.save.
 CHILD_SCRIPT = """

@@ -19,20 +19,7 @@ from esper.simic.training.checkpoint import CheckpointError, CheckpointLayout, l
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.trainer import TrainingResult
 from esper.simic.training.vectorized import run_training
-from run_helpers import comparable, recorded_run
-
-TINY_PPO: dict[str, Any] = {
-    "n_episodes": 2,
-    "n_envs": 2,
-    "max_epochs": 3,
-    "task": "cifar_baseline",
-    "train_samples": 32,
-    "val_samples": 16,
-    "batch_size": 16,
-    "hidden_dim": 32,
-    "lstm_hidden_dim": 32,
-    "seed": 5,
-}
+from run_helpers import TINY_PPO, comparable, recorded_run
 
 
 def run(config: dict[str, Any]) -> tuple[TrainingResult, list[dict[str, Any]]]:

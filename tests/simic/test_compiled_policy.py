@@ -8,7 +8,6 @@ these tests can then ask for equality, not closeness. Inductor's generated kerne
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -16,21 +15,8 @@ import torch
 from esper.leyline.options import CompileBackend, CompileMode
 from esper.simic.agent.compiled import compile_network
 from esper.tamiyo.policy import FactoredRecurrentActorCritic
-from run_helpers import first_weight_difference, recorded_run
+from run_helpers import TINY_PPO, first_weight_difference, recorded_run
 from tripwire.compile.counter import CompileCounter
-
-TINY_PPO: dict[str, Any] = {
-    "n_episodes": 2,
-    "n_envs": 2,
-    "max_epochs": 3,
-    "task": "cifar_baseline",
-    "train_samples": 32,
-    "val_samples": 16,
-    "batch_size": 16,
-    "hidden_dim": 32,
-    "lstm_hidden_dim": 32,
-    "seed": 5,
-}
 
 
 def policy_weights(checkpoint: Path) -> dict[str, torch.Tensor]:

@@ -84,16 +84,19 @@ def _replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
     return copy
 
 
+def _mutated(data: Any, document: Any) -> Any:
+    """`document` with one place, drawn, replaced by arbitrary JSON, drawn."""
+    return _replaced(document, data.draw(st.sampled_from(_paths(document))), data.draw(JSON))
+
+
 @FUZZ
 @given(data=st.data())
 def test_a_mutated_result_loads_and_compares_or_is_refused_in_one_line(
     seeds: tuple[Result, dict[str, Any], dict[str, Any]], tmp_path_factory: pytest.TempPathFactory, data: Any
 ) -> None:
     base, document, _ = seeds
-    path = data.draw(st.sampled_from(_paths(document)))
-    mutated = _replaced(document, path, data.draw(JSON))
     folder = tmp_path_factory.mktemp("mutated")
-    (folder / "result.json").write_text(json.dumps(mutated))
+    (folder / "result.json").write_text(json.dumps(_mutated(data, document)))
     try:
         loaded = Result.load(folder)
     except GoldenFileError as error:
@@ -110,10 +113,8 @@ def test_a_mutated_budget_loads_and_checks_or_is_refused_in_one_line(
     seeds: tuple[Result, dict[str, Any], dict[str, Any]], tmp_path_factory: pytest.TempPathFactory, data: Any
 ) -> None:
     base, _, budget = seeds
-    path = data.draw(st.sampled_from(_paths(budget)))
-    mutated = _replaced(budget, path, data.draw(JSON))
     file = tmp_path_factory.mktemp("budget") / "budget.json"
-    file.write_text(json.dumps(mutated))
+    file.write_text(json.dumps(_mutated(data, budget)))
     try:
         loaded = SyncBudget.load(file)
     except GoldenFileError as error:
