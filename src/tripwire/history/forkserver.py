@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 PIN_VARIABLE = "TRIPWIRE_FORKSERVER_PIN"  # the walk's --cpu-pin, for the server to apply before torch
 
@@ -106,12 +106,12 @@ class ForkServer:
                 stream.close()
 
 
-def _child(request: Mapping[str, Any], commands: IO[str]) -> None:
+def _child(request: Mapping[str, Any]) -> None:
     """In the forked child: detach, redirect, run the worker's command, exit with its code (never returns)."""
     code = 1
     try:
         os.setsid()  # its own process group, so a timeout kills whatever it started too
-        del commands  # the server's answer pipe (fd 1) is replaced by the log below, never written by the child
+        # the server's pipes (fds 0 and 1) are replaced below: the child never reads a request or writes an answer
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -156,7 +156,7 @@ def serve() -> None:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            _child(request, answers)
+            _child(request)
         print(json.dumps({"pid": pid}), file=answers, flush=True)
         _, status = os.waitpid(pid, 0)
         print(json.dumps({"code": os.waitstatus_to_exitcode(status)}), file=answers, flush=True)

@@ -31,8 +31,14 @@ def available_memory() -> int | None:
     """Bytes of host memory this process can still get: the least of what the machine has available now
     (/proc/meminfo MemAvailable, else free pages) and what the process's address-space limit (`ulimit -v`,
     RLIMIT_AS) leaves above what it already maps; None when neither is known."""
-    limits = [value for value in (_machine_available(), _address_space_left()) if value is not None]
-    return min(limits) if limits else None
+    return _memory_left()[0]
+
+
+def _memory_left() -> tuple[int | None, bool]:
+    """`(available_memory(), whether the address-space limit is what bounds it)`."""
+    machine, left = _machine_available(), _address_space_left()
+    limits = [value for value in (machine, left) if value is not None]
+    return (min(limits) if limits else None), left is not None and (machine is None or left < machine)
 
 
 def _machine_available() -> int | None:
@@ -124,9 +130,7 @@ def check_memory(
     """Refuse, before anything is allocated, a run whose estimated memory (a lower bound) exceeds the memory
     available: host memory, plus on CUDA the device's free memory for the rollout buffer and the hosts."""
     parts = memory_estimate(config, controller, task, slot_config, local_envs)
-    machine, left = (_machine_available(), _address_space_left()) if available is None else (available, None)
-    free = min((value for value in (machine, left) if value is not None), default=None)
-    limited = left is not None and (machine is None or left < machine)
+    free, limited = (available, False) if available is not None else _memory_left()
     needs = [("memory", sum(parts.values()), free)]
     if device.type == "cuda" and available is None:
         on_device = parts["rollout buffer"] + parts["env hosts"]
