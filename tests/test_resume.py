@@ -16,6 +16,7 @@ from esper.leyline import AnalyticsKind, TelemetryEventType
 from esper.scripts import train
 from esper.simic.training import checkpoint as checkpoint_module
 from esper.simic.training.checkpoint import CheckpointError, CheckpointLayout, load_checkpoint, save_checkpoint
+from esper.simic.training.checkpoint_schema import Plain
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.trainer import TrainingResult
 from esper.simic.training.vectorized import run_training
@@ -137,7 +138,7 @@ def test_a_crash_while_saving_keeps_the_previous_checkpoint_and_leaves_no_temp_f
         save_checkpoint(target, layout=LAYOUT, rounds_completed=2, state={"w": torch.zeros(2)})
     monkeypatch.undo()
 
-    rounds, state = load_checkpoint(target, layout=LAYOUT)
+    rounds, state = load_checkpoint(target, layout=LAYOUT, state=Plain())
     assert rounds == 1 and torch.equal(state["w"], torch.ones(2))
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
 
@@ -147,7 +148,7 @@ def test_a_checkpoint_holding_arbitrary_objects_is_refused(tmp_path: Path) -> No
     torch.save({"format": "esper-checkpoint", "payload": Path("x")}, target)
 
     with pytest.raises(CheckpointError, match="weights_only loading refuses"):
-        load_checkpoint(target, layout=LAYOUT)
+        load_checkpoint(target, layout=LAYOUT, state=Plain())
 
 
 def test_a_truncated_checkpoint_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -156,5 +157,5 @@ def test_a_truncated_checkpoint_is_refused_in_one_line(tmp_path: Path) -> None:
     target.write_bytes(target.read_bytes()[:40])
 
     with pytest.raises(CheckpointError, match="truncated or corrupted") as caught:
-        load_checkpoint(target, layout=LAYOUT)
+        load_checkpoint(target, layout=LAYOUT, state=Plain())
     assert "\n" not in str(caught.value)

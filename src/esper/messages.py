@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 def first_line(error: BaseException, limit: int | None = None, *, fallback: str | None = None) -> str:
     """The first non-blank line of `error`'s message (`fallback`, else the exception's type name, when it has none),
@@ -25,3 +30,26 @@ def escape(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
+
+
+@contextmanager
+def warnings_folded() -> Iterator[None]:
+    """Hold the warnings raised inside (numpy's, PIL's, a user loader's). If the block raises an exception whose
+    message is one string, the first warning is folded into that message, so a refusal stays one line; otherwise,
+    and when the block succeeds, they are shown as they would have been."""
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # the process's filters still decide what is caught
+            yield
+    except Exception as error:
+        if caught and len(error.args) == 1 and isinstance(error.args[0], str):
+            first = caught[0]
+            more = f" and {len(caught) - 1} more" if len(caught) > 1 else ""
+            where = f"{os.path.basename(first.filename)}:{first.lineno}"
+            told = first_line(first.message, 160) if isinstance(first.message, Warning) else str(first.message)
+            error.args = (f"{error.args[0]} [it warned first: {first.category.__name__} at {where}: {told}{more}]",)
+            caught = []
+        raise
+    finally:
+        for held in caught:
+            warnings.showwarning(held.message, held.category, held.filename, held.lineno)

@@ -23,6 +23,7 @@ import pytest
 from reliability_helpers import Launcher, child_env, complete_lines, line_count, ppo_argv, rounds_in, wait_for
 
 from esper.simic.training.checkpoint import CheckpointLayout, load_checkpoint
+from esper.simic.training.checkpoint_schema import Plain
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,7 @@ def _temp_files(folder: Path) -> list[Path]:
 
 def _checkpoint_rounds(path: Path) -> int | None:
     """Rounds the checkpoint holds, None when there is none; a partial file would raise CheckpointError here."""
-    return load_checkpoint(path, layout=LAYOUT)[0] if path.exists() else None
+    return load_checkpoint(path, layout=LAYOUT, state=Plain())[0] if path.exists() else None
 
 
 class SaveWatch:

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import uuid
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -33,6 +34,7 @@ from esper.data.records import (
     validate_splits,
 )
 from esper.leyline.tasks import TaskSpecError, get_task_spec
+from esper.messages import warnings_folded
 
 TINY_RUN = ("--train-samples", "4", "--val-samples", "4", "--batch-size", "2")
 BASELINE_MIN = (min_image_size(3, 3, 3), 3)  # cifar_baseline: 3 blocks, 3x3 kernels, a pool after each
@@ -277,6 +279,10 @@ def test_1x1_folder_images_are_refused_for_the_host_depth(tmp_path: Path) -> Non
 
 # user loaders -------------------------------------------------------------------------------------------------
 
+LAX = (
+    "class Lax(ImageDataset):\n    def __post_init__(self):\n        pass\n\n"
+    "def load(*, split, n_samples, seed, data_dir):\n"
+)
 LOADER_BODIES = {
     "raises": ("def load(*, split, n_samples, seed, data_dir):\n    raise RuntimeError('disk on fire')\n", "raised"),
     "zero samples": (
@@ -312,6 +318,38 @@ LOADER_BODIES = {
     ),
     "system exit": ("def load(*, split, n_samples, seed, data_dir):\n    raise SystemExit(0)\n", "raised SystemExit"),
     "not a dataset": ("def load(*, split, n_samples, seed, data_dir):\n    return [1, 2]\n", "returned list"),
+    # An ImageDataset subclass that skips __post_init__'s checks: check_dataset still sees every field.
+    "subclass with numpy images": (
+        LAX + "    x, y = good(30)\n    return Lax(x.numpy(), y, 2, 'u', False)\n",
+        "images are of type ndarray: give torch tensors",
+    ),
+    "subclass with meta images": (
+        LAX + "    x, y = good(30)\n    return Lax(x.to('meta'), y, 2, 'u', False)\n",
+        "images are a meta tensor: give dense tensors in CPU memory",
+    ),
+    "subclass with sparse labels": (
+        LAX + "    x, y = good(30)\n    return Lax(x, y.to_sparse(), 2, 'u', False)\n",
+        "labels are a sparse_coo tensor",
+    ),
+    "subclass with quantized images": (
+        LAX
+        + "    x, y = good(30)\n    return Lax(torch.quantize_per_tensor(x, 0.1, 0, torch.quint8), y, 2, 'u', False)\n",
+        "images are a quantized tensor",
+    ),
+    "subclass with a name of another type": (
+        LAX + "    x, y = good(30)\n    return Lax(x, y, 2, 5, 'yes')\n",
+        "name 5 and augment 'yes' must be a str and a bool",
+    ),
+    "changes the default dtype": (
+        "def load(*, split, n_samples, seed, data_dir):\n    torch.set_default_dtype(torch.float64)\n"
+        "    x, y = good(30)\n    return ImageDataset(x.float(), y, num_classes=2, name='u', augment=False)\n",
+        "changed torch's default dtype from float32 to float64 while loading the train split",
+    ),
+    "turns grad mode off": (
+        "def load(*, split, n_samples, seed, data_dir):\n    torch.set_grad_enabled(False)\n"
+        "    x, y = good(30)\n    return ImageDataset(x, y, num_classes=2, name='u', augment=False)\n",
+        "changed torch's grad mode from True to False",
+    ),
 }
 
 
@@ -325,6 +363,26 @@ def test_a_failing_user_loader_is_refused_naming_the_function(
         load_task_data(spec, split="train", n_samples=None, seed=0, data_dir=None, batch_size=25)
     message = one_line(caught.value)
     assert spec in message and needle in message, message
+    assert torch.get_default_dtype() == torch.float32 and torch.is_grad_enabled()  # put back as they were
+
+
+def test_warnings_raised_while_refusing_a_loader_are_folded_into_the_one_line(tmp_path: Path) -> None:
+    """numpy, PIL or the loader itself may warn before the refusal: the message stays one line."""
+    (tmp_path / "warning_loader.py").write_text(
+        "import warnings\n\ndef load(**kwargs):\n    warnings.warn('half the files are odd')\n"
+        "    warnings.warn('and another')\n    raise ValueError('no images')\n"
+    )
+    result = run_cli(tmp_path, "--dataset", "warning_loader:load", pythonpath=tmp_path)
+    assert_cli_refused(
+        result,
+        "--dataset warning_loader:load raised ValueError loading the train split (no images)",
+        "[it warned first: UserWarning at warning_loader.py:4: half the files are odd and 1 more]",
+    )
+
+
+def test_warnings_of_a_loader_that_succeeds_are_shown_as_they_were() -> None:
+    with pytest.warns(UserWarning, match="shown"), warnings_folded():
+        warnings.warn("shown", stacklevel=1)
 
 
 def test_the_cli_names_a_user_loader_that_calls_sys_exit(tmp_path: Path) -> None:

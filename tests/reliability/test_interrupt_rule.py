@@ -12,6 +12,7 @@ from esper.leyline import TelemetryLevel
 from esper.nissa import InMemoryBackend, TelemetryHub
 from esper.scripts.train import interrupted_message
 from esper.simic.training.checkpoint import CheckpointLayout, load_checkpoint
+from esper.simic.training.checkpoint_schema import Plain
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.vectorized import run_training
 
@@ -58,7 +59,7 @@ def test_a_stop_in_a_later_round_keeps_the_completed_rounds(tmp_path: Path) -> N
     # polls: round 0 after epochs 1 and 2, round 1 before it starts, then after its epoch 1 (the fourth)
     config, memory, interrupted_at = run_until_stopped(tmp_path, polls=3)
     assert interrupted_at == (1, 1)
-    assert load_checkpoint(tmp_path / "ck.pt", layout=LAYOUT)[0] == 1
+    assert load_checkpoint(tmp_path / "ck.pt", layout=LAYOUT, state=Plain())[0] == 1
     assert len(memory.of_type(T.PPO_UPDATE_COMPLETED)) == 1
     message = interrupted_message(config, interrupted_at, rounds_run=1)
     assert message == (
@@ -70,7 +71,7 @@ def test_a_stop_in_a_later_round_keeps_the_completed_rounds(tmp_path: Path) -> N
 def test_a_stop_asked_during_a_rounds_last_epoch_ends_the_run_at_the_round_boundary(tmp_path: Path) -> None:
     config, memory, interrupted_at = run_until_stopped(tmp_path, polls=2)
     assert interrupted_at == (1, 0)
-    assert load_checkpoint(tmp_path / "ck.pt", layout=LAYOUT)[0] == 1
+    assert load_checkpoint(tmp_path / "ck.pt", layout=LAYOUT, state=Plain())[0] == 1
     assert [e.epoch for e in memory.of_type(T.EPOCH_COMPLETED)] == [1, 1, 2, 2, 3, 3]  # round 1 never began
     assert interrupted_message(config, interrupted_at, rounds_run=1).startswith(
         "train: interrupted at the start of round 2; checkpoint "

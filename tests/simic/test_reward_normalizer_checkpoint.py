@@ -15,6 +15,7 @@ from esper.simic.rewards.normalizers import (
     RunningMeanStd,
 )
 from esper.simic.training.checkpoint import CheckpointLayout, load_checkpoint, save_checkpoint
+from esper.simic.training.checkpoint_schema import Plain
 
 
 def round_trip(obj: object) -> object:
@@ -70,7 +71,7 @@ def test_reward_normalizer_state_in_a_checkpoint_file_round_trips(tmp_path: Path
     source.mean, source.m2, source.count = 1.23, 4.56, 7
     save_checkpoint(tmp_path / "c.pt", layout=layout, rounds_completed=3, state={"rn": source.state_dict()})
 
-    rounds, state = load_checkpoint(tmp_path / "c.pt", layout=layout)
+    rounds, state = load_checkpoint(tmp_path / "c.pt", layout=layout, state=Plain())
     restored = RewardNormalizer()
     restored.load_state_dict(state["rn"])
 

@@ -22,7 +22,7 @@ from esper.data.records import (
     check_dataset,
     check_split,
 )
-from esper.messages import first_line
+from esper.messages import first_line, warnings_folded
 
 VALID_DATASETS: tuple[str, ...] = ("synthetic", "cifar10", "npz", "imagefolder")
 AUGMENT_PADDING = 4
@@ -55,9 +55,10 @@ def load_task_data(
     [0, num_classes), 2 or more classes, at least one batch of `batch_size`, at least `min_size` pixels); a failure is
     a DataDirectoryError subclass with a one-line message. `records.validate_splits` adds the cross-split checks.
     """
-    loaded = _load(dataset, split=split, n_samples=n_samples, seed=seed, data_dir=data_dir, normalize=normalize)
-    source = f"--dataset {dataset}" if data_dir is None else f"--dataset {dataset} --data-dir {data_dir}"
-    return check_dataset(loaded, split=split, source=source, batch_size=batch_size, min_size=min_size)
+    with warnings_folded():  # a refusal stays one line: a warning numpy, PIL or the loader raised joins its message
+        loaded = _load(dataset, split=split, n_samples=n_samples, seed=seed, data_dir=data_dir, normalize=normalize)
+        source = f"--dataset {dataset}" if data_dir is None else f"--dataset {dataset} --data-dir {data_dir}"
+        return check_dataset(loaded, split=split, source=source, batch_size=batch_size, min_size=min_size)
 
 
 def _load(
@@ -118,20 +119,49 @@ def _from_callable(spec: str, *, split: str, n_samples: int | None, seed: int, d
             f"({type(error).__name__}: {first_line(error, 200)}): pass an importable package.module:function"
         ) from None
     _check_signature(spec, loader)
+    before = _torch_defaults()
     try:
         dataset = loader(split=split, n_samples=n_samples, seed=seed, data_dir=data_dir)
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # the user's code: any failure becomes one line naming it
+        _restore_torch_defaults(before)
         raise UserLoaderError(
             f"--dataset {spec} raised {type(error).__name__} loading the {split} split ({first_line(error, 200)}): "
             "fix the loader so it returns an esper ImageDataset"
         ) from None
+    changed = _restore_torch_defaults(before)
+    if changed:
+        raise UserLoaderError(
+            f"--dataset {spec} changed torch's {changed} while loading the {split} split: the run's numerics would "
+            "follow it; give the tensors it creates an explicit dtype= / device= and leave the defaults as they were"
+        )
     if not isinstance(dataset, ImageDataset):
         raise UserLoaderError(
             f"--dataset {spec} returned {type(dataset).__name__} for the {split} split, not an esper ImageDataset"
         )
     return dataset
+
+
+def _torch_defaults() -> tuple[torch.dtype, torch.device, bool]:
+    """The process-wide torch settings a loader could change under the run: default dtype, device and grad mode."""
+    return torch.get_default_dtype(), torch.get_default_device(), torch.is_grad_enabled()
+
+
+def _restore_torch_defaults(before: tuple[torch.dtype, torch.device, bool]) -> str:
+    """Put back what `_torch_defaults` saw; say which of them had changed (empty when none)."""
+    dtype, device, grad = _torch_defaults()
+    changed = []
+    if dtype != before[0]:
+        changed.append(f"default dtype from {before[0]} to {dtype}".replace("torch.", ""))
+        torch.set_default_dtype(before[0])
+    if device != before[1]:
+        changed.append(f"default device from {before[1]} to {device}")
+        torch.set_default_device(before[1])
+    if grad != before[2]:
+        changed.append(f"grad mode from {before[2]} to {grad}")
+        torch.set_grad_enabled(before[2])
+    return " and ".join(changed)
 
 
 LOADER_SIGNATURE = "function(*, split, n_samples, seed, data_dir) -> ImageDataset"

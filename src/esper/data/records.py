@@ -113,6 +113,22 @@ def check_dataset(
     """
     where = f"{source}: {split} split"
     images, labels = dataset.images, dataset.labels
+    for field, value in (("images", images), ("labels", labels)):  # a subclass may have skipped __post_init__
+        if not isinstance(value, Tensor):
+            kind = type(value).__name__
+            raise DataCheckError(f"{where}: {field} are of type {kind}: give torch tensors (torch.as_tensor)")
+        if value.is_nested or value.layout != torch.strided or value.is_quantized or value.device.type != "cpu":
+            kind = "nested" if value.is_nested else "quantized" if value.is_quantized else str(value.layout)
+            place = value.device.type if value.device.type != "cpu" else kind.replace("torch.", "")
+            raise DataCheckError(
+                f"{where}: {field} are a {place} tensor: give dense tensors in CPU memory (.to_dense(), .cpu(), "
+                ".dequantize()); esper moves batches to the run's device itself"
+            )
+    if not isinstance(dataset.name, str) or not isinstance(dataset.augment, bool):
+        raise DataCheckError(
+            f"{where}: name {dataset.name!r} and augment {dataset.augment!r} must be a str and a bool: build the "
+            "ImageDataset with them"
+        )
     if images.dim() != 4 or min(images.shape[1:]) < 1 or images.dtype != torch.float32:
         raise DataCheckError(
             f"{where}: images are {images.dtype} {list(images.shape)}: "

@@ -384,9 +384,19 @@ class PPOAgent:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` saved (the config is informational; this agent keeps its own)."""
         self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        saved = dict(state["optimizer"])
+        saved[
+            "param_groups"
+        ] = [  # how the update runs is this run's choice (a checkpoint may come from another device)
+            {**group, **{flag: own[flag] for flag in IMPLEMENTATION_FLAGS if flag in own}}
+            for group, own in zip(saved["param_groups"], self.optimizer.param_groups, strict=False)
+        ]
+        self.optimizer.load_state_dict(saved)
         self.update_count = int(state["update_count"])
         self.consecutive_nonfinite = int(state["consecutive_nonfinite"])
+
+
+IMPLEMENTATION_FLAGS = ("fused", "foreach", "capturable")  # Adam settings that choose a kernel, not the result
 
 
 def _build_adam(policy: torch.nn.Module, lr: float) -> tuple[torch.optim.Adam, bool]:

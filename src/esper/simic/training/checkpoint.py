@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import pickle
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import torch
 
 from esper.files import replace_atomically
 from esper.messages import first_line
+from esper.simic.training.checkpoint_schema import COUNT, INT, NONE, STR, Fields, ListOf, OneOf, Plain, Scalar, problem
 
 CHECKPOINT_FORMAT = "esper-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -96,6 +98,37 @@ def write_failure(target: Path, error: OSError, *, existed: bool) -> str:
     return f"cannot write checkpoint {target}: {reason}; {kept}: {fix}"
 
 
+PAYLOAD_SPEC = Fields(
+    {
+        "format": STR,
+        "version": INT,
+        "rounds_completed": COUNT,
+        "n_envs": COUNT,
+        "slot_ids": ListOf(STR),
+        "task": STR,
+        "controller": STR,
+        "state": Plain(),  # checked against the resuming run's own spec (`state_spec`)
+    }
+)
+
+
+def state_spec(client: Any) -> Fields:
+    """What a checkpoint's "state" must hold for this run: the client's state (its spec is the resuming client's,
+    `PolicyClient.state_spec()`), the trainer's rolling accuracies and events path, and the data signature (absent
+    in checkpoints from before it was recorded)."""
+    accuracy = Scalar((float, int), minimum=0.0)  # a percentage
+    trainer = Fields({"round_accuracies": ListOf(accuracy), "events": OneOf((STR, NONE))}, partial=True)
+    data = Fields({"dataset": STR, "channels": COUNT, "image_size": COUNT, "classes": COUNT})
+    return Fields({"client": client, "trainer": trainer, "data": data}, optional=frozenset({"data"}))
+
+
+def _refuse_shape(source: Path, found: str) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {source} does not hold what this trainer saves ({found}): resume from a file written by --save, "
+        "or start without --resume"
+    )
+
+
 DATA_FIELDS = {"dataset": "dataset", "channels": "image channels", "image_size": "image size", "classes": "classes"}
 
 
@@ -149,8 +182,10 @@ def is_checkpoint(path: str | Path) -> bool:
     return True
 
 
-def load_checkpoint(path: str | Path, *, layout: CheckpointLayout) -> tuple[int, dict[str, Any]]:
-    """Load and validate a checkpoint; returns (rounds_completed, state). Errors are one-line CheckpointErrors."""
+def load_checkpoint(path: str | Path, *, layout: CheckpointLayout, state: Any) -> tuple[int, dict[str, Any]]:
+    """Load and validate a checkpoint, its "state" against the spec `state` (a run passes `state_spec(...)` of its
+    own client; `Plain()` checks nothing) before any of it is used; returns (rounds_completed, state). Errors are
+    one-line CheckpointErrors."""
     source = Path(path)
     payload = _read_payload(source)
     saved = CheckpointLayout(
@@ -166,6 +201,14 @@ def load_checkpoint(path: str | Path, *, layout: CheckpointLayout) -> tuple[int,
             f"{','.join(layout.slot_ids)}, task {layout.task}, controller {layout.controller}: resume with the same "
             "--envs, --slots and --task"
         )
+    found = problem(payload["state"], state, "state")
+    if found is not None and found.startswith(("state.client.agent.policy", "state.client.obs_normalizer.")):
+        raise CheckpointError(
+            f"checkpoint {source} holds a controller of another shape or kind ({found}): resume with the "
+            "--memory-size, hidden size and controller it was saved with"
+        )
+    if found is not None:
+        raise _refuse_shape(source, found)
     return int(payload["rounds_completed"]), payload["state"]
 
 
@@ -175,7 +218,9 @@ def _read_payload(source: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {source} does not exist: pass an existing file to --resume")
     _verify_archive(source)
     try:
-        payload = torch.load(source, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # e.g. torch's note that it scans a sparse tensor: not the user's concern
+            warnings.simplefilter("ignore")
+            payload = torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"checkpoint {source} holds objects weights_only loading refuses ({first_line(exc, REASON_CHARACTERS)}): "
@@ -186,10 +231,20 @@ def _read_payload(source: Path) -> dict[str, Any]:
             f"checkpoint {source} is truncated or corrupted ({first_line(exc, REASON_CHARACTERS)}): "
             "resume from an intact file or start without --resume"
         ) from None
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(payload.get("format"), str)
+        or payload["format"] != CHECKPOINT_FORMAT
+    ):
         raise CheckpointError(f"checkpoint {source} is not an esper checkpoint: pass a file written by --save")
-    if payload.get("version") != CHECKPOINT_VERSION:
+    version = payload.get("version")
+    if type(version) is not int or version != CHECKPOINT_VERSION:
+        shown = repr(version) if type(version) is int and abs(version) < 10**6 else f"of type {type(version).__name__}"
         raise CheckpointError(
-            f"checkpoint {source} has format version {payload.get('version')}, this trainer reads {CHECKPOINT_VERSION}"
+            f"checkpoint {source} has format version {shown}, this trainer reads {CHECKPOINT_VERSION}: resume from a "
+            "file this version wrote, or start without --resume"
         )
+    found = problem(payload, PAYLOAD_SPEC)
+    if found is not None:
+        raise _refuse_shape(source, found)
     return payload

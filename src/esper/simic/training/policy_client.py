@@ -16,11 +16,27 @@ from torch import Tensor
 
 from esper.leyline import ACTION_HEAD_NAMES
 from esper.leyline.options import CompileBackend, CompileMode
-from esper.simic.agent.ppo import PPOAgent, PPOMetrics
+from esper.simic.agent.ppo import IMPLEMENTATION_FLAGS, PPOAgent, PPOMetrics
 from esper.simic.rewards import RewardNormalizer, RunningMeanStd
+from esper.simic.training.checkpoint_schema import (
+    BOOL,
+    COUNT,
+    FLOAT,
+    NONE,
+    Exactly,
+    Fields,
+    OneOf,
+    Plain,
+    Scalar,
+    TensorSpec,
+    Value,
+    of_state,
+)
 from esper.simic.training.observations import ObservationBatch
 from esper.tamiyo.heuristic import HeuristicConfig, decide_batch
 from tripwire.sync import hot_path
+
+NON_NEGATIVE = Scalar((float, int), minimum=0.0)
 
 
 @dataclass
@@ -55,6 +71,10 @@ class PolicyClient(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def state_spec(self) -> Fields:
+        """What a checkpoint's saved `state_dict()` must hold for `load_state_dict` to use it (checkpoint_schema)."""
+        ...
 
     def compile(self, backend: CompileBackend, mode: CompileMode) -> None: ...
 
@@ -171,6 +191,58 @@ class PPOClient:
             "generator": self.generator.get_state(),
         }
 
+    def state_spec(self) -> Fields:
+        """The policy's and normalizers' tensors as this client's (shape, dtype), Adam's per-parameter moments shaped
+        like their parameter (absent before the first update), counters non-negative, the generator's state as
+        long as this device's; hyper-parameters numbers, flags booleans. The agent's config is only recorded."""
+        agent = self.agent
+        params = [param for group in agent.optimizer.param_groups for param in group["params"]]
+        saved = agent.optimizer.state_dict()
+        moments = ("exp_avg", "exp_avg_sq")  # this trainer's Adam never uses amsgrad (a group flipping it is refused)
+        step = OneOf((TensorSpec((), torch.float32, 0.0), TensorSpec((), torch.float64, 0.0), NON_NEGATIVE))
+        per_param = {
+            index: Fields(
+                {
+                    "step": step,
+                    **{
+                        name: TensorSpec(tuple(param.shape), param.dtype, minimum=None if name == "exp_avg" else 0.0)
+                        for name in moments
+                    },
+                }
+            )
+            for index, param in enumerate(params)
+        }
+        groups = Exactly(tuple(_group_spec(group) for group in saved["param_groups"]))
+        obs_var = self.obs_normalizer.var
+        hyper = frozenset({"momentum", "epsilon", "clip"})
+        return Fields(
+            {
+                "agent": Fields(
+                    {
+                        "policy": of_state(agent.policy.state_dict()),
+                        "optimizer": Fields({"state": Fields(per_param, partial=True), "param_groups": groups}),
+                        "update_count": COUNT,
+                        "consecutive_nonfinite": COUNT,
+                        "config": Plain(),
+                    }
+                ),
+                "obs_normalizer": Fields(
+                    {
+                        "mean": of_state(self.obs_normalizer.mean),
+                        "var": TensorSpec(tuple(obs_var.shape), obs_var.dtype, minimum=0.0),
+                        "count": NON_NEGATIVE,
+                        **dict.fromkeys(hyper, NON_NEGATIVE),
+                    },
+                    optional=hyper,
+                ),
+                "reward_normalizer": Fields(
+                    {"mean": FLOAT, "m2": NON_NEGATIVE, "count": COUNT, "clip": NON_NEGATIVE},
+                    optional=frozenset({"clip"}),
+                ),
+                "generator": of_state(self.generator.get_state()),
+            }
+        )
+
     def compile(self, backend: CompileBackend, mode: CompileMode) -> None:
         """Compile the policy network (after its weights are loaded); its state dicts keep the plain keys."""
         self.agent.compile(backend, mode)
@@ -180,6 +252,28 @@ class PPOClient:
         self.obs_normalizer.load_state_dict(state["obs_normalizer"])
         self.reward_normalizer.load_state_dict(state["reward_normalizer"])
         self.generator.set_state(state["generator"])
+
+
+def _group_spec(group: dict[str, Any]) -> Fields:
+    """An optimizer parameter group: the same parameter indices as this run's, the flags that decide what the update
+    computes (amsgrad, maximize, differentiable) as this run's, kernel flags booleans, Adam's numbers (lr, eps,
+    weight_decay, betas) non-negative; a hyper-parameter another torch version adds or drops may be present or
+    absent."""
+    fields = {key: _group_field(key, value) for key, value in group.items()}
+    optional = frozenset(key for key in fields if key not in ("params", "lr"))
+    return Fields(fields, optional=optional, extra=OneOf((BOOL, NONE, NON_NEGATIVE)))
+
+
+def _group_field(key: str, value: Any) -> Any:
+    if key == "params":
+        return Value(value)
+    if key in IMPLEMENTATION_FLAGS:
+        return OneOf((BOOL, NONE))  # replaced by this run's own on loading (PPOAgent.load_state_dict)
+    if isinstance(value, bool) or value is None:
+        return Value(value)
+    if isinstance(value, tuple):
+        return Exactly(tuple(NON_NEGATIVE for _ in value))
+    return NON_NEGATIVE
 
 
 class HeuristicClient:
@@ -215,6 +309,9 @@ class HeuristicClient:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
+
+    def state_spec(self) -> Fields:
+        return Fields({})
 
     def compile(self, backend: CompileBackend, mode: CompileMode) -> None:
         return None  # no network

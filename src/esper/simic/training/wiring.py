@@ -27,6 +27,7 @@ from esper.simic.training.checkpoint import (
     check_data_signature,
     load_checkpoint,
     save_checkpoint,
+    state_spec,
 )
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.env_factory import EnvFactory
@@ -86,7 +87,9 @@ def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None 
     layout = CheckpointLayout(config.n_envs, slot_config.slot_ids, task.name, controller)
     start_round, resumed_state = 0, None
     if config.resume_path is not None:
-        start_round, resumed_state = load_checkpoint(config.resume_path, layout=layout)
+        start_round, resumed_state = load_checkpoint(
+            config.resume_path, layout=layout, state=state_spec(client.state_spec())
+        )
         try:
             client.load_state_dict(resumed_state["client"])
         except (RuntimeError, KeyError, ValueError) as exc:  # e.g. another --memory-size: tensor shapes differ
