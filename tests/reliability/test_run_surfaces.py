@@ -13,6 +13,7 @@ import resource
 import signal
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -374,6 +375,58 @@ def test_the_address_space_limit_is_memory_the_estimate_counts(tmp_path: Path) -
     machine = memory._machine_available()
     if machine is not None and machine > 4 * 2**30:  # on a machine with less free, that alone refuses it
         assert "under this process's address-space limit (ulimit -v)" in message
+
+
+def test_an_npz_archive_counts_what_loading_it_copies(tmp_path: Path) -> None:
+    """From the headers alone: every member as read (each split reads them all), plus two float32 copies of the
+    train images while a split converts (scaled, then normalized), or the float32 images both splits keep."""
+    archive = tmp_path / "d.npz"
+    x_train = np.zeros((40, 8, 8, 3), dtype=np.uint8)
+    np.savez(archive, x_train=x_train, y_train=np.arange(40) % 2, x_val=x_train[:10], y_val=np.arange(10) % 2)
+    read = sum(info.file_size for info in zipfile.ZipFile(archive).infolist())
+    config = TrainingConfig.from_dict(
+        {
+            "dataset": "npz",
+            "data_dir": str(archive),
+            "n_envs": 1,
+            "train_samples": 40,
+            "val_samples": 10,
+            "batch_size": 10,
+        }
+    )
+    task = wiring.get_task_spec("cifar_baseline")
+    parts = memory.memory_estimate(config, "ppo", task, wiring.SlotConfig(tuple(config.slots)), 1)
+    assert parts["data"] == read + 2 * 4 * x_train.size
+    assert (
+        memory.memory_estimate(
+            TrainingConfig.from_dict({**config.to_dict(), "data_dir": str(tmp_path / "missing.npz")}),
+            "ppo",
+            task,
+            wiring.SlotConfig(tuple(config.slots)),
+            1,
+        )["data"]
+        == 0
+    )  # unreadable headers: loading says why
+
+
+def test_an_npz_whose_loading_would_not_fit_the_address_space_is_refused_before_reading(tmp_path: Path) -> None:
+    """A 600 MB uint8 train member (compressed to a few hundred kB) becomes 2.4 GB of float32 twice over while it
+    converts: under `ulimit -v 6 GiB` that is refused in one line before a byte is decompressed (it used to end in
+    an allocator traceback mid-load)."""
+    archive = tmp_path / "big.npz"
+    x_train = np.zeros((200_000, 3, 32, 32), dtype=np.uint8)
+    np.savez_compressed(
+        archive, x_train=x_train, y_train=np.arange(200_000) % 2, x_val=x_train[:10], y_val=np.arange(10) % 2
+    )
+    del x_train
+    limit = 6 * 2**30
+    result = cli(
+        "heuristic", "--dataset", "npz", "--data-dir", str(archive), "--rounds", "1", "--envs", "1", *TINY, "--quiet",
+        preexec=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )  # fmt: skip
+    message = one_line(result, 2)
+    assert message.startswith("train: error: this run needs at least "), message
+    assert "data 5." in message and "a lower-bound estimate" in message, message
 
 
 def test_the_estimate_is_a_lower_bound_of_a_tiny_run_and_refuses_when_memory_is_short() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -88,35 +89,71 @@ def _read(source: Path) -> dict[str, np.ndarray]:
 def _checked_members(source: Path) -> list[str]:
     """The KNOWN_KEYS members present, after checking each one's zip and .npy header sizes against the limit."""
     present = []
+    for key, (declared, _, dtype) in _member_headers(source).items():
+        if dtype is not None and dtype.hasobject:
+            raise DataDirectoryError(
+                f"--data-dir {_shown(source)}: {key} holds Python objects ({dtype}), not plain arrays: "
+                "save numeric arrays"
+            )
+        if declared > NPZ_MEMBER_LIMIT_BYTES:
+            raise DataCheckError(
+                f"--data-dir {_shown(source)}: member {key}.npy declares {declared} bytes, over the limit of "
+                f"{NPZ_MEMBER_LIMIT_BYTES} bytes (NPZ_MEMBER_LIMIT_BYTES): save fewer or smaller images"
+            )
+        present.append(key)
+    return present
+
+
+def _member_headers(source: Path) -> dict[str, tuple[int, tuple[int, ...], np.dtype[Any] | None]]:
+    """Each KNOWN_KEYS member's (bytes it declares, shape, dtype), read from the zip directory and the .npy header
+    only; a member whose zip size is already over the limit is not opened (shape () and dtype None)."""
+    headers: dict[str, tuple[int, tuple[int, ...], np.dtype[Any] | None]] = {}
     with zipfile.ZipFile(source) as archive:
         infos = {info.filename: info for info in archive.infolist()}
         for key in KNOWN_KEYS:
             info = infos.get(f"{key}.npy")
             if info is None:
                 continue
-            declared = info.file_size
-            if declared <= NPZ_MEMBER_LIMIT_BYTES:
-                with archive.open(info) as member:
-                    version = np.lib.format.read_magic(member)
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-                    elif version == (2, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-                    else:
-                        raise ValueError(f"{key}: .npy format version {version} is not supported")
-                if dtype.hasobject:
-                    raise DataDirectoryError(
-                        f"--data-dir {_shown(source)}: {key} holds Python objects ({dtype}), not plain arrays: "
-                        "save numeric arrays"
-                    )
-                declared = max(declared, int(np.prod(shape, dtype=object)) * dtype.itemsize)
-            if declared > NPZ_MEMBER_LIMIT_BYTES:
-                raise DataCheckError(
-                    f"--data-dir {_shown(source)}: member {key}.npy declares {declared} bytes, over the limit of "
-                    f"{NPZ_MEMBER_LIMIT_BYTES} bytes (NPZ_MEMBER_LIMIT_BYTES): save fewer or smaller images"
-                )
-            present.append(key)
-    return present
+            if info.file_size > NPZ_MEMBER_LIMIT_BYTES:
+                headers[key] = (info.file_size, (), None)
+                continue
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                else:
+                    raise ValueError(f"{key}: .npy format version {version} is not supported")
+            declared = max(info.file_size, int(np.prod(shape, dtype=object)) * dtype.itemsize)
+            headers[key] = (declared, tuple(shape), dtype)
+    return headers
+
+
+def loading_footprint(path: str, n_samples: dict[str, int]) -> int | None:
+    """A lower bound, in bytes, of the memory loading this archive for a run takes, from its headers alone: every
+    member as read (each split's load reads them all), plus the train images twice more as float32 (scaled, then
+    normalized) while a split converts, or, when larger, the float32 images both splits keep (`n_samples` per
+    split: the first that many). None when the headers cannot be read (loading then says why)."""
+    try:
+        headers = _member_headers(Path(path))
+    except (OSError, ValueError, zipfile.BadZipFile, zlib.error, EOFError, KeyError, NotImplementedError, RuntimeError):
+        return None
+    if any(dtype is None or declared > NPZ_MEMBER_LIMIT_BYTES for declared, _, dtype in headers.values()):
+        return None  # over the member limit: loading refuses it, naming the member
+    read = sum(declared for declared, _, _ in headers.values())
+
+    def images(key: str, keep: int | None = None) -> int:
+        shape = headers[key][1] if key in headers else ()
+        if not shape:
+            return 0
+        rows = shape[0] if keep is None else min(shape[0], keep)
+        return 4 * rows * int(np.prod(shape[1:], dtype=object))
+
+    held = "x_val" if "x_val" in headers else "x_test"
+    converting = read + 2 * images("x_train")
+    kept = images("x_train", n_samples.get("train")) + images(held, n_samples.get("val"))
+    return max(converting, kept)
 
 
 def _held_out(arrays: dict[str, np.ndarray], source: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -92,8 +92,9 @@ def memory_estimate(
       the LSTM's h and c float32s);
     - env hosts: each env's host model's parameters (float32), without seeds, gradients or optimizer state;
     - data: the train and val images (float32, 3x32x32) every process holds, for the built-in CIFAR-shaped
-      datasets (synthetic, cifar10); your own images (npz, imagefolder, a loader) are not counted, their shape is
-      not known before they are loaded.
+      datasets (synthetic, cifar10); for an npz archive, what loading it takes, read from its headers (every member
+      as read, and the float32 copies a split's conversion makes: `arrays.loading_footprint`); images from an image
+      folder or your own loader are not counted, their shape is not known before they are loaded.
     Activations, torch's own memory and the Python process are not counted, so the real need is higher."""
     epochs = config.max_epochs
     slots = slot_config.num_slots
@@ -113,8 +114,12 @@ def memory_estimate(
     dataset = config.dataset or task.dataset
     if dataset == "cifar10":  # the first n samples of the files: at most what the files hold
         train, val = min(train, CIFAR10_SPLITS[0]), min(val, CIFAR10_SPLITS[1])
-    known = dataset in CIFAR_SHAPED  # a loader's or archive's own images: shape unknown before loading, not counted
+    known = dataset in CIFAR_SHAPED  # a loader's or a folder's own images: shape unknown before loading, not counted
     data = 4 * CIFAR_PIXELS * (train + val) if known else 0
+    if dataset == "npz" and config.data_dir is not None:
+        from esper.data.arrays import loading_footprint
+
+        data = loading_footprint(config.data_dir, {"train": train, "val": val}) or 0
     return {"rollout buffer": rollout, "env hosts": 4 * host_params * local_envs, "data": data}
 
 
@@ -143,4 +148,5 @@ def check_memory(
         raise MemoryEstimateError(
             f"this run needs at least {_gib(need)} of {kind} ({detail}; a lower-bound estimate) but {_gib(have)} "
             f"is available{why}: lower --envs, --episode-length, --train-samples or --val-samples"
+            + (" (or pass a smaller --data-dir archive)" if config.dataset == "npz" and parts["data"] else "")
         )
