@@ -36,6 +36,7 @@ from tripwire.bitwise.trajectory import Trajectory
 from tripwire.sync.state import SyncEvent
 
 ROOT = Path(__file__).resolve().parents[2]
+STOP_GRACE_S = 30  # for torchrun to stop its ranks after SIGTERM
 LAUNCH_TIMEOUT_S = 300
 
 
@@ -85,10 +86,17 @@ def start_ranks(
 
 
 def stop_ranks(launch: RankLaunch) -> None:
-    """End a launch that may still run: the launcher and its ranks (one process group), then collect its output."""
+    """End a launch that may still run, then collect its output. torchrun starts each rank in a session of its own,
+    so killing the launcher's group would orphan them (they then wait for the launcher's store, holding the output
+    pipe, and `communicate()` with them): SIGTERM first, which torchrun forwards to its ranks, then SIGKILL."""
     if launch.process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(launch.process.pid, signal.SIGKILL)
+            os.killpg(launch.process.pid, signal.SIGTERM)
+        try:
+            launch.process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(launch.process.pid, signal.SIGKILL)
     launch.process.communicate(timeout=LAUNCH_TIMEOUT_S)
 
 

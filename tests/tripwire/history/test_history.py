@@ -196,7 +196,14 @@ def test_ctrl_c_ends_in_one_line_and_the_next_walk_resumes(walk: dict[str, Any],
 
     command = [sys.executable, "-m", "tripwire", "history", *walk["args"][:-2], "--out", str(tmp_path / "out")]
     process = subprocess.Popen(
-        [*command, "--jobs", "1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*command, "--jobs", "1"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A shell that starts a job in the background (`nox -s tests &`) hands it SIGINT ignored, which every child
+        # inherits and Python then keeps ignoring: give the walk the default disposition a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert process.stderr is not None
     seen = []
