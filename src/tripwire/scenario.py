@@ -69,12 +69,39 @@ def parse_target(spec: str) -> tuple[str, str]:
     return module, qualname
 
 
+def _strings(value: Any) -> bool:
+    """A list or tuple of strings (a bare string is not: it would be read a character at a time)."""
+    return isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _require(owner: str, checks: Sequence[tuple[str, Any, bool, str]]) -> None:
+    """Refuse, naming the field and what it must be, the first (name, value, holds, expected) that does not hold:
+    a scenario file's mistake is one line at load time, not a traceback in the middle of a run."""
+    for name, value, holds, expected in checks:
+        if not holds:
+            shown = repr(value) if len(repr(value)) <= 60 else f"a {type(value).__name__}"
+            raise ScenarioError(f"{owner}: {name} must be {expected}, got {shown}")
+
+
 @dataclass(frozen=True)
 class Region:
     """A hot-path region around every call of `target`: its syncs count under `name` (`tripwire.sync.hot_path`)."""
 
     target: str
     name: str
+
+    def __post_init__(self) -> None:
+        _require(
+            "Region",
+            [
+                ("target", self.target, isinstance(self.target, str), "'module:Qualified.name'"),
+                ("name", self.name, isinstance(self.name, str) and bool(self.name), "a non-empty string"),
+            ],
+        )
 
 
 @dataclass(frozen=True)
@@ -86,6 +113,16 @@ class Iteration:
     target: str
     at: str = "start"
     every: int = 1
+
+    def __post_init__(self) -> None:
+        _require(
+            "Iteration",
+            [
+                ("target", self.target, isinstance(self.target, str), "'module:Qualified.name'"),
+                ("at", self.at, self.at in ("start", "end"), "'start' or 'end'"),
+                ("every", self.every, _count(self.every), "a whole number of at least 1"),
+            ],
+        )
 
 
 @dataclass(frozen=True)
@@ -102,6 +139,17 @@ class Checkpoint:
     every: int = 1
     name: str = ""
 
+    def __post_init__(self) -> None:
+        _require(
+            "Checkpoint",
+            [
+                ("target", self.target, isinstance(self.target, str), "'module:Qualified.name'"),
+                ("capture", self.capture, _strings(self.capture) and bool(self.capture), "a non-empty list of names"),
+                ("every", self.every, _count(self.every), "a whole number of at least 1"),
+                ("name", self.name, isinstance(self.name, str), "a string"),
+            ],
+        )
+
 
 @dataclass(frozen=True)
 class EventCall:
@@ -112,6 +160,16 @@ class EventCall:
     target: str
     label: str
     fields: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _require(
+            "EventCall",
+            [
+                ("target", self.target, isinstance(self.target, str), "'module:Qualified.name'"),
+                ("label", self.label, isinstance(self.label, str), "an argument name or a text"),
+                ("fields", self.fields, _strings(self.fields), "a list of argument names"),
+            ],
+        )
 
 
 @dataclass(frozen=True)
@@ -174,6 +232,27 @@ class Adapter:
     options: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
 
+    def __post_init__(self) -> None:
+        def text_map(value: Any) -> bool:
+            return isinstance(value, Mapping) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            )
+
+        _require(
+            "Adapter",
+            [
+                ("when", self.when, self.when is None or callable(self.when), "a function of the Tree, or None"),
+                ("aliases", self.aliases, text_map(self.aliases), "a mapping of module names"),
+                ("targets", self.targets, text_map(self.targets), "a mapping of targets"),
+                ("patches", self.patches, isinstance(self.patches, Mapping), "a mapping of 'module:attr' to values"),
+                ("wraps", self.wraps, isinstance(self.wraps, Mapping) and all(map(callable, self.wraps.values())),
+                 "a mapping of 'module:attr' to functions"),
+                ("argv", self.argv, self.argv is None or _strings(self.argv), "a list of strings, or None"),
+                ("options", self.options, isinstance(self.options, Mapping), "a mapping"),
+                ("note", self.note, isinstance(self.note, str), "a string"),
+            ],
+        )  # fmt: skip
+
     def applies(self, tree: Tree) -> bool:
         return self.when is None or bool(self.when(tree))
 
@@ -208,6 +287,36 @@ class Scenario:
     source: str = ""  # the scenario file, set by `load_scenario`
 
     def __post_init__(self) -> None:
+        owner = f"scenario {self.name!r}" if isinstance(self.name, str) else "Scenario"
+        parts = (
+            ("regions", self.regions, Region),
+            ("checkpoints", self.checkpoints, Checkpoint),
+            ("event_calls", self.event_calls, EventCall),
+            ("adapters", self.adapters, Adapter),
+        )
+        _require(
+            owner,
+            [
+                ("name", self.name, isinstance(self.name, str) and bool(self.name), "a non-empty string"),
+                ("script", self.script, isinstance(self.script, str), "a path (a string)"),
+                ("module", self.module, isinstance(self.module, str), "a module name (a string)"),
+                ("call", self.call, self.call is None or callable(self.call) or isinstance(self.call, str),
+                 "a function or 'module:function'"),
+                ("argv", self.argv, _strings(self.argv), "a list of strings"),
+                ("paths", self.paths, _strings(self.paths), "a list of folders (strings)"),
+                *((name, value, isinstance(value, (list, tuple)) and all(isinstance(v, kind) for v in value),
+                   f"a list of {kind.__name__}") for name, value, kind in parts),
+                ("iteration", self.iteration, self.iteration is None or isinstance(self.iteration, Iteration),
+                 "an Iteration or None"),
+                ("events", self.events, isinstance(self.events, str), "a glob (a string)"),
+                ("round_end", self.round_end, isinstance(self.round_end, str), "an event label (a string)"),
+                ("exclude", self.exclude, _strings(self.exclude), "a list of field names"),
+                ("threads", self.threads, _count(self.threads), "a whole number of at least 1"),
+                ("deterministic", self.deterministic, isinstance(self.deterministic, bool), "True or False"),
+                ("keep_values", self.keep_values, isinstance(self.keep_values, bool), "True or False"),
+                ("cwd", self.cwd, isinstance(self.cwd, str), "'scratch' or 'root'"),
+            ],
+        )  # fmt: skip
         entries = [entry for entry in (self.script, self.module, self.call) if entry]
         if len(entries) != 1:
             raise ScenarioError(f"scenario {self.name!r}: give exactly one of script=, module= or call=")

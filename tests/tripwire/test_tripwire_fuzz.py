@@ -1,5 +1,6 @@
 """Fuzzing tripwire's own files: result folders and sync budgets, mutated anywhere, load and compare or refuse in one
-line; never a traceback. 2,000 inputs (1,000 each), from a real result and a real budget.
+line; never a traceback. 2,000 inputs (1,000 each), from a real result and a real budget; and 1,000 scenarios whose
+fields (and their Regions, Checkpoints, ...) hold values of any type, refused in one line naming the field.
 
 Each input is a valid file with one part replaced by arbitrary JSON (a value of another type, a deep structure, a
 huge number, a stray string): what a CI cache, a hand edit or another tool's output hands tripwire. The contract:
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from tripwire.common.errors import GoldenFileError
 from tripwire.outside.compare import compare_results
 from tripwire.outside.result import Result, SyncSummary
+from tripwire.scenario import Adapter, Checkpoint, EventCall, Iteration, Region, Scenario, ScenarioError
 from tripwire.sync import hot_path
 from tripwire.sync.budget import SyncBudget, budget_payload, check_budget
 from tripwire.sync.counter import SyncCounter
@@ -122,3 +124,51 @@ def test_a_mutated_budget_loads_and_checks_or_is_refused_in_one_line(
         return
     check_budget(base.syncs, loaded).format()
     check_budget(base.compile, loaded, what="compile").format()  # type: ignore[arg-type]
+
+
+# Scenario files: every field of Scenario and its parts given a value of any type. --------------------------------
+
+HOSTILE_VALUE = JSON | st.sampled_from([print, object(), b"bytes", ("a", 1), "start", "return", "m:f"])
+PARTS: dict[str, Any] = {
+    "regions": (Region, {"target": "m:f", "name": "r"}),
+    "checkpoints": (Checkpoint, {"target": "m:f"}),
+    "event_calls": (EventCall, {"target": "m:f", "label": "tag"}),
+    "adapters": (Adapter, {}),
+}
+FIELDS = ["name", "script", "module", "call", "argv", "paths", "iteration", "events", "round_end", "exclude"]
+FIELDS += ["threads", "deterministic", "keep_values", "cwd", *PARTS]
+
+
+def _part(data: Any, kind: type, valid: dict[str, Any]) -> Any:
+    """One part (a Region, a Checkpoint, ...) with one of its fields hostile; ScenarioError escapes as it would
+    from a scenario file."""
+    names = [f.name for f in kind.__dataclass_fields__.values()]  # type: ignore[attr-defined]
+    field = data.draw(st.sampled_from(names))
+    return kind(**{**valid, field: data.draw(HOSTILE_VALUE)})
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_scenario_with_any_field_of_any_type_is_refused_in_one_line_naming_it_or_holds_its_types(data: Any) -> None:
+    arguments: dict[str, Any] = {"name": "fuzz", "script": "loop.py"}
+    try:
+        for name in data.draw(st.lists(st.sampled_from(FIELDS), min_size=1, max_size=3, unique=True)):
+            if name in PARTS and data.draw(st.booleans()):
+                kind, valid = PARTS[name]
+                arguments[name] = [_part(data, kind, valid)]
+            elif name == "iteration" and data.draw(st.booleans()):
+                arguments[name] = _part(data, Iteration, {"target": "m:f"})
+            else:
+                arguments[name] = data.draw(HOSTILE_VALUE)
+        scenario = Scenario(**arguments)
+    except ScenarioError as error:
+        assert "\n" not in str(error)
+        return
+    # Accepted: every field holds what the recorder reads (no str where a list belongs, no count below 1).
+    assert isinstance(scenario.name, str) and scenario.name
+    assert all(isinstance(item, str) for item in (*scenario.argv, *scenario.paths, *scenario.exclude))
+    assert not isinstance(scenario.argv, str) and not isinstance(scenario.exclude, str)
+    assert isinstance(scenario.threads, int) and scenario.threads >= 1 and isinstance(scenario.keep_values, bool)
+    assert scenario.iteration is None or (scenario.iteration.every >= 1 and scenario.iteration.at in ("start", "end"))
+    for checkpoint in scenario.checkpoints:
+        assert checkpoint.every >= 1 and not isinstance(checkpoint.capture, str)

@@ -182,3 +182,30 @@ def test_a_damaged_events_file_from_the_loop_is_a_crash_result_not_a_lost_one(tm
         assert "\n" not in result.cause
         result.save(tmp_path / "out")  # the result is kept
         assert Result.load(tmp_path / "out").status == "crash"
+
+
+@pytest.mark.parametrize(
+    ("declaration", "message"),
+    [
+        ('Scenario(name="s", script="loop.py", argv="--steps 3")', "argv must be a list of strings, got '--steps 3'"),
+        ('Scenario(name="s", script=5)', "scenario 's': script must be a path (a string), got 5"),
+        (
+            'Scenario(name="s", script="loop.py", checkpoints=[Checkpoint("m:f", capture="return")])',
+            "Checkpoint: capture must be a non-empty list of names, got 'return'",
+        ),
+        ('Scenario(name="s", script="loop.py", iteration=Iteration("m:f", every=0))', "Iteration: every must be a"),
+        ('Scenario(name="s", script="loop.py", regions=["m:f"])', "regions must be a list of Region, got ['m:f']"),
+        ('Scenario(name="s", script="loop.py", threads="2")', "threads must be a whole number of at least 1"),
+    ],
+)
+def test_a_scenario_field_of_the_wrong_type_is_one_line_naming_it_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], declaration: str, message: str
+) -> None:
+    """A bare string where a list belongs was read a character at a time; a count of 0 divided by zero mid-run."""
+    scenario = tmp_path / "scenario.py"
+    scenario.write_text(f"from tripwire.scenario import *\n\nscenario = {declaration}\n")
+    (tmp_path / "loop.py").write_text("raise SystemExit('the loop must not run')\n")
+    assert run_main([str(scenario), "--root", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
