@@ -77,8 +77,9 @@ def start_ranks(
         [sys.executable, script[0], "--fork", str(ranks), *script[1:]] if fork else torchrun_command(ranks, script)
     )
     env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"), "OMP_NUM_THREADS": "1"}
-    # A session of its own: `stop_ranks` ends the launcher and every rank together (a rank left behind would hold
-    # the output pipe open, and the launcher's `communicate()` would wait for it forever).
+    # A session of its own, so `stop_ranks` can signal the launcher's whole group. The ranks are in sessions of their
+    # own (torchrun's): they stop when torchrun, on SIGTERM, stops them (a rank left behind would hold the output pipe
+    # open, and the launcher's `communicate()` would wait for it).
     process = subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
