@@ -64,3 +64,17 @@ def write_tiny_cifar(root: Path) -> Path:
     dump_batch(folder / "test_batch", pixels(PER_BATCH, 99), labels(PER_BATCH, 99))
     dump_py2(folder / "batches.meta", {b"label_names": [n.encode() for n in NAMES], b"num_vis": 3072})
     return root
+
+
+def write_tiny_image_folder(root: Path, train: int = 24, val: int = 6, classes: int = 4) -> Path:
+    """An image folder as `--dataset imagefolder` reads it, root/train/<class>/<n>.png and root/val/<class>/<n>.png:
+    32x32 RGB PNGs (lossless, so every read gives the same pixels) from the same seeded pixels as the CIFAR copy."""
+    from PIL import Image
+
+    for split, count, offset in (("train", train, 0), ("val", val, 7)):
+        images = pixels(count, offset).reshape(count, 3, 32, 32).transpose(0, 2, 3, 1)
+        for index, (image, label) in enumerate(zip(images, labels(count, offset), strict=True)):
+            folder = root / split / f"class{label % classes}"
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.ascontiguousarray(image), "RGB").save(folder / f"{index}.png")
+    return root

@@ -72,7 +72,9 @@ class Scenario:
     config_json: dict[str, Any] = field(default_factory=dict)
     must_occur: tuple[str, ...] = ()
     ranks: int = 1  # > 1: sharded over that many torchrun ranks
-    data: str = ""  # "cifar10": a tiny CIFAR-10 folder in the official format, written for the run (`--data-dir`)
+    # "cifar10": a tiny CIFAR-10 folder in the official format; "imagefolder": a tiny folder of PNGs by class; each
+    # written for the run (`--data-dir`)
+    data: str = ""
 
     def with_args(self, *extra: str, name: str | None = None) -> Scenario:
         """The same scenario with more CLI arguments (later flags win)."""
@@ -134,6 +136,13 @@ SCENARIOS["i_cifar_files"] = Scenario(
     "i_cifar_files",
     cli("ppo --dataset cifar10 --envs 1 --episode-length 4 --rounds 1 --batch-size 6 --quiet", *TINY),
     data="cifar10",
+)
+# (j): your own images as a folder tree (`--dataset imagefolder`: torchvision's ImageFolder, PNGs by class, the
+# train split's normalization), the reader no other scenario runs.
+SCENARIOS["j_image_folder"] = Scenario(
+    "j_image_folder",
+    cli("ppo --dataset imagefolder --envs 1 --episode-length 4 --rounds 1 --batch-size 6 --quiet", *TINY),
+    data="imagefolder",
 )
 SCENARIOS["h_escrow_workers"] = Scenario(
     "h_escrow_workers",
@@ -200,14 +209,15 @@ class ScenarioRun:
 def scenario_config(scenario: Scenario, workdir: Path, *extra: str) -> tuple[Any, str]:
     """(TrainingConfig, controller) exactly as the CLI would build them for this scenario."""
     argv = [*scenario.argv, *extra]
-    if scenario.data == "cifar10":  # the official on-disk format, written where the run reads it
-        sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, where the writer lives
-        from cifar_files import write_tiny_cifar
+    if scenario.data:  # the on-disk format a user has, written where the run reads it
+        sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests/, where the writers live
+        from cifar_files import write_tiny_cifar, write_tiny_image_folder
 
         folder = workdir / f"{scenario.name}.data"
         if folder.exists():
             shutil.rmtree(folder)
-        argv += ["--data-dir", str(write_tiny_cifar(folder))]
+        write = {"cifar10": write_tiny_cifar, "imagefolder": write_tiny_image_folder}[scenario.data]
+        argv += ["--data-dir", str(write(folder))]
     if scenario.config_json:
         workdir.mkdir(parents=True, exist_ok=True)
         path = workdir / f"{scenario.name}.config.json"

@@ -475,3 +475,61 @@ def test_the_cli_refuses_a_train_split_smaller_than_one_batch_in_one_line_with_e
     path = npz(tmp_path, x_train=rng.random((1, 3, 8, 8), dtype=np.float32), y_train=np.array([1]))
     line = assert_cli_refused(run_cli(tmp_path, "--dataset", "npz", "--data-dir", str(path)), "fewer than one batch")
     assert "train split: 1 samples" in line and "--batch-size" in line  # TINY_RUN's batch is 2 per env
+
+
+def test_an_image_folder_too_large_to_decode_is_refused_before_decoding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first image's header gives the size; every image as float32, held twice while stacked, must fit."""
+    from PIL import Image
+
+    from esper.data import folders
+
+    for split, count in (("train", 6), ("val", 2)):
+        for index in range(count):
+            folder = tmp_path / split / f"class{index % 2}"
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (16, 12)).save(folder / f"{index}.png")
+    decoded: list[str] = []
+    monkeypatch.setattr(folders, "_load_rgb", lambda path: decoded.append(path))
+    monkeypatch.setattr(folders, "memory_left", lambda: (2 * 4 * 3 * 16 * 12 * 6 - 1, True))
+    with pytest.raises(DataCheckError) as caught:
+        folders.load_image_folder(str(tmp_path), split="train", n_samples=None)
+    assert one_line(caught.value) == (
+        f"--data-dir {tmp_path}: decoding the train split needs at least 27.0 KiB (6 train images of 16x12 as "
+        "float32, held twice while stacked; a lower-bound estimate) but 27.0 KiB is available under this "
+        "process's address-space limit (ulimit -v): use fewer or smaller images"
+    )
+    monkeypatch.setattr(folders, "memory_left", lambda: (1024, False))  # the train images kept, the val ones twice
+    with pytest.raises(DataCheckError, match=r"the val split needs at least 22.5 KiB \(6 train and 2 val images"):
+        folders.load_image_folder(str(tmp_path), split="val", n_samples=None)
+    assert decoded == []  # refused before a single image was decoded
+    monkeypatch.undo()
+    assert len(folders.load_image_folder(str(tmp_path), split="train", n_samples=None)) == 6  # when it fits, it loads
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        MemoryError("Unable to allocate 12.0 MiB for an array"),
+        RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"),
+    ],
+)
+def test_running_out_of_memory_while_loading_is_one_line_naming_the_split(
+    monkeypatch: pytest.MonkeyPatch, error: BaseException
+) -> None:
+    """The start-up estimate is a lower bound: what it missed still ends in one line, not an allocator traceback."""
+    from esper.data import datasets
+
+    def exhausted(*args: object, **kwargs: object) -> ImageDataset:
+        raise error
+
+    monkeypatch.setattr(datasets, "_load", exhausted)
+    with pytest.raises(DataCheckError) as caught:
+        load_task_data("npz", split="val", n_samples=None, seed=0, data_dir="d.npz")
+    message = one_line(caught.value)
+    assert message.startswith("--dataset npz --data-dir d.npz: ran out of memory loading the val split (")
+    assert message.endswith("use fewer or smaller images, or run where more memory is free")
+    monkeypatch.setattr(datasets, "_load", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("another failure")))
+    with pytest.raises(RuntimeError, match="another failure"):  # not a memory failure: not relabelled
+        load_task_data("npz", split="val", n_samples=None, seed=0, data_dir="d.npz")

@@ -22,6 +22,7 @@ import pytest
 import torch
 from reliability_helpers import SMALL_POLICY, TINY, child_env, complete_lines
 
+from esper import host_memory
 from esper.nissa.event_schema import validate_line
 from esper.nissa.merge import main as merge_main
 from esper.nissa.merge import merge_run_dir, rank_file_name
@@ -372,7 +373,7 @@ def test_the_address_space_limit_is_memory_the_estimate_counts(tmp_path: Path) -
     )
     message = one_line(result, 2)
     assert message.startswith("train: error: this run needs at least 3.4 GiB of memory (")
-    machine = memory._machine_available()
+    machine = host_memory.machine_available()
     if machine is not None and machine > 4 * 2**30:  # on a machine with less free, that alone refuses it
         assert "under this process's address-space limit (ulimit -v)" in message
 

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from esper.data.records import (
+    DataCheckError,
     DataDirectoryError,
     ImageDataset,
     UserLoaderError,
@@ -55,9 +56,17 @@ def load_task_data(
     [0, num_classes), 2 or more classes, at least one batch of `batch_size`, at least `min_size` pixels); a failure is
     a DataDirectoryError subclass with a one-line message. `records.validate_splits` adds the cross-split checks.
     """
+    source = f"--dataset {dataset}" if data_dir is None else f"--dataset {dataset} --data-dir {data_dir}"
     with warnings_folded():  # a refusal stays one line: a warning numpy, PIL or the loader raised joins its message
-        loaded = _load(dataset, split=split, n_samples=n_samples, seed=seed, data_dir=data_dir, normalize=normalize)
-        source = f"--dataset {dataset}" if data_dir is None else f"--dataset {dataset} --data-dir {data_dir}"
+        try:
+            loaded = _load(dataset, split=split, n_samples=n_samples, seed=seed, data_dir=data_dir, normalize=normalize)
+        except (MemoryError, RuntimeError) as error:  # numpy's MemoryError; torch's "can't allocate memory"
+            if not isinstance(error, MemoryError) and "can't allocate memory" not in str(error):
+                raise
+            raise DataCheckError(
+                f"{source}: ran out of memory loading the {split} split ({first_line(error, 160)}; the start-up "
+                "estimate is a lower bound): use fewer or smaller images, or run where more memory is free"
+            ) from None
         return check_dataset(loaded, split=split, source=source, batch_size=batch_size, min_size=min_size)
 
 

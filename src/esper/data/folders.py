@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from esper.data.records import DataCheckError, DataDirectoryError, ImageDataset
+from esper.host_memory import gib, memory_left
 from esper.messages import escape, first_line
 
 # The most pixels (width x height) one image may have; a larger one is refused before it is decoded (a 48 kB PNG
@@ -30,11 +32,14 @@ def load_image_folder(root: str, *, split: str, n_samples: int | None, normalize
     base = Path(root)
     held_out = "val" if (base / "val").is_dir() else "test"
     folders = {"train": base / "train", "val": base / held_out, "test": base / held_out}
-    train = _read(ImageFolder, folders["train"])
+    train_files = _scan(ImageFolder, folders["train"])
+    split_files = train_files if split == "train" else _scan(ImageFolder, folders[split], classes=train_files.classes)
+    _check_decoding_fits(base, split, train_files.samples, split_files.samples)
+    train = _decode(train_files)
     if split == "train":
         images, labels = train[0], train[1]
     else:
-        images, labels, _ = _read(ImageFolder, folders[split], classes=train[2])
+        images, labels, _ = _decode(split_files)
     x = torch.from_numpy(images)
     if normalize:
         mean = train[0].mean(axis=(0, 2, 3), keepdims=True)
@@ -46,9 +51,9 @@ def load_image_folder(root: str, *, split: str, n_samples: int | None, normalize
     return ImageDataset(x.contiguous(), y, num_classes=len(train[2]), name=f"{base.name}-{split}", augment=False)
 
 
-def _read(
-    image_folder: type, folder: Path, classes: list[str] | None = None
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _scan(image_folder: type, folder: Path, classes: list[str] | None = None) -> Any:
+    """torchvision's ImageFolder over `folder` (files listed, nothing decoded), its classes checked against the
+    train split's."""
     if not folder.is_dir():
         raise DataDirectoryError(
             f"--data-dir: {escape(str(folder))} is missing: lay your images out as DIR/train/<class>/*.png and "
@@ -63,6 +68,42 @@ def _read(
         raise DataDirectoryError(
             f"--data-dir {folder} has classes {dataset.classes}, the train folder {classes}: use the same class folders"
         )
+    return dataset
+
+
+def _check_decoding_fits(base: Path, split: str, train: list[tuple[str, int]], held: list[tuple[str, int]]) -> None:
+    """Refuse, before decoding, a split whose images cannot fit: every image as float32 RGB at the first image's
+    size (read from its header), held twice while they are stacked, for the train split (always read: it gives the
+    normalization) and then the held-out split beside it. A lower bound: normalizing makes further copies."""
+    from PIL import Image
+
+    if not train:
+        return  # no images: _decode says so
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            with Image.open(train[0][0]) as first:
+                width, height = first.size
+        except (OSError, ValueError, Image.DecompressionBombError):
+            return  # unreadable: decoding names the file
+    if width * height > MAX_IMAGE_PIXELS:
+        return  # decoding refuses it by its pixel limit, naming the file
+    image = 4 * 3 * width * height
+    need = image * (2 * len(train) if split == "train" else len(train) + 2 * len(held))
+    have, limited = memory_left()
+    if have is not None and need > have:
+        why = " under this process's address-space limit (ulimit -v)" if limited else ""
+        raise DataCheckError(
+            f"--data-dir {escape(str(base))}: decoding the {split} split needs at least {gib(need)} ({len(train)} "
+            f"train{'' if split == 'train' else f' and {len(held)} {split}'} images of {width}x{height} as float32, "
+            f"held twice while stacked; a lower-bound estimate) but {gib(have)} is available{why}: use fewer or "
+            "smaller images"
+        )
+
+
+def _decode(dataset: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Every image of a scanned folder as float32 RGB [N, 3, H, W] in [0, 1], its labels, its classes."""
+    folder = dataset.root
     arrays, labels = [], []
     shape = None
     for path, label in dataset.samples:

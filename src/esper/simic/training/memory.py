@@ -3,74 +3,21 @@
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
+from esper.host_memory import gib, memory_left
 from esper.kasmina.host import CNNHost
 from esper.leyline import ACTION_HEAD_NAMES, SlotConfig, TaskSpec
 from esper.simic.training.config import ConfigError, TrainingConfig
 from esper.tamiyo.features import state_dim
 from esper.tamiyo.masks import mask_shapes
 
-__all__ = ["MemoryEstimateError", "available_memory", "check_memory", "memory_estimate"]
+__all__ = ["MemoryEstimateError", "check_memory", "memory_estimate"]
 
 
 class MemoryEstimateError(ConfigError):
     """The run's estimated memory (a lower bound) exceeds what is available: one line naming both and the flags."""
-
-
-def _gib(n_bytes: float) -> str:
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
-        if n_bytes >= size:
-            return f"{n_bytes / size:.1f} {unit}"
-    return f"{n_bytes / 2**10:.1f} KiB"
-
-
-def available_memory() -> int | None:
-    """Bytes of host memory this process can still get: the least of what the machine has available now
-    (/proc/meminfo MemAvailable, else free pages) and what the process's address-space limit (`ulimit -v`,
-    RLIMIT_AS) leaves above what it already maps; None when neither is known."""
-    return _memory_left()[0]
-
-
-def _memory_left() -> tuple[int | None, bool]:
-    """`(available_memory(), whether the address-space limit is what bounds it)`."""
-    machine, left = _machine_available(), _address_space_left()
-    limits = [value for value in (machine, left) if value is not None]
-    return (min(limits) if limits else None), left is not None and (machine is None or left < machine)
-
-
-def _machine_available() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _address_space_left() -> int | None:
-    """RLIMIT_AS minus the process's current virtual size (/proc/self/statm); None without a limit."""
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    except (ImportError, OSError, ValueError):
-        return None
-    if soft == resource.RLIM_INFINITY or soft < 0:
-        return None
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        mapped = 0
-    return max(0, soft - mapped)
 
 
 CIFAR_SHAPED = ("synthetic", "cifar10")
@@ -135,7 +82,7 @@ def check_memory(
     """Refuse, before anything is allocated, a run whose estimated memory (a lower bound) exceeds the memory
     available: host memory, plus on CUDA the device's free memory for the rollout buffer and the hosts."""
     parts = memory_estimate(config, controller, task, slot_config, local_envs)
-    free, limited = (available, False) if available is not None else _memory_left()
+    free, limited = (available, False) if available is not None else memory_left()
     needs = [("memory", sum(parts.values()), free)]
     if device.type == "cuda" and available is None:
         on_device = parts["rollout buffer"] + parts["env hosts"]
@@ -143,10 +90,10 @@ def check_memory(
     for kind, need, have in needs:
         if have is None or need <= have:
             continue
-        detail = ", ".join(f"{name} {_gib(size)}" for name, size in parts.items() if size)
+        detail = ", ".join(f"{name} {gib(size)}" for name, size in parts.items() if size)
         why = " under this process's address-space limit (ulimit -v)" if limited and kind == "memory" else ""
         raise MemoryEstimateError(
-            f"this run needs at least {_gib(need)} of {kind} ({detail}; a lower-bound estimate) but {_gib(have)} "
+            f"this run needs at least {gib(need)} of {kind} ({detail}; a lower-bound estimate) but {gib(have)} "
             f"is available{why}: lower --envs, --episode-length, --train-samples or --val-samples"
             + (" (or pass a smaller --data-dir archive)" if config.dataset == "npz" and parts["data"] else "")
         )
