@@ -1,7 +1,9 @@
-"""Shared by the determinism, resume and env-worker tests: record a run's events and compare runs."""
+"""Shared by the determinism, resume, env-worker and checkpoint tests: record a run's events, compare runs, craft a
+checkpoint field."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -62,3 +64,13 @@ def first_event_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> 
         if comparable(left) != comparable(right):
             return f"event {index} ({left['event_type']}) differs: {comparable(left)} vs {comparable(right)}"
     return None
+
+
+def replaced(value: Any, keys: tuple[Any, ...], new: Any) -> Any:
+    """A copy of `value` (nested dicts, lists, tuples) with the item at `keys` replaced by `new`; only the containers
+    on the way are copied, so the original is left as it was."""
+    if not keys:
+        return new
+    copied = list(value) if isinstance(value, tuple) else copy.copy(value)
+    copied[keys[0]] = replaced(value[keys[0]], keys[1:], new)
+    return tuple(copied) if isinstance(value, tuple) else copied

@@ -4,7 +4,6 @@ fields a run may legitimately see differ (another device's Adam kernel) still lo
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from esper.simic.training.checkpoint import CheckpointError, CheckpointLayout, l
 from esper.simic.training.checkpoint_schema import problem
 from esper.simic.training.policy_client import HeuristicClient
 from esper.simic.training.wiring import build_policy_client
+from run_helpers import replaced
 from tripwire.gates.pytest_plugin import GateLog
 
 pytestmark = pytest.mark.guardrail
@@ -52,14 +52,6 @@ HOSTILE: list[tuple[tuple[Any, ...], Any, str]] = [
     (("state", "trainer", "events"), 7, "state.trainer.events: an int, expected a str or None"),
     (("state", "data", "classes"), "ten", "state.data.classes: a str, expected an int"),
 ]
-
-
-def replaced(value: Any, keys: tuple[Any, ...], new: Any) -> Any:
-    if not keys:
-        return new
-    copied = list(value) if isinstance(value, tuple) else copy.copy(value)
-    copied[keys[0]] = replaced(value[keys[0]], keys[1:], new)
-    return tuple(copied) if isinstance(value, tuple) else copied
 
 
 def found(payload: dict[str, Any], spec: Any, layout: CheckpointLayout, folder: Path) -> str | None:

@@ -10,7 +10,6 @@ must resume and train.
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import re
 import subprocess
@@ -28,6 +27,7 @@ from esper.simic.training.checkpoint import PAYLOAD_SPEC, state_spec
 from esper.simic.training.checkpoint_schema import problem
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.wiring import build_policy_client
+from run_helpers import replaced
 
 RUN = ("ppo", "--task", "cifar_baseline", "--envs", "2", *TINY, *SMALL_POLICY, "--quiet", "--rounds", "2")
 
@@ -88,20 +88,6 @@ def field_paths(value: Any, where: str = "") -> Iterator[tuple[str, tuple[Any, .
             yield name, (index,)
             for inner, keys in field_paths(item, name):
                 yield inner, (index, *keys)
-
-
-def replaced(value: Any, keys: tuple[Any, ...], new: Any) -> Any:
-    """A copy of `value` with the field at `keys` replaced (only the containers on the way are copied)."""
-    if not keys:
-        return new
-    head, rest = keys[0], keys[1:]
-    if isinstance(value, tuple):
-        items = list(value)
-        items[head] = replaced(value[head], rest, new)
-        return tuple(items)
-    copied = copy.copy(value)
-    copied[head] = replaced(value[head], rest, new)
-    return copied
 
 
 def test_every_hostile_field_is_refused_naming_it_or_is_one_a_run_can_use(saved: tuple[Path, dict[str, Any]]) -> None:

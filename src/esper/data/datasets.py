@@ -134,12 +134,12 @@ def _from_callable(spec: str, *, split: str, n_samples: int | None, seed: int, d
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # the user's code: any failure becomes one line naming it
-        _restore_torch_defaults(before)
         raise UserLoaderError(
             f"--dataset {spec} raised {type(error).__name__} loading the {split} split ({first_line(error, 200)}): "
             "fix the loader so it returns an esper ImageDataset"
         ) from None
-    changed = _restore_torch_defaults(before)
+    finally:
+        changed = _restore_torch_defaults(before)  # put back whatever the loader did, also when it raised
     if changed:
         raise UserLoaderError(
             f"--dataset {spec} changed torch's {changed} while loading the {split} split: the run's numerics would "

@@ -384,14 +384,12 @@ class PPOAgent:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` saved (the config is informational; this agent keeps its own)."""
         self.policy.load_state_dict(state["policy"])
-        saved = dict(state["optimizer"])
-        saved[
-            "param_groups"
-        ] = [  # how the update runs is this run's choice (a checkpoint may come from another device)
+        # Which kernel runs the update is this run's choice (a checkpoint may come from another device).
+        groups = [
             {**group, **{flag: own[flag] for flag in IMPLEMENTATION_FLAGS if flag in own}}
-            for group, own in zip(saved["param_groups"], self.optimizer.param_groups, strict=False)
+            for group, own in zip(state["optimizer"]["param_groups"], self.optimizer.param_groups, strict=False)
         ]
-        self.optimizer.load_state_dict(saved)
+        self.optimizer.load_state_dict({**state["optimizer"], "param_groups": groups})
         self.update_count = int(state["update_count"])
         self.consecutive_nonfinite = int(state["consecutive_nonfinite"])
 

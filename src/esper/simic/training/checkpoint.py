@@ -20,7 +20,18 @@ import torch
 
 from esper.files import replace_atomically
 from esper.messages import first_line
-from esper.simic.training.checkpoint_schema import COUNT, INT, NONE, STR, Fields, ListOf, OneOf, Plain, Scalar, problem
+from esper.simic.training.checkpoint_schema import (
+    COUNT,
+    INT,
+    NON_NEGATIVE,
+    NONE,
+    STR,
+    Fields,
+    ListOf,
+    OneOf,
+    Plain,
+    problem,
+)
 
 CHECKPOINT_FORMAT = "esper-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -116,8 +127,7 @@ def state_spec(client: Any) -> Fields:
     """What a checkpoint's "state" must hold for this run: the client's state (its spec is the resuming client's,
     `PolicyClient.state_spec()`), the trainer's rolling accuracies and events path, and the data signature (absent
     in checkpoints from before it was recorded)."""
-    accuracy = Scalar((float, int), minimum=0.0)  # a percentage
-    trainer = Fields({"round_accuracies": ListOf(accuracy), "events": OneOf((STR, NONE))}, partial=True)
+    trainer = Fields({"round_accuracies": ListOf(NON_NEGATIVE), "events": OneOf((STR, NONE))}, partial=True)
     data = Fields({"dataset": STR, "channels": COUNT, "image_size": COUNT, "classes": COUNT})
     return Fields({"client": client, "trainer": trainer, "data": data}, optional=frozenset({"data"}))
 

@@ -84,6 +84,7 @@ class Plain:
 INT = Scalar((int,))
 COUNT = Scalar((int,), minimum=0)
 FLOAT = Scalar((float, int))
+NON_NEGATIVE = Scalar((float, int), minimum=0.0)
 STR = Scalar((str,))
 BOOL = Scalar((bool,))
 NONE = Scalar((type(None),))

@@ -22,12 +22,12 @@ from esper.simic.training.checkpoint_schema import (
     BOOL,
     COUNT,
     FLOAT,
+    NON_NEGATIVE,
     NONE,
     Exactly,
     Fields,
     OneOf,
     Plain,
-    Scalar,
     TensorSpec,
     Value,
     of_state,
@@ -35,8 +35,6 @@ from esper.simic.training.checkpoint_schema import (
 from esper.simic.training.observations import ObservationBatch
 from esper.tamiyo.heuristic import HeuristicConfig, decide_batch
 from tripwire.sync import hot_path
-
-NON_NEGATIVE = Scalar((float, int), minimum=0.0)
 
 
 @dataclass
@@ -198,16 +196,13 @@ class PPOClient:
         agent = self.agent
         params = [param for group in agent.optimizer.param_groups for param in group["params"]]
         saved = agent.optimizer.state_dict()
-        moments = ("exp_avg", "exp_avg_sq")  # this trainer's Adam never uses amsgrad (a group flipping it is refused)
         step = OneOf((TensorSpec((), torch.float32, 0.0), TensorSpec((), torch.float64, 0.0), NON_NEGATIVE))
-        per_param = {
+        per_param = {  # this trainer's Adam never uses amsgrad (a group flipping it is refused): no max_exp_avg_sq
             index: Fields(
                 {
                     "step": step,
-                    **{
-                        name: TensorSpec(tuple(param.shape), param.dtype, minimum=None if name == "exp_avg" else 0.0)
-                        for name in moments
-                    },
+                    "exp_avg": TensorSpec(tuple(param.shape), param.dtype),
+                    "exp_avg_sq": TensorSpec(tuple(param.shape), param.dtype, minimum=0.0),
                 }
             )
             for index, param in enumerate(params)
