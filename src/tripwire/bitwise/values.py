@@ -124,7 +124,17 @@ def _load(path: Path) -> Any:
         with warnings.catch_warnings():  # a foreign file's pickle protocol warning would add lines to the one line
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, TypeError) as error:
+    except (  # random bytes can reach the unpickler's stack and memo too (IndexError, KeyError)
+        OSError,
+        RuntimeError,
+        ValueError,
+        EOFError,
+        pickle.UnpicklingError,
+        AttributeError,
+        TypeError,
+        IndexError,
+        KeyError,
+    ) as error:
         raise GoldenFileError(f"{path}: unreadable values file ({type(error).__name__}): record it again") from None
 
 
