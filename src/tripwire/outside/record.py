@@ -245,6 +245,21 @@ def record(
     return result
 
 
+def warm() -> None:
+    """Import and compute, once, what every `record` imports and computes whatever the tree: a history fork server
+    calls it before it forks a child per commit, so no child pays for it again. That is the inductor config
+    `use_deterministic_algorithms` imports (dynamo, sympy, triton: about 1.2 s), the sync hooks, and the map of
+    installed distributions a result names (about 0.5 s). Nothing of a tree is imported and no setting changes: a
+    child does exactly what it would do without it, sooner."""
+    import torch._inductor.config  # imported by `use_deterministic_algorithms` on every run
+    import torch.utils.serialization.config  # noqa: F401 - imported when a result's values are saved
+
+    from tripwire.common.context import _owners
+    from tripwire.sync import hooks  # noqa: F401 - imported when the counter starts
+
+    _owners()
+
+
 def _instruments_fired(instrumentation: Instrumentation) -> tuple[str, str]:
     """`("ok", "")`, or an `error` naming the targets never bound or bound and never called."""
     unbound = instrumentation.unbound()

@@ -1,0 +1,73 @@
+"""The fork server's `warm()` leaves a commit's child nothing of torch's or tripwire's to import.
+
+A child forked after `warm()` and running one recording imports only what its scenario and tree bring; a module of
+torch, sympy, triton or tripwire imported there would be paid again by every commit of a walk (1.7 s a commit, when
+`warm()` did not exist). That the child records what a fresh process records is
+`test_history.py::test_the_fork_server_records_what_a_fresh_process_records`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = """
+import json, sys
+from tripwire.common.numerics import apply_portable_cpu_env
+apply_portable_cpu_env()
+import torch
+import tripwire.outside.commands
+from tripwire.outside.record import warm
+if sys.argv[1] == "warm":
+    warm()
+before = set(sys.modules)
+from tripwire.outside.commands import run_main
+code = run_main([sys.argv[2], "--root", sys.argv[3], "--out", sys.argv[4]])
+print(json.dumps({"code": code, "new": sorted(set(sys.modules) - before)}))
+"""
+
+LOOP = """import torch
+
+
+def train():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    loss = model(torch.ones(2, 3)).sum()
+    loss.backward()
+    return float(loss)
+"""
+
+SCENARIO = """from tripwire.scenario import Checkpoint, Region, Scenario
+
+scenario = Scenario(name="warm", call="loop:train", regions=[Region("loop:train", "train")],
+                    checkpoints=[Checkpoint("loop:train")])
+"""
+
+
+def _new_modules(tmp_path: Path, mode: str) -> list[str]:
+    (tmp_path / "tree").mkdir(exist_ok=True)
+    (tmp_path / "tree" / "loop.py").write_text(LOOP)
+    (tmp_path / "scenario.py").write_text(SCENARIO)
+    arguments = [mode, str(tmp_path / "scenario.py"), str(tmp_path / "tree"), str(tmp_path / f"out-{mode}")]
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", CHILD, *arguments], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["code"] == 0
+    return list(answer["new"])
+
+
+def test_after_warm_a_recording_imports_nothing_of_torch_or_tripwire(tmp_path: Path) -> None:
+    new = _new_modules(tmp_path, "warm")
+    heavy = [name for name in new if name.split(".")[0] in ("torch", "sympy", "triton", "tripwire", "numpy")]
+    assert heavy == []
+    assert all(name.startswith("tripwire_scenario_") for name in new), new
+
+
+def test_without_warm_the_same_recording_imports_dynamo_and_sympy(tmp_path: Path) -> None:
+    """The check above fails on the hazard it guards: a server that skips `warm()`."""
+    new = _new_modules(tmp_path, "cold")
+    assert "torch._dynamo" in new and "sympy" in new
