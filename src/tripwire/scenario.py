@@ -35,6 +35,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tripwire.common import closure
 from tripwire.common.errors import TripwireError
 
 __all__ = [
@@ -180,21 +181,35 @@ class Tree:
     commit: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)  # from the adapters that apply (`Adapter.options`)
 
+    def __getattribute__(self, name: str) -> Any:
+        if name == "commit" and (recording := closure.active()) is not None:
+            recording.open_because("it read its commit's sha (Tree.commit), which no other commit shares")
+        return object.__getattribute__(self, name)
+
     def has(self, path: str) -> bool:
         """Whether `path` (relative to the root) exists in this tree."""
-        return (self.root / path).exists()
+        found = (self.root / path).exists()
+        recording = closure.active()
+        if recording is not None and (name := recording.relative(self.root / path)) is not None:
+            recording.exists.add(name)
+        return found
 
     def read(self, path: str) -> str:
         return (self.root / path).read_text(encoding="utf-8")
 
     def is_ancestor(self, ref: str) -> bool:
         """Whether commit `ref` is this tree's commit or one of its ancestors (False outside git)."""
-        done = subprocess.run(
-            ["git", "-C", str(self.root), "merge-base", "--is-ancestor", ref, "HEAD"],
-            capture_output=True,
-            check=False,
-        )
-        return done.returncode == 0
+        with closure.quiet():  # the answer is recorded below, not the process that found it
+            done = subprocess.run(
+                ["git", "-C", str(self.root), "merge-base", "--is-ancestor", ref, "HEAD"],
+                capture_output=True,
+                check=False,
+            )
+        answer = done.returncode == 0
+        recording = closure.active()
+        if recording is not None:
+            recording.ancestors[ref] = answer
+        return answer
 
     def load_module(self, path: str, name: str | None = None) -> ModuleType:
         """Import a file of this tree by path (a test file with helpers, say) without putting its folder on the path."""

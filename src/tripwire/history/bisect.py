@@ -50,6 +50,7 @@ class Finding:
     summary: str
     range: tuple[Commit, Commit] | None = None
     probes: list[str] = field(default_factory=list)  # the shas probed, in order
+    rounds: int = 0  # rounds of probes run at once (`--jobs` of them a round)
 
 
 def _verdict(check: str, base: Result, probe: Result, *, measured: bool = False) -> Verdict:
@@ -96,35 +97,49 @@ def _usable(runner: Runner, commits: Sequence[Commit], low: int, high: int, midd
     return None
 
 
+def _points(low: int, high: int, jobs: int) -> list[int]:
+    """Up to `jobs` commits strictly between `low` and `high`, evenly spaced (one job: the middle)."""
+    count = min(jobs, high - low - 1)
+    return sorted({low + (step * (high - low)) // (count + 1) for step in range(1, count + 1)})
+
+
 def bisect_check(runner: Runner, commits: Sequence[Commit], check: str, base: Result, kind: str = "") -> Finding:
-    """Binary search for the first commit whose `check` differs from the first commit's (see the module docstring);
-    with `kind`, by a difference of that kind."""
+    """Search for the first commit whose `check` differs from the first commit's (see the module docstring); with
+    `kind`, by a difference of that kind. With `jobs` > 1 each round probes that many commits at once, evenly
+    spaced, and keeps the part between the last that matches and the first that differs (k jobs cut the range
+    k + 1 ways a round, instead of two)."""
     label = f"{check} ({kind})" if kind else check
     low, high = 0, len(commits) - 1
-    steps = 0
+    steps = rounds = 0
     probes: list[str] = []
     while high - low > 1:
-        middle = (low + high) // 2
-        if check == "run":
-            index, result = middle, runner.result(commits[middle])
-        else:
-            found = _usable(runner, commits, low, high, middle)
+        points = _points(low, high, max(1, runner.settings.jobs))
+        ran = runner.results([commits[index] for index in points])
+        usable = [(index, ran[commits[index].sha]) for index in points]
+        steps += len(points)
+        probes += [commits[index].sha for index in points]
+        if check != "run":
+            usable = [(index, result) for index, result in usable if result.ok]
+        if not usable:  # every probe of the round failed to run: the nearest commit that did, one at a time
+            found = _usable(runner, commits, low, high, (low + high) // 2)
             if found is None:
                 summary = f"every commit between {commits[low].short} and {commits[high].short} failed to run"
-                return Finding(label, None, steps, summary, (commits[low], commits[high]), probes)
-            index, result = found
-        steps += 1
-        probes.append(commits[index].sha)
-        if _differs(check, kind, base, result):
-            high = index
-        else:
+                return Finding(label, None, steps, summary, (commits[low], commits[high]), probes, rounds + 1)
+            usable = [found]
+            steps += 1
+            probes.append(commits[found[0]].sha)
+        rounds += 1
+        for index, result in usable:
+            if _differs(check, kind, base, result):
+                high = index
+                break
             low = index
     first = commits[high]
     final = runner.result(first)
     summary = (
         f"{final.status}: {final.cause}" if check == "run" else _verdict(check, base, final, measured=True).summary
     )
-    return Finding(label, first, steps, summary, probes=probes)
+    return Finding(label, first, steps, summary, probes=probes, rounds=rounds)
 
 
 def _base_and_head(runner: Runner, commits: Sequence[Commit]) -> tuple[Result, Result]:
@@ -159,27 +174,45 @@ def _split(
     findings: list[Finding],
 ) -> None:
     """Every change point of `check` between two commits that differ in it (a stack, not recursion: a long walk
-    with many points must not hit Python's recursion limit)."""
+    with many points must not hit Python's recursion limit). With `jobs` > 1, that many segments are split at once:
+    their middles run together, then each is split as with one job."""
     pending = [(low, high)]
+    jobs = max(1, runner.settings.jobs)
+    found: list[Finding] = []
     while pending:
-        (lo, a), (hi, b) = pending.pop()
-        if not _differs(check, "", a, b):
-            continue
-        if hi - lo == 1:
-            verdict = None if check == "run" else _verdict(check, a, b, measured=True)
-            kind = "run" if verdict is None else _kind(verdict) or "differs"
-            summary = f"{b.status}: {b.cause}" if verdict is None else verdict.summary
-            label = check if check == "run" else f"{check} ({kind})"
-            findings.append(Finding(label, commits[hi], len(probes), summary, probes=list(probes)))
-            continue
-        middle = (lo + hi) // 2
-        found = (middle, runner.result(commits[middle])) if check == "run" else _usable(runner, commits, lo, hi, middle)
-        if found is None:
-            summary = f"every commit between {commits[lo].short} and {commits[hi].short} failed to run"
-            findings.append(Finding(check, None, len(probes), summary, (commits[lo], commits[hi]), list(probes)))
-            continue
-        probes.append(commits[found[0]].sha)
-        pending += [(found, (hi, b)), ((lo, a), found)]  # the earlier half is popped first: points in commit order
+        batch = [pending.pop() for _ in range(min(jobs, len(pending)))]
+        middles = [commits[(lo + hi) // 2] for (lo, a), (hi, b) in batch if hi - lo > 1 and _differs(check, "", a, b)]
+        if len(middles) > 1:
+            runner.results(middles)  # run together; each is read from the cache below
+        split: list[tuple[tuple[int, Result], tuple[int, Result]]] = []
+        for (lo, a), (hi, b) in batch:
+            if not _differs(check, "", a, b):
+                continue
+            if hi - lo == 1:
+                verdict = None if check == "run" else _verdict(check, a, b, measured=True)
+                kind = "run" if verdict is None else _kind(verdict) or "differs"
+                summary = f"{b.status}: {b.cause}" if verdict is None else verdict.summary
+                label = check if check == "run" else f"{check} ({kind})"
+                found.append(Finding(label, commits[hi], len(probes), summary, probes=list(probes)))
+                continue
+            middle = (lo + hi) // 2
+            point = (
+                (middle, runner.result(commits[middle])) if check == "run" else _usable(runner, commits, lo, hi, middle)
+            )
+            if point is None:
+                summary = f"every commit between {commits[lo].short} and {commits[hi].short} failed to run"
+                found.append(Finding(check, None, len(probes), summary, (commits[lo], commits[hi]), list(probes)))
+                continue
+            probes.append(commits[point[0]].sha)
+            split += [((lo, a), point), (point, (hi, b))]
+        pending += reversed(split)  # the earliest segment on top: points are found roughly in commit order
+    order = {commit.sha: index for index, commit in enumerate(commits)}
+    found.sort(
+        key=lambda finding: order[
+            finding.first.sha if finding.first else finding.range[0].sha if finding.range else commits[0].sha
+        ]
+    )
+    findings += found
 
 
 def bisect(runner: Runner, commits: Sequence[Commit]) -> tuple[list[Finding], Result, Result]:

@@ -57,6 +57,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cpu-pin", choices=("avx2", "native"), default="avx2", help="the workers' CPU kernels")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a commit may run")
     parser.add_argument("--keep-trees", action="store_true", help="keep each commit's worktree under OUT/trees")
+    parser.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="run every commit, even one that changed nothing an earlier run read (tripwire.history.reuse)",
+    )
     return parser.parse_args(argv)
 
 
@@ -65,7 +70,7 @@ class Progress:
     ahead (a bisection), so the count is shown without one."""
 
     def __init__(self, total: int | None) -> None:
-        self.total, self.done, self.ran, self.start = total, 0, 0, time.perf_counter()
+        self.total, self.done, self.ran, self.reused, self.start = total, 0, 0, 0, time.perf_counter()
         self._seen: set[str] = set()
         self._rich: Any = None
         if sys.stderr.isatty():
@@ -85,6 +90,7 @@ class Progress:
         self._seen.add(commit.sha)
         self.done += 1
         self.ran += what == "ran"
+        self.reused += what == "reused"
         counter = f"[{self.done}/{self.total}]" if self.total else f"[{self.done}]"
         line = f"{counter} {commit.short} {result.status:<5} {what:<6} {seconds:5.1f} s  {commit.subject[:60]}"
         if self._rich is not None:
@@ -120,7 +126,16 @@ def _main(argv: Sequence[str] | None = None) -> int:
         touching = args.paths or "anything"
         print(f"error: --range {args.span} holds no commit after the base (touching {touching})", file=sys.stderr)
         return 2
-    settings = WalkSettings(repo, args.scenario.resolve(), out, args.jobs, args.cpu_pin, args.timeout, args.keep_trees)
+    settings = WalkSettings(
+        repo,
+        args.scenario.resolve(),
+        out,
+        args.jobs,
+        args.cpu_pin,
+        args.timeout,
+        args.keep_trees,
+        reuse=not args.no_reuse,
+    )
     progress = Progress(None if args.bisect else len(commits))
     start = time.perf_counter()
     runner = Runner(settings, progress)
@@ -161,6 +176,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         "cache": str(runner.cache),
         "commits": len(commits),
         "ran": progress.ran,
+        "reused": progress.reused,
         "seconds": round(elapsed, 1),
         # what recording these results cost when each was first run (kept with each cached result): a walk over a
         # cache reports its own seconds above, never in place of the walk that produced it
@@ -196,12 +212,14 @@ def _print_summary(
         print(f"{row.commit.short}  {row.step:<17} {row.commit.subject[:70]}{compared}")
     for finding in findings:
         where = f"{finding.first.short} {finding.first.subject[:60]}" if finding.first else "a range"
-        print(f"{first}{finding.check} change: {where} ({finding.steps} probes): {finding.summary[:100]}")
-    per = f", {elapsed / progress.ran:.1f} s per commit run" if progress.ran else ""
+        rounds = f" in {finding.rounds} rounds" if finding.rounds else ""
+        print(f"{first}{finding.check} change: {where} ({finding.steps} probes{rounds}): {finding.summary[:100]}")
+    per = f", {elapsed / progress.done:.2f} s per commit" if progress.ran + progress.reused else ""
     recorded = sum(row.seconds for row in rows)
     cost = f"; recording them took {recorded:.0f} s of worker time" if progress.ran < progress.done else ""
+    cached = progress.done - progress.ran - progress.reused
     print(
-        f"{progress.done} commits ({progress.ran} run, {progress.done - progress.ran} cached) in {elapsed:.1f} s"
+        f"{progress.done} commits ({progress.ran} run, {progress.reused} reused, {cached} cached) in {elapsed:.1f} s"
         f"{per}{cost}"
     )
     print("wrote " + ", ".join(str(path) for path in files))

@@ -50,7 +50,8 @@ def markdown(
     if meta and "recorded_seconds" in meta:
         lines += [
             f"Recording these {len(rows)} results took {meta['recorded_seconds']:.0f} s of worker time; this report "
-            f"took {meta.get('seconds', 0):.1f} s ({meta.get('ran', 0)} run, {len(rows) - meta.get('ran', 0)} cached).",
+            f"took {meta.get('seconds', 0):.1f} s ({meta.get('ran', 0)} run, {meta.get('reused', 0)} reused, "
+            f"{len(rows) - meta.get('ran', 0) - meta.get('reused', 0)} cached).",
             "",
         ]
     if findings:
@@ -61,6 +62,8 @@ def markdown(
         "",
         "Each row is compared with the commit named under `compared with`; `+N commits not run` means the row's",
         "differences also carry the changes of N commits between them that the walk skipped (`--paths`, a crash).",
+        "`(result of X)`: the commit was not run; it changed nothing its closure holds (every file, folder listing",
+        "and question the run of X read, `tripwire.history.reuse`), so X's result stands for it.",
         "",
         "| commit | subject | step | compared with | " + " | ".join(CHECKS[1:]) + " |",
         "|" + "---|" * (len(CHECKS) + 3),
@@ -72,6 +75,7 @@ def markdown(
             cells.append("" if cell.kind in ("identical", "base", "-") else _cell(cell.text))
         cause = row.cells["run"].text.split(": ", 1)[-1]
         step = row.step if row.step not in ("crash", "error", "n/a") else f"{row.step}: {_cell(cause)}"
+        step += f" (result of {row.reused_from[:8]})" if row.reused_from else ""
         subject = _cell(row.commit.subject, 60)
         compared = row.compared.removeprefix("vs ")
         lines.append(f"| {row.commit.short} | {subject} | {step} | {compared} | " + " | ".join(cells) + " |")
@@ -98,6 +102,7 @@ def to_json(rows: Sequence[Row], findings: Sequence[Finding], meta: dict[str, An
                 "kinds": row.kinds,
                 "compared_with": row.against,
                 "commits_between": row.between,
+                "reused_from": row.reused_from,
                 "seconds": round(row.seconds, 2),
                 "cells": {
                     check: {"kind": cell.kind, "text": cell.text, "details": list(cell.details)}
@@ -112,6 +117,7 @@ def to_json(rows: Sequence[Row], findings: Sequence[Finding], meta: dict[str, An
                 "first": finding.first.sha if finding.first else None,
                 "subject": finding.first.subject if finding.first else "",
                 "steps": finding.steps,
+                "rounds": finding.rounds,
                 "probes": finding.probes,
                 "summary": finding.summary,
             }

@@ -69,6 +69,7 @@ class Row:
     seconds: float = 0.0
     kinds: list[str] = field(default_factory=list)
     between: int = 0  # commits between `against` and this one that the walk did not run: their changes count here
+    reused_from: str = ""  # the commit whose result stands for this one (`tripwire.history.reuse`), when not run
 
     @property
     def compared(self) -> str:
@@ -211,6 +212,7 @@ def walk_rows(commits: Sequence[Commit], results: Mapping[str, Result], seconds:
         against, sha = (last_ok[1], last_ok[0].sha) if last_ok is not None else (None, "")
         row = classify(commit, result, against, sha)
         row.seconds = seconds.get(commit.sha, 0.0)
+        row.reused_from = str(result.source.get("reused_from", ""))
         if result.ok and rows and rows[-1].status != "ok" and last_ok is not None:
             row.cells["run"] = Cell("fixed", f"ok again (compared with {last_ok[0].short}, the last commit that ran)")
         rows.append(row)

@@ -34,6 +34,7 @@ import tripwire
 from tripwire.common.errors import TripwireError
 from tripwire.history.commits import Commit, Worktrees
 from tripwire.history.forkserver import PIN_VARIABLE, ForkServer, ForkServerError
+from tripwire.history.reuse import Reuse
 from tripwire.outside.result import Result
 
 # (commit, what happened: "cached" or "ran", the result, seconds the worker took)
@@ -53,6 +54,7 @@ class WalkSettings:
     keep_trees: bool = False
     python: str = sys.executable
     fork_server: bool = hasattr(os, "fork")  # False: a fresh process per commit
+    reuse: bool = True  # False: run every commit, even one whose closure an earlier run's equals
 
 
 def cache_key(settings: WalkSettings) -> str:
@@ -109,6 +111,10 @@ class Runner:
         self._idle_servers: list[ForkServer] = []
         self._busy_servers: set[ForkServer] = set()
         self._no_server = not settings.fork_server
+        self.reuse = Reuse(settings.repo) if settings.reuse else None
+        self.reused: set[str] = set()  # the commits whose result is another commit's (not run)
+        self._learned_cache = False
+        self._finished = False  # a commit of this walk has finished (run or reused)
 
     def close(self) -> None:
         """Shut the fork servers down (the walk calls it when it ends, however it ends)."""
@@ -146,7 +152,7 @@ class Runner:
         return result
 
     def results(self, commits: Iterable[Commit]) -> dict[str, Result]:
-        """Every commit's result, running the uncached ones on `jobs` workers."""
+        """Every commit's result, running the uncached ones on `jobs` workers (see `_schedule`)."""
         commits = list(commits)
         done: dict[str, Result] = {}
         missing = []
@@ -157,17 +163,66 @@ class Runner:
             else:
                 done[commit.sha] = result
                 self._report(commit, "cached", result)
-        pool = ThreadPoolExecutor(max_workers=max(1, self.settings.jobs))
-        try:
-            for commit, result in zip(missing, pool.map(self._run, missing)):
-                done[commit.sha] = result
-        except KeyboardInterrupt:
-            self.stop()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        jobs = max(1, min(self.settings.jobs, len(missing)))
+        if missing:
+            self._learn_cache()
+            pool = ThreadPoolExecutor(max_workers=jobs)
+            pending, condition = list(missing), threading.Condition()
+            running: dict[str, str | None] = {}  # sha -> its predicted signature
+            futures = [pool.submit(self._schedule, pending, running, condition, done) for _ in range(jobs)]
+            try:
+                for future in futures:
+                    future.result()
+            except KeyboardInterrupt:
+                self.stop()
+                with condition:
+                    condition.notify_all()
+                raise
+            finally:
+                with condition:  # whatever ended the walk, no job starts another commit
+                    pending.clear()
+                    condition.notify_all()
+                pool.shutdown(wait=True, cancel_futures=True)
         self.asked.update(done)
         return done
+
+    def _schedule(
+        self,
+        pending: list[Commit],
+        running: dict[str, str | None],
+        condition: threading.Condition,
+        done: dict[str, Result],
+    ) -> None:
+        """One job's loop: take the first pending commit, in walk order, that is not predicted to share the result
+        of a commit running now (`Reuse.predict`: the same answers to the closure learned last), run it or reuse a
+        result for it, and repeat. A commit so predicted waits for that run, then is most likely reused."""
+        while True:
+            with condition:
+                while True:
+                    if self._stopping:
+                        raise KeyboardInterrupt
+                    if not pending:
+                        return
+                    busy = {guess for guess in running.values() if guess is not None}
+                    # until a first run has taught a closure, one commit at a time: what it read decides how many
+                    # of the others run at all
+                    first = self.reuse is not None and running and not self.reuse.learned and not self._finished
+                    commit = None if first else next((c for c in pending if self._prediction(c) not in busy), None)
+                    if commit is not None:
+                        break
+                    condition.wait(timeout=1.0)
+                pending.remove(commit)
+                running[commit.sha] = self._prediction(commit)
+            try:
+                done[commit.sha] = self._run(commit)
+            finally:
+                with condition:
+                    running.pop(commit.sha, None)
+                    self._finished = True
+                    condition.notify_all()
+
+    def _prediction(self, commit: Commit) -> str | None:
+        return None if self.reuse is None else self.reuse.predict(commit.sha)
 
     def result(self, commit: Commit) -> Result:
         """One commit's result (cached, or run now)."""
@@ -189,6 +244,9 @@ class Runner:
         folder = self.folder(commit)
         folder.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
+        source = self._reusable(commit)
+        if source is not None:
+            return self._reuse(commit, source, start)
         tree = self.worktrees.add(commit)
         try:
             code, tail = self._work(commit, tree, folder)
@@ -208,7 +266,48 @@ class Runner:
             cause = f"the worker exited with code {code} before writing a result" + (f": {tail}" if tail else "")
             Result(self._scenario_name(), "crash", cause, source={"commit": commit.sha}).save(folder)
         result = Result.load(folder, values=False)
+        if self.reuse is not None:
+            self.reuse.learn(commit.sha, folder / "closure.json")
         self._report(commit, "ran", result)
+        return result
+
+    def _reusable(self, commit: Commit) -> str | None:
+        """The commit whose result stands for `commit`'s, or None (reuse off, or no closure answers the same)."""
+        if self.reuse is None:
+            return None
+        self._learn_cache()
+        return self.reuse.find(commit.sha)
+
+    def _learn_cache(self) -> None:
+        """Learn the closures of the results an earlier walk left in this cache (once, when something must run)."""
+        with self._lock:
+            if self.reuse is None or self._learned_cache:
+                return
+            self._learned_cache = True
+            for folder in sorted(self.cache.iterdir()) if self.cache.is_dir() else ():
+                if (folder / "result.json").is_file() and (folder / "closure.json").is_file():
+                    self.reuse.learn(folder.name, folder / "closure.json")
+
+    def _reuse(self, commit: Commit, source: str, start: float) -> Result:
+        """Copy `source`'s result as `commit`'s: the same files, its `source` naming both commits."""
+        folder, origin = self.folder(commit), self.cache / source
+        for name in _RESULT_FILES:
+            if (origin / name).is_file():
+                shutil.copyfile(origin / name, folder / name)
+            else:
+                (folder / name).unlink(missing_ok=True)
+        data = json.loads((origin / "result.json").read_text(encoding="utf-8"))
+        data["source"] = {**data.get("source", {}), "commit": commit.sha, "reused_from": source}
+        partial = folder / "result.json.partial"
+        partial.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        partial.replace(folder / "result.json")  # last: a copy cut short is not a result
+        seconds = time.perf_counter() - start
+        (folder / "walk.json").write_text(json.dumps({"seconds": round(seconds, 3)}) + "\n", encoding="utf-8")
+        self.seconds[commit.sha] = seconds
+        with self._lock:
+            self.reused.add(commit.sha)
+        result = Result.load(folder, values=False)
+        self._report(commit, "reused", result)
         return result
 
     def _server(self) -> ForkServer | None:
@@ -243,6 +342,7 @@ class Runner:
         """Run the worker; `(exit code, last line of its error output)`. Its output goes to `worker.log`."""
         settings = self.settings
         arguments = [str(settings.scenario.resolve()), "--root", str(tree), "--commit", commit.sha]
+        arguments += ["--closure"] if self.reuse is not None else []
         arguments += [
             "--out",
             str(folder),
@@ -291,6 +391,10 @@ class Runner:
 
     def _scenario_name(self) -> str:
         return self.settings.scenario.stem
+
+
+# what a result folder holds besides result.json (`Result.save`); a reused result copies each one there is
+_RESULT_FILES = ("trajectory.json", "payloads.json", "values.pt", "payload_values.pt", "traceback.txt")
 
 
 def _last_line(log: Path) -> str:

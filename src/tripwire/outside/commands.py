@@ -13,6 +13,7 @@ does not apply), 1 a crash, a scenario error, a difference or an exceeded budget
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tripwire.common.closure import Closure
 from tripwire.common.errors import TripwireError, naming_update_command
 from tripwire.common.numerics import apply_portable_cpu_env
 
@@ -49,6 +51,9 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-values", action="store_true", help="keep digests only (no values.pt)")
     parser.add_argument("--values-store", type=Path, help="keep each distinct tensor once in this shared folder")
     parser.add_argument("--budget", type=Path, help="also check the syncs against this budget file")
+    parser.add_argument(
+        "--closure", action="store_true", help="also write closure.json: what of the tree the run read (for reuse)"
+    )
     args = parser.parse_args(argv)
     if args.cpu_pin == "avx2":
         if "torch" in sys.modules:  # fine only when the pin was set before torch started (a history fork server)
@@ -78,8 +83,13 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     commit = args.commit if args.commit is not None else _commit_of(root)
-    result = record(scenario, root, commit=commit, keep_values=False if args.no_values else None)
+    reads = Closure(root) if args.closure else contextlib.nullcontext()
+    (args.out / "closure.json").unlink(missing_ok=True)  # an earlier run's, never this result's
+    with reads:
+        result = record(scenario, root, commit=commit, keep_values=False if args.no_values else None)
     result.save(args.out, values_store=args.values_store)
+    if isinstance(reads, Closure):  # after the result: a closure never stands beside a result it does not describe
+        reads.save(args.out / "closure.json")
     print(f"{scenario.name}: {result.summary()} -> {args.out}")
     code = 0 if result.status in ("ok", "n/a") else 1
     if args.budget is not None and result.ok:

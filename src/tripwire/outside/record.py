@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
+from tripwire.common import closure
 from tripwire.common.context import capture_context, imported_distributions
 from tripwire.common.errors import TripwireError
 from tripwire.compile.counter import CompileCounter
@@ -65,10 +66,15 @@ def _tree_on_path(root: Path, paths: Sequence[str]) -> Iterator[None]:
     finally:
         sys.path[:] = saved_path
         prefix = str(root)
+        unloaded = []
         for name in set(sys.modules) - before:
             module_file = getattr(sys.modules.get(name), "__file__", None) or ""
             if module_file.startswith(prefix) or name.startswith("tripwire_tree_"):
                 del sys.modules[name]
+                unloaded.append(module_file)
+        recording = closure.active()
+        if recording is not None:  # a module imported from a cached pyc elsewhere never opened its source
+            recording.modules(file for file in unloaded if file)
 
 
 @contextlib.contextmanager

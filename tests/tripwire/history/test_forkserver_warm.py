@@ -24,7 +24,7 @@ if sys.argv[1] == "warm":
     warm()
 before = set(sys.modules)
 from tripwire.outside.commands import run_main
-code = run_main([sys.argv[2], "--root", sys.argv[3], "--out", sys.argv[4]])
+code = run_main([sys.argv[2], "--root", sys.argv[3], "--out", sys.argv[4], "--closure"])
 print(json.dumps({"code": code, "new": sorted(set(sys.modules) - before)}))
 """
 

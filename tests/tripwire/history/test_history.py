@@ -17,6 +17,18 @@ from typing import Any
 import pytest
 from synthetic_repo import STEPS, build, write_scenario
 
+SLOW_ENTRY = """import time
+
+
+def slow_train(tree):
+    time.sleep(3.0)
+    import train
+
+    return train.train()
+
+
+"""
+
 
 def history(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "tripwire", "history", *args]
@@ -60,7 +72,9 @@ def test_the_report_comes_as_markdown_json_and_a_picture(walk: dict[str, Any]) -
     table = (out / "history.md").read_text()
     assert "| commit | subject | step | compared with | trajectory | syncs | compile | telemetry | payloads |" in table
     assert (out / "history.png").stat().st_size > 1000 and (out / "history.svg").exists()
-    assert walk["report"]["ran"] == len(walk["shas"])
+    # every commit ran but the fix, whose tree is the one before the crash again: that commit's result stands for it
+    assert walk["report"]["ran"] == len(walk["shas"]) - 1 and walk["report"]["reused"] == 1
+    assert [row["reused_from"] for row in walk["report"]["rows"]][7] == walk["shas"][5]
 
 
 def test_a_second_walk_is_free(walk: dict[str, Any]) -> None:
@@ -90,7 +104,8 @@ def test_bisection_finds_the_first_commit_of_each_kind_of_change(walk: dict[str,
         "telemetry": "telemetry",
         "payloads": "perf",  # the drift reaches the logged loss values
     }
-    assert all(1 <= finding["steps"] <= 3 for finding in found.values())  # log2 of 8 commits between A and B
+    # 7 commits between A and B: two probes a round (--jobs 2) cut the range in three, so two rounds at most
+    assert all(1 <= finding["rounds"] <= 2 and finding["steps"] <= 2 * finding["rounds"] for finding in found.values())
 
 
 def test_bisection_finds_where_a_run_first_crashed(walk: dict[str, Any]) -> None:
@@ -194,7 +209,13 @@ def test_ctrl_c_ends_in_one_line_and_the_next_walk_resumes(walk: dict[str, Any],
     import signal
     import time
 
-    command = [sys.executable, "-m", "tripwire", "history", *walk["args"][:-2], "--out", str(tmp_path / "out")]
+    # the same walk, each commit made to take 3 s: the SIGINT below must reach a running commit, however fast
+    slow = tmp_path / "slow_scenario.py"
+    text = Path(walk["args"][5]).read_text()
+    slow.write_text(SLOW_ENTRY + text.replace('call="train:train"', "call=slow_train"))
+    args = [*walk["args"][:-2], "--out", str(tmp_path / "out")]
+    args[args.index(walk["args"][5])] = str(slow)
+    command = [sys.executable, "-m", "tripwire", "history", *args]
     process = subprocess.Popen(
         [*command, "--jobs", "1"],
         cwd=tmp_path,
@@ -224,7 +245,8 @@ def test_ctrl_c_ends_in_one_line_and_the_next_walk_resumes(walk: dict[str, Any],
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((tmp_path / "out" / "history.json").read_text())
     kept = sum(1 for line in seen if line.startswith("["))
-    assert report["ran"] == len(walk["shas"]) - kept  # what finished before Ctrl-C was kept, nothing else
+    # what finished before Ctrl-C was kept, nothing else (the fix's result is the commit's before the crash)
+    assert report["ran"] + report["reused"] == len(walk["shas"]) - kept and report["reused"] == 1
     assert [row["step"] for row in report["rows"]] == [kind for _, kind, _ in STEPS]  # no killed worker's crash
 
 
