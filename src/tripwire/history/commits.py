@@ -3,7 +3,8 @@
 `list_commits(repo, "A..B", paths)` is A followed by every commit of `git rev-list --reverse A..B` (only those
 touching `paths`, when given; only the first-parent line with `first_parent`). A is the base every later commit is
 compared with, directly or through the ones between. Worktrees are detached checkouts under the walk's output
-folder, made and removed one at a time (git locks its worktree list), so several workers can share one repository.
+folder, made and removed one at a time (git locks its worktree list), so several workers can share one repository;
+a worktree a commit is done with is checked out again for the next (`Worktrees`).
 """
 
 from __future__ import annotations
@@ -99,25 +100,60 @@ def _subjects(repo: Path, shas: Sequence[str]) -> dict[str, str]:
 
 
 class Worktrees:
-    """Detached worktrees of one repository under `folder`, made and removed one at a time."""
+    """Detached worktrees of one repository under `folder`, made and removed one at a time.
 
-    def __init__(self, repo: Path, folder: Path) -> None:
+    A worktree a commit is done with goes back to a pool (`keep=False`): the next commit checks itself out there
+    (`git checkout --detach -f`, which writes only the files that differ) and `git clean -ffdx` removes whatever the
+    last run left (bytecode, outputs, ignored files), so the tree holds exactly the commit's files, as a new worktree
+    would, for a fraction of the cost (esper-lite: 1,500 files, 0.3 to 0.9 s to create). With `keep=True` each commit
+    gets a worktree of its own under its short sha, left in place."""
+
+    def __init__(self, repo: Path, folder: Path, *, keep: bool = False) -> None:
         self.repo = repo
         self.folder = folder
+        self.keep = keep
         self._lock = threading.Lock()
+        self._free: list[Path] = []
+        self._made = 0
 
     def add(self, commit: Commit) -> Path:
-        tree = self.folder / commit.short
         with self._lock:
+            tree = self._free.pop() if self._free and not self.keep else None
+        if tree is not None:
+            try:
+                git(tree, "checkout", "-q", "--detach", "-f", commit.sha)
+                git(tree, "clean", "-q", "-ffdx")
+                return tree
+            except HistoryError:
+                self.remove(tree, discard=True)  # whatever broke it, the commit gets a new one below
+        with self._lock:
+            if self.keep:
+                tree = self.folder / commit.short
+            else:
+                self._made += 1
+                tree = self.folder / f"job-{self._made}"
             if tree.exists():
                 self._remove(tree)
             self.folder.mkdir(parents=True, exist_ok=True)
             git(self.repo, "worktree", "add", "--detach", "--force", str(tree), commit.sha)
         return tree
 
-    def remove(self, tree: Path) -> None:
+    def remove(self, tree: Path, *, discard: bool = False) -> None:
+        """Done with `tree`: back to the pool (or removed, when `discard` or kept per commit)."""
         with self._lock:
+            if self.keep:
+                return
+            if not discard:
+                self._free.append(tree)
+                return
             self._remove(tree)
+
+    def close(self) -> None:
+        """Remove every pooled worktree (the walk calls it when it ends)."""
+        with self._lock:
+            trees, self._free = self._free, []
+            for tree in trees:
+                self._remove(tree)
 
     def _remove(self, tree: Path) -> None:
         done = subprocess.run(

@@ -101,7 +101,7 @@ class Runner:
         self.settings = settings
         self.key = cache_key(settings)
         self.cache = settings.out / "results" / self.key
-        self.worktrees = Worktrees(settings.repo, settings.out / "trees")
+        self.worktrees = Worktrees(settings.repo, settings.out / "trees", keep=settings.keep_trees)
         self.progress = progress
         self.seconds: dict[str, float] = {}  # per commit: the worker's wall time (cached: as first recorded)
         self.asked: dict[str, Result] = {}  # every commit a caller asked for, with its result
@@ -123,6 +123,7 @@ class Runner:
             self._idle_servers.clear()
         for server in servers:
             server.close()
+        self.worktrees.close()
 
     def stop(self) -> None:
         """Kill every running worker (each in its own session, so a terminal's Ctrl-C does not reach them) and run
@@ -254,8 +255,7 @@ class Runner:
             self.stop()
             raise
         finally:
-            if not self.settings.keep_trees:
-                self.worktrees.remove(tree)
+            self.worktrees.remove(tree, discard=self._stopping)
         if self._stopping and (code < 0 or not (folder / "result.json").exists()):
             shutil.rmtree(folder, ignore_errors=True)  # killed by stop(): whatever it left is not a result
             raise KeyboardInterrupt

@@ -132,3 +132,28 @@ def test_the_recorder_sees_opens_bytecode_listings_and_the_scenarios_questions(t
     (tree / "late.txt").write_text("y")  # nothing is recorded outside a closure
     (tree / "late.txt").read_text()
     assert "late.txt" not in closure.files
+
+
+def test_a_pooled_worktree_holds_exactly_the_next_commits_files(walks: dict[str, Any], tmp_path: Path) -> None:
+    """A worktree goes back to the pool after a commit; whatever that run wrote, changed or left there is gone when
+    the next commit checks itself out in it."""
+    from tripwire.history.commits import Commit, Worktrees, git
+
+    shas, repo = walks["shas"], walks["root"] / "repo"
+    trees = Worktrees(repo, tmp_path / "trees")
+    try:
+        tree = trees.add(Commit(shas[3], ""))
+        (tree / "helpers.py").write_text("broken = True\n")  # a run that rewrote a tracked file
+        (tree / "__pycache__").mkdir()
+        (tree / "__pycache__" / "helpers.cpython-311.pyc").write_bytes(b"stale")
+        (tree / "events.jsonl").write_text("{}\n")
+        trees.remove(tree)
+        again = trees.add(Commit(shas[5], ""))
+        assert again == tree  # the same folder, checked out again
+        assert git(again, "rev-parse", "HEAD").strip() == shas[5]
+        assert git(again, "status", "--porcelain", "--ignored").strip() == ""
+        assert (again / "helpers" / "__init__.py").exists() and "** 2" not in (again / "helpers.py").read_text()
+        trees.remove(again)
+    finally:
+        trees.close()
+    assert not any((tmp_path / "trees").iterdir())
