@@ -163,3 +163,21 @@ def test_a_crash_is_one_line_naming_the_line_of_the_tree(tmp_path: Path) -> None
     assert result.status == "crash" and "\n" not in result.cause
     assert result.cause.startswith("TypeError: ") and "(ppo_script.py:" in result.cause
     assert result.traceback.startswith("Traceback") and "TypeError" in result.traceback
+
+
+def test_a_crash_message_naming_a_file_of_the_tree_names_it_relative_to_the_tree(tmp_path: Path) -> None:
+    """Python's own messages carry absolute paths (a circular import names the module's file): written relative to
+    the tree, the same failure reads the same in two checkouts, so a history walk compares it."""
+    from tripwire.outside.record import one_line
+
+    causes = []
+    for name in ("one", "two"):
+        root = tmp_path / name
+        try:
+            raise ImportError(
+                f"cannot import name 'A' from partially initialized module 'pkg' ({root}/pkg/__init__.py)"
+            )
+        except ImportError as error:
+            causes.append(one_line(error, root))
+    assert causes[0] == causes[1]
+    assert "partially initialized module 'pkg' (pkg/__init__.py)" in causes[0] and str(tmp_path) not in causes[0]

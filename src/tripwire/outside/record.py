@@ -42,8 +42,11 @@ from tripwire.telemetry.payloads import DEFAULT_EXCLUDED, payload_trajectory, pa
 
 
 def one_line(error: BaseException, root: Path | None = None, tb: TracebackType | None = None) -> str:
-    """`ValueError: bad shape (src/model.py:42)`: the exception's first line and the innermost frame in `root`."""
+    """`ValueError: bad shape (src/model.py:42)`: the exception's first line and the innermost frame in `root`. A
+    path under `root` in the message is written relative to it, so one failure reads the same in every checkout."""
     text = str(error).strip().splitlines()
+    if text and root is not None:
+        text[0] = text[0].replace(str(root).rstrip(os.sep) + os.sep, "")
     head = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
     frames = list(traceback.extract_tb(tb or error.__traceback__))
     inside = [frame for frame in frames if root is None or frame.filename.startswith(str(root))]
