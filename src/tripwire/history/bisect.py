@@ -143,7 +143,8 @@ def bisect_check(runner: Runner, commits: Sequence[Commit], check: str, base: Re
 
 
 def _base_and_head(runner: Runner, commits: Sequence[Commit]) -> tuple[Result, Result]:
-    base, head = runner.result(commits[0]), runner.result(commits[-1])
+    ran = runner.results([commits[0], commits[-1]])  # together, with two jobs
+    base, head = ran[commits[0].sha], ran[commits[-1].sha]
     if not base.ok:
         raise ValueError(f"the base {commits[0].short} did not run ({base.status}: {base.cause}): pick another A")
     return base, head
