@@ -2,7 +2,9 @@
 
 - `errors`: the exceptions, each naming the file, region, checkpoint or flag at fault, and the golden-file reader;
 - `numerics`: the CPU kernel pin that makes bitwise goldens verify on other x86-64 machines;
-- `context`: the settings a bitwise golden depends on, captured, keyed and compared.
+- `context`: the settings a bitwise golden depends on, captured, keyed and compared;
+- `closure`: what of a source tree one run read (the files, folder listings and questions a history walk reuses a
+  result by).
 
 Nothing here imports another tripwire package. This package, `errors` and `numerics` load no torch (the noxfile
 and a `conftest.py` set the pin before torch starts).
