@@ -9,9 +9,11 @@ given), compares each with the one before and writes `history.md`, `history.json
 `--bisect` runs A and B, and for each check that differs finds the first commit that shows it; `--bisect all` finds
 every change point of each check, each classified against its own predecessor (`bisect.md`, `bisect.json`,
 `bisect.png`). Results are cached under `--out`: a second run is free, and an interrupted one (Ctrl-C) resumes
-where it stopped. Progress is live on a terminal (rich), one line per commit elsewhere. The scenario file is loaded
-once before anything runs: one that cannot load is a usage error, not a crash at every commit. Exit codes: 0 the
-walk or bisection finished, 1 it could not (the base did not run), 2 a usage error, 130 interrupted.
+where it stopped. A commit that changed nothing an earlier commit's run read takes that result instead of running
+(`tripwire.history.reuse`; `--no-reuse` runs every commit). Progress is live on a terminal (rich), one line per
+commit elsewhere. The scenario file is loaded once before anything runs: one that cannot load is a usage error, not
+a crash at every commit. Exit codes: 0 the walk or bisection finished, 1 it could not (the base did not run), 2 a
+usage error, 130 interrupted.
 """
 
 from __future__ import annotations
