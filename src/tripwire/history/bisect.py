@@ -182,13 +182,12 @@ def _split(
     found: list[Finding] = []
     while pending:
         batch = [pending.pop() for _ in range(min(jobs, len(pending)))]
-        middles = [commits[(lo + hi) // 2] for (lo, a), (hi, b) in batch if hi - lo > 1 and _differs(check, "", a, b)]
+        batch = [((lo, a), (hi, b)) for (lo, a), (hi, b) in batch if _differs(check, "", a, b)]
+        middles = [commits[(lo + hi) // 2] for (lo, _), (hi, _) in batch if hi - lo > 1]
         if len(middles) > 1:
             runner.results(middles)  # run together; each is read from the cache below
         split: list[tuple[tuple[int, Result], tuple[int, Result]]] = []
         for (lo, a), (hi, b) in batch:
-            if not _differs(check, "", a, b):
-                continue
             if hi - lo == 1:
                 verdict = None if check == "run" else _verdict(check, a, b, measured=True)
                 kind = "run" if verdict is None else _kind(verdict) or "differs"
@@ -208,12 +207,13 @@ def _split(
             split += [((lo, a), point), (point, (hi, b))]
         pending += reversed(split)  # the earliest segment on top: points are found roughly in commit order
     order = {commit.sha: index for index, commit in enumerate(commits)}
-    found.sort(
-        key=lambda finding: order[
-            finding.first.sha if finding.first else finding.range[0].sha if finding.range else commits[0].sha
-        ]
-    )
+    found.sort(key=lambda finding: order[(finding.first or _range_start(finding, commits)).sha])
     findings += found
+
+
+def _range_start(finding: Finding, commits: Sequence[Commit]) -> Commit:
+    """Where a finding that names only a range begins (every finding names a first commit or a range)."""
+    return finding.range[0] if finding.range else commits[0]
 
 
 def bisect(runner: Runner, commits: Sequence[Commit]) -> tuple[list[Finding], Result, Result]:

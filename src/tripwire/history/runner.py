@@ -112,7 +112,6 @@ class Runner:
         self._busy_servers: set[ForkServer] = set()
         self._no_server = not settings.fork_server
         self.reuse = Reuse(settings.repo) if settings.reuse else None
-        self.reused: set[str] = set()  # the commits whose result is another commit's (not run)
         self._learned_cache = False
         self._finished = False  # a commit of this walk has finished (run or reused)
 
@@ -208,12 +207,13 @@ class Runner:
                     # until a first run has taught a closure, one commit at a time: what it read decides how many
                     # of the others run at all
                     first = self.reuse is not None and running and not self.reuse.learned and not self._finished
-                    commit = None if first else next((c for c in pending if self._prediction(c) not in busy), None)
-                    if commit is not None:
+                    picked = None if first else self._pick(pending, busy)
+                    if picked is not None:
                         break
                     condition.wait(timeout=1.0)
+                commit, guess = picked
                 pending.remove(commit)
-                running[commit.sha] = self._prediction(commit)
+                running[commit.sha] = guess
             try:
                 done[commit.sha] = self._run(commit)
             finally:
@@ -222,8 +222,13 @@ class Runner:
                     self._finished = True
                     condition.notify_all()
 
-    def _prediction(self, commit: Commit) -> str | None:
-        return None if self.reuse is None else self.reuse.predict(commit.sha)
+    def _pick(self, pending: list[Commit], busy: set[str]) -> tuple[Commit, str | None] | None:
+        """The first pending commit whose prediction no running commit shares, with its prediction."""
+        for commit in pending:
+            guess = None if self.reuse is None else self.reuse.predict(commit.sha)
+            if guess is None or guess not in busy:
+                return commit, guess
+        return None
 
     def result(self, commit: Commit) -> Result:
         """One commit's result (cached, or run now)."""
@@ -304,8 +309,6 @@ class Runner:
         seconds = time.perf_counter() - start
         (folder / "walk.json").write_text(json.dumps({"seconds": round(seconds, 3)}) + "\n", encoding="utf-8")
         self.seconds[commit.sha] = seconds
-        with self._lock:
-            self.reused.add(commit.sha)
         result = Result.load(folder, values=False)
         self._report(commit, "reused", result)
         return result

@@ -7,8 +7,9 @@ The loop (`train.py`) imports `helpers` from the tree's root and reads `scale.tx
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
+
+from synthetic_repo import git, init
 
 TRAIN = """import torch
 
@@ -65,17 +66,9 @@ scenario = Scenario(name="reuse-loop", call="train:train", cwd="root", checkpoin
 """
 
 
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
 def build(repo: Path) -> list[str]:
     """The repository, one commit per step; the shas, oldest first."""
-    repo.mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "tests@example.invalid")
-    git(repo, "config", "user.name", "tripwire tests")
+    init(repo)
     shas = []
     for subject, files, _, _ in STEPS:
         for name, text in files.items():

@@ -118,12 +118,17 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-def build(repo: Path) -> list[str]:
-    """The repository with one commit per step; returns the shas, oldest first."""
+def init(repo: Path) -> None:
+    """An empty repository at `repo` (created), with a committer of its own."""
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "tests@example.invalid")
     git(repo, "config", "user.name", "tripwire tests")
+
+
+def build(repo: Path) -> list[str]:
+    """The repository with one commit per step; returns the shas, oldest first."""
+    init(repo)
     text, shas = BASE, []
     for subject, _, edits in STEPS:
         for old, new in edits:
