@@ -114,18 +114,23 @@ PREFETCH_STEPS = 2
 _END_OF_PASS = object()
 
 
+def _one_plain_group(grads: Sequence[Tensor]) -> bool:
+    """Whether `grads` are plain tensors on one CPU or CUDA device, of one dtype (and there is at least one)."""
+    first = grads[0] if grads else None
+    return (
+        first is not None
+        and first.device.type in ("cpu", "cuda")
+        and all(type(g) is Tensor and g.device == first.device and g.dtype == first.dtype for g in grads)
+    )
+
+
 def clip_grad_norm_(parameters: Sequence[nn.Parameter], max_norm: float) -> Tensor:
     """`torch.nn.utils.clip_grad_norm_` (L2) with the same ops in the same order, hence the same bits, minus its
     per-call grouping by device and dtype: every batch clips the host and each trainable seed, and that Python
     cost about 1 % of an epoch. Anything but plain tensors on one device and dtype (the common case: always here)
     goes to torch's own function."""
     grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return nn.utils.clip_grad_norm_(parameters, max_norm)
-    first = grads[0]
-    if first.device.type not in ("cpu", "cuda") or any(
-        type(g) is not Tensor or g.device != first.device or g.dtype != first.dtype for g in grads
-    ):
+    if not _one_plain_group(grads):
         return nn.utils.clip_grad_norm_(parameters, max_norm)
     total: Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
     coefficient = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
