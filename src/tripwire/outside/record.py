@@ -256,11 +256,9 @@ def record(
 
 def warm() -> None:
     """Import and compute, once, what every `record` imports and computes whatever the tree: a history fork server
-    calls it before it forks a child per commit, so no child pays for it again. That is the inductor config
-    `use_deterministic_algorithms` imports (dynamo, sympy, triton: about 1.2 s), the sync hooks, and the map of
-    installed distributions a result names (about 0.5 s). Nothing of a tree is imported and no setting changes: a
-    child does exactly what it would do without it, sooner."""
-    import torch._inductor.config  # imported by `use_deterministic_algorithms` on every run
+    calls it before it forks a child per commit, so no child pays for it again. That is the sync hooks, the map of
+    installed distributions a result names (about 0.5 s) and torch's serialization config. Nothing of a tree is
+    imported and no setting changes: a child does exactly what it would do without it, sooner."""
     import torch.utils.serialization.config  # noqa: F401 - imported when a result's values are saved
 
     from tripwire.common.context import _owners
@@ -283,12 +281,19 @@ def _torch_settings(scenario: Scenario) -> Iterator[None]:
     """The scenario's thread count and determinism flag for the run; the caller's afterwards."""
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(scenario.threads)
-    torch.use_deterministic_algorithms(scenario.deterministic)
+    _deterministic(scenario.deterministic)
     try:
         yield
     finally:
         torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
+        _deterministic(deterministic)
+
+
+def _deterministic(mode: bool) -> None:
+    """`torch.use_deterministic_algorithms(mode)` where it changes something: the call imports inductor's config to set
+    its flag too (dynamo, sympy: about 1.7 s, a third of a short recording), which a plain run never pays."""
+    if torch.are_deterministic_algorithms_enabled() != mode or torch.is_deterministic_algorithms_warn_only_enabled():
+        torch.use_deterministic_algorithms(mode)
 
 
 def _event_files(scenario: Scenario, folder: Path) -> list[dict[str, Any]]:

@@ -44,6 +44,8 @@ import contextlib
 import functools
 import operator
 import os
+import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,11 +138,14 @@ _PLACE_KEEPING: tuple[str, ...] = (
 )
 _PLACE_KEEPING += ("squeeze", "flatten", "t", "clone", "detach", "__getitem__")
 _KEEPS_PLACE = frozenset(getattr(torch.Tensor, name) for name in _PLACE_KEEPING)
+# Every function the explicit mode does more with than call it (outside torch.compile); others pass straight through
+_WATCHED = frozenset(_SIMPLE_KINDS) | {torch.Tensor.to, torch.Tensor.copy_} | frozenset(_BUILDERS)
+_WATCHED |= _HOST_BUILDERS | _KEEPS_PLACE
 _MASK_DTYPES = (torch.bool, torch.uint8)
 _NO_IMPLICIT = "-"
 _implicit_cache: dict[Any, str] = {}
 _routed_dunders: frozenset[str] | None = None
-_dispatch_installed = False
+_implicit_by = ""  # how implicit syncs are counted now: "kernels", "mode" or "" (not at all)
 
 
 @dataclass
@@ -149,6 +154,7 @@ class Installation:
 
     function_mode: TorchFunctionMode | None = None
     dispatch_mode: TorchDispatchMode | None = None
+    kernels: _ImplicitKernels | None = None  # counting implicit syncs in place of `dispatch_mode`
     restores: list[tuple[Any, str, bool, Any]] = field(default_factory=list)
     skipping: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # `tripwire.sync.dynamo`
     swaps: list[Swap] = field(default_factory=list)  # functions whose code counts their calls
@@ -184,6 +190,8 @@ class _ExplicitSyncMode(TorchFunctionMode):
                 # it as it does without a mode, not by tracing the method's body
                 return getattr(args[0], func.__name__)(*args[1:], **kwargs)
             return func(*args, **kwargs)
+        if func not in _WATCHED:  # nearly every call: nothing to count or mark
+            return func(*args, **kwargs)
         kind = _SIMPLE_KINDS.get(func)
         if kind is None:
             if func is torch.Tensor.to:
@@ -203,16 +211,16 @@ class _ExplicitSyncMode(TorchFunctionMode):
 def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> bool:
     """Whether a call built a tensor in host memory: a host builder given no `device=` (`torch.stack`/`cat` of host
     tensors), or a place-keeping method of a host-built tensor; seen on CPU runs only (`copies.host_born`)."""
-    if not isinstance(result, torch.Tensor) or result.device.type != "cpu":
-        return False
     if func in _HOST_BUILDERS:
         if "device" in kwargs or not made_by_user(2):  # 2 frames up: the code calling the builder
             return False
         if func is torch.stack or func is torch.cat:
             parts = args[0] if args else kwargs.get("tensors", ())
-            return bool(parts) and all(host_born(part) for part in parts)
-        return True
-    return func in _KEEPS_PLACE and bool(args) and host_born(args[0])
+            if not (parts and all(host_born(part) for part in parts)):
+                return False
+    elif not (func in _KEEPS_PLACE and args and host_born(args[0])):
+        return False
+    return isinstance(result, torch.Tensor) and result.device.type == "cpu"
 
 
 # c10d's ops as the dispatcher sees them -> the `torch.distributed` name a collective is counted under
@@ -245,13 +253,17 @@ def _static_implicit_kind(func: Any) -> str:
     collective (`collective:all_reduce`): seen at the dispatcher, it is counted however the Python function that
     issued it was referenced (`from torch.distributed import all_reduce` at import); one issued inside a counted
     `torch.distributed` call is not counted again."""
-    if getattr(func, "namespace", "") == "c10d":
-        name = func._schema.name.split("::", 1)[-1]
+    schema = getattr(func, "_schema", None)
+    name = schema.name.split("::", 1)[-1] if schema is not None else ""
+    return _static_kind(getattr(func, "namespace", ""), name, getattr(func, "tags", ()))
+
+
+def _static_kind(namespace: str, name: str, tags: Any) -> str:
+    """`_static_implicit_kind` from an op's namespace, name (no overload) and tags."""
+    if namespace == "c10d":
         return f"collective:{_C10D_NAMES.get(name, name.strip('_'))}"
-    tags = getattr(func, "tags", ())
     if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
         return _NO_IMPLICIT
-    name = func._schema.name.split("::", 1)[-1]
     if name == "index":
         return "mask"
     if name == "repeat_interleave":
@@ -266,6 +278,11 @@ def _implicit_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     static = _implicit_cache.get(func)
     if static is None:
         static = _implicit_cache[func] = _static_implicit_kind(func)
+    return _call_kind(static, args, kwargs)
+
+
+def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """An op's kind for one call's arguments, from its static kind (a boolean mask, a missing output size)."""
     if static == _NO_IMPLICIT:
         return None
     if static == "mask":
@@ -303,6 +320,201 @@ class _ImplicitSyncMode(TorchDispatchMode):
         if kind is not None:
             sync.deliver(kind, implicit=not kind.startswith("collective:"))
         return func(*args, **kwargs)
+
+
+# Where a data-dependent op gets a counting kernel, when this torch build gives the op one there. The autograd keys
+# see an op called from Python, from autograd's formulas or from an op that decomposes above autograd, and never one
+# that another op's kernel runs inside itself (autograd is switched off below it): the ops a dispatch mode sees. A
+# backend key is reached as well by an inference tensor's op outside inference mode (it has no autograd key).
+_AUTOGRAD_KEYS: tuple[str, ...] = (
+    "AutogradCPU",
+    "AutogradCUDA",
+    "AutogradHIP",
+    "AutogradXPU",
+    "AutogradMPS",
+    "AutogradHPU",
+)
+_AUTOGRAD_KEYS += ("AutogradMTIA", "AutogradPrivateUse1", "AutogradOther", "AutogradNestedTensor", "AutogradXLA")
+_BACKEND_KEYS = ("CPU", "CUDA", "HIP", "XPU", "MPS", "HPU", "MTIA", "PrivateUse1")
+_targets: tuple[int, list[tuple[str, str, str, tuple[str, ...]]]] = (-1, [])
+
+
+def kernels_available() -> bool:
+    """Whether this torch can hand back an op's own kernel (`torch.library.get_kernel`, torch 2.9 and later): then
+    implicit syncs are counted by kernels registered over the data-dependent ops alone (`_ImplicitKernels`), else by a
+    dispatch mode that sees every op (`_ImplicitSyncMode`)."""
+    return hasattr(torch.library, "get_kernel") and hasattr(torch._C, "_dispatch_get_all_op_names")
+
+
+use_kernels = kernels_available()  # a switch for tests: False counts through the dispatch mode on any torch
+
+
+def _kernels_here() -> bool:
+    """Whether this counter counts implicit syncs with kernels: torch can, and no process group is running. A
+    collective's kernel blocks, and a kernel written in Python would hold the interpreter's lock through it while
+    other ranks' work needs it; so where collectives run, the dispatch mode counts, as it counts a c10d op issued past
+    the patched `torch.distributed` functions (a reference taken before the counter started)."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return use_kernels and not distributed
+
+
+def _has_kernel(op: str, key: str) -> bool:
+    try:
+        return bool(torch._C._dispatch_has_computed_kernel_for_dispatch_key(op, key))
+    except RuntimeError:  # a key this torch build does not know
+        return False
+
+
+def _implicit_targets() -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """`(namespace, name.overload, static kind, keys)` of every registered op an implicit sync can come from: those
+    tagged `data_dependent_output` or `dynamic_output_shape` (c10d's collectives are not: see `_kernels_here`). An
+    op with a
+    CompositeImplicitAutograd kernel is left out: it decomposes before the backends, and what it decomposes into is
+    counted (as a dispatch mode sees it). Listed again when ops have been registered since (a library loaded)."""
+    global _targets
+    names = torch._C._dispatch_get_all_op_names()
+    if _targets[0] == len(names):
+        return _targets[1]
+    found = []
+    for full in sorted(names):
+        qualified, _, overload = full.partition(".")
+        namespace, _, name = qualified.partition("::")
+        try:
+            tags = torch._C._get_operation_overload(qualified, overload)[2]
+        except RuntimeError:  # an op whose schema cannot be read here: nothing to count it by
+            continue
+        static = _static_kind(namespace, name, tags)
+        if static == _NO_IMPLICIT or torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd"):
+            continue
+        # `_local_scalar_dense` run at a backend key outside autograd is another op's own read (a CPU `var`), but a
+        # top-level one is `.item()`, already counted explicitly
+        if static.startswith("collective:"):  # see `_kernels_here`
+            continue
+        wanted = _AUTOGRAD_KEYS + (() if name == "_local_scalar_dense" else _BACKEND_KEYS)
+        keys = tuple(key for key in wanted if _has_kernel(full, key))
+        if keys:
+            found.append((namespace, full.split("::", 1)[1], static, keys))
+    _targets = (len(names), found)
+    return found
+
+
+def _counting_here() -> bool:
+    """Whether this thread counts implicit syncs: it entered a counter or runs carried work (`_LOCAL.implicit`), or
+    torch carried a counting thread's modes to it (autograd's device threads run a backward with its caller's
+    function modes, as they would a dispatch mode)."""
+    if _LOCAL.implicit:
+        return True
+    stack = torch._C._len_torch_function_stack()
+    return any(isinstance(torch._C._get_function_stack_at(index), _ExplicitSyncMode) for index in range(stack))
+
+
+_LOCAL = sync._LOCAL
+
+
+def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[..., Any]:
+    """A kernel for one op and key: counts the call where this thread counts, then runs the op's own kernel. At a
+    backend key it counts only an inference tensor's op outside inference mode (any other top-level call was counted
+    at its autograd key; inside inference mode the dispatch mode counts, see `_InferenceWatch`); nothing run inside a
+    counted op's kernel is counted."""
+    call = original.call_boxed
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        local = _LOCAL
+        if local.nested or local.by_mode or is_compiling() or not _counting_here():
+            return call(keyset, *args, **kwargs)
+        if not autograd:
+            first = args[0] if args else None
+            if not isinstance(first, torch.Tensor) or not first.is_inference() or torch.is_inference_mode_enabled():
+                return call(keyset, *args, **kwargs)
+        kind = _call_kind(static, args, kwargs)
+        if kind is not None:
+            sync.deliver(kind, implicit=True)
+        local.nested += 1
+        try:
+            return call(keyset, *args, **kwargs)
+        finally:
+            local.nested -= 1
+
+    return kernel
+
+
+class _InferenceWatch:
+    """While counters run with kernels: inside `torch.inference_mode` autograd is off for every op, so the kernels at
+    the autograd keys never run and a backend kernel cannot tell an op from one another op runs inside itself. There
+    the dispatch mode counts, pushed on entering inference mode on a counting thread and popped on leaving it."""
+
+    def __init__(self, installation: Installation) -> None:
+        cls = torch.autograd.grad_mode.inference_mode
+        enter, leave = cls.__enter__, cls.__exit__
+        watch = self
+
+        def __enter__(self: Any) -> None:
+            enter(self)
+            watch.entered()
+
+        def __exit__(self: Any, *exc: Any) -> None:
+            try:
+                watch.left()
+            finally:
+                leave(self, *exc)
+
+        _patch(installation, cls, "__enter__", __enter__)
+        _patch(installation, cls, "__exit__", __exit__)
+        self.stack = threading.local()
+        self.entered()  # a counter started inside inference mode
+
+    def entered(self) -> None:
+        pushed: list[TorchDispatchMode | None] = self.stack.__dict__.setdefault("pushed", [])
+        mode = None
+        if torch.is_inference_mode_enabled() and _counting_here() and not any(pushed):
+            mode = _ImplicitSyncMode()
+            mode.__enter__()
+            _LOCAL.by_mode += 1
+        pushed.append(mode)
+
+    def left(self) -> None:
+        pushed: list[TorchDispatchMode | None] = self.stack.__dict__.get("pushed", [])
+        mode = pushed.pop() if pushed else None
+        if mode is not None:
+            _LOCAL.by_mode -= 1
+            mode.__exit__(None, None, None)
+
+    def close(self) -> None:
+        self.left()  # the mode pushed for a counter started inside inference mode
+
+
+class _ImplicitKernels:
+    """Implicit syncs counted by kernels registered over the data-dependent ops' own (`torch.library`): only those ops
+    pay for counting, where a dispatch mode costs every op a trip through Python. Counted on the threads a dispatch
+    mode would be active on; `close` restores each op's own kernel."""
+
+    def __init__(self, installation: Installation) -> None:
+        self.libraries: dict[str, torch.library.Library] = {}
+        self.watch: _InferenceWatch | None = None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
+                for namespace, name, static, keys in _implicit_targets():
+                    library = self.libraries.get(namespace)
+                    if library is None:
+                        library = self.libraries[namespace] = torch.library.Library(namespace, "IMPL")
+                    for key in keys:
+                        original = torch.library.get_kernel(f"{namespace}::{name}", key)
+                        kernel = _counting_kernel(static, original, key.startswith("Autograd"))
+                        library.impl(name, kernel, key, with_keyset=True)
+            self.watch = _InferenceWatch(installation)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Restore every op's own kernel (the inference-mode patch is restored with the installation's others)."""
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+        for library in self.libraries.values():
+            library._destroy()
+        self.libraries.clear()
 
 
 class _RoutingProbe(TorchFunctionMode):
@@ -404,7 +616,7 @@ def _patch_collectives(installation: Installation) -> None:
 
 def install(*, implicit: bool) -> Installation:
     """Install what is not yet installed: modes on this thread, patches process-wide."""
-    global _dispatch_installed
+    global _implicit_by
     installation = Installation()
     try:
         installation.skipping.enter_context(dynamo_skips_tripwire())
@@ -414,10 +626,19 @@ def install(*, implicit: bool) -> Installation:
             _patch_sync_functions(installation)
             installation.function_mode = _ExplicitSyncMode()
             installation.function_mode.__enter__()
-        if implicit and not _dispatch_installed:
-            installation.dispatch_mode = _ImplicitSyncMode()
-            installation.dispatch_mode.__enter__()
-            _dispatch_installed = True
+        if implicit and not _implicit_by:
+            if _kernels_here():
+                _LOCAL.implicit += 1
+                try:
+                    installation.kernels = _ImplicitKernels(installation)
+                except BaseException:
+                    _LOCAL.implicit -= 1
+                    raise
+                _implicit_by = "kernels"
+            else:
+                installation.dispatch_mode = _ImplicitSyncMode()
+                installation.dispatch_mode.__enter__()
+                _implicit_by = "mode"
     except BaseException:
         uninstall(installation)
         raise
@@ -429,17 +650,29 @@ def thread_modes(*, implicit: bool) -> Iterator[None]:
     """Push the counting modes on the current (worker) thread; torch modes are thread-local, patches are not."""
     with contextlib.ExitStack() as modes:
         modes.enter_context(_ExplicitSyncMode())
-        if implicit:
+        if implicit and _implicit_by == "kernels":
+            _LOCAL.implicit += 1
+            modes.callback(_thread_done)
+        elif implicit:
             modes.enter_context(_ImplicitSyncMode())
         yield
 
 
+def _thread_done() -> None:
+    _LOCAL.implicit -= 1
+
+
 def uninstall(installation: Installation) -> None:
     """Undo `install` in reverse order; patches are restored even if popping a mode fails."""
-    global _dispatch_installed
+    global _implicit_by
     try:
+        if installation.kernels is not None:
+            _implicit_by = ""
+            _LOCAL.implicit -= 1
+            installation.kernels.close()
+            installation.kernels = None
         if installation.dispatch_mode is not None:
-            _dispatch_installed = False
+            _implicit_by = ""
             installation.dispatch_mode.__exit__(None, None, None)
         if installation.function_mode is not None:
             installation.function_mode.__exit__(None, None, None)

@@ -95,6 +95,9 @@ class _ThreadState(threading.local):
         self.regions: list[tuple[object, str]] = []  # (the tripwire.sync.hot_path object, its name)
         self.suppress = 0
         self.label: str | None = None
+        self.implicit = 0  # depth of implicit counting on this thread (`tripwire.sync.hooks` kernels read it)
+        self.nested = 0  # inside a counted data-dependent op's own kernel: what it runs is not counted again
+        self.by_mode = 0  # a dispatch mode counts implicit syncs on this thread (`hooks._InferenceWatch`)
 
 
 _STATE = _GlobalState()

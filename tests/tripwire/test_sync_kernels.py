@@ -1,0 +1,146 @@
+"""Implicit syncs counted by kernels over the data-dependent ops (`hooks._ImplicitKernels`) are the syncs the dispatch
+mode counts (`hooks._ImplicitSyncMode`): the same kinds at the same lines, call by call, in every autograd state."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+
+from tripwire.sync import hooks
+from tripwire.sync.counter import SyncCounter
+from tripwire.sync.regions import carried
+
+pytestmark = pytest.mark.skipif(not hooks.kernels_available(), reason="torch.library.get_kernel needs torch 2.9+")
+
+
+@pytest.fixture
+def both(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Callable[[], None]], list[tuple[str, str]]]]:
+    """Run a body under each way of counting and return the kernels' events after checking the mode's match them."""
+
+    def run(body: Callable[[], None]) -> list[tuple[str, str]]:
+        seen = {}
+        for use_kernels in (True, False):
+            monkeypatch.setattr(hooks, "use_kernels", use_kernels)
+            with SyncCounter() as counter:
+                body()
+            seen[use_kernels] = [(event.kind, event.site.rsplit(":", 1)[-1]) for event in counter.events]
+        assert seen[True] == seen[False]
+        return seen[True]
+
+    yield run
+
+
+def _line() -> str:
+    import inspect
+
+    frame = inspect.currentframe()
+    assert frame is not None and frame.f_back is not None
+    return str(frame.f_back.f_lineno + 1)
+
+
+def test_top_level_data_dependent_ops_are_counted_once(both: Callable[..., list[tuple[str, str]]]) -> None:
+    x = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)
+    lines: dict[str, str] = {}
+
+    def body() -> None:
+        lines["mask"] = _line()
+        x[x > 0].sum().backward()  # the index's own nonzero and its backward's are inside kernels: not counted
+        lines["ops"] = _line()
+        torch.nonzero(x), torch.allclose(x, x), torch.unique(x), torch.repeat_interleave(torch.tensor([1, 2]))
+        lines["item"] = _line()
+        x.sum().item()
+
+    events = both(body)
+    assert events == [
+        ("implicit:index(mask)", lines["mask"]),
+        ("implicit:nonzero", lines["ops"]),
+        ("implicit:allclose", lines["ops"]),
+        ("implicit:_unique2", lines["ops"]),
+        ("implicit:repeat_interleave", lines["ops"]),
+        ("item", lines["item"]),
+    ]
+
+
+def test_an_ops_own_reads_inside_its_kernel_are_not_counted(both: Callable[..., list[tuple[str, str]]]) -> None:
+    """A CPU `var` and CPU fused Adam read scalars inside their kernels: not a sync on a GPU, so not counted."""
+    x = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)
+    x.grad = torch.ones(3)
+    optimizer = torch.optim.Adam([x], fused=True)
+
+    def body() -> None:
+        x.var(correction=0)
+        optimizer.step()
+        x.detach()[torch.tensor([0, 1])]  # integer indices: no mask, nothing data-dependent
+
+    assert both(body) == []
+
+
+def test_inference_mode_and_inference_tensors(both: Callable[..., list[tuple[str, str]]]) -> None:
+    x = torch.tensor([0.0, 1.0, 2.0])
+    with torch.inference_mode():
+        made = torch.ones(3)
+    lines: dict[str, str] = {}
+
+    def body() -> None:
+        with torch.inference_mode():
+            lines["inside"] = _line()
+            torch.nonzero(x), x.var(correction=0), x[x > 0]
+            with torch.inference_mode(False):
+                lines["reenabled"] = _line()
+                torch.nonzero(x)
+        lines["tensor"] = _line()
+        torch.nonzero(made), made[made > 0]
+        with torch.no_grad():
+            lines["no_grad"] = _line()
+            torch.nonzero(x)
+
+    assert both(body) == [
+        ("implicit:nonzero", lines["inside"]),
+        ("implicit:index(mask)", lines["inside"]),
+        ("implicit:nonzero", lines["reenabled"]),
+        ("implicit:nonzero", lines["tensor"]),
+        ("implicit:index(mask)", lines["tensor"]),
+        ("implicit:nonzero", lines["no_grad"]),
+    ]
+
+
+def test_a_counter_started_inside_inference_mode(both: Callable[..., list[tuple[str, str]]]) -> None:
+    x = torch.tensor([0.0, 1.0])
+    with torch.inference_mode():
+        assert [kind for kind, _ in both(lambda: (torch.nonzero(x), x.var()))] == ["implicit:nonzero"]
+    assert not torch.is_inference_mode_enabled()
+
+
+def test_threads_count_as_the_mode_did(both: Callable[..., list[tuple[str, str]]]) -> None:
+    """Carried work counts; a thread nobody carried does not (torch modes are per thread)."""
+    x = torch.tensor([0.0, 1.0])
+
+    def body() -> None:
+        work = carried(lambda: torch.nonzero(x))
+        threads = [threading.Thread(target=work), threading.Thread(target=lambda: torch.nonzero(x))]
+        for thread in threads:
+            thread.start()
+            thread.join()
+
+    assert [kind for kind, _ in both(body)] == ["implicit:nonzero"]
+
+
+def test_each_ops_own_kernel_is_back_after_the_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing is left registered: the ops run their own kernels, and inference mode is torch's again."""
+    monkeypatch.setattr(hooks, "use_kernels", True)
+    x = torch.tensor([0.0, 1.0])
+    enter = torch.autograd.grad_mode.inference_mode.__enter__
+    with SyncCounter() as counter:
+        torch.nonzero(x)
+        assert torch.autograd.grad_mode.inference_mode.__enter__ is not enter
+    with SyncCounter(implicit=False) as explicit_only:
+        torch.nonzero(x)
+    assert [event.kind for event in counter.events] == ["implicit:nonzero"]
+    assert explicit_only.events == []
+    assert torch.autograd.grad_mode.inference_mode.__enter__ is enter
+    ours = {f"{namespace}/{name}/{key}" for namespace, name, _, keys in hooks._implicit_targets() for key in keys}
+    assert ours and not ours & torch.library._impls  # every registration is gone
+    assert torch.nonzero(x).tolist() == [[1]]
