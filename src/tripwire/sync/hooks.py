@@ -3,11 +3,16 @@
 - `_ExplicitSyncMode` (a `TorchFunctionMode`) classifies explicit host pulls: `.item()`, `.cpu()`,
   `.tolist()`, `.numpy()`, `np.asarray(t)`, `bool/float/int/complex/operator.index(t)`, printing a
   tensor, `x in t`, and host-bound copies (`.to(...)`, `copy_`; see "Host-bound copies" below).
-- `_ImplicitSyncMode` (a `TorchDispatchMode`) catches aten ops tagged `data_dependent_output` or
-  `dynamic_output_shape` (`nonzero`, `unique`, `masked_select`, `bincount`, `equal`,
-  `_local_scalar_dense` reached from inside torch, boolean-mask `index`, `repeat_interleave` without
-  `output_size`, `one_hot` without `num_classes`). Syncs already counted explicitly are not counted
-  twice: the explicit hook suppresses recording while the call it counted runs.
+- Implicit syncs are aten ops tagged `data_dependent_output` or `dynamic_output_shape` (`nonzero`, `unique`,
+  `masked_select`, `bincount`, `equal`, `_local_scalar_dense` reached from inside torch, boolean-mask `index`,
+  `repeat_interleave` without `output_size`, `one_hot` without `num_classes`), counted as a dispatch mode sees them:
+  called from Python, from autograd or from an op that decomposes above autograd, never an op another op's kernel
+  runs inside itself (a CPU `var` reading its mean). On torch 2.9 and later `_ImplicitKernels` registers a counting
+  kernel over each such op at its autograd keys (and at its backend keys for inference tensors), so only those ops
+  pay; inside `torch.inference_mode`, where autograd is off, in a process with a running process group, and on
+  older torch, `_ImplicitSyncMode` (a `TorchDispatchMode`) counts, costing every op a trip through Python. The two
+  are compared call by call in tests/tripwire/test_sync_kernels.py. Syncs already counted explicitly are not
+  counted twice: the explicit hook suppresses recording while the call it counted runs.
 - `torch.cuda.synchronize`, `torch.accelerator.synchronize`, `torch.cuda.Stream.synchronize` and
   `torch.cuda.Event.synchronize` count their calls while a counter is active, restored on exit (also when the body
   raised): their code is swapped (`tripwire.sync.swaps`), so a reference taken before the counter started
@@ -22,7 +27,9 @@
   `.item()` of `all_gather_object`) is not counted again. A collective issued any other way (a reference taken
   before the counter started, `from torch.distributed import all_reduce`; a `ProcessGroup` method called directly)
   is counted where it reaches the dispatcher, as a c10d op (`collective:all_reduce`; `all_gather_object` so shows
-  as its two `collective:all_gather`), by the dispatch mode (`implicit=True`, the default).
+  as its two `collective:all_gather`), by the dispatch mode (`implicit=True`, the default), which counts wherever a
+  process group was running when the counter started. One started before the group (a script that initialises it
+  itself) counts collectives by the patched functions alone.
 
 Host-bound copies (`.to(...)` and `copy_` towards the host, however spelled) and host-to-device copies that block
 the host (`to_device`: a `.to(device)` from host memory that is not pinned and non-blocking; `copy_to_device`: the
@@ -31,7 +38,8 @@ on CPU runs by reading the call and by which tensors were built in host memory (
 without `device=`, and the place-keeping methods of such a tensor, marked as they are made).
 
 Under torch.compile the hooks stay out of what is compiled: while dynamo traces an op into a graph the function mode
-passes it through (`torch.compiler.is_compiling()`), the dispatch mode declares `ignore_compile_internals`, and
+and the kernels pass it through (`torch.compiler.is_compiling()`), the dispatch mode declares
+`ignore_compile_internals`, and
 tripwire's frames are on dynamo's skip list (`tripwire.sync.dynamo`). Syncs in a compiled function's eager parts
 (at its graph breaks) are counted as anywhere else.
 
