@@ -1,15 +1,16 @@
 """The cost of recording from outside: a loop run plain against the same loop under `python -m tripwire run`.
 
-A measurement, not a gate. Each round runs every loop twice, plain and recorded, in fresh processes, in an order
-that alternates round by round, so drift in the machine's speed reaches both sides alike; the ratio reported is the
-median over rounds of recorded wall time / plain wall time. Both sides run with the same CPU pin and one thread,
-what a recording uses, so the ratio is the instruments' cost alone. Wall time is the whole process (interpreter,
-`import torch`, the loop); tripwire's own import is part of the cost it reports.
+A measurement, not a gate. After one untimed round, each round runs every loop twice, plain and recorded, in fresh
+processes, in an order that alternates round by round, so drift in the machine's speed reaches both sides alike; the
+ratio reported is the median over rounds of recorded wall time / plain wall time. Both sides run with the same CPU
+pin and one thread, what a recording uses, so the ratio is the instruments' cost alone. Wall time is the whole
+process (interpreter, `import torch`, the loop); tripwire's own import is part of the cost it reports.
 
-Loops: CleanRL's `ppo.py` as published (tests/tripwire/third_party) at two sizes and the SB3 PPO script of
-tests/tripwire/loops, with their test scenarios (every instrument placed, checkpoints and events included) and,
-for CleanRL, the same scenario stripped to sync counting (no checkpoints, no events), which says where the time
-goes. Needs the test dependencies (gymnasium, tyro, tensorboard, stable-baselines3). Run it on a quiet machine:
+Loops: CleanRL's `ppo.py` as published (tests/tripwire/third_party) at two sizes, the SB3 PPO script of
+tests/tripwire/loops and its PPO loop that compiles its parts with inductor, with their test scenarios (every
+instrument placed, checkpoints and events included) and, for CleanRL, the same scenario stripped to sync counting
+(no checkpoints, no events), which says where the time goes. Needs the test dependencies (gymnasium, tyro,
+tensorboard, stable-baselines3). Run it on a quiet machine:
 
     python benchmarks/recording_cost.py [--rounds 5] [--json build/recording_cost.json]
 """
@@ -44,6 +45,8 @@ class Loop:
 
 CLEANRL = TESTS / "third_party" / "cleanrl" / "ppo.py"
 CLEANRL_SCENARIO = TESTS / "third_party" / "cleanrl_ppo_scenario.py"
+COMPILED = TESTS / "loops" / "compiled_script.py"  # compiles its policy step, its GAE and its update, LeanRL-style
+COMPILED_SCENARIO = TESTS / "loops" / "compiled_script_scenario.py"
 SMALL = ("--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256", "--update-epochs", "2")
 LARGE = ("--num-envs", "4", "--num-steps", "128", "--total-timesteps", "2048")
 LOOPS = (
@@ -51,6 +54,7 @@ LOOPS = (
     Loop("cleanrl ppo.py, 4 x 512 steps", CLEANRL, CLEANRL_SCENARIO, LARGE),
     Loop("cleanrl ppo.py, 4 x 512 steps, syncs only", CLEANRL, CLEANRL_SCENARIO, LARGE, stripped=True),
     Loop("sb3 PPO, 4 x 64 steps", TESTS / "loops" / "sb3_script.py", TESTS / "loops" / "sb3_script_scenario.py", ()),
+    Loop("compiled PPO loop (inductor), 4 x 64 steps", COMPILED, COMPILED_SCENARIO, ()),
 )
 
 
@@ -97,12 +101,14 @@ def measure(loop: Loop, rounds: int, work: Path) -> dict[str, object]:
     plain = [sys.executable, str(tree / loop.script.name), *loop.argv]
     recorded = [sys.executable, "-m", "tripwire", "run", str(scenario), "--root", str(tree), "--out"]
     times: dict[str, list[float]] = {"plain": [], "recorded": []}
-    for index in range(rounds):
+    for index in range(rounds + 1):  # round 0 is untimed: it fills the caches both sides share (inductor's code)
         order = ("plain", "recorded") if index % 2 == 0 else ("recorded", "plain")
         for side in order:
             scratch = Path(tempfile.mkdtemp(dir=folder))
             command = plain if side == "plain" else [*recorded, str(scratch / "result")]
-            times[side].append(_timed(command, scratch))
+            seconds = _timed(command, scratch)
+            if index:
+                times[side].append(seconds)
     ratios = [r / p for r, p in zip(times["recorded"], times["plain"])]
     return {
         "loop": loop.name,

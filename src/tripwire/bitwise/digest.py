@@ -32,13 +32,20 @@ def short(digest: str) -> str:
     return digest[:DISPLAY_CHARS]
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    """Raw bytes of a contiguous CPU copy of `tensor` (dense; conj/neg views resolved)."""
+def _tensor_bytes(tensor: torch.Tensor) -> Any:
+    """The raw bytes of `tensor` as a dense, contiguous CPU buffer with conj/neg views resolved (a NumPy array of
+    uint8, read by `hashlib` without a copy). Each step runs only where it changes something: a dense contiguous CPU
+    tensor, what a checkpoint holds nearly always, is read in place."""
     data = tensor.detach()
     if data.layout != torch.strided:
         data = data.to_dense()
-    data = data.resolve_conj().resolve_neg().cpu().contiguous().reshape(-1)
-    return data.view(torch.uint8).numpy().tobytes()
+    if data.is_conj() or data.is_neg():
+        data = data.resolve_conj().resolve_neg()
+    if data.device.type != "cpu":
+        data = data.cpu()
+    if not data.is_contiguous():
+        data = data.contiguous()
+    return data.reshape(-1).view(torch.uint8).numpy()
 
 
 def numpy_tensor(value: Any) -> torch.Tensor | None:

@@ -1,0 +1,52 @@
+"""A tensor's digest reads its bytes in place where it can; the bytes are those of a dense, contiguous CPU copy."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+from tripwire.bitwise.digest import _tensor_bytes, tensor_digest
+
+
+def _copied(tensor: torch.Tensor) -> bytes:
+    """Every step always taken, then copied out: what the digest read before it read in place."""
+    data = tensor.detach()
+    if data.layout != torch.strided:
+        data = data.to_dense()
+    data = data.resolve_conj().resolve_neg().cpu().contiguous().reshape(-1)
+    return data.view(torch.uint8).numpy().tobytes()
+
+
+base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+CASES = {
+    "contiguous": base,
+    "transposed": base.t(),
+    "strided slice": base[:, ::2],
+    "zero-dim": torch.tensor(3.5),
+    "empty": torch.empty(0, 3),
+    "bool": base > 5,
+    "bfloat16": base.to(torch.bfloat16),
+    "int64": base.long(),
+    "conj view": torch.complex(base, -base).conj(),
+    "neg view": torch.complex(base, base).conj().imag,
+    "sparse": base.to_sparse(),
+    "parameter": torch.nn.Parameter(base.clone()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_bytes_are_those_of_a_dense_contiguous_copy(name: str) -> None:
+    tensor = CASES[name]
+    assert bytes(_tensor_bytes(tensor)) == _copied(tensor)
+    expected = hashlib.sha256(f"tensor|{tensor.dtype}|{tuple(tensor.shape)}|".encode() + _copied(tensor)).hexdigest()
+    assert tensor_digest(tensor) == expected
+
+
+def test_a_view_and_its_copy_digest_alike_and_a_changed_bit_does_not() -> None:
+    view = base.t()
+    assert tensor_digest(view) == tensor_digest(view.contiguous())
+    changed = view.contiguous()
+    changed[0, 0] = torch.nextafter(changed[0, 0], torch.tensor(1.0))
+    assert tensor_digest(changed) != tensor_digest(view)
