@@ -144,3 +144,21 @@ def test_each_ops_own_kernel_is_back_after_the_counter(monkeypatch: pytest.Monke
     ours = {f"{namespace}/{name}/{key}" for namespace, name, _, keys in hooks._implicit_targets() for key in keys}
     assert ours and not ours & torch.library._impls  # every registration is gone
     assert torch.nonzero(x).tolist() == [[1]]
+
+
+def test_a_thread_counts_where_torch_carried_a_counting_mode_to_it() -> None:
+    """Autograd's device threads run a CUDA backward under its caller's function modes, never under `carried`: a
+    thread counts when a counting mode is on its function-mode stack, and not otherwise."""
+    seen: dict[str, bool] = {}
+
+    def probe() -> None:
+        seen["bare"] = hooks._counting_here()
+        with hooks._ExplicitSyncMode():
+            seen["carried mode"] = hooks._counting_here()
+        with torch.overrides.TorchFunctionMode():
+            seen["another mode"] = hooks._counting_here()
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    assert seen == {"bare": False, "carried mode": True, "another mode": False}

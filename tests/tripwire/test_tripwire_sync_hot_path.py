@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import _len_torch_dispatch_stack
 
-from tripwire.sync import hot_path
+from tripwire.sync import hooks, hot_path
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.regions import _current_regions
 
@@ -18,9 +18,16 @@ def test_hot_path_without_a_counter_pushes_no_region_and_no_torch_mode() -> None
         assert _len_torch_dispatch_stack() == 0
 
 
-def test_counter_installs_modes_only_while_active() -> None:
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "dispatch mode"])
+def test_counter_installs_modes_only_while_active(kernels: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With kernels counting implicit syncs no dispatch mode is pushed, except inside inference mode."""
+    monkeypatch.setattr(hooks, "use_kernels", kernels and hooks.kernels_available())
     with SyncCounter():
-        assert torch._C._len_torch_function_stack() == 1 and _len_torch_dispatch_stack() == 1
+        dispatch = 0 if hooks.use_kernels else 1
+        assert torch._C._len_torch_function_stack() == 1 and _len_torch_dispatch_stack() == dispatch
+        with torch.inference_mode():
+            assert _len_torch_dispatch_stack() == 1
+        assert _len_torch_dispatch_stack() == dispatch
     assert torch._C._len_torch_function_stack() == 0 and _len_torch_dispatch_stack() == 0
 
 
