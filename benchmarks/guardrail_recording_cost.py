@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "guardrails"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tests" / "guardrails"), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 import torch  # noqa: E402
 from guardrail_scenarios import SCENARIOS, run_scenario, scenario_config, single_threaded  # noqa: E402
 
 from esper.nissa import InMemoryBackend, TelemetryHub  # noqa: E402
 from esper.simic.training.vectorized import run_training  # noqa: E402
+from recording_cost import ratio_row, show  # noqa: E402
 
 NAMES = ("a_baseline", "b_lifecycle", "c_rollback", "d_resume", "f_compiled")
 
@@ -79,18 +79,9 @@ def main(argv: list[str] | None = None) -> int:
                     if index:  # round 0 is the untimed first run of each side
                         times[name][side].append(seconds)
         for name in names:
-            plain, recorded = times[name]["plain"], times[name]["recorded"]
-            ratios = [r / p for r, p in zip(recorded, plain)]
-            row = {
-                "scenario": name,
-                "plain_s": round(statistics.median(plain), 3),
-                "recorded_s": round(statistics.median(recorded), 3),
-                "ratio": round(statistics.median(ratios), 3),
-                "ratios": [round(ratio, 3) for ratio in ratios],
-            }
+            row = ratio_row({"scenario": name}, times[name]["plain"], times[name]["recorded"], digits=3)
             rows.append(row)
-            print(f"{name:<12} plain {row['plain_s']:6.2f} s  recorded {row['recorded_s']:6.2f} s  "
-                  f"ratio {row['ratio']:.2f}x  (rounds {row['ratios']})", flush=True)  # fmt: skip
+            show(f"{name:<12}", row)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"rounds": args.rounds, "scenarios": rows}, indent=1) + "\n", encoding="utf-8")

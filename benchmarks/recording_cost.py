@@ -109,14 +109,24 @@ def measure(loop: Loop, rounds: int, work: Path) -> dict[str, object]:
             seconds = _timed(command, scratch)
             if index:
                 times[side].append(seconds)
-    ratios = [r / p for r, p in zip(times["recorded"], times["plain"])]
-    return {
-        "loop": loop.name,
-        "plain_s": round(statistics.median(times["plain"]), 2),
-        "recorded_s": round(statistics.median(times["recorded"]), 2),
-        "ratio": round(statistics.median(ratios), 2),
+    return ratio_row({"loop": loop.name}, times["plain"], times["recorded"], digits=2)
+
+
+def ratio_row(named: dict[str, object], plain: list[float], recorded: list[float], digits: int) -> dict[str, object]:
+    """`named` with the medians of both sides and of the round-by-round ratios recorded / plain, and those ratios."""
+    ratios = [r / p for r, p in zip(recorded, plain)]
+    return named | {
+        "plain_s": round(statistics.median(plain), digits),
+        "recorded_s": round(statistics.median(recorded), digits),
+        "ratio": round(statistics.median(ratios), digits),
         "ratios": [round(ratio, 3) for ratio in ratios],
     }
+
+
+def show(label: str, row: dict[str, object]) -> None:
+    """One measured row, as the benchmarks print it."""
+    print(f"{label} plain {row['plain_s']:6.2f} s  recorded {row['recorded_s']:6.2f} s  "
+          f"ratio {row['ratio']:.2f}x  (rounds {row['ratios']})", flush=True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             row = measure(loop, args.rounds, Path(work))
             rows.append(row)
-            print(f"{row['loop']:<44} plain {row['plain_s']:6.2f} s  recorded {row['recorded_s']:6.2f} s  "
-                  f"ratio {row['ratio']:.2f}x  (rounds {row['ratios']})", flush=True)  # fmt: skip
+            show(f"{loop.name:<44}", row)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"rounds": args.rounds, "loops": rows}, indent=1) + "\n", encoding="utf-8")

@@ -154,6 +154,7 @@ _NO_IMPLICIT = "-"
 _implicit_cache: dict[Any, str] = {}
 _routed_dunders: frozenset[str] | None = None
 _implicit_by = ""  # how implicit syncs are counted now: "kernels", "mode" or "" (not at all)
+_LOCAL = sync._LOCAL  # this thread's region stack, suppression and implicit-counting depths
 
 
 @dataclass
@@ -375,10 +376,10 @@ def _has_kernel(op: str, key: str) -> bool:
 
 def _implicit_targets() -> list[tuple[str, str, str, tuple[str, ...]]]:
     """`(namespace, name.overload, static kind, keys)` of every registered op an implicit sync can come from: those
-    tagged `data_dependent_output` or `dynamic_output_shape` (c10d's collectives are not: see `_kernels_here`). An
-    op with a
-    CompositeImplicitAutograd kernel is left out: it decomposes before the backends, and what it decomposes into is
-    counted (as a dispatch mode sees it). Listed again when ops have been registered since (a library loaded)."""
+    tagged `data_dependent_output` or `dynamic_output_shape` (c10d's collectives are not: see `_kernels_here`). An op
+    with a CompositeImplicitAutograd kernel is left out: it decomposes before the backends, and what it decomposes
+    into is counted (as a dispatch mode sees it). Listed again when ops have been registered since (a library
+    loaded)."""
     global _targets
     names = torch._C._dispatch_get_all_op_names()
     if _targets[0] == len(names):
@@ -392,12 +393,12 @@ def _implicit_targets() -> list[tuple[str, str, str, tuple[str, ...]]]:
         except RuntimeError:  # an op whose schema cannot be read here: nothing to count it by
             continue
         static = _static_kind(namespace, name, tags)
-        if static == _NO_IMPLICIT or torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd"):
+        if static == _NO_IMPLICIT or static.startswith("collective:"):
+            continue
+        if torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd"):
             continue
         # `_local_scalar_dense` run at a backend key outside autograd is another op's own read (a CPU `var`), but a
         # top-level one is `.item()`, already counted explicitly
-        if static.startswith("collective:"):  # see `_kernels_here`
-            continue
         wanted = _AUTOGRAD_KEYS + (() if name == "_local_scalar_dense" else _BACKEND_KEYS)
         keys = tuple(key for key in wanted if _has_kernel(full, key))
         if keys:
@@ -414,9 +415,6 @@ def _counting_here() -> bool:
         return True
     stack = torch._C._len_torch_function_stack()
     return any(isinstance(torch._C._get_function_stack_at(index), _ExplicitSyncMode) for index in range(stack))
-
-
-_LOCAL = sync._LOCAL
 
 
 def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[..., Any]:
