@@ -150,9 +150,14 @@ def test_a_frame_dynamo_gives_up_on_runs_eagerly_and_says_why(loop: ModuleType, 
     ]
 
 
-def test_watching_changes_neither_what_dynamo_compiles_nor_where(loop: ModuleType, tmp_path: Path) -> None:
+@pytest.mark.parametrize("inference", [False, True], ids=["grad", "inference_mode"])
+def test_watching_changes_neither_what_dynamo_compiles_nor_where(
+    loop: ModuleType, tmp_path: Path, inference: bool
+) -> None:
     """The same frames, graphs, breaks and recompiles by torch's own counters, and the same events at the same
-    lines, with only a compile counter, and with a sync counter (its modes active) and a region too."""
+    lines, with only a compile counter, and with a sync counter (its modes active) and a region too. Under
+    `inference_mode` the counter's dispatch mode runs for every eager op between graphs: its frame, which torch
+    is kept from wrapping in `_disable_dynamo`, must not be compiled either."""
     from torch._dynamo.utils import counters
 
     def run(watch_syncs: bool) -> tuple[dict[str, int], Counter[tuple[str, int, str, str, str]]]:
@@ -164,6 +169,8 @@ def test_watching_changes_neither_what_dynamo_compiles_nor_where(loop: ModuleTyp
             compiles = watching.enter_context(CompileCounter(root=tmp_path))
             if watch_syncs:
                 watching.enter_context(SyncCounter(root=tmp_path))
+            if inference:
+                watching.enter_context(torch.inference_mode())
             for fn in functions:
                 fn(torch.ones(3))
             for scale in range(6):

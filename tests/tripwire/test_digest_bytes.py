@@ -50,3 +50,49 @@ def test_a_view_and_its_copy_digest_alike_and_a_changed_bit_does_not() -> None:
     changed = view.contiguous()
     changed[0, 0] = torch.nextafter(changed[0, 0], torch.tensor(1.0))
     assert tensor_digest(changed) != tensor_digest(view)
+
+
+def _mixed_leaves() -> list[object]:
+    big = torch.arange(3 * 2**18, dtype=torch.float32).reshape(-1, 256)  # 3 MiB
+    return [
+        big,
+        big.t(),  # large and not contiguous: its copy is made in the calling thread
+        big[::2],
+        torch.ones(2**19, dtype=torch.float64) * -0.0,
+        torch.tensor(1.5),
+        torch.empty(2**20, device="meta"),
+        big.numpy(),  # an array is a leaf too, digested inline
+        [1.0, 2.0],
+        "text",
+    ]
+
+
+def test_large_leaves_hashed_in_parallel_give_the_same_digests(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tripwire.bitwise import digest
+
+    leaves = _mixed_leaves()
+    serial = [digest.leaf_digest(leaf) for leaf in leaves]
+    assert digest.leaf_digests(leaves) == serial
+    submitted: list[object] = []
+    pool = digest._hash_pool()
+    if pool is not None:  # with several CPUs, the large tensors really went to the pool
+        monkeypatch.setattr(pool, "submit", lambda *a, **k: submitted.append(a) or type(pool).submit(pool, *a, **k))
+        assert digest.leaf_digests(leaves) == serial
+        assert len(submitted) == 4
+
+
+def test_a_forked_child_hashes_with_threads_of_its_own() -> None:
+    """A child forked after the parent started its digest threads has the pool object but none of its threads: using
+    it would wait forever. The child makes its own."""
+    import multiprocessing
+
+    expected = _digests_of_mixed_leaves()  # the parent's pool now exists
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as children:
+        assert children.apply_async(_digests_of_mixed_leaves).get(timeout=60) == expected
+
+
+def _digests_of_mixed_leaves() -> list[str]:
+    from tripwire.bitwise import digest
+
+    return digest.leaf_digests(_mixed_leaves())

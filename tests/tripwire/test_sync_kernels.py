@@ -162,3 +162,23 @@ def test_a_thread_counts_where_torch_carried_a_counting_mode_to_it() -> None:
     thread.start()
     thread.join()
     assert seen == {"bare": False, "carried mode": True, "another mode": False}
+
+
+def test_counting_inside_inference_mode_does_not_import_dynamo() -> None:
+    """The dispatch mode that counts inside `inference_mode` must not import dynamo (about 1.3 s of a recording of a
+    loop that never compiles): torch wraps a dispatch mode's `__torch_dispatch__` in `_disable_dynamo` unless the
+    mode says not to, and that wrapper imports dynamo on its first call. A fresh interpreter, as a recording is."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch\n"
+        "from tripwire.sync.counter import SyncCounter\n"
+        "x = torch.tensor([0.0, 1.0])\n"
+        "with SyncCounter() as counter, torch.inference_mode():\n"
+        "    torch.nonzero(x); x + 1\n"
+        "assert [e.kind for e in counter.events] == ['implicit:nonzero'], counter.events\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr

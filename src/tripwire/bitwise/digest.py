@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -78,16 +80,60 @@ def plain_leaf(leaf: Any) -> Any:
     return leaf
 
 
+def _tensor_parts(tensor: torch.Tensor) -> tuple[bytes, Any]:
+    """What a tensor's digest hashes: its header (dtype and shape) and its payload (its raw bytes, `<meta>` for a
+    meta tensor). Reading the bytes may copy to the host, under `ignore_syncs()`."""
+    header = f"tensor|{tensor.dtype}|{tuple(tensor.shape)}|".encode()
+    if tensor.device.type == "meta":
+        return header, b"<meta>"
+    with ignore_syncs():
+        return header, _tensor_bytes(tensor)
+
+
+def _sha256(header: bytes, payload: Any) -> str:
+    hasher = hashlib.sha256(header)
+    hasher.update(payload)
+    return hasher.hexdigest()
+
+
 def tensor_digest(tensor: torch.Tensor) -> str:
     """sha256 hex of dtype, shape and raw bytes; meta tensors hash their dtype and shape only."""
-    hasher = hashlib.sha256()
-    hasher.update(f"tensor|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-    if tensor.device.type == "meta":
-        hasher.update(b"<meta>")
-    else:
-        with ignore_syncs():
-            hasher.update(_tensor_bytes(tensor))
-    return hasher.hexdigest()
+    return _sha256(*_tensor_parts(tensor))
+
+
+# Tensors of at least this many bytes are hashed on a thread pool when the process may use several CPUs: hashlib
+# releases the GIL while it hashes a large buffer, so a checkpoint of a policy and its optimizer (tens of MB, most
+# of a probe's cost) is hashed on every core at once. The bytes are read in the calling thread (that may run torch
+# ops, counted or ignored as always); a pool thread only hashes memory. Same digests either way.
+PARALLEL_HASH_BYTES = 1 << 20
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _hash_pool() -> ThreadPoolExecutor | None:
+    """The digest threads (None on one CPU). Made anew in a forked child, where the parent's threads do not exist."""
+    global _POOL
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cpus < 2:
+        return None
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(min(cpus, 4), thread_name_prefix="tripwire-digest"))
+    return _POOL[1]
+
+
+def leaf_digests(items: Sequence[Any]) -> list[str]:
+    """`leaf_digest` of every item, in order; the large tensors among them are hashed in parallel."""
+    large = [
+        index
+        for index, item in enumerate(items)
+        if isinstance(item, torch.Tensor)
+        and item.device.type != "meta"
+        and item.numel() * item.element_size() >= PARALLEL_HASH_BYTES
+    ]
+    pool = _hash_pool() if len(large) > 1 else None
+    if pool is None:
+        return [leaf_digest(item) for item in items]
+    pending: dict[int, Future[str]] = {index: pool.submit(_sha256, *_tensor_parts(items[index])) for index in large}
+    return [pending[index].result() if index in pending else leaf_digest(item) for index, item in enumerate(items)]
 
 
 def _canonical(value: Any) -> Any:
@@ -211,8 +257,8 @@ def leaf_value(leaf: Any) -> torch.Tensor | None:
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
     """Add one digest per leaf of a nested mapping/sequence (see `leaves`)."""
-    for name, leaf in leaves(prefix, value):
-        out[name] = leaf_digest(leaf)
+    named = list(leaves(prefix, value))
+    out.update(zip((name for name, _ in named), leaf_digests([leaf for _, leaf in named])))
 
 
 def state_digest(mapping: Mapping[str, Any] | Iterable[Any], prefix: str = "") -> dict[str, str]:

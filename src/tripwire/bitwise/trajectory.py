@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from tripwire.bitwise.digest import leaf_digest, leaf_spec, leaf_value, leaves, short, value_digest
+from tripwire.bitwise.digest import leaf_digest, leaf_digests, leaf_spec, leaf_value, leaves, short, value_digest
 from tripwire.bitwise.magnitude import Magnitude, checkpoint_deltas, classify, growth_point
 from tripwire.bitwise.tensor_diff import TensorChanges, tensor_changes
 from tripwire.bitwise.values import Values, load_values, save_values
@@ -58,7 +58,9 @@ def checkpoint_leaves(value: Any) -> list[tuple[str, Any, str]]:
     if isinstance(value, torch.Generator):
         return [("state", value, value_digest(value))]
     if isinstance(value, Mapping) and value:
-        return [(name, leaf, leaf_digest(leaf)) for name, leaf in leaves("", value)]
+        named = list(leaves("", value))
+        digests = leaf_digests([leaf for _, leaf in named])
+        return [(name, leaf, digest) for (name, leaf), digest in zip(named, digests)]
     return [("value", value, value_digest(value))]
 
 
