@@ -119,3 +119,22 @@ def test_an_old_file_line_budget_still_loads_and_matches_by_file(tmp_path: Path)
     assert not report.ok
     message = report.format()
     assert "NEW" not in message and "old-format budget keyed by file:line" in message
+
+
+def test_a_stored_site_naming_torchs_dispatch_wrapper_reads_as_the_same_site_now() -> None:
+    """Syncs counted inside `inference_mode` were recorded as made inside `torch/_compile.py`'s `_disable_dynamo`
+    wrapper, which torch put around the counter's dispatch mode: machinery, not torch code behind the sync. Read
+    back, such a site is the site recorded now (no `via`), so `compare` does not report it as gone and new; real
+    torch code behind a sync, and a compilation event's reason, are kept."""
+    from tripwire.sync.sites import SiteRecord
+
+    def stored(kind: str, via: str) -> SiteRecord:
+        data = {"region": "r", "file": "loop.py", "line": 7, "function": "step", "kind": kind, "via": via}
+        return SiteRecord.from_json({**data, "text": "t[t > 1].sum()", "count": 1})
+
+    wrapper = "torch/_compile.py:_disable_dynamo.<locals>.inner"
+    assert stored("implicit:index(mask)", wrapper) == stored("implicit:index(mask)", "")
+    assert stored("implicit:index(mask)", wrapper).identity == "t[t > 1].sum()"
+    real = "torch/optim/optimizer.py:_get_value"
+    assert stored("item", real).via == real
+    assert stored("compile:graph_break", "torch/_compile.py: a reason").via == "torch/_compile.py: a reason"

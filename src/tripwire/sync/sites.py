@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tripwire.sync.state import SyncEvent, site_text
+from tripwire.sync.state import SyncEvent, machinery_via, site_text
 
 
 def site_key(site: str, function: str, kind: str) -> str:
@@ -35,6 +35,15 @@ def line_identity(text: str, via: str, line: int) -> str:
     synced on its behalf (`  <- torch/optim/optimizer.py:_get_value`)."""
     identity = text or f"line {line}"
     return f"{identity}  <- {via}" if via else identity
+
+
+def stored_via(via: str, kind: str) -> str:
+    """A sync's `via` read from a stored result: one naming torch's dispatch machinery reads as none.
+    Results recorded while torch wrapped the counter's dispatch mode in `_disable_dynamo` named that wrapper
+    (`torch/_compile.py:_disable_dynamo.<locals>.inner`) at every sync counted inside `inference_mode`; the same
+    sites recorded now have no `via`, and must match them (`compare` tells sites apart by `via`; a budget does not).
+    A compilation event's `via` (its reason) is kept."""
+    return "" if via and not kind.startswith("compile:") and machinery_via(via) else via
 
 
 def via_label(kind: str) -> str:
@@ -97,7 +106,7 @@ class SiteRecord:
             f"{data['file']}:{data['line']}",
             str(data["function"]),
             str(data["kind"]),
-            str(data.get("via", "")),
+            stored_via(str(data.get("via", "")), str(data["kind"])),
             str(data.get("text", "")),
             int(str(data["count"])),
             tuple(Caller.from_json(item) for item in callers) if isinstance(callers, list) else None,

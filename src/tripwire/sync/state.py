@@ -153,8 +153,23 @@ def ensure_skipped() -> None:
         _set_skip_prefixes(prefixes)
 
 
-# torch's own dispatch machinery: never "the torch code behind a sync", only the road to the hook.
-_MACHINERY = ("overrides.py", "_tensor.py", "_ops.py", "_python_dispatch.py", "_jit_internal.py", "eval_frame.py")
+# torch's own dispatch machinery: never "the torch code behind a sync", only the road to the hook (`_compile.py`
+# holds `_disable_dynamo`, the wrapper torch puts around a dispatch mode's `__torch_dispatch__`).
+_MACHINERY = (
+    "overrides.py",
+    "_tensor.py",
+    "_ops.py",
+    "_python_dispatch.py",
+    "_jit_internal.py",
+    "eval_frame.py",
+    "_compile.py",
+)
+
+
+def machinery_via(via: str) -> bool:
+    """Whether a `via` (`torch/<file>:<function>`) names dispatch machinery rather than torch code behind a sync."""
+    file = via.split(":", 1)[0]
+    return file.startswith("torch/") and file.endswith(_MACHINERY)
 
 
 def _call_site() -> tuple[str, str, str, str, tuple[str, ...], str]:
