@@ -404,6 +404,21 @@ def trainer_epoch_side() -> dict[str, PairedBench]:
     }
 
 
+def ceiling_plain_side() -> dict[str, PairedBench]:
+    """One env's plain loop on one thread, under the name of each multi-env figure it is the ceiling of: the
+    N-core ceiling of ours at N envs is N times this rate (benchmarks/original_comparison.py)."""
+    return {
+        f"ceiling[{n}env]": PairedBench(_plain(1), {"env_epochs": 1.0}, threads=1, proxies=False, workers=1)
+        for n in (2, 4)
+    }
+
+
+def ceiling_ours_side() -> dict[str, PairedBench]:
+    """Ours at its best at 2 and 4 envs (`original_side_benchmarks`), under the ceiling's names."""
+    best = original_side_benchmarks()
+    return {f"ceiling[{n}env]": best[f"original_workload[{n}env]"] for n in (2, 4)}
+
+
 def _plain(n_envs: int) -> Callable[[], PlainLoopWorkload]:
     def make() -> PlainLoopWorkload:
         return PlainLoopWorkload(bench_config(n_envs, ORIGINAL), TelemetryHub())
