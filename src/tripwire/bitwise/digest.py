@@ -101,10 +101,12 @@ def tensor_digest(tensor: torch.Tensor) -> str:
     return _sha256(*_tensor_parts(tensor))
 
 
-# Tensors of at least this many bytes are hashed on a thread pool when the process may use several CPUs: hashlib
-# releases the GIL while it hashes a large buffer, so a checkpoint of a policy and its optimizer (tens of MB, most
-# of a probe's cost) is hashed on every core at once. The bytes are read in the calling thread (that may run torch
-# ops, counted or ignored as always); a pool thread only hashes memory. Same digests either way.
+# Tensors of at least this many bytes, read in place (dense, contiguous, in host memory), are hashed on a thread pool
+# when the process may use several CPUs: hashlib releases the GIL while it hashes a large buffer, so a checkpoint of
+# a policy and its optimizer (tens of MB, most of a probe's cost) is hashed on every core at once, with no copy held
+# beyond the one at hand. A tensor whose bytes must be copied (a device tensor, a view) is hashed in the calling
+# thread as before, one copy at a time: a GPU model's checkpoint must not be copied to the host whole. A pool thread
+# only hashes memory; no torch op runs in it. Same digests either way.
 PARALLEL_HASH_BYTES = 1 << 20
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 
@@ -120,13 +122,23 @@ def _hash_pool() -> ThreadPoolExecutor | None:
     return _POOL[1]
 
 
+def _read_in_place(tensor: torch.Tensor) -> bool:
+    """Whether `_tensor_bytes` reads this tensor's own memory (no copy)."""
+    return (
+        tensor.device.type == "cpu"
+        and tensor.layout == torch.strided
+        and tensor.is_contiguous()
+        and not (tensor.is_conj() or tensor.is_neg())
+    )
+
+
 def leaf_digests(items: Sequence[Any]) -> list[str]:
     """`leaf_digest` of every item, in order; the large tensors among them are hashed in parallel."""
     large = [
         index
         for index, item in enumerate(items)
         if isinstance(item, torch.Tensor)
-        and item.device.type != "meta"
+        and _read_in_place(item)
         and item.numel() * item.element_size() >= PARALLEL_HASH_BYTES
     ]
     pool = _hash_pool() if len(large) > 1 else None
