@@ -37,3 +37,12 @@ def distribution_checks_kept() -> Iterator[None]:
     checking = torch.distributions.Distribution._validate_args
     yield
     torch.distributions.Distribution.set_default_validate_args(checking)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sb3_logs_in_the_session_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Stable-Baselines3 makes a logger folder in the system's temporary folder for every run unless `SB3_LOGDIR`
+    names one: the third-party loop tests (and the subprocesses they start) would leave one there each time."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3-logs")))
+        yield
