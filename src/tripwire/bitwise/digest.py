@@ -106,7 +106,7 @@ def tensor_digest(tensor: torch.Tensor) -> str:
 # a policy and its optimizer (tens of MB, most of a probe's cost) is hashed on every core at once, with no copy held
 # beyond the one at hand. A tensor whose bytes must be copied (a device tensor, a view) is hashed in the calling
 # thread as before, one copy at a time: a GPU model's checkpoint must not be copied to the host whole. A pool thread
-# only hashes memory; no torch op runs in it. Same digests either way.
+# only hashes memory, never running a torch op. Same digests either way.
 PARALLEL_HASH_BYTES = 1 << 20
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 
