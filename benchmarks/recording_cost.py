@@ -67,7 +67,8 @@ def _env() -> dict[str, str]:
 
 def _timed(command: list[str], cwd: Path) -> float:
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, check=False)
+    env = {**_env(), "SB3_LOGDIR": str(cwd / "sb3-logs")}  # SB3 would leave a logger folder in /tmp each run
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-300:]}")
