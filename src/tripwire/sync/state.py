@@ -153,8 +153,9 @@ def ensure_skipped() -> None:
         _set_skip_prefixes(prefixes)
 
 
-# torch's own dispatch machinery: never "the torch code behind a sync", only the road to the hook (`_compile.py`
-# holds `_disable_dynamo`, the wrapper torch puts around a dispatch mode's `__torch_dispatch__`).
+# torch's own dispatch machinery: never "the torch code behind a sync", only the road to the hook. Matched as the
+# end of a torch-relative path; `/_compile.py` (`_disable_dynamo`, the wrapper torch puts around a dispatch mode's
+# `__torch_dispatch__`) is that one file, not inductor's `async_compile.py` and its like.
 _MACHINERY = (
     "overrides.py",
     "_tensor.py",
@@ -162,7 +163,7 @@ _MACHINERY = (
     "_python_dispatch.py",
     "_jit_internal.py",
     "eval_frame.py",
-    "_compile.py",
+    "/_compile.py",
 )
 
 
@@ -181,8 +182,9 @@ def _call_site() -> tuple[str, str, str, str, tuple[str, ...], str]:
     via = ""
     while frame is not None and frame.f_code.co_filename.startswith(prefixes):
         filename = frame.f_code.co_filename
-        if not via and not filename.startswith(_TRIPWIRE_DIR) and not filename.endswith(_MACHINERY):
-            via = f"{_torch_relative(filename)}:{frame.f_code.co_qualname}"
+        if not via and not filename.startswith(_TRIPWIRE_DIR):
+            named = f"{_torch_relative(filename)}:{frame.f_code.co_qualname}"
+            via = "" if machinery_via(named) else named
         frame = frame.f_back
     if frame is None:
         return "<unknown>", "<unknown>", via, "", (), ""
