@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.bench.paired import BenchOutcome, PairedComparison, Schedule, Side, compare_sides
+from tripwire.common.context import usable_cpus
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -182,7 +183,7 @@ def main() -> int:
     results: dict[str, dict[str, list[Figure]]] = {setting: {} for setting in SETTINGS}
     overhead: dict[str, list[Figure]] = {}
     ceiling: dict[str, list[Figure]] = {}
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = usable_cpus()
     loads = []
     with tempfile.TemporaryDirectory(prefix="original-comparison-") as scratch:
         for run in range(args.runs):

@@ -11,7 +11,6 @@ the original was measured on (cifar_baseline, 1000 train / 200 val samples per e
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from unittest import mock
@@ -36,6 +35,7 @@ from esper.tolaria.engine import EnvRuntime, FusedPlan
 from tripwire.bench.fixture import Workload
 from tripwire.bench.ops import OpCounter
 from tripwire.bench.paired_spec import PairedBench
+from tripwire.common.context import usable_cpus
 from tripwire.sync.counter import SyncCounter
 
 
@@ -351,10 +351,6 @@ def aot_eager_side() -> dict[str, PairedBench]:
     return compile_side(CompileBackend.AOT_EAGER)
 
 
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _original_size(n_envs: int, *, threads: int, workers: int) -> PairedBench:
     units = {"env_epochs": float(n_envs), "samples": float(n_envs * ORIGINAL.train_samples)}
     return PairedBench(
@@ -370,7 +366,7 @@ def _original_size(n_envs: int, *, threads: int, workers: int) -> PairedBench:
 def original_side_benchmarks() -> dict[str, PairedBench]:
     """Ours on the original's workload (benchmarks/original_comparison.py), at our best setting on this machine's
     cores: one env uses every core as torch threads; several envs run on min(cores, n) env workers of one thread."""
-    cores = _cores()
+    cores = usable_cpus()
     return {
         f"original_workload[{n}env]": _original_size(n, threads=cores if n == 1 else 1, workers=min(cores, n))
         for n in (1, 2, 4)

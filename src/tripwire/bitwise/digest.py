@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from tripwire.common.context import usable_cpus
 from tripwire.sync import ignore_syncs
 
 DISPLAY_CHARS = 16
@@ -114,7 +115,7 @@ _POOL: tuple[int, ThreadPoolExecutor] | None = None
 def _hash_pool() -> ThreadPoolExecutor | None:
     """The digest threads (None on one CPU). Made anew in a forked child, where the parent's threads do not exist."""
     global _POOL
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = usable_cpus()
     if cpus < 2:
         return None
     if _POOL is None or _POOL[0] != os.getpid():

@@ -171,6 +171,11 @@ def _owners() -> Mapping[str, list[str]]:
 _META = (".dist-info", ".egg-info", ".egg-link", ".pth")
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform has one, else every CPU)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def cache_folder() -> str:
     """Where tripwire keeps what it can recompute: `$TRIPWIRE_CACHE_DIR`, else `$XDG_CACHE_HOME/tripwire`, else
     `~/.cache/tripwire`."""
