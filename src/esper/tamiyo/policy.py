@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from esper.leyline import ACTION_HEAD_NAMES, head_sizes
+from esper.tamiyo import packed_lstm
 from esper.tamiyo.distributions import MaskedCategorical
 from esper.tamiyo.features import BLUEPRINT_EMBED_DIM, NUM_BLUEPRINT_EMBEDDINGS
 
@@ -147,7 +148,10 @@ class FactoredRecurrentActorCritic(nn.Module):
     def _recurrent(self, features: torch.Tensor, hidden: Hidden) -> tuple[torch.Tensor, Hidden]:
         """The LSTM over [K, T] features from `hidden`, always eager: dynamo cannot trace an `nn.LSTM`, so a compiled
         forward calls it across a stated boundary (one graph before, one after) instead of breaking wherever dynamo
-        meets the module."""
+        meets the module. Without gradients on CPU it runs on weights kept in oneDNN's layout (`packed_lstm`),
+        bitwise the module's result without reordering the weights on every call."""
+        if packed_lstm.usable(self.lstm, features, hidden):
+            return packed_lstm.packed_step(self.lstm, features, hidden)
         out, (h, c) = self.lstm(features, hidden)
         return out, (h, c)
 
