@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import _len_torch_dispatch_stack
 
-from tripwire.sync import hooks, hot_path
+from tripwire.bitwise.trajectory import TrajectoryRecorder
+from tripwire.sync import hooks, hot_path, ignore_syncs
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.regions import _current_regions
 
@@ -29,6 +30,81 @@ def test_counter_installs_modes_only_while_active(kernels: bool, monkeypatch: py
             assert _len_torch_dispatch_stack() == 1
         assert _len_torch_dispatch_stack() == dispatch
     assert torch._C._len_torch_function_stack() == 0 and _len_torch_dispatch_stack() == 0
+
+
+class _Passing(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "dispatch mode"])
+def test_ignore_syncs_takes_the_counting_modes_off_and_puts_them_back(
+    kernels: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bookkeeping under `ignore_syncs` runs with no counting mode on the stacks (it pays nothing per torch call);
+    leaving, even by an exception, puts back exactly the stacks that were there, so counting goes on after it."""
+    monkeypatch.setattr(hooks, "use_kernels", kernels and hooks.kernels_available())
+    value = torch.ones(2)
+    with SyncCounter() as counter:
+        for inference in (False, True):
+            with torch.inference_mode(inference):
+                before = torch._C._len_torch_function_stack(), _len_torch_dispatch_stack()
+                assert before[0] == 1 and before[1] in (0, 1)
+                with ignore_syncs():
+                    assert (torch._C._len_torch_function_stack(), _len_torch_dispatch_stack()) == (0, 0)
+                    value.sum().item()
+                    with ignore_syncs():  # nested: nothing more to take off, and nothing lost on the way out
+                        value.nonzero()
+                    assert (torch._C._len_torch_function_stack(), _len_torch_dispatch_stack()) == (0, 0)
+                with pytest.raises(RuntimeError, match="inside"), ignore_syncs():
+                    raise RuntimeError("inside")
+                assert (torch._C._len_torch_function_stack(), _len_torch_dispatch_stack()) == before
+                value.sum().item()
+                value.nonzero()
+    assert counter.counts_by_kind() == {"item": 2, "implicit:nonzero": 2}
+
+
+def test_ignore_syncs_leaves_a_mode_pushed_above_the_counters_and_the_counters_beneath_it() -> None:
+    value = torch.ones(2)
+    with SyncCounter() as counter, _Passing() as passing:
+        with ignore_syncs():
+            stack = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+            assert stack[-1] is passing and isinstance(stack[0], hooks._ExplicitSyncMode)
+            value.sum().item()
+        assert torch._C._len_torch_function_stack() == 2
+        value.sum().item()
+    assert counter.counts_by_kind() == {"item": 1}
+
+
+def test_recording_a_checkpoint_under_a_counter_makes_no_trip_through_the_counting_mode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe's digests, specs and state reads run with the counting mode off: recording a module, an optimizer's
+    state and plain values calls the function mode not once (before, every tensor cost dozens of calls)."""
+    calls = []
+    watched = hooks._ExplicitSyncMode.__torch_function__
+
+    def counting(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        calls.append(func)
+        return watched(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(hooks._ExplicitSyncMode, "__torch_function__", counting)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    optimizer = torch.optim.Adam(model.parameters())
+    recorder = TrajectoryRecorder(keep_values=True)
+    with SyncCounter() as counter:
+        model(torch.randn(3, 4)).sum().backward()
+        optimizer.step()
+        state, plain = optimizer.state_dict(), {"reward": 0.5, "actions": [1, 2], "t": torch.arange(3)}
+        calls.clear()
+        before = counter.counts_by_kind()
+        recorder.record("model", model)
+        recorder.record("optimizer", state)
+        recorder.record("plain", plain)
+        assert calls == [] and counter.counts_by_kind() == before
+        torch.ones(1).item()
+    assert calls and counter.counts_by_kind()["item"] == before["item"] + 1
+    assert len(recorder.trajectory) == 3 and set(recorder.values) == {"model", "optimizer", "plain"}
 
 
 def test_sync_inside_a_region_is_attributed_to_it_and_its_call_site() -> None:

@@ -38,6 +38,7 @@ from tripwire.bitwise.magnitude import Magnitude, checkpoint_deltas, classify, g
 from tripwire.bitwise.tensor_diff import TensorChanges, tensor_changes
 from tripwire.bitwise.values import Values, load_values, save_values
 from tripwire.common.errors import GoldenFileError, TrajectoryDivergence, TripwireError, read_golden_json
+from tripwire.sync import ignore_syncs
 
 __all__ = ["Trajectory", "TrajectoryRecorder", "TrajectoryReport", "compare_trajectories", "load_values", "save_values"]
 
@@ -66,7 +67,8 @@ def checkpoint_leaves(value: Any) -> list[tuple[str, Any, str]]:
 
 def digest_value(value: Any) -> dict[str, str]:
     """`{tensor name: digest}` of a tensor, module, generator, mapping, sequence or plain value."""
-    return {name: digest for name, _, digest in checkpoint_leaves(value)}
+    with ignore_syncs():
+        return {name: digest for name, _, digest in checkpoint_leaves(value)}
 
 
 @dataclass
@@ -187,12 +189,13 @@ class TrajectoryRecorder:
         if name in self._seen:
             raise TripwireError(f"checkpoint {name!r} recorded twice: give each checkpoint a unique name")
         self._seen.add(name)
-        entries = checkpoint_leaves(value)
-        digests = {tensor: digest for tensor, _, digest in entries}
-        self.trajectory.checkpoints.append((name, digests))
-        self.trajectory.specs[name] = {tensor: leaf_spec(leaf) for tensor, leaf, _ in entries}
-        if self.keep_values and not self.values_truncated_at:
-            self._keep(name, entries)
+        with ignore_syncs():  # the probe's own torch calls: not counted, nor paid for under the counting modes
+            entries = checkpoint_leaves(value)
+            digests = {tensor: digest for tensor, _, digest in entries}
+            self.trajectory.checkpoints.append((name, digests))
+            self.trajectory.specs[name] = {tensor: leaf_spec(leaf) for tensor, leaf, _ in entries}
+            if self.keep_values and not self.values_truncated_at:
+                self._keep(name, entries)
         return digests
 
     def _keep(self, name: str, entries: Sequence[tuple[str, Any, str]]) -> None:

@@ -188,7 +188,9 @@ class TargetHooks:
         for checkpoint in self.checkpoints:
             if (number - 1) % checkpoint.every == 0:
                 name = f"{checkpoint.name or self.label}#{number}"
-                self.session.recorder.record(name, self._capture(checkpoint, original, args, kwargs, result))
+                with ignore_syncs():  # the probe's own reads (state_dict, RNG states): not the loop's syncs
+                    captured = self._capture(checkpoint, original, args, kwargs, result)
+                self.session.recorder.record(name, captured)
         for event in self.event_calls:
             self.session.events.append(self._event(event, original, args, kwargs))
         if iteration is not None and iteration.at == "end" and number % iteration.every == 0:

@@ -60,7 +60,8 @@ from typing import Any
 
 import torch
 from torch.compiler import is_compiling
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode, _pop_mode, _push_mode
+from torch.utils import _python_dispatch as dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tripwire.sync import state as sync
@@ -674,6 +675,32 @@ def thread_modes(*, implicit: bool) -> Iterator[None]:
 
 def _thread_done() -> None:
     _LOCAL.implicit -= 1
+
+
+Taken = tuple[list[TorchFunctionMode], list[TorchDispatchMode]]
+
+
+def take_modes_off() -> Taken:
+    """Take this thread's counting modes off the top of torch's mode stacks (`ignore_syncs` does, while a counter
+    is active): under a mode every torch call, and every read of a tensor property (`.shape`, `.dtype`), makes a
+    trip through Python, and a digest makes dozens per tensor, all ignored anyway. A mode someone pushed above
+    ours stays, and so do ours beneath it. `put_modes_back` restores exactly what was taken."""
+    functions: list[TorchFunctionMode] = []
+    dispatches: list[TorchDispatchMode] = []
+    while isinstance(_get_current_function_mode(), _ExplicitSyncMode):
+        functions.append(_pop_mode())
+    while isinstance(dispatch._get_current_dispatch_mode(), _ImplicitSyncMode):
+        dispatches.append(dispatch._pop_mode())
+    return functions, dispatches
+
+
+def put_modes_back(taken: Taken) -> None:
+    """Push back what `take_modes_off` took, in the order they were."""
+    functions, dispatches = taken
+    for dispatch_mode in reversed(dispatches):
+        dispatch._push_mode(dispatch_mode)
+    for function_mode in reversed(functions):
+        _push_mode(function_mode)
 
 
 def uninstall(installation: Installation) -> None:

@@ -55,13 +55,31 @@ class hot_path(ContextDecorator):
 
 
 class ignore_syncs(ContextDecorator):
-    """Do not record syncs made inside (test bookkeeping such as digests; never trainer code)."""
+    """Do not record syncs made inside (test bookkeeping such as digests; never trainer code).
+
+    While a counter is active the counting modes also come off this thread's mode stacks inside
+    (`hooks.take_modes_off`), so bookkeeping runs at a bare call's cost instead of paying a trip through Python
+    for every torch call it makes; nothing inside is marked or classified either (a tensor made inside and moved
+    to a device outside counts as one the counter never saw being made)."""
 
     def __enter__(self) -> None:
         _LOCAL.suppress += 1
+        if _STATE.active:
+            from tripwire.sync import hooks as _sync_hooks
+
+            _LOCAL.modes_off.append(_sync_hooks.take_modes_off())
+        else:
+            _LOCAL.modes_off.append(None)
 
     def __exit__(self, *exc_info: object) -> None:
-        _LOCAL.suppress -= 1
+        taken = _LOCAL.modes_off.pop()
+        try:
+            if taken is not None:
+                from tripwire.sync import hooks as _sync_hooks
+
+                _sync_hooks.put_modes_back(taken)
+        finally:
+            _LOCAL.suppress -= 1
 
 
 class sync_kind(ContextDecorator):

@@ -98,6 +98,7 @@ class _ThreadState(threading.local):
         self.implicit = 0  # depth of implicit counting on this thread (`tripwire.sync.hooks` kernels read it)
         self.nested = 0  # inside a counted data-dependent op's own kernel: what it runs is not counted again
         self.by_mode = 0  # a dispatch mode counts implicit syncs on this thread (`hooks._InferenceWatch`)
+        self.modes_off: list[Any] = []  # per `ignore_syncs` level: the counting modes it took off, or None
 
 
 _STATE = _GlobalState()
