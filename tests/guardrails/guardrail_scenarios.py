@@ -31,6 +31,7 @@ from esper.simic.training.vectorized import run_training
 from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder
 from tripwire.common.context import capture_context
 from tripwire.compile.counter import CompileCounter
+from tripwire.sync import ignore_syncs
 from tripwire.sync.counter import SyncCounter
 from tripwire.telemetry.payloads import DEFAULT_EXCLUDED
 
@@ -170,7 +171,8 @@ class TrajectoryProbe:
 
     def after_train_pass(self, round_idx: int, epoch: int, envs: Sequence[ParallelEnvState]) -> None:
         for env in envs:  # a sharded run's rank sees only its envs: the checkpoint is named by the env's id
-            state = {"model": env.model.state_dict(), "optimizer": env.runtime.host_optimizer.state_dict()}
+            with ignore_syncs():  # the probe's reads: neither counted nor paid for under the counting modes
+                state = {"model": env.model.state_dict(), "optimizer": env.runtime.host_optimizer.state_dict()}
             self.recorder.record(f"r{round_idx}/e{epoch}/env{env.env_id}/train", state)
 
     def after_actions(
@@ -181,15 +183,19 @@ class TrajectoryProbe:
             self.recorder.record(f"r{round_idx}/e{epoch}/env{position}/reward", float(reward))
 
     def after_record(self, round_idx: int, epoch: int, policy: PolicyClient) -> None:
-        for name, state in policy.normalizer_states().items():
+        with ignore_syncs():
+            states = policy.normalizer_states()
+        for name, state in states.items():
             self.recorder.record(f"r{round_idx}/e{epoch}/{name}", state)
 
     def after_update(self, round_idx: int, policy: PolicyClient) -> None:
         # The normalizers first: a normalizer updated twice is named there, not at the policy it feeds.
-        for name, state in policy.normalizer_states().items():
+        with ignore_syncs():
+            states, policy_state, rng = policy.normalizer_states(), policy.state_dict(), torch.get_rng_state()
+        for name, state in states.items():
             self.recorder.record(f"r{round_idx}/{name}", state)
-        self.recorder.record(f"r{round_idx}/policy", policy.state_dict())
-        self.recorder.record(f"r{round_idx}/rng", torch.get_rng_state())
+        self.recorder.record(f"r{round_idx}/policy", policy_state)
+        self.recorder.record(f"r{round_idx}/rng", rng)
 
 
 @dataclass
