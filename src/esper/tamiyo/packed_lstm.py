@@ -23,6 +23,7 @@ Writes that bypass both (through `.data`, numpy or DLPack) are not seen; the tra
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, cast
@@ -56,16 +57,22 @@ class _Packed:
 
 
 _PACKED: weakref.WeakKeyDictionary[nn.LSTM, _Packed] = weakref.WeakKeyDictionary()
+# Env worker threads step their hosts' optimizers, so the hook may run beside a policy call on another thread.
+_LOCK = threading.Lock()
 _hook_handle: Any = None
 
 
 def _drop_on_step(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
     """Global optimizer step hook: forget every packed copy whose weights this optimizer holds."""
-    if not _PACKED:
+    with _LOCK:
+        entries = list(_PACKED.items())
+    if not entries:
         return
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    for lstm in [lstm for lstm, packed in _PACKED.items() if packed.weight_ids & held]:
-        _PACKED.pop(lstm, None)
+    with _LOCK:
+        for lstm, packed in entries:
+            if packed.weight_ids & held and _PACKED.get(lstm) is packed:
+                del _PACKED[lstm]
 
 
 def usable(lstm: nn.LSTM, features: torch.Tensor, hidden: Hidden) -> bool:
@@ -89,12 +96,15 @@ def _packed_weights(lstm: nn.LSTM) -> tuple[torch.Tensor, torch.Tensor]:
     assert _OPS is not None
     w_ih, w_hh = cast(torch.Tensor, lstm.weight_ih_l0), cast(torch.Tensor, lstm.weight_hh_l0)
     key = (w_ih.data_ptr(), w_ih._version, w_hh.data_ptr(), w_hh._version)
-    packed = _PACKED.get(lstm)
-    if packed is None or packed.key != key:
+    with _LOCK:
+        packed = _PACKED.get(lstm)
+        if packed is not None and packed.key == key:
+            return packed.weights
         if _hook_handle is None:
             _hook_handle = register_optimizer_step_post_hook(_drop_on_step)
-        reordered = _OPS[0](w_ih, w_hh, lstm.hidden_size, False, True, True)
-        packed = _Packed(key, (reordered[0], reordered[1]), frozenset((id(w_ih), id(w_hh))))
+    reordered = _OPS[0](w_ih, w_hh, lstm.hidden_size, False, True, True)
+    packed = _Packed(key, (reordered[0], reordered[1]), frozenset((id(w_ih), id(w_hh))))
+    with _LOCK:
         _PACKED[lstm] = packed
     return packed.weights
 
