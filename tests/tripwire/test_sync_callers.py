@@ -26,6 +26,8 @@ from tripwire.sync.counter import SyncCounter
 from tripwire.sync.sites import Caller, caller_changes, callers_by_line, group_records
 from tripwire.sync.state import MAX_CALLERS
 
+pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
+
 BASE = """
 def barrier(t):
     return t.sum().item()

@@ -13,6 +13,8 @@ from tripwire.sync import hot_path
 from tripwire.sync.budget import SyncBudget, check_budget
 from tripwire.sync.counter import SyncCounter
 
+pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
+
 TRAINER = """
 import torch
 

@@ -164,6 +164,40 @@ def test_a_thread_counts_where_torch_carried_a_counting_mode_to_it() -> None:
     assert seen == {"bare": False, "carried mode": True, "another mode": False}
 
 
+def test_a_thread_running_part_of_a_counting_threads_backward_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With stand-ins no mode travels to autograd's device threads: a thread counts while it runs part of a graph task
+    (`torch._C._current_graph_task_id`, faked here as a device thread would see it) and a counting thread's backward
+    is running, and not otherwise. A CPU backward runs on its caller's thread: a CPU run starts no device thread."""
+    monkeypatch.setattr(hooks, "use_patches", True)
+    value = torch.ones(2)
+    x = torch.ones(2, requires_grad=True)
+    seen: dict[str, bool] = {}
+
+    def on_a_device_thread(name: str, task: int) -> None:
+        def probe() -> None:
+            seen[name] = hooks._counting_here()
+            value.sum().item()
+
+        monkeypatch.setattr(torch._C, "_current_graph_task_id", lambda: task)
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join()
+        monkeypatch.undo()
+        monkeypatch.setattr(hooks, "use_patches", True)
+
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        on_a_device_thread("in the backward", 7)
+        on_a_device_thread("in no graph task", -1)
+        return grad
+
+    x.register_hook(hook)
+    with SyncCounter() as counter:
+        (x * 2).sum().backward()
+        on_a_device_thread("after the backward", 7)
+    assert seen == {"in the backward": True, "in no graph task": False, "after the backward": False}
+    assert counter.counts_by_kind() == {"item": 1}
+
+
 def test_counting_inside_inference_mode_does_not_import_dynamo() -> None:
     """The dispatch mode that counts inside `inference_mode` must not import dynamo (about 1.3 s of a recording of a
     loop that never compiles): torch wraps a dispatch mode's `__torch_dispatch__` in `_disable_dynamo` unless the

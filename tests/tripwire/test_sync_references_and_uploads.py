@@ -22,6 +22,8 @@ from torch.distributed import barrier as early_barrier
 from tripwire.sync import hot_path
 from tripwire.sync.counter import SyncCounter
 
+pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
+
 EARLY_SYNCHRONIZE = torch.cuda.synchronize  # taken at import, before any counter patched anything
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -134,3 +136,22 @@ def test_a_sync_inside_a_comprehension_is_keyed_by_its_function() -> None:
     functions = {event.function for event in counter.events}
     # Python 3.12 inlines comprehensions (PEP 709); 3.11 runs them as `<listcomp>`: one key for both
     assert functions == {"test_a_sync_inside_a_comprehension_is_keyed_by_its_function.<locals>.gather"}
+
+
+def test_a_stack_or_cat_is_host_built_only_when_every_part_is() -> None:
+    """`torch.stack`/`torch.cat` of tensors the counter never saw built (made before it started, as a loaded or
+    received tensor is) is not marked host memory; of host-built parts it is. Checked against torch's own functions,
+    not what `torch.stack` names while the stand-ins are in place."""
+    unseen = [torch.ones(2), torch.zeros(2)]
+
+    def step() -> None:
+        torch.stack(unseen).to(DEVICE)
+        torch.cat(unseen).to(DEVICE)
+
+    def built_here() -> None:
+        parts = [torch.ones(2), torch.zeros(2)]
+        torch.stack(parts).to(DEVICE)
+        torch.cat(parts).to(DEVICE)
+
+    assert count_in_region(step) == ({"to_device": 2} if DEVICE.type != "cpu" else {})
+    assert count_in_region(built_here) == {"to_device": 2}

@@ -3,10 +3,13 @@ would stall a GPU run), counted on a CPU run too; never a move to the run's own 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tripwire.sync import hot_path
 from tripwire.sync.counter import SyncCounter
+
+pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
 
 
 def count_in_region(action: object) -> dict[str, int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from torch.utils._python_dispatch import _len_torch_dispatch_stack
@@ -20,16 +22,43 @@ def test_hot_path_without_a_counter_pushes_no_region_and_no_torch_mode() -> None
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "dispatch mode"])
-def test_counter_installs_modes_only_while_active(kernels: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With kernels counting implicit syncs no dispatch mode is pushed, except inside inference mode."""
+def test_counter_installs_modes_only_while_active(
+    kernels: bool, explicit_hooks: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With kernels counting implicit syncs no dispatch mode is pushed, except inside inference mode; with stand-ins
+    seeing explicit syncs no function mode is pushed, and the watched functions are torch's own again after."""
     monkeypatch.setattr(hooks, "use_kernels", kernels and hooks.kernels_available())
+    item, zeros, getitem = torch.Tensor.item, torch.zeros, torch.Tensor.__getitem__
     with SyncCounter():
         dispatch = 0 if hooks.use_kernels else 1
-        assert torch._C._len_torch_function_stack() == 1 and _len_torch_dispatch_stack() == dispatch
+        function = 0 if explicit_hooks else 1
+        assert torch._C._len_torch_function_stack() == function and _len_torch_dispatch_stack() == dispatch
+        assert (torch.Tensor.item is not item and torch.zeros is not zeros) == explicit_hooks
         with torch.inference_mode():
             assert _len_torch_dispatch_stack() == 1
         assert _len_torch_dispatch_stack() == dispatch
     assert torch._C._len_torch_function_stack() == 0 and _len_torch_dispatch_stack() == 0
+    assert torch.Tensor.item is item and torch.zeros is zeros and torch.Tensor.__getitem__ is getitem
+    assert "item" not in vars(torch.Tensor) and "__getitem__" not in vars(torch.Tensor)
+
+
+def test_a_stand_in_is_what_torch_calls_and_counts_only_on_counting_threads() -> None:
+    """A watched method or function is replaced where torch looks it up (`t.item()`, `t[0]`, `torch.zeros`); another
+    thread that does not count runs it straight through."""
+    value = torch.ones(2)
+    seen: dict[str, object] = {}
+
+    def elsewhere() -> None:
+        seen["other thread"] = value.sum().item()
+
+    with SyncCounter() as counter:
+        value.sum().item()
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        assert bool(value[0] > 0)
+    assert seen == {"other thread": 2.0}
+    assert counter.counts_by_kind() == {"item": 1, "bool": 1}
 
 
 class _Passing(torch.overrides.TorchFunctionMode):
@@ -39,17 +68,18 @@ class _Passing(torch.overrides.TorchFunctionMode):
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "dispatch mode"])
 def test_ignore_syncs_takes_the_counting_modes_off_and_puts_them_back(
-    kernels: bool, monkeypatch: pytest.MonkeyPatch
+    kernels: bool, explicit_hooks: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bookkeeping under `ignore_syncs` runs with no counting mode on the stacks (it pays nothing per torch call);
     leaving, even by an exception, puts back exactly the stacks that were there, so counting goes on after it."""
     monkeypatch.setattr(hooks, "use_kernels", kernels and hooks.kernels_available())
     value = torch.ones(2)
+    function = 0 if explicit_hooks else 1
     with SyncCounter() as counter:
         for inference in (False, True):
             with torch.inference_mode(inference):
                 before = torch._C._len_torch_function_stack(), _len_torch_dispatch_stack()
-                assert before[0] == 1 and before[1] in (0, 1)
+                assert before[0] == function and before[1] in (0, 1)
                 with ignore_syncs():
                     assert (torch._C._len_torch_function_stack(), _len_torch_dispatch_stack()) == (0, 0)
                     value.sum().item()
@@ -64,7 +94,10 @@ def test_ignore_syncs_takes_the_counting_modes_off_and_puts_them_back(
     assert counter.counts_by_kind() == {"item": 2, "implicit:nonzero": 2}
 
 
-def test_ignore_syncs_leaves_a_mode_pushed_above_the_counters_and_the_counters_beneath_it() -> None:
+def test_ignore_syncs_leaves_a_mode_pushed_above_the_counters_and_the_counters_beneath_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hooks, "use_patches", False)  # the function mode, which `ignore_syncs` takes off
     value = torch.ones(2)
     with SyncCounter() as counter, _Passing() as passing:
         with ignore_syncs():
@@ -76,19 +109,19 @@ def test_ignore_syncs_leaves_a_mode_pushed_above_the_counters_and_the_counters_b
     assert counter.counts_by_kind() == {"item": 1}
 
 
-def test_recording_a_checkpoint_under_a_counter_makes_no_trip_through_the_counting_mode(
-    monkeypatch: pytest.MonkeyPatch,
+def test_recording_a_checkpoint_under_a_counter_makes_no_trip_through_the_counting_hooks(
+    explicit_hooks: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The probe's digests, specs and state reads run with the counting mode off: recording a module, an optimizer's
-    state and plain values calls the function mode not once (before, every tensor cost dozens of calls)."""
+    """The probe's digests, specs and state reads run uncounted and unclassified: recording a module, an optimizer's
+    state and plain values hands not one call to the counter's handler (before, every tensor cost dozens)."""
     calls = []
-    watched = hooks._ExplicitSyncMode.__torch_function__
+    watched = hooks._watched_call
 
-    def counting(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def counting(func, call, args, kwargs):  # type: ignore[no-untyped-def]
         calls.append(func)
-        return watched(self, func, types, args, kwargs)
+        return watched(func, call, args, kwargs)
 
-    monkeypatch.setattr(hooks._ExplicitSyncMode, "__torch_function__", counting)
+    monkeypatch.setattr(hooks, "_watched_call", counting)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     optimizer = torch.optim.Adam(model.parameters())
     recorder = TrajectoryRecorder(keep_values=True)

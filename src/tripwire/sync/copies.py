@@ -235,7 +235,7 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     else:
         # built earlier in host memory: whether it was pinned is decided on the accelerator (`pin_memory()` needs
         # one), so a `non_blocking=True` copy is taken as the pinned one it is written for; without it, it counts
-        uploaded = not non_blocking and host_born(source) and made_by_user(2)
+        uploaded = not non_blocking and host_born(source) and made_by_user(3)
     forget_host_born(source)  # what `.to` returns (on a CPU run, the tensor itself) is a device tensor from here on
     return "to_device" if uploaded else None
 
@@ -270,4 +270,4 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return None
     if source.device.type != "cpu" or _spelling("copy_").target_is_host:
         return "copy_to_cpu_nonblocking" if non_blocking else "copy_to_cpu"
-    return "copy_to_device" if not non_blocking and host_born(source) and made_by_user(2) else None
+    return "copy_to_device" if not non_blocking and host_born(source) and made_by_user(3) else None

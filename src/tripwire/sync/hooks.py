@@ -1,8 +1,12 @@
-"""Torch hooks behind `SyncCounter`: a function mode, a dispatch mode and temporary patches.
+"""Torch hooks behind `SyncCounter`: stand-ins on the watched functions, kernels or a dispatch mode, and patches.
 
-- `_ExplicitSyncMode` (a `TorchFunctionMode`) classifies explicit host pulls: `.item()`, `.cpu()`,
-  `.tolist()`, `.numpy()`, `np.asarray(t)`, `bool/float/int/complex/operator.index(t)`, printing a
-  tensor, `x in t`, and host-bound copies (`.to(...)`, `copy_`; see "Host-bound copies" below).
+- Explicit host pulls: `.item()`, `.cpu()`, `.tolist()`, `.numpy()`, `np.asarray(t)`,
+  `bool/float/int/complex/operator.index(t)`, printing a tensor, `x in t`, and host-bound copies (`.to(...)`,
+  `copy_`; see "Host-bound copies" below). While a counter is active each watched method and function is replaced
+  on `torch.Tensor` or in `torch` by a stand-in (`tripwire.sync.watched`), which hands the call to `_watched_call`
+  on a counting thread; no other torch call pays anything. `_ExplicitSyncMode` (a `TorchFunctionMode`, every torch
+  call a trip through Python: 1.6 to 1.8 times the loop time of CleanRL's `ppo.py` before it counted anything) did
+  the same and is kept behind `use_patches = False`, for tests that compare the two call by call.
 - Implicit syncs are aten ops tagged `data_dependent_output` or `dynamic_output_shape` (`nonzero`, `unique`,
   `masked_select`, `bincount`, `equal`, `_local_scalar_dense` reached from inside torch, boolean-mask `index`,
   `repeat_interleave` without `output_size`, `one_hot` without `num_classes`), counted as a dispatch mode sees them:
@@ -68,6 +72,7 @@ from tripwire.sync import state as sync
 from tripwire.sync.copies import copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
 from tripwire.sync.dynamo import dynamo_skips_tripwire
 from tripwire.sync.swaps import Swap, swap_code
+from tripwire.sync.watched import stand_in
 
 _ROUTING_PROBES: dict[str, Callable[[torch.Tensor], object]] = {
     "__bool__": bool,
@@ -150,11 +155,28 @@ _KEEPS_PLACE = frozenset(getattr(torch.Tensor, name) for name in _PLACE_KEEPING)
 # Every function the explicit mode does more with than call it (outside torch.compile); others pass straight through
 _WATCHED = frozenset(_SIMPLE_KINDS) | {torch.Tensor.to, torch.Tensor.copy_} | frozenset(_BUILDERS)
 _WATCHED |= _HOST_BUILDERS | _KEEPS_PLACE
+# torch's own functions, for identity checks that must not meet the stand-ins put in their place
+_TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
+# Where the watched functions live, for the stand-ins that replace them while a counter is active (`use_patches`)
+_WATCHED_METHODS: tuple[str, ...] = ("item", "cpu", "tolist", "numpy", "__array__", "is_nonzero", "__bool__")
+_WATCHED_METHODS += ("__float__", "__int__", "__index__", "__complex__", "__format__", "__repr__", "__contains__")
+_WATCHED_METHODS += ("to", "copy_", *_PLACE_KEEPING)
+_WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty")
+_WATCHED_FUNCTIONS += ("full", "arange", "linspace", "eye", "rand", "randn", "randint", "stack", "cat")
+_CANONICAL = {("Tensor", name): getattr(torch.Tensor, name) for name in _WATCHED_METHODS}
+_CANONICAL |= {("torch", name): getattr(torch, name) for name in _WATCHED_FUNCTIONS}
+assert set(_CANONICAL.values()) == _WATCHED, "every watched function has a stand-in"
+# Explicit syncs are seen by stand-ins on the watched functions alone (True), or by a function mode that every torch
+# call goes through (False: the earlier design, kept as a switch for tests that compare the two call by call)
+use_patches = True
+_BACKWARDS = [0]  # backward passes that counting threads are running now (`_in_counted_backward`)
+_BACKWARDS_LOCK = threading.Lock()
 _MASK_DTYPES = (torch.bool, torch.uint8)
 _NO_IMPLICIT = "-"
 _implicit_cache: dict[Any, str] = {}
 _routed_dunders: frozenset[str] | None = None
 _implicit_by = ""  # how implicit syncs are counted now: "kernels", "mode" or "" (not at all)
+_explicit_by = ""  # how explicit syncs are counted now: "stand-ins", "mode" or "" (no counter)
 _LOCAL = sync._LOCAL  # this thread's region stack, suppression and implicit-counting depths
 
 
@@ -163,6 +185,7 @@ class Installation:
     """What one `SyncCounter.__enter__` installed, so its `__exit__` removes exactly that."""
 
     function_mode: TorchFunctionMode | None = None
+    counting: bool = False  # stand-ins installed and this thread marked as counting (`_LOCAL.counting`)
     dispatch_mode: TorchDispatchMode | None = None
     kernels: _ImplicitKernels | None = None  # counting implicit syncs in place of `dispatch_mode`
     restores: list[tuple[Any, str, bool, Any]] = field(default_factory=list)
@@ -202,29 +225,36 @@ class _ExplicitSyncMode(TorchFunctionMode):
             return func(*args, **kwargs)
         if func not in _WATCHED:  # nearly every call: nothing to count or mark
             return func(*args, **kwargs)
-        kind = _SIMPLE_KINDS.get(func)
+        return _watched_call(func, func, args, kwargs)
+
+
+def _watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One call of the watched function `func` (run as `call`) on a counting thread, from the function mode or a
+    stand-in (`tripwire.sync.watched`), either one frame below the code that made it: counted if it syncs, else run,
+    and its result marked when it is a tensor built in host memory."""
+    kind = _SIMPLE_KINDS.get(func)
+    if kind is None:
+        if func is _TO:
+            kind = to_kind(args, kwargs)
+        elif func is _COPY:
+            kind = copy_kind(args, kwargs)
+        elif func in _BUILDERS:
+            kind = tensor_kind(args, kwargs, _BUILDERS[func])
         if kind is None:
-            if func is torch.Tensor.to:
-                kind = to_kind(args, kwargs)
-            elif func is torch.Tensor.copy_:
-                kind = copy_kind(args, kwargs)
-            elif func in _BUILDERS:
-                kind = tensor_kind(args, kwargs, _BUILDERS[func])
-            if kind is None:
-                result = func(*args, **kwargs)
-                if _host_built(func, args, kwargs, result):
-                    mark_host_born(result)
-                return result
-        return _call_counted(kind, func, args, kwargs)
+            result = call(*args, **kwargs)
+            if _host_built(func, args, kwargs, result):
+                mark_host_born(result)
+            return result
+    return _call_counted(kind, call, args, kwargs)
 
 
 def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> bool:
     """Whether a call built a tensor in host memory: a host builder given no `device=` (`torch.stack`/`cat` of host
     tensors), or a place-keeping method of a host-built tensor; seen on CPU runs only (`copies.host_born`)."""
     if func in _HOST_BUILDERS:
-        if "device" in kwargs or not made_by_user(2):  # 2 frames up: the code calling the builder
+        if "device" in kwargs or not made_by_user(3):  # 3 frames up (past `_watched_call` and the mode or stand-in)
             return False
-        if func is torch.stack or func is torch.cat:
+        if func is _STACK or func is _CAT:
             parts = args[0] if args else kwargs.get("tensors", ())
             if not (parts and all(host_born(part) for part in parts)):
                 return False
@@ -420,10 +450,47 @@ def _counting_here() -> bool:
     """Whether this thread counts implicit syncs: it entered a counter or runs carried work (`_LOCAL.implicit`), or
     torch carried a counting thread's modes to it (autograd's device threads run a backward with its caller's
     function modes, as they would a dispatch mode)."""
-    if _LOCAL.implicit:
+    if _LOCAL.implicit or _LOCAL.counting > 0 or _in_counted_backward():
         return True
     stack = torch._C._len_torch_function_stack()
     return any(isinstance(torch._C._get_function_stack_at(index), _ExplicitSyncMode) for index in range(stack))
+
+
+def _in_counted_backward() -> bool:
+    """Whether this thread runs part of a backward pass while a counting thread runs one: autograd runs an
+    accelerator's part of the graph on a device thread of its own, where a function mode, carried there by torch,
+    counted; the stand-ins count there as the mode did. (Another thread's own backward, running at the same time,
+    is counted as well.)"""
+    return _BACKWARDS[0] > 0 and torch._C._current_graph_task_id() != -1
+
+
+def _tracked_backward(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`torch.autograd._engine_run_backward`, noting a counting thread's backward in `_BACKWARDS` while it runs."""
+
+    @functools.wraps(original)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if _LOCAL.counting <= 0:
+            return original(*args, **kwargs)
+        with _BACKWARDS_LOCK:
+            _BACKWARDS[0] += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            with _BACKWARDS_LOCK:
+                _BACKWARDS[0] -= 1
+
+    return run
+
+
+def _install_stand_ins(installation: Installation) -> None:
+    """Replace every watched method and function by a stand-in (`tripwire.sync.watched`) and track backward passes."""
+    for (owner_name, name), key in _CANONICAL.items():
+        owner = torch.Tensor if owner_name == "Tensor" else torch
+        original = getattr(owner, name)
+        _patch(installation, owner, name, stand_in(key, original, _watched_call, _LOCAL, _in_counted_backward))
+    engine = getattr(torch.autograd, "_engine_run_backward", None)
+    if engine is not None:
+        _patch(installation, torch.autograd, "_engine_run_backward", _tracked_backward(engine))
 
 
 def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[..., Any]:
@@ -435,7 +502,7 @@ def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[...
 
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         local = _LOCAL
-        if local.nested or local.by_mode or is_compiling() or not _counting_here():
+        if local.suppress or local.nested or local.by_mode or is_compiling() or not _counting_here():
             return call(keyset, *args, **kwargs)
         if not autograd:
             first = args[0] if args else None
@@ -598,7 +665,7 @@ def _patch_sync_functions(installation: Installation) -> None:
             _patch(installation, owner, name, functools.partialmethod(_counted_method, kind, getattr(owner, name)))
         else:
             _patch(installation, owner, name, functools.partial(_counted_call, kind, getattr(owner, name)))
-    for name in sorted(set(_DUNDER_KINDS) - routed_dunders()):
+    for name in [] if use_patches else sorted(set(_DUNDER_KINDS) - routed_dunders()):  # stand-ins cover them all
         method = functools.partialmethod(_counted_method, _DUNDER_KINDS[name], getattr(torch.Tensor, name))
         _patch(installation, torch.Tensor, name, method)
     _patch_collectives(installation)
@@ -631,16 +698,23 @@ def _patch_collectives(installation: Installation) -> None:
 
 def install(*, implicit: bool) -> Installation:
     """Install what is not yet installed: modes on this thread, patches process-wide."""
-    global _implicit_by
+    global _implicit_by, _explicit_by
     installation = Installation()
     try:
         installation.skipping.enter_context(dynamo_skips_tripwire())
         if not sync._STATE.counters:
             sync._set_skip_prefixes((os.path.dirname(torch.__file__) + os.sep, sync._TRIPWIRE_DIR))
-            routed_dunders()
             _patch_sync_functions(installation)
-            installation.function_mode = _ExplicitSyncMode()
-            installation.function_mode.__enter__()
+            if use_patches:
+                _install_stand_ins(installation)
+                _LOCAL.counting += 1
+                installation.counting = True
+                _explicit_by = "stand-ins"
+            else:
+                routed_dunders()
+                installation.function_mode = _ExplicitSyncMode()
+                installation.function_mode.__enter__()
+                _explicit_by = "mode"
         if implicit and not _implicit_by:
             if _kernels_here():
                 _LOCAL.implicit += 1
@@ -664,7 +738,11 @@ def install(*, implicit: bool) -> Installation:
 def thread_modes(*, implicit: bool) -> Iterator[None]:
     """Push the counting modes on the current (worker) thread; torch modes are thread-local, patches are not."""
     with contextlib.ExitStack() as modes:
-        modes.enter_context(_ExplicitSyncMode())
+        if _explicit_by == "stand-ins":
+            _LOCAL.counting += 1
+            modes.callback(_not_counting)
+        else:
+            modes.enter_context(_ExplicitSyncMode())
         if implicit and _implicit_by == "kernels":
             _LOCAL.implicit += 1
             modes.callback(_thread_done)
@@ -675,6 +753,10 @@ def thread_modes(*, implicit: bool) -> Iterator[None]:
 
 def _thread_done() -> None:
     _LOCAL.implicit -= 1
+
+
+def _not_counting() -> None:
+    _LOCAL.counting -= 1
 
 
 Taken = tuple[list[TorchFunctionMode], list[TorchDispatchMode]]
@@ -705,7 +787,7 @@ def put_modes_back(taken: Taken) -> None:
 
 def uninstall(installation: Installation) -> None:
     """Undo `install` in reverse order; patches are restored even if popping a mode fails."""
-    global _implicit_by
+    global _implicit_by, _explicit_by
     try:
         if installation.kernels is not None:
             _implicit_by = ""
@@ -716,7 +798,12 @@ def uninstall(installation: Installation) -> None:
             _implicit_by = ""
             installation.dispatch_mode.__exit__(None, None, None)
         if installation.function_mode is not None:
+            _explicit_by = ""
             installation.function_mode.__exit__(None, None, None)
+        if installation.counting:
+            _explicit_by = ""
+            installation.counting = False
+            _LOCAL.counting -= 1
     finally:
         for owner, name, had_own, original in reversed(installation.restores):
             if had_own:

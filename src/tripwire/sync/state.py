@@ -99,6 +99,7 @@ class _ThreadState(threading.local):
         self.nested = 0  # inside a counted data-dependent op's own kernel: what it runs is not counted again
         self.by_mode = 0  # a dispatch mode counts implicit syncs on this thread (`hooks._InferenceWatch`)
         self.modes_off: list[Any] = []  # per `ignore_syncs` level: the counting modes it took off, or None
+        self.counting = 0  # this thread counts explicit syncs through the stand-ins (`tripwire.sync.watched`)
 
 
 _STATE = _GlobalState()
