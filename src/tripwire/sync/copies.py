@@ -36,7 +36,16 @@ import torch
 
 from tripwire.sync import state as sync
 
-__all__ = ["copy_kind", "forget_host_born", "host_born", "made_by_user", "mark_host_born", "tensor_kind", "to_kind"]
+__all__ = [
+    "copy_kind",
+    "forget_host_born",
+    "forget_sources",
+    "host_born",
+    "made_by_user",
+    "mark_host_born",
+    "tensor_kind",
+    "to_kind",
+]
 
 
 def _device_type(value: object) -> str | None:
@@ -105,7 +114,9 @@ class _Spelling:
     pinned: bool = False  # ... in pinned memory (`.pin_memory()`, or a name with `pinned` in it)
 
 
-_spelling_cache: dict[tuple[CodeType, int, str], _Spelling] = {}
+# Keyed by the code object's id, the entry holding the code so the id is not reused: hashing a code object hashes its
+# bytecode and constants, tens of microseconds for a script's module code, on every call of a watched `.to`
+_spelling_cache: dict[tuple[int, int, str], tuple[CodeType, _Spelling]] = {}
 
 
 def _names_host(node: ast.expr) -> bool:
@@ -144,9 +155,22 @@ def _receiver(node: ast.expr) -> tuple[bool, bool]:
     return any(word in name for word in _HOST_WORDS), "pinned" in name
 
 
+_Positions = list[tuple[int | None, int | None, int | None, int | None]]
+_positions_cache: dict[int, tuple[CodeType, _Positions]] = {}  # by the code's id, as `_spelling_cache`
+
+
+def forget_sources() -> None:
+    """Drop the decoded instruction positions (a counter stopped; a long process need not keep them)."""
+    _positions_cache.clear()
+
+
 def _call_source(frame: FrameType) -> str:
     """The source of the call the frame is executing now (its instruction's position), or ""."""
-    positions = list(frame.f_code.co_positions())
+    code = frame.f_code
+    cached = _positions_cache.get(id(code))
+    if cached is None:  # decoded once per code object: a script's module code takes milliseconds
+        cached = _positions_cache[id(code)] = (code, list(code.co_positions()))
+    positions = cached[1]
     index = frame.f_lasti // 2
     if index >= len(positions):
         return ""
@@ -185,10 +209,11 @@ def _spelling(method: str) -> _Spelling:
     frame = sync.user_frame()
     if frame is None:
         return _Spelling()
-    key = (frame.f_code, frame.f_lasti, method)
-    known = _spelling_cache.get(key)
-    if known is None:
-        known = _spelling_cache[key] = _spelled(frame, method)
+    key = (id(frame.f_code), frame.f_lasti, method)
+    cached = _spelling_cache.get(key)
+    if cached is None:
+        cached = _spelling_cache[key] = (frame.f_code, _spelled(frame, method))
+    known = cached[1]
     return known
 
 
