@@ -2,7 +2,10 @@
 
 A measurement, not a gate. After one untimed round, each round runs every loop twice, plain and recorded, in fresh
 processes, in an order that alternates round by round, so drift in the machine's speed reaches both sides alike; the
-ratio reported is the median over rounds of recorded wall time / plain wall time. Both sides run with the same CPU
+ratio reported is the median over rounds of recorded wall time / plain wall time; for a loop that prints its own rate
+(CleanRL's `SPS:`, steps per second over the training loop alone), also the median of plain rate / recorded rate,
+the loop's own time without the interpreter, the imports and the setup, which a short run's whole-process figure
+dilutes. Both sides run with the same CPU
 pin and one thread, what a recording uses, so the ratio is the instruments' cost alone. Wall time is the whole
 process (interpreter, `import torch`, the loop); tripwire's own import is part of the cost it reports.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -65,14 +69,20 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _timed(command: list[str], cwd: Path) -> float:
+_RATE = re.compile(r"^SPS: (\d+)$", re.MULTILINE)  # CleanRL's own steps per second, printed every iteration
+
+
+def _timed(command: list[str], cwd: Path) -> tuple[float, int | None]:
+    """The command's whole-process wall time, and the loop's own last printed rate (steps per second over its
+    training loop alone, no imports or setup) where it prints one."""
     start = time.perf_counter()
     env = {**_env(), "SB3_LOGDIR": str(cwd / "sb3-logs")}  # SB3 would leave a logger folder in /tmp each run
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-300:]}")
-    return seconds
+    rates = _RATE.findall(done.stdout)
+    return seconds, int(rates[-1]) if rates else None
 
 
 def _scenario_file(loop: Loop, folder: Path) -> Path:
@@ -102,15 +112,26 @@ def measure(loop: Loop, rounds: int, work: Path) -> dict[str, object]:
     plain = [sys.executable, str(tree / loop.script.name), *loop.argv]
     recorded = [sys.executable, "-m", "tripwire", "run", str(scenario), "--root", str(tree), "--out"]
     times: dict[str, list[float]] = {"plain": [], "recorded": []}
+    rates: dict[str, list[int]] = {"plain": [], "recorded": []}
     for index in range(rounds + 1):  # round 0 is untimed: it fills the caches both sides share (inductor's code)
         order = ("plain", "recorded") if index % 2 == 0 else ("recorded", "plain")
         for side in order:
             scratch = Path(tempfile.mkdtemp(dir=folder))
             command = plain if side == "plain" else [*recorded, str(scratch / "result")]
-            seconds = _timed(command, scratch)
+            seconds, rate = _timed(command, scratch)
             if index:
                 times[side].append(seconds)
-    return ratio_row({"loop": loop.name}, times["plain"], times["recorded"], digits=2)
+                if rate is not None:
+                    rates[side].append(rate)
+    row = ratio_row({"loop": loop.name}, times["plain"], times["recorded"], digits=2)
+    if rates["plain"] and len(rates["plain"]) == len(rates["recorded"]):
+        # the loop's own time, round by round: plain rate / recorded rate (its steps are the same on both sides)
+        loop_ratios = [p / r for p, r in zip(rates["plain"], rates["recorded"])]
+        row |= {
+            "loop_ratio": round(statistics.median(loop_ratios), 2),
+            "loop_ratios": [round(x, 3) for x in loop_ratios],
+        }
+    return row
 
 
 def ratio_row(named: dict[str, object], plain: list[float], recorded: list[float], digits: int) -> dict[str, object]:
@@ -125,9 +146,10 @@ def ratio_row(named: dict[str, object], plain: list[float], recorded: list[float
 
 
 def show(label: str, row: dict[str, object]) -> None:
-    """One measured row, as the benchmarks print it."""
+    """One measured row, as the benchmarks print it (and the loop-time ratio where the loop prints its rate)."""
+    loop = f"  loop time {row['loop_ratio']:.2f}x (rounds {row['loop_ratios']})" if "loop_ratio" in row else ""
     print(f"{label} plain {row['plain_s']:6.2f} s  recorded {row['recorded_s']:6.2f} s  "
-          f"ratio {row['ratio']:.2f}x  (rounds {row['ratios']})", flush=True)  # fmt: skip
+          f"ratio {row['ratio']:.2f}x  (rounds {row['ratios']}){loop}", flush=True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -86,6 +86,8 @@ class _GlobalState:
         self.codes: dict[int, tuple[CodeType, dict[int, tuple[str, str]] | None]] = {}
         self.barren: dict[int, FrameType] = {}  # frames with no project frame outward of them (`_callers`)
         self.relative: dict[str, str] = {}  # `relative_path` of each call site's file
+        self.roles: dict[int, tuple[CodeType, bool, str]] = {}  # per code object (by id): `_role`
+        self.sites: dict[tuple[int, int], tuple[CodeType, str, str, str]] = {}  # per (code id, line): the site named
 
 
 class _ThreadState(threading.local):
@@ -178,24 +180,46 @@ def machinery_via(via: str) -> bool:
 def _call_site() -> tuple[str, str, str, str, tuple[str, ...], str]:
     """`(file:line, function, via, absolute file, callers, caller text)`: the innermost frame outside torch and
     tripwire, the innermost torch frame (not dispatch machinery) between it and the hook, named
-    `torch/<file>:<function>`, and the project frames above the first (`_callers`)."""
+    `torch/<file>:<function>`, and the project frames above the first (`_callers`). What each code object is (skipped
+    or not, the torch name it gives) and each site line's description are cached: a sync costs a walk of dict
+    lookups, not string work per frame."""
     frame: FrameType | None = sys._getframe(1)
-    prefixes = _STATE.skip_prefixes
+    roles = _STATE.roles
     via = ""
-    while frame is not None and frame.f_code.co_filename.startswith(prefixes):
-        filename = frame.f_code.co_filename
-        if not via and not filename.startswith(_TRIPWIRE_DIR):
-            named = f"{_torch_relative(filename)}:{frame.f_code.co_qualname}"
-            via = "" if machinery_via(named) else named
+    while frame is not None:
+        code = frame.f_code
+        role = roles.get(id(code))
+        if role is None:
+            role = roles[id(code)] = _role(code)
+        if not role[1]:
+            break
+        if not via:
+            via = role[2]
         frame = frame.f_back
     if frame is None:
         return "<unknown>", "<unknown>", via, "", (), ""
-    filename = frame.f_code.co_filename
-    relative = _STATE.relative.get(filename)
-    if relative is None:
-        relative = _STATE.relative[filename] = relative_path(filename)
-    function = function_name(frame.f_code)
-    return f"{relative}:{frame.f_lineno}", function, via, filename, *_callers(_caller_frame(frame))
+    key = (id(code), frame.f_lineno)
+    site = _STATE.sites.get(key)
+    if site is None:
+        filename = code.co_filename
+        relative = _STATE.relative.get(filename)
+        if relative is None:
+            relative = _STATE.relative[filename] = relative_path(filename)
+        site = _STATE.sites[key] = (code, f"{relative}:{key[1]}", function_name(code), filename)
+    return site[1], site[2], via, site[3], *_callers(_caller_frame(frame))
+
+
+def _role(code: CodeType) -> tuple[CodeType, bool, str]:
+    """`(code, skipped, via)`: whether frames of `code` are passed over when a site is looked up (torch's and
+    tripwire's), and the `torch/<file>:<function>` a torch frame names as the code behind a sync ("" for tripwire's
+    frames and torch's dispatch machinery). The entry holds the code, so its id is not reused while cached."""
+    filename = code.co_filename
+    if not filename.startswith(_STATE.skip_prefixes):
+        return code, False, ""
+    if filename.startswith(_TRIPWIRE_DIR):
+        return code, True, ""
+    named = f"{_torch_relative(filename)}:{code.co_qualname}"
+    return code, True, "" if machinery_via(named) else named
 
 
 # Code run in a frame of its own only up to Python 3.11 (PEP 709 inlines the first three in 3.12).
@@ -344,3 +368,5 @@ def clear_caches() -> None:
     _STATE.codes = {}
     _STATE.barren = {}
     _STATE.relative = {}
+    _STATE.roles = {}
+    _STATE.sites = {}
