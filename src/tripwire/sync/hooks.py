@@ -6,7 +6,13 @@
   on `torch.Tensor` or in `torch` by a stand-in (`tripwire.sync.watched`), which hands the call to `_watched_call`
   on a counting thread; no other torch call pays anything. `_ExplicitSyncMode` (a `TorchFunctionMode`, every torch
   call a trip through Python: 1.6 to 1.8 times the loop time of CleanRL's `ppo.py` before it counted anything) did
-  the same and is kept behind `use_patches = False`, for tests that compare the two call by call.
+  the same and is kept behind `use_patches = False`, for tests that compare the two call by call. Two differences:
+  a stand-in replaces a name on `torch.Tensor` or in `torch`, so a reference taken before the counter started
+  (`from torch import zeros` at import, `torch._C.TensorBase.item(t)`) is not watched, where the mode saw every
+  call; and a sync inside a Python-level torch function with a torch-function check (`torch.nn.functional.*`) is
+  seen as what it is (`item`, `bool`), where the mode, switched off while its handler ran that function, saw it only
+  as a kernel's `implicit:_local_scalar_dense`, if at all. Autograd's device threads count while a counting thread's
+  backward runs (`_in_counted_backward`); another thread's own backward at that moment is counted too.
 - Implicit syncs are aten ops tagged `data_dependent_output` or `dynamic_output_shape` (`nonzero`, `unique`,
   `masked_select`, `bincount`, `equal`, `_local_scalar_dense` reached from inside torch, boolean-mask `index`,
   `repeat_interleave` without `output_size`, `one_hot` without `num_classes`), counted as a dispatch mode sees them:
