@@ -5,9 +5,9 @@ processes, in an order that alternates round by round, so drift in the machine's
 ratio reported is the median over rounds of recorded wall time / plain wall time; for a loop that prints its own rate
 (CleanRL's `SPS:`, steps per second over the training loop alone), also the median of plain rate / recorded rate,
 the loop's own time without the interpreter, the imports and the setup, which a short run's whole-process figure
-dilutes. Both sides run with the same CPU
-pin and one thread, what a recording uses, so the ratio is the instruments' cost alone. Wall time is the whole
-process (interpreter, `import torch`, the loop); tripwire's own import is part of the cost it reports.
+dilutes. Both sides run with the same CPU pin and one thread, what a recording uses, so the ratio is the
+instruments' cost alone. Wall time is the whole process (interpreter, `import torch`, the loop); tripwire's own
+import is part of the cost it reports.
 
 Loops: CleanRL's `ppo.py` as published (tests/tripwire/third_party) at two sizes, the SB3 PPO script of
 tests/tripwire/loops and its PPO loop that compiles its parts with inductor, with their test scenarios (every

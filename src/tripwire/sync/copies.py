@@ -160,7 +160,7 @@ _positions_cache: dict[int, tuple[CodeType, _Positions]] = {}  # by the code's i
 
 
 def forget_sources() -> None:
-    """Drop the decoded instruction positions (a counter stopped; a long process need not keep them)."""
+    """Drop the decoded instruction positions (the last counter stopped; a long process need not keep them)."""
     _positions_cache.clear()
 
 

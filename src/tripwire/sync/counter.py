@@ -93,6 +93,7 @@ class SyncCounter(EventLog):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        from tripwire.sync import copies as _sync_copies
         from tripwire.sync import hooks as _sync_hooks
 
         try:
@@ -103,6 +104,7 @@ class SyncCounter(EventLog):
             _STATE.counters.remove(self)
             if not _STATE.counters:
                 clear_caches()  # the caller lookup's caches hold code objects and frames
+                _sync_copies.forget_sources()  # and the decoded instruction positions of the `.to` spellings read
             installation, self._installation = self._installation, None
             if installation is not None:
                 _sync_hooks.uninstall(installation)

@@ -75,15 +75,7 @@ from torch.utils import _python_dispatch as dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tripwire.sync import state as sync
-from tripwire.sync.copies import (
-    copy_kind,
-    forget_sources,
-    host_born,
-    made_by_user,
-    mark_host_born,
-    tensor_kind,
-    to_kind,
-)
+from tripwire.sync.copies import copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
 from tripwire.sync.dynamo import dynamo_skips_tripwire
 from tripwire.sync.swaps import Swap, swap_code
 from tripwire.sync.watched import stand_in
@@ -829,4 +821,3 @@ def uninstall(installation: Installation) -> None:
             swap.restore()
         installation.swaps.clear()
         installation.skipping.close()
-        forget_sources()

@@ -9,7 +9,7 @@ of the loop a trip through Python (CleanRL's `ppo.py` ran 1.6 to 1.8 times slowe
 
 Dynamo traces through the stand-ins (this file is on its inline-when-called list) and, as it traces,
 `is_compiling()` is true, so what it puts in the graph is the original call: watching a compiled loop adds no graph
-break. This module is kept small and free of tripwire's other imports for that reason.
+break. This module is kept small, importing nothing of tripwire but the inline list, for that reason.
 """
 
 from __future__ import annotations
