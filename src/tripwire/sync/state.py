@@ -82,12 +82,14 @@ class _GlobalState:
         self.lock = threading.Lock()  # guards `pushed` when regions are entered on several threads
         # Caches of the caller lookup, emptied when the root or the skipped folders change or the last counter stops:
         # per code object (by id; the entry holds the code, so its id is not reused), None when it is not project
-        # code, else per line the frame's "relpath:line in qualname" and its stripped source line.
+        # code, else per instruction (`f_lasti`: a frame's `f_lineno` decodes the code's line table from its start on
+        # every read, microseconds deep in a script's module code) its "relpath:line in qualname" and source line.
         self.codes: dict[int, tuple[CodeType, dict[int, tuple[str, str]] | None]] = {}
         self.barren: dict[int, FrameType] = {}  # frames with no project frame outward of them (`_callers`)
         self.relative: dict[str, str] = {}  # `relative_path` of each call site's file
         self.roles: dict[int, tuple[CodeType, bool, str]] = {}  # per code object (by id): `_role`
-        self.sites: dict[tuple[int, int], tuple[CodeType, str, str, str]] = {}  # per (code id, line): the site named
+        self.sites: dict[tuple[int, int], tuple[CodeType, str, str, str]] = {}  # per (code id, f_lasti): the site
+        self.events: dict[tuple[Any, ...], SyncEvent] = {}  # each distinct event `deliver` built, by what makes it
 
 
 class _ThreadState(threading.local):
@@ -117,13 +119,26 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
         kind = local.label
     site, function, via, filename, callers, caller_text = _call_site()
     regions = local.regions
-    region = regions[-1][1] if regions else OUTSIDE
-    path = "/".join(name for _, name in regions) if regions else OUTSIDE
-    event = SyncEvent(kind, region, site, function, path, via, filename, callers, caller_text)
+    path = _region_path(regions)
+    # A loop syncs at the same few sites over and over: their events are frozen, so each is built once and shared
+    key = (kind, path, site, function, via, filename, callers)
+    event = _STATE.events.get(key)
+    if event is None:
+        region = regions[-1][1] if regions else OUTSIDE
+        event = _STATE.events[key] = SyncEvent(kind, region, site, function, path, via, filename, callers, caller_text)
     for counter in list(_STATE.counters):
         if implicit and not counter.implicit:
             continue
         counter.events.append(event)
+
+
+def _region_path(regions: list[tuple[object, str]]) -> str:
+    """The names of the regions open on this thread, outermost first, joined by "/" (`OUTSIDE` when none is)."""
+    if not regions:
+        return OUTSIDE
+    if len(regions) == 1:
+        return regions[0][1]
+    return "/".join([name for _, name in regions])
 
 
 def event_at(kind: str, filename: str, line: int, function: str, reason: str = "") -> SyncEvent:
@@ -131,7 +146,7 @@ def event_at(kind: str, filename: str, line: int, function: str, reason: str = "
     region, with the project frames running now as its callers (innermost first): whoever called the compiled code."""
     regions = _LOCAL.regions
     region = regions[-1][1] if regions else OUTSIDE
-    path = "/".join(name for _, name in regions) if regions else OUTSIDE
+    path = _region_path(regions)
     relative = _STATE.relative.get(filename)
     if relative is None:
         relative = _STATE.relative[filename] = relative_path(filename)
@@ -198,14 +213,14 @@ def _call_site() -> tuple[str, str, str, str, tuple[str, ...], str]:
         frame = frame.f_back
     if frame is None:
         return "<unknown>", "<unknown>", via, "", (), ""
-    key = (id(code), frame.f_lineno)
+    key = (id(code), frame.f_lasti)  # not `f_lineno`, which decodes the line table from the start on every read
     site = _STATE.sites.get(key)
     if site is None:
         filename = code.co_filename
         relative = _STATE.relative.get(filename)
         if relative is None:
             relative = _STATE.relative[filename] = relative_path(filename)
-        site = _STATE.sites[key] = (code, f"{relative}:{key[1]}", function_name(code), filename)
+        site = _STATE.sites[key] = (code, f"{relative}:{frame.f_lineno}", function_name(code), filename)
     return site[1], site[2], via, site[3], *_callers(_caller_frame(frame))
 
 
@@ -270,10 +285,9 @@ def _callers(frame: FrameType | None) -> tuple[tuple[str, ...], str]:
             known = codes[id(code)] = (code, {} if _is_project(code.co_filename) else None)
         lines = known[1]
         if lines is not None:
-            line = frame.f_lineno or 0
-            described = lines.get(line)
+            described = lines.get(frame.f_lasti)
             if described is None:
-                described = lines[line] = _describe(code, line)
+                described = lines[frame.f_lasti] = _describe(code, frame.f_lineno or 0)
             if not chain:
                 text = described[1]
             chain.append(described[0])
@@ -370,3 +384,4 @@ def clear_caches() -> None:
     _STATE.relative = {}
     _STATE.roles = {}
     _STATE.sites = {}
+    _STATE.events = {}
