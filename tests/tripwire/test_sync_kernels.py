@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import ClassVar
 
 import pytest
 import torch
@@ -216,3 +217,39 @@ def test_counting_inside_inference_mode_does_not_import_dynamo() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "False", done.stdout + done.stderr
+
+
+class _Doubling(torch.Tensor):
+    """A subclass whose `item` computes through its own `__torch_function__`: an op it runs must keep its graph."""
+
+    graphs: ClassVar[list[bool]] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.Tensor.item:
+            doubled = args[0].as_subclass(torch.Tensor) * 2
+            cls.graphs.append(doubled.grad_fn is not None)
+            return doubled.detach().item()
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True to a scalar")  # torch's, for `float`
+def test_a_counted_scalar_read_is_counted_once_and_keeps_autograd_where_a_subclass_computes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stand-in counts `item`, `bool`, `float`, `int`, `index` itself and runs the read below autograd, past the
+    counting kernel at the autograd key: counted once as itself, never again as `_local_scalar_dense`. A subclass's
+    own `__torch_function__` runs as it did: its ops still record their graph."""
+    monkeypatch.setattr(hooks, "use_kernels", True)
+    x = torch.tensor([1.5], requires_grad=True)
+    weight = torch.nn.Parameter(torch.tensor(2.0))
+    index = torch.tensor(3)
+    odd = torch.tensor([0.5], requires_grad=True).as_subclass(_Doubling)
+    _Doubling.graphs.clear()
+    with SyncCounter() as counter:
+        values = (x.item(), bool(x), float(weight), int(weight), [0, 1, 2, 3][index], odd.item())
+    assert values == (1.5, True, 2.0, 2, 3, 1.0)
+    assert counter.counts_by_kind() == {"item": 2, "bool": 1, "float": 1, "int": 1, "index": 1}
+    assert _Doubling.graphs == [True]
+    (x * weight).sum().backward()  # the graph of the tensors read is intact
+    assert x.grad is not None and weight.grad is not None and x.grad.item() == 2.0

@@ -78,7 +78,7 @@ from tripwire.sync import state as sync
 from tripwire.sync.copies import copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
 from tripwire.sync.dynamo import dynamo_skips_tripwire
 from tripwire.sync.swaps import Swap, swap_code
-from tripwire.sync.watched import stand_in
+from tripwire.sync.watched import counted_stand_in, keeping_stand_in, stand_in
 
 _ROUTING_PROBES: dict[str, Callable[[torch.Tensor], object]] = {
     "__bool__": bool,
@@ -172,6 +172,12 @@ _WATCHED_FUNCTIONS += ("full", "arange", "linspace", "eye", "rand", "randn", "ra
 _CANONICAL = {("Tensor", name): getattr(torch.Tensor, name) for name in _WATCHED_METHODS}
 _CANONICAL |= {("torch", name): getattr(torch, name) for name in _WATCHED_FUNCTIONS}
 assert set(_CANONICAL.values()) == _WATCHED, "every watched function has a stand-in"
+# Calls whose only op is `_local_scalar_dense` (no autograd formula): a counted one runs below autograd
+_SCALAR_READS: frozenset[Any] = frozenset({torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.is_nonzero})
+_SCALAR_READS |= {torch.is_nonzero, torch.Tensor.__float__, torch.Tensor.__int__, torch.Tensor.__index__}
+_SCALAR_READS |= {torch.Tensor.__complex__}
+# Place-keeping methods that are nothing else: `_watched_call` only marks their results (`_mark_kept`)
+_ONLY_KEEPS_PLACE = _KEEPS_PLACE - frozenset(_SIMPLE_KINDS) - frozenset(_BUILDERS) - _HOST_BUILDERS - {_TO, _COPY}
 # Explicit syncs are seen by stand-ins on the watched functions alone (True), or by a function mode that every torch
 # call goes through (False: the earlier design, kept as a switch for tests that compare the two call by call)
 use_patches = True
@@ -252,6 +258,12 @@ def _watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str,
                 mark_host_born(result)
             return result
     return _call_counted(kind, call, args, kwargs)
+
+
+def _mark_kept(source: object, result: object) -> None:
+    """A place-keeping method's result is host-built when its input is (`_host_built` for those methods)."""
+    if host_born(source) and isinstance(result, torch.Tensor) and result.device.type == "cpu":
+        mark_host_born(result)
 
 
 def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> bool:
@@ -489,11 +501,22 @@ def _tracked_backward(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _install_stand_ins(installation: Installation) -> None:
-    """Replace every watched method and function by a stand-in (`tripwire.sync.watched`) and track backward passes."""
+    """Replace every watched method and function by a stand-in (`tripwire.sync.watched`) and track backward passes.
+    A call that always syncs and a place-keeping method get a stand-in of their own that does what `_watched_call`
+    would, without classifying the call on every use."""
     for (owner_name, name), key in _CANONICAL.items():
         owner = torch.Tensor if owner_name == "Tensor" else torch
         original = getattr(owner, name)
-        _patch(installation, owner, name, stand_in(key, original, _watched_call, _LOCAL, _in_counted_backward))
+        if key in _SIMPLE_KINDS:
+            scalar = key in _SCALAR_READS
+            replacement = counted_stand_in(
+                _SIMPLE_KINDS[key], original, sync.deliver, _LOCAL, _in_counted_backward, scalar
+            )
+        elif key in _ONLY_KEEPS_PLACE:
+            replacement = keeping_stand_in(original, _mark_kept, _LOCAL, _in_counted_backward)
+        else:
+            replacement = stand_in(key, original, _watched_call, _LOCAL, _in_counted_backward)
+        _patch(installation, owner, name, replacement)
     engine = getattr(torch.autograd, "_engine_run_backward", None)
     if engine is not None:
         _patch(installation, torch.autograd, "_engine_run_backward", _tracked_backward(engine))

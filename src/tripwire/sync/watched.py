@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch.compiler import is_compiling
 
 from tripwire.sync.dynamo import inline_when_called
@@ -39,6 +40,61 @@ def stand_in(key: Any, original: Any, handle: Handler, local: Any, elsewhere: Ca
             return original(*args, **kwargs)
         return handle(key, original, args, kwargs)
 
+    return _named(watched, original)
+
+
+_BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def counted_stand_in(
+    kind: str, original: Any, deliver: Callable[[str], None], local: Any, elsewhere: Callable[[], bool], scalar: bool
+) -> Callable[..., Any]:
+    """A stand-in for a call that always syncs (`Tensor.item`, `.cpu`, `__bool__`, ...): on a counting thread outside
+    suppressed code, `deliver(kind)`, then the original with counting suppressed, so nothing it runs counts again
+    (what `stand_in` and the counter's handler do for these calls, two frames shorter). A `scalar` read (its only op
+    `_local_scalar_dense`, which has no autograd formula) of a plain tensor runs below autograd: the same kernel, not
+    the counting kernel registered at the autograd key, which would only return at once here."""
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return original(*args, **kwargs)
+        if local.suppress or (local.counting <= 0 and not elsewhere()):
+            return original(*args, **kwargs)
+        deliver(kind)
+        local.suppress += 1
+        try:
+            if scalar and args and type(args[0]) in _PLAIN:
+                with _BELOW_AUTOGRAD():
+                    return original(*args, **kwargs)
+            return original(*args, **kwargs)
+        finally:
+            local.suppress -= 1
+
+    return _named(watched, original)
+
+
+def keeping_stand_in(
+    original: Any, mark: Callable[[Any, Any], None], local: Any, elsewhere: Callable[[], bool]
+) -> Callable[..., Any]:
+    """A stand-in for a method whose result stays where its input is (`.view`, `.float()`, `__getitem__`, ...): on a
+    counting thread outside suppressed code, the original, then `mark(input, result)` (a host-built input's result
+    is host-built too), what the counter's handler does for these calls, a frame and a classification shorter."""
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return original(*args, **kwargs)
+        if local.suppress or (local.counting <= 0 and not elsewhere()):
+            return original(*args, **kwargs)
+        result = original(*args, **kwargs)
+        if args:
+            mark(args[0], result)
+        return result
+
+    return _named(watched, original)
+
+
+def _named(watched: Callable[..., Any], original: Any) -> Callable[..., Any]:
     name = getattr(original, "__name__", "watched")
     watched.__name__ = name
     watched.__qualname__ = getattr(original, "__qualname__", name)
