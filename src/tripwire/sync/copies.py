@@ -241,13 +241,14 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
             break
     target = _device_type(raw_target) if raw_target is not None else None
     source = args[0]
-    on_host = isinstance(source, torch.Tensor) and source.device.type == "cpu"
+    place = source.device.type if isinstance(source, torch.Tensor) else None
+    on_host = place == "cpu"
     if target not in (None, "cpu", "meta"):  # a real device: read the tensors
         pinned = on_host and non_blocking and source.is_pinned()
         return "to_device" if on_host and not pinned else None
     if target != "cpu":
         return None
-    leaves_device = isinstance(source, torch.Tensor) and source.device.type not in ("cpu", "meta")
+    leaves_device = place not in (None, "cpu", "meta")
     if leaves_device or isinstance(raw_target, str):
         return "to_cpu_nonblocking" if non_blocking else "to_cpu"
     spelling = _spelling("to")

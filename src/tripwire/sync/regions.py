@@ -60,11 +60,13 @@ class ignore_syncs(ContextDecorator):
     While a counter is active the counting modes also come off this thread's mode stacks inside
     (`hooks.take_modes_off`), so bookkeeping runs at a bare call's cost instead of paying a trip through Python
     for every torch call it makes; nothing inside is marked or classified either (a tensor made inside and moved
-    to a device outside counts as one the counter never saw being made)."""
+    to a device outside counts as one the counter never saw being made). Nested inside suppressed code (another
+    `ignore_syncs`, a counted call) it only suppresses: the outermost one took the modes off, and a digest enters
+    one per tensor."""
 
     def __enter__(self) -> None:
         _LOCAL.suppress += 1
-        if _STATE.active:
+        if _STATE.active and _LOCAL.suppress == 1:  # nested inside another: the outer one took the modes off
             from tripwire.sync import hooks as _sync_hooks
 
             _LOCAL.modes_off.append(_sync_hooks.take_modes_off())
