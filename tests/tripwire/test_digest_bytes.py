@@ -7,7 +7,7 @@ import hashlib
 import pytest
 import torch
 
-from tripwire.bitwise.digest import _tensor_bytes, tensor_digest
+from tripwire.bitwise.digest import _tensor_bytes, leaf_value, tensor_digest
 
 
 def _copied(tensor: torch.Tensor) -> bytes:
@@ -33,6 +33,10 @@ CASES = {
     "neg view": torch.complex(base, base).conj().imag,
     "sparse": base.to_sparse(),
     "parameter": torch.nn.Parameter(base.clone()),
+    "float16": base.half(),
+    "uint8": base.to(torch.uint8),
+    "complex128": torch.complex(base, -base).to(torch.complex128),
+    "requires grad": base.clone().requires_grad_(),
 }
 
 
@@ -42,6 +46,18 @@ def test_the_bytes_are_those_of_a_dense_contiguous_copy(name: str) -> None:
     assert bytes(_tensor_bytes(tensor)) == _copied(tensor)
     expected = hashlib.sha256(f"tensor|{tensor.dtype}|{tuple(tensor.shape)}|".encode() + _copied(tensor)).hexdigest()
     assert tensor_digest(tensor) == expected
+
+
+@pytest.mark.parametrize("name", sorted(set(CASES) - {"sparse"}))
+def test_a_kept_value_is_a_detached_copy_of_the_tensor_whatever_path_made_it(name: str) -> None:
+    """A plain dense tensor's value is copied in two calls, others by the general line: the same copy either way."""
+    tensor = CASES[name]
+    value = leaf_value(tensor)
+    expected = tensor.detach().resolve_conj().resolve_neg().to("cpu", copy=True)
+    assert value is not None and type(value) is torch.Tensor and not value.requires_grad
+    assert (value.dtype, value.shape, value.stride()) == (expected.dtype, expected.shape, expected.stride())
+    assert bytes(_tensor_bytes(value)) == bytes(_tensor_bytes(expected))
+    assert value.numel() == 0 or value.data_ptr() != tensor.data_ptr()
 
 
 def test_a_view_and_its_copy_digest_alike_and_a_changed_bit_does_not() -> None:
