@@ -149,8 +149,8 @@ def leaf_digests(items: Sequence[Any]) -> list[str]:
         index
         for index, item in enumerate(items)
         if isinstance(item, torch.Tensor)
+        and item.numel() * item.element_size() >= PARALLEL_HASH_BYTES  # not `nbytes`: a sparse tensor refuses it
         and _read_in_place(item)
-        and item.numel() * item.element_size() >= PARALLEL_HASH_BYTES
     ]
     pool = _hash_pool() if len(large) > 1 else None
     if pool is None:
