@@ -15,7 +15,11 @@ instrument placed, checkpoints and events included) and, for CleanRL, the same s
 (no checkpoints, no events), which says where the time goes. Needs the test dependencies (gymnasium, tyro,
 tensorboard, stable-baselines3). Run it on a quiet machine:
 
-    python benchmarks/recording_cost.py [--rounds 5] [--json build/recording_cost.json]
+    python benchmarks/recording_cost.py [--rounds 5] [--json build/recording_cost.json] [--esper-lite ../esper-lite]
+
+With `--esper-lite PATH` (a checkout of the original, 11ebe0f6), also the original's own CLI training loop
+(`examples/esper-lite/cli_training_loop.py`: 1 round, 1 env, 5 epochs on mock data), plain being the scenario's
+function with its adapter and nothing else.
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ TESTS = Path(__file__).resolve().parents[1] / "tests" / "tripwire"
 @dataclass(frozen=True)
 class Loop:
     name: str
-    script: Path
+    script: Path | None  # None: the scenario calls a function of a tree outside this repository (`root`)
     scenario: Path
     argv: tuple[str, ...]
     stripped: bool = False  # the scenario's checkpoints and events removed: sync counting alone
+    root: Path | None = None  # that tree, run in place (the plain side runs the scenario's function, adapted)
 
 
 CLEANRL = TESTS / "third_party" / "cleanrl" / "ppo.py"
@@ -60,6 +65,30 @@ LOOPS = (
     Loop("sb3 PPO, 4 x 64 steps", TESTS / "loops" / "sb3_script.py", TESTS / "loops" / "sb3_script_scenario.py", ()),
     Loop("compiled PPO loop (inductor), 4 x 64 steps", COMPILED, COMPILED_SCENARIO, ()),
 )
+
+
+ESPER_LITE_SCENARIO = Path(__file__).resolve().parents[1] / "examples" / "esper-lite" / "cli_training_loop.py"
+
+# The plain side of a scenario that calls a function (`Loop.root`): its adapters' wraps applied, its thread count set,
+# the function called, nothing counted or digested. Importing the scenario file imports `tripwire.scenario` (20 ms,
+# no torch), which the plain side pays too.
+_PLAIN_CALL = """
+import importlib, importlib.util, sys
+scenario_file, tree = sys.argv[1], sys.argv[2]
+spec = importlib.util.spec_from_file_location("plain_scenario", scenario_file)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+scenario = module.scenario
+sys.path[:0] = [f"{tree}/{path}" for path in scenario.paths]
+import torch
+torch.set_num_threads(scenario.threads)
+for adapter in scenario.adapters:
+    for target, adapt in adapter.wraps.items():
+        owner_name, attribute = target.split(":")
+        owner = importlib.import_module(owner_name)
+        setattr(owner, attribute, adapt(getattr(owner, attribute)))
+scenario.call()
+"""
 
 
 def _env() -> dict[str, str]:
@@ -104,12 +133,18 @@ def _scenario_file(loop: Loop, folder: Path) -> Path:
 
 
 def measure(loop: Loop, rounds: int, work: Path) -> dict[str, object]:
-    folder = work / loop.name.replace(" ", "_").replace(",", "")
-    tree = folder / "tree"
-    tree.mkdir(parents=True)
-    shutil.copy(loop.script, tree / loop.script.name)
-    scenario = _scenario_file(loop, folder)
-    plain = [sys.executable, str(tree / loop.script.name), *loop.argv]
+    folder = work / loop.name.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
+    folder.mkdir(parents=True)
+    if loop.script is None:
+        assert loop.root is not None
+        tree, scenario = loop.root, loop.scenario
+        plain = [sys.executable, "-c", _PLAIN_CALL, str(scenario), str(tree)]
+    else:
+        tree = folder / "tree"
+        tree.mkdir()
+        shutil.copy(loop.script, tree / loop.script.name)
+        scenario = _scenario_file(loop, folder)
+        plain = [sys.executable, str(tree / loop.script.name), *loop.argv]
     recorded = [sys.executable, "-m", "tripwire", "run", str(scenario), "--root", str(tree), "--out"]
     times: dict[str, list[float]] = {"plain": [], "recorded": []}
     rates: dict[str, list[int]] = {"plain": [], "recorded": []}
@@ -157,10 +192,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--only", help="measure only loops whose name contains this")
+    parser.add_argument(
+        "--esper-lite", type=Path, help="a checkout of the original esper-lite (11ebe0f6): also its CLI training loop"
+    )
     args = parser.parse_args(argv)
+    loops = list(LOOPS)
+    if args.esper_lite is not None:
+        if not (args.esper_lite / "src" / "esper").is_dir():
+            raise SystemExit(f"--esper-lite {args.esper_lite}: no src/esper there; pass a checkout of esper-lite")
+        name = "esper-lite CLI loop (1 round, 5 epochs)"
+        loops.append(Loop(name, None, ESPER_LITE_SCENARIO, (), root=args.esper_lite.resolve()))
     rows = []
     with tempfile.TemporaryDirectory(prefix="recording-cost-") as work:
-        for loop in LOOPS:
+        for loop in loops:
             if args.only and args.only not in loop.name:
                 continue
             row = measure(loop, args.rounds, Path(work))
