@@ -285,7 +285,8 @@ def _frozen_heap() -> Iterator[None]:
     with torch imported that is about 150 ms, and the few thousand objects a recording adds (tripwire's modules,
     its events and kept values) are enough to bring one into the loop that the plain run does not have (CleanRL's
     `ppo.py`: one more full pass, 1.9 times the loop's own time instead of 1.3). The loop's own objects are collected
-    as always; what is left out cannot become garbage that the loop needs collected."""
+    as always. An object from before that becomes cyclic garbage during the run (one a caller of `record` made and
+    the entry drops) is collected after it instead; a plain run of a script has none of those but torch's own."""
     frozen = gc.get_freeze_count() == 0  # a caller froze its heap itself: theirs to undo
     if frozen:
         gc.freeze()
