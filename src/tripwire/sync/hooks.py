@@ -75,7 +75,7 @@ from torch.utils import _python_dispatch as dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tripwire.sync import state as sync
-from tripwire.sync.copies import copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
+from tripwire.sync.copies import _host_born, copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
 from tripwire.sync.dynamo import dynamo_skips_tripwire
 from tripwire.sync.swaps import Swap, swap_code
 from tripwire.sync.watched import counted_stand_in, keeping_stand_in, stand_in
@@ -513,7 +513,7 @@ def _install_stand_ins(installation: Installation) -> None:
                 _SIMPLE_KINDS[key], original, sync.deliver, _LOCAL, _in_counted_backward, scalar
             )
         elif key in _ONLY_KEEPS_PLACE:
-            replacement = keeping_stand_in(original, _mark_kept, _LOCAL, _in_counted_backward)
+            replacement = keeping_stand_in(original, _mark_kept, _host_born, _LOCAL, _in_counted_backward)
         else:
             replacement = stand_in(key, original, _watched_call, _LOCAL, _in_counted_backward)
         _patch(installation, owner, name, replacement)

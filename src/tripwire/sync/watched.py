@@ -75,11 +75,12 @@ def counted_stand_in(
 
 
 def keeping_stand_in(
-    original: Any, mark: Callable[[Any, Any], None], local: Any, elsewhere: Callable[[], bool]
+    original: Any, mark: Callable[[Any, Any], None], marked: Any, local: Any, elsewhere: Callable[[], bool]
 ) -> Callable[..., Any]:
     """A stand-in for a method whose result stays where its input is (`.view`, `.float()`, `__getitem__`, ...): on a
     counting thread outside suppressed code, the original, then `mark(input, result)` (a host-built input's result
-    is host-built too), what the counter's handler does for these calls, a frame and a classification shorter."""
+    is host-built too), what the counter's handler does for these calls, a frame and a classification shorter.
+    `marked` is the table of host-built tensors: while it is empty no input can be one, and nothing is asked."""
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
@@ -87,7 +88,7 @@ def keeping_stand_in(
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)
         result = original(*args, **kwargs)
-        if args:
+        if marked and args:
             mark(args[0], result)
         return result
 
