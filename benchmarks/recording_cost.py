@@ -2,17 +2,18 @@
 
 A measurement, not a gate. After one untimed round, each round runs every loop twice, plain and recorded, in fresh
 processes, in an order that alternates round by round, so drift in the machine's speed reaches both sides alike; the
-ratio reported is the median over rounds of recorded wall time / plain wall time; for a loop that prints its own rate
-(CleanRL's `SPS:`, steps per second over the training loop alone), also the median of plain rate / recorded rate,
-the loop's own time without the interpreter, the imports and the setup, which a short run's whole-process figure
-dilutes. Both sides run with the same CPU pin and one thread, what a recording uses, so the ratio is the
-instruments' cost alone. Wall time is the whole process (interpreter, `import torch`, the loop); tripwire's own
-import is part of the cost it reports.
+ratio reported is the median over rounds of recorded wall time / plain wall time; for a loop that prints its own
+rate (CleanRL's `SPS:`, SB3's `fps`: steps per second over the training loop alone), also the median of plain rate /
+recorded rate, the loop's own time without the interpreter, the imports and the setup, which a short run's whole-
+process figure dilutes (and a recording's frozen heap can flatter, `tripwire.outside.record`). Both sides run with
+the same CPU pin and one thread, what a recording uses, so the ratio is the instruments' cost alone. Wall time is
+the whole process (interpreter, `import torch`, the loop); tripwire's own import is part of the cost it reports.
 
 Loops: CleanRL's `ppo.py` as published (tests/tripwire/third_party) at two sizes, the SB3 PPO script of
-tests/tripwire/loops and its PPO loop that compiles its parts with inductor, with their test scenarios (every
-instrument placed, checkpoints and events included) and, for CleanRL, the same scenario stripped to sync counting
-(no checkpoints, no events), which says where the time goes. Needs the test dependencies (gymnasium, tyro,
+tests/tripwire/loops and a longer one (benchmarks/loops, which prints SB3's own `fps`), the PPO loop of
+tests/tripwire/loops that compiles its parts with inductor, with their test scenarios (every instrument placed,
+checkpoints and events included) and, for CleanRL, the same scenario stripped to sync counting (no checkpoints, no
+events), which says where the time goes. Needs the test dependencies (gymnasium, tyro,
 tensorboard, stable-baselines3). Run it on a quiet machine:
 
     python benchmarks/recording_cost.py [--rounds 5] [--json build/recording_cost.json] [--esper-lite ../esper-lite]
@@ -54,6 +55,8 @@ class Loop:
 
 CLEANRL = TESTS / "third_party" / "cleanrl" / "ppo.py"
 CLEANRL_SCENARIO = TESTS / "third_party" / "cleanrl_ppo_scenario.py"
+SB3_SCENARIO = TESTS / "loops" / "sb3_script_scenario.py"
+SB3_LONG = Path(__file__).resolve().parent / "loops" / "sb3_script.py"  # prints SB3's progress table (its fps)
 COMPILED = TESTS / "loops" / "compiled_script.py"  # compiles its policy step, its GAE and its update, LeanRL-style
 COMPILED_SCENARIO = TESTS / "loops" / "compiled_script_scenario.py"
 SMALL = ("--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256", "--update-epochs", "2")
@@ -62,7 +65,8 @@ LOOPS = (
     Loop("cleanrl ppo.py, 4 x 64 steps", CLEANRL, CLEANRL_SCENARIO, SMALL),
     Loop("cleanrl ppo.py, 4 x 512 steps", CLEANRL, CLEANRL_SCENARIO, LARGE),
     Loop("cleanrl ppo.py, 4 x 512 steps, syncs only", CLEANRL, CLEANRL_SCENARIO, LARGE, stripped=True),
-    Loop("sb3 PPO, 4 x 64 steps", TESTS / "loops" / "sb3_script.py", TESTS / "loops" / "sb3_script_scenario.py", ()),
+    Loop("sb3 PPO, 4 x 64 steps", TESTS / "loops" / "sb3_script.py", SB3_SCENARIO, ()),
+    Loop("sb3 PPO, 16 x 256 steps", SB3_LONG, SB3_SCENARIO, ("--timesteps", "4096")),
     Loop("compiled PPO loop (inductor), 4 x 64 steps", COMPILED, COMPILED_SCENARIO, ()),
 )
 
@@ -98,7 +102,8 @@ def _env() -> dict[str, str]:
     return env
 
 
-_RATE = re.compile(r"^SPS: (\d+)$", re.MULTILINE)  # CleanRL's own steps per second, printed every iteration
+# A loop's own rate, printed every iteration: CleanRL's steps per second, SB3's `fps` row of its progress table
+_RATE = re.compile(r"^(?:SPS: (\d+)|\|\s+fps\s+\|\s+(\d+)\s+\|)$", re.MULTILINE)
 
 
 def _timed(command: list[str], cwd: Path) -> tuple[float, int | None]:
@@ -110,7 +115,7 @@ def _timed(command: list[str], cwd: Path) -> tuple[float, int | None]:
     seconds = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-300:]}")
-    rates = _RATE.findall(done.stdout)
+    rates = [cleanrl or sb3 for cleanrl, sb3 in _RATE.findall(done.stdout)]
     return seconds, int(rates[-1]) if rates else None
 
 
