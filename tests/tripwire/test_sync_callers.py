@@ -274,3 +274,44 @@ def test_library_frames_between_project_frames_are_skipped_not_a_stop(tmp_path: 
     # the second sync's walk may stop where the first found no project frame further out: the same outer frames
     assert direct.callers[0] == f"loop.py:{copied + 1} in run"
     assert direct.callers[1:] == through.callers[2 : 2 + len(direct.callers) - 1]
+
+
+def test_a_library_calling_back_into_the_project_keeps_no_frame_of_each_call_alive(tmp_path: Path) -> None:
+    """A library's loop calls a project callback that syncs: no project frame lies outward of the library's frame of
+    each call, a new one every step, which the caller walk may remember as where to stop. It keeps a bounded
+    number of them (each holds its locals: the step's tensors), and every sync still names its project caller."""
+    import functools
+    import gc
+    import sysconfig
+    import threading
+    import weakref
+
+    from tripwire.sync.regions import carried
+
+    library = Path(sysconfig.get_paths()["purelib"]) / "a_library_loop.py"  # a name only: nothing is written there
+    source = "def step(callback, batch):\n    callback(batch)\n\ndef run(callback, n):\n"
+    source += "    for i in range(n):\n        step(callback, make(i))\n"
+    namespace: dict[str, object] = {}
+    exec(compile(source, str(library), "exec"), namespace)
+    batches: list[weakref.ref[torch.Tensor]] = []
+
+    def make(i: int) -> torch.Tensor:
+        batch = torch.full((4,), float(i))
+        batches.append(weakref.ref(batch))
+        return batch
+
+    def callback(batch: torch.Tensor) -> None:
+        batch.sum().item()
+
+    namespace["make"] = make
+    steps = 300
+    with SyncCounter() as counter:
+        # on a thread of its own, so no project frame (this test's) lies outward of the library's loop
+        worker = threading.Thread(target=carried(functools.partial(namespace["run"], callback, steps)))
+        worker.start()
+        worker.join()
+        gc.collect()
+        alive = sum(ref() is not None for ref in batches)
+    assert len(counter.events) == steps
+    assert all(event.function.endswith("callback") and event.callers == () for event in counter.events)
+    assert alive <= 70, f"{alive} of {steps} steps' batches kept alive by the caller walk"

@@ -300,13 +300,19 @@ def _callers(frame: FrameType | None) -> tuple[tuple[str, ...], str]:
             return tuple(chain), text
         frame = frame.f_back
     # No project frame lies outward of `boundary`. A frame's callers are fixed while it runs, except a generator's
-    # or coroutine's (resumed from anywhere); the entry holds the frame, so its id is not reused while cached.
+    # or coroutine's (resumed from anywhere); the entry holds the frame, so its id is not reused while cached. Where
+    # the project is only called back from a library (a library's loop or CLI, a test runner), `boundary` is the
+    # library's frame of each call, a new one every time: the table is emptied when full, so it never keeps more than
+    # a few of those frames, and their locals (a batch of tensors), alive.
     if boundary is not None and not boundary.f_code.co_flags & _RESUMABLE:
+        if len(barren) >= _BARREN_FRAMES:
+            barren.clear()
         barren[id(boundary)] = boundary
     return tuple(chain), text
 
 
 _NO_CALLERS: tuple[tuple[str, ...], str] = ((), "")
+_BARREN_FRAMES = 64  # frames `_callers` keeps as stopping points at most
 _RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
 
 
