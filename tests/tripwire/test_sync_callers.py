@@ -8,9 +8,15 @@ new caller; a budget or result recorded before callers were kept still loads and
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import re
+import sysconfig
+import threading
+import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -23,6 +29,7 @@ from tripwire.outside.result import Result, SyncSummary
 from tripwire.sync import hot_path
 from tripwire.sync.budget import SyncBudget, check_budget
 from tripwire.sync.counter import SyncCounter
+from tripwire.sync.regions import carried
 from tripwire.sync.sites import Caller, caller_changes, callers_by_line, group_records
 from tripwire.sync.state import MAX_CALLERS
 
@@ -276,23 +283,21 @@ def test_library_frames_between_project_frames_are_skipped_not_a_stop(tmp_path: 
     assert direct.callers[1:] == through.callers[2 : 2 + len(direct.callers) - 1]
 
 
-def test_a_library_calling_back_into_the_project_keeps_no_frame_of_each_call_alive(tmp_path: Path) -> None:
+def _library(source: str, name: str) -> dict[str, Any]:
+    """Run `source` as if it were a module of an installed library (its frames are not the project's)."""
+    library = Path(sysconfig.get_paths()["purelib"]) / f"{name}.py"  # a name only: nothing is written there
+    namespace: dict[str, Any] = {}
+    exec(compile(source, str(library), "exec"), namespace)
+    return namespace
+
+
+def test_a_library_calling_back_into_the_project_keeps_no_frame_of_each_call_alive() -> None:
     """A library's loop calls a project callback that syncs: no project frame lies outward of the library's frame of
     each call, a new one every step, which the caller walk may remember as where to stop. It keeps a bounded
     number of them (each holds its locals: the step's tensors), and every sync still names its project caller."""
-    import functools
-    import gc
-    import sysconfig
-    import threading
-    import weakref
-
-    from tripwire.sync.regions import carried
-
-    library = Path(sysconfig.get_paths()["purelib"]) / "a_library_loop.py"  # a name only: nothing is written there
     source = "def step(callback, batch):\n    callback(batch)\n\ndef run(callback, n):\n"
     source += "    for i in range(n):\n        step(callback, make(i))\n"
-    namespace: dict[str, object] = {}
-    exec(compile(source, str(library), "exec"), namespace)
+    namespace = _library(source, "a_library_loop")
     batches: list[weakref.ref[torch.Tensor]] = []
 
     def make(i: int) -> torch.Tensor:
@@ -315,3 +320,89 @@ def test_a_library_calling_back_into_the_project_keeps_no_frame_of_each_call_ali
     assert len(counter.events) == steps
     assert all(event.function.endswith("callback") and event.callers == () for event in counter.events)
     assert alive <= 70, f"{alive} of {steps} steps' batches kept alive by the caller walk"
+
+
+LAYERED = """
+def helper(t):
+    return t.sum().item()
+
+
+def a(t):
+    helper(t)
+    helper(t)
+    t.sum().item()
+
+
+def b(t, call):
+    t.sum().item()
+    t.sum().item()
+    call(a, t)
+
+
+def e(t, loop, call):
+    loop(b, t, call)
+
+
+def f(t, loop, call):
+    e(t, loop, call)
+
+
+def g(t, loop, call):
+    f(t, loop, call)
+"""
+
+
+def test_callers_across_layers_of_library_frames_are_those_of_a_full_walk(tmp_path: Path) -> None:
+    """Project and library frames in layers (g, f, e, a library loop, b, a library call, a), on a thread whose only
+    project frames are these: whatever the walk remembers from one sync to the next (where no project frame lies
+    further out), every sync names the project frames a full walk would, innermost first, at most four."""
+    library = _library(
+        "def loop(fn, *args):\n    fn(*args)\n\ndef call(fn, *args):\n    fn(*args)\n", "a_library_layer"
+    )
+    module = load(tmp_path, LAYERED)
+    t = torch.ones(2)
+    with SyncCounter() as counter:
+        # on a thread of its own, so no project frame (this test's) lies outward of g
+        job = functools.partial(module.g, t, library["loop"], library["call"])
+        worker = threading.Thread(target=carried(job))
+        worker.start()
+        worker.join()
+    walked = [(event.function, [frame.rsplit(" in ", 1)[1] for frame in event.callers]) for event in counter.events]
+    assert walked == [
+        ("b", ["e", "f", "g"]),
+        ("b", ["e", "f", "g"]),
+        ("helper", ["a", "b", "e", "f"]),
+        ("helper", ["a", "b", "e", "f"]),
+        ("a", ["b", "e", "f", "g"]),
+    ]
+
+
+GENERATOR = """
+def pulls(callback):
+    while True:
+        callback()
+        yield
+"""
+
+RESUMERS = """
+def first(g):
+    next(g)
+
+
+def second(g):
+    next(g)
+"""
+
+
+def test_a_library_generator_resumed_from_another_caller_names_that_caller(tmp_path: Path) -> None:
+    """A generator's frame runs under whoever resumes it, so nothing the walk remembers may rest on it: a sync inside
+    names the caller of each resumption."""
+    pulls = _library(GENERATOR, "a_library_generator")["pulls"]
+    module = load(tmp_path, RESUMERS)
+    t = torch.ones(2)
+    g = pulls(lambda: t.sum().item())
+    with SyncCounter() as counter:
+        for resume in (module.first, module.first, module.first, module.second, module.second):
+            resume(g)
+    names = [event.callers[0].rsplit(" in ", 1)[1] for event in counter.events]
+    assert names == ["first", "first", "first", "second", "second"]
