@@ -66,7 +66,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch.compiler import is_compiling
@@ -261,9 +261,18 @@ def _watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str,
 
 
 def _mark_kept(source: object, result: object) -> None:
-    """A place-keeping method's result is host-built when its input is (`_host_built` for those methods)."""
-    if host_born(source) and isinstance(result, torch.Tensor) and result.device.type == "cpu":
+    """Mark a place-keeping method's result when it is host-built (`_kept_on_host`): the keeping stand-ins' step."""
+    if _kept_on_host(result, source):
         mark_host_born(result)
+
+
+def _kept_on_host(result: object, source: object) -> TypeGuard[torch.Tensor]:
+    """Whether a place-keeping method's result is host-built: its input is, and it is a CPU tensor."""
+    return host_born(source) and _on_host(result)
+
+
+def _on_host(result: object) -> TypeGuard[torch.Tensor]:
+    return isinstance(result, torch.Tensor) and result.device.type == "cpu"
 
 
 def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> bool:
@@ -276,9 +285,8 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
             parts = args[0] if args else kwargs.get("tensors", ())
             if not (parts and all(host_born(part) for part in parts)):
                 return False
-    elif not (func in _KEEPS_PLACE and args and host_born(args[0])):
-        return False
-    return isinstance(result, torch.Tensor) and result.device.type == "cpu"
+        return _on_host(result)
+    return func in _KEEPS_PLACE and bool(args) and _kept_on_host(result, args[0])
 
 
 # c10d's ops as the dispatcher sees them -> the `torch.distributed` name a collective is counted under
