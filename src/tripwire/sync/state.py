@@ -275,8 +275,6 @@ def _callers(frame: FrameType | None) -> tuple[tuple[str, ...], str]:
     that reached the bottom of the stack remembers where the last project frame was left (`_STATE.barren`), so the
     next walk stops there instead of crossing the test runner's or the launcher's frames again."""
     codes, barren = _STATE.codes, _STATE.barren
-    if frame is not None and barren.get(id(frame)) is frame:
-        return _NO_CALLERS  # the site's function was called from outside the project (a script's module code)
     chain: list[str] = []
     text = ""
     boundary: FrameType | None = frame  # the first frame outward of the last project frame seen
@@ -311,7 +309,6 @@ def _callers(frame: FrameType | None) -> tuple[tuple[str, ...], str]:
     return tuple(chain), text
 
 
-_NO_CALLERS: tuple[tuple[str, ...], str] = ((), "")
 _BARREN_FRAMES = 64  # frames `_callers` keeps as stopping points at most
 _RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
 
