@@ -74,7 +74,8 @@ LOOPS = (
 ESPER_LITE_SCENARIO = Path(__file__).resolve().parents[1] / "examples" / "esper-lite" / "cli_training_loop.py"
 
 # The plain side of a scenario that calls a function (`Loop.root`): its adapters' wraps applied, its thread count set,
-# the function called, nothing counted or digested. Importing the scenario file imports `tripwire.scenario` (20 ms,
+# the function called, nothing counted or digested. An adapter with a condition, aliases, targets, patches or options
+# is refused rather than half applied. Importing the scenario file imports `tripwire.scenario` (20 ms,
 # no torch), which the plain side pays too.
 _PLAIN_CALL = """
 import importlib, importlib.util, sys
@@ -87,6 +88,8 @@ sys.path[:0] = [f"{tree}/{path}" for path in scenario.paths]
 import torch
 torch.set_num_threads(scenario.threads)
 for adapter in scenario.adapters:
+    if adapter.when is not None or adapter.aliases or adapter.targets or adapter.patches or adapter.options:
+        sys.exit(f"{scenario_file}: the plain side applies an adapter's wraps only, for every tree; this one has more")
     for target, adapt in adapter.wraps.items():
         owner_name, attribute = target.split(":")
         owner = importlib.import_module(owner_name)
