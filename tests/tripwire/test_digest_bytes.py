@@ -7,7 +7,15 @@ import hashlib
 import pytest
 import torch
 
-from tripwire.bitwise.digest import _tensor_bytes, leaf_value, tensor_digest
+from tripwire.bitwise.digest import (
+    _tensor_bytes,
+    leaf_digest,
+    leaf_record,
+    leaf_records,
+    leaf_spec,
+    leaf_value,
+    tensor_digest,
+)
 
 
 def _copied(tensor: torch.Tensor) -> bytes:
@@ -58,6 +66,42 @@ def test_a_kept_value_is_a_detached_copy_of_the_tensor_whatever_path_made_it(nam
     assert (value.dtype, value.shape, value.stride()) == (expected.dtype, expected.shape, expected.stride())
     assert bytes(_tensor_bytes(value)) == bytes(_tensor_bytes(expected))
     assert value.numel() == 0 or value.data_ptr() != tensor.data_ptr()
+
+
+def _same_value(value: torch.Tensor | None, expected: torch.Tensor | None) -> bool:
+    if value is None or expected is None:
+        return value is expected
+    layout = (value.dtype, value.shape, value.stride()) == (expected.dtype, expected.shape, expected.stride())
+    return layout and bytes(_tensor_bytes(value)) == bytes(_tensor_bytes(expected))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_one_pass_over_a_leaf_gives_what_the_three_functions_give(name: str) -> None:
+    """A checkpoint reads a plain tensor once for its digest, spec and kept value, its header and spec looked up by
+    dtype and shape: the second call below comes from that table."""
+    tensor = CASES[name]
+    for _ in range(2):
+        digest, spec, value = leaf_record(tensor, keep=True)
+        assert (digest, spec) == (leaf_digest(tensor), leaf_spec(tensor))
+        assert _same_value(value, leaf_value(tensor))
+        assert value is None or value.numel() == 0 or value.data_ptr() != tensor.data_ptr()
+    assert leaf_record(tensor)[2] is None  # nothing kept unless asked
+
+
+def test_the_one_pass_table_tells_dtypes_of_one_shape_apart() -> None:
+    """Zeros of two dtypes have the same bytes: only the header, looked up by dtype and shape, tells them apart."""
+    as_float, as_int = torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.int32)
+    assert bytes(_tensor_bytes(as_float)) == bytes(_tensor_bytes(as_int))
+    (float_digest, float_spec, _), (int_digest, int_spec, _) = leaf_record(as_float), leaf_record(as_int)
+    assert (float_spec, int_spec) == ("float32[2,3]", "int32[2,3]")
+    assert float_digest == tensor_digest(as_float) != int_digest == tensor_digest(as_int)
+
+
+def test_records_of_mixed_leaves_match_leaf_by_leaf() -> None:
+    leaves = _mixed_leaves()
+    records = leaf_records(leaves, keep=True)
+    assert [(digest, spec) for digest, spec, _ in records] == [(leaf_digest(x), leaf_spec(x)) for x in leaves]
+    assert all(_same_value(value, leaf_value(x)) for (_, _, value), x in zip(records, leaves))
 
 
 def test_a_view_and_its_copy_digest_alike_and_a_changed_bit_does_not() -> None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from tripwire.bitwise.digest import leaf_digest, leaf_digests, leaf_spec, leaf_value, leaves, short, value_digest
+from tripwire.bitwise.digest import leaf_record, leaf_records, leaf_spec, leaf_value, leaves, short, value_digest
 from tripwire.bitwise.magnitude import Magnitude, checkpoint_deltas, classify, growth_point
 from tripwire.bitwise.tensor_diff import TensorChanges, tensor_changes
 from tripwire.bitwise.values import Values, load_values, save_values
@@ -50,25 +50,26 @@ KEEP_VALUES_VARIABLE = "TRIPWIRE_KEEP_VALUES"
 GROWTH_POINTS = 8
 
 
-def checkpoint_leaves(value: Any) -> list[tuple[str, Any, str]]:
-    """`(tensor name, leaf, digest)` of a checkpoint's value: a tensor, module, generator, mapping or plain value."""
+def checkpoint_entries(value: Any, keep: bool = False) -> list[tuple[str, str, str, torch.Tensor | None]]:
+    """`(tensor name, digest, spec, kept value)` of each leaf of a checkpoint's value (a tensor, module, generator,
+    mapping or plain value); the value, a detached CPU copy (`leaf_value`), only with `keep`, else None."""
     if isinstance(value, torch.nn.Module):
         value = value.state_dict()
-    if isinstance(value, torch.Tensor):
-        return [("value", value, leaf_digest(value))]
-    if isinstance(value, torch.Generator):
-        return [("state", value, value_digest(value))]
     if isinstance(value, Mapping) and value:
-        named = list(leaves("", value))
-        digests = leaf_digests([leaf for _, leaf in named])
-        return [(name, leaf, digest) for (name, leaf), digest in zip(named, digests)]
-    return [("value", value, value_digest(value))]
+        named = leaves("", value)
+        records = leaf_records([leaf for _, leaf in named], keep)
+        return [(name, *record) for (name, _), record in zip(named, records)]
+    if isinstance(value, torch.Generator):
+        return [("state", value_digest(value), leaf_spec(value), leaf_value(value) if keep else None)]
+    if isinstance(value, torch.Tensor):
+        return [("value", *leaf_record(value, keep))]
+    return [("value", value_digest(value), leaf_spec(value), leaf_value(value) if keep else None)]
 
 
 def digest_value(value: Any) -> dict[str, str]:
     """`{tensor name: digest}` of a tensor, module, generator, mapping, sequence or plain value."""
     with ignore_syncs():
-        return {name: digest for name, _, digest in checkpoint_leaves(value)}
+        return {name: digest for name, digest, _, _ in checkpoint_entries(value)}
 
 
 @dataclass
@@ -190,16 +191,16 @@ class TrajectoryRecorder:
             raise TripwireError(f"checkpoint {name!r} recorded twice: give each checkpoint a unique name")
         self._seen.add(name)
         with ignore_syncs():  # the probe's own torch calls: not counted, nor paid for under the counting modes
-            entries = checkpoint_leaves(value)
-            digests = {tensor: digest for tensor, _, digest in entries}
+            keep = self.keep_values and not self.values_truncated_at
+            entries = checkpoint_entries(value, keep)
+            digests = {tensor: digest for tensor, digest, _, _ in entries}
             self.trajectory.checkpoints.append((name, digests))
-            self.trajectory.specs[name] = {tensor: leaf_spec(leaf) for tensor, leaf, _ in entries}
-            if self.keep_values and not self.values_truncated_at:
-                self._keep(name, entries)
+            self.trajectory.specs[name] = {tensor: spec for tensor, _, spec, _ in entries}
+            if keep:
+                self._keep(name, {tensor: kept for tensor, _, _, kept in entries if kept is not None})
         return digests
 
-    def _keep(self, name: str, entries: Sequence[tuple[str, Any, str]]) -> None:
-        kept = {tensor: v for tensor, leaf, _ in entries if (v := leaf_value(leaf)) is not None}
+    def _keep(self, name: str, kept: dict[str, torch.Tensor]) -> None:
         size = sum(v.numel() * v.element_size() for v in kept.values())
         if self.values_bytes + size > self.values_limit_bytes:
             self.values_truncated_at = name
