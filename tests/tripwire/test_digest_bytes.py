@@ -27,6 +27,11 @@ def _copied(tensor: torch.Tensor) -> bytes:
     return data.view(torch.uint8).numpy().tobytes()
 
 
+def _inference_tensor() -> torch.Tensor:
+    with torch.inference_mode():
+        return torch.arange(6, dtype=torch.float32).reshape(2, 3) * -0.0
+
+
 base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
 CASES = {
     "contiguous": base,
@@ -45,6 +50,9 @@ CASES = {
     "uint8": base.to(torch.uint8),
     "complex128": torch.complex(base, -base).to(torch.complex128),
     "requires grad": base.clone().requires_grad_(),
+    "row view": base[2],  # contiguous, read in place at an offset into its storage
+    "computed, with a graph": base.clone().requires_grad_() * -1.0,
+    "inference tensor": _inference_tensor(),
 }
 
 
