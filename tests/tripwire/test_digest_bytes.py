@@ -165,3 +165,20 @@ def _digests_of_mixed_leaves() -> list[str]:
     from tripwire.bitwise import digest
 
     return digest.leaf_digests(_mixed_leaves())
+
+
+def test_digesting_counts_no_sync_whichever_way_the_counter_watches(explicit_hooks: bool) -> None:
+    """A digest's reads of a tensor (its bytes, its kept copy) are the probe's, never the loop's: nothing counts, with
+    the stand-ins or with the function mode, whether or not the caller is inside `ignore_syncs`."""
+    from tripwire.bitwise.digest import leaves, state_digest
+    from tripwire.bitwise.trajectory import digest_value
+    from tripwire.sync.counter import SyncCounter
+
+    state = {"weight": torch.randn(3, 2), "step": torch.tensor(4.0), "lr": 0.1, "nested": [torch.ones(2)]}
+    with SyncCounter() as counter:
+        state_digest(state)
+        digest_value(state)
+        digest_value(state["weight"])
+        leaf_records([leaf for _, leaf in leaves("", state)], keep=True)
+        leaf_record(state["weight"], keep=True)
+    assert counter.events == []

@@ -189,8 +189,9 @@ def leaf_record(leaf: Any, keep: bool = False) -> tuple[str, str, torch.Tensor |
             shape = tuple(key[1])
             header = f"tensor|{dtype}|{shape}|".encode()
             layout = _LAYOUTS[key] = (header, f"{str(dtype).removeprefix('torch.')}[{','.join(map(str, shape))}]")
-        data = _BASE.detach(leaf)
-        return _sha256(layout[0], _BASE.numpy(data)), layout[1], _BASE.clone(data) if keep else None
+        with ignore_syncs():  # the probe's reads: never counted, under the stand-ins or the function mode
+            data = _BASE.detach(leaf)
+            return _sha256(layout[0], _BASE.numpy(data)), layout[1], _BASE.clone(data) if keep else None
     return leaf_digest(leaf), leaf_spec(leaf), leaf_value(leaf) if keep else None
 
 
