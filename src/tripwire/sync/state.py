@@ -88,7 +88,7 @@ class _GlobalState:
         self.barren: dict[int, FrameType] = {}  # frames with no project frame outward of them (`_callers`)
         self.relative: dict[str, str] = {}  # `relative_path` of each call site's file
         self.roles: dict[int, tuple[CodeType, bool, str]] = {}  # per code object (by id): `_role`
-        self.sites: dict[tuple[int, int], tuple[CodeType, str, str, str]] = {}  # per (code id, f_lasti): the site
+        self.sites: dict[tuple[int, int], tuple[CodeType | None, str, str, str]] = {}  # per (code id, f_lasti): `_site`
         self.events: dict[tuple[Any, ...], SyncEvent] = {}  # each distinct event `deliver` built, by what makes it
 
 
@@ -111,21 +111,47 @@ _LOCAL = _ThreadState()
 
 
 def deliver(kind: str, *, implicit: bool = False) -> None:
-    """Record one sync of `kind` at the current call site to every active counter (hook entry)."""
+    """Record one sync of `kind` at the current call site to every active counter (hook entry).
+
+    The site is the innermost frame outside torch and tripwire, its `via` the innermost torch frame between it and the
+    hook that is not dispatch machinery (`torch/<file>:<function>`), its callers the project frames above it
+    (`_callers`). What each code object is (`_role`) and each site (`_site`) are cached, so a sync costs a walk of
+    dict lookups; the walk is written out here, not in a helper, as this runs on every sync."""
     local = _LOCAL
     if local.suppress:
         return
     if local.label is not None:
         kind = local.label
-    site, function, via, filename, callers, caller_text = _call_site()
+    frame: FrameType | None = sys._getframe(1)
+    roles = _STATE.roles
+    via = ""
+    while frame is not None:
+        code = frame.f_code
+        role = roles.get(id(code))
+        if role is None:
+            role = roles[id(code)] = _role(code)
+        if not role[1]:
+            break
+        if not via:
+            via = role[2]
+        frame = frame.f_back
+    callers: tuple[str, ...] = ()
+    caller_text = ""
+    if frame is None:
+        site = _NO_SITE
+    else:
+        site = _STATE.sites.get((id(code), frame.f_lasti)) or _site(frame)
+        callers, caller_text = _callers(_caller_frame(frame) if code.co_name in _COMPREHENSIONS else frame.f_back)
     regions = local.regions
     path = _region_path(regions)
-    # A loop syncs at the same few sites over and over: their events are frozen, so each is built once and shared
-    key = (kind, path, site, function, via, filename, callers)
+    # A loop syncs at the same few sites over and over: their events are frozen, so each is built once and shared. A
+    # site entry stands for its name, function and file (the entries and the events are emptied together).
+    key = (kind, path, id(site), via, callers)
     event = _STATE.events.get(key)
     if event is None:
         region = regions[-1][1] if regions else OUTSIDE
-        event = _STATE.events[key] = SyncEvent(kind, region, site, function, path, via, filename, callers, caller_text)
+        event = SyncEvent(kind, region, site[1], site[2], path, via, site[3], callers, caller_text)
+        _STATE.events[key] = event
     for counter in list(_STATE.counters):
         if implicit and not counter.implicit:
             continue
@@ -192,36 +218,22 @@ def machinery_via(via: str) -> bool:
     return file.startswith("torch/") and file.endswith(_MACHINERY)
 
 
-def _call_site() -> tuple[str, str, str, str, tuple[str, ...], str]:
-    """`(file:line, function, via, absolute file, callers, caller text)`: the innermost frame outside torch and
-    tripwire, the innermost torch frame (not dispatch machinery) between it and the hook, named
-    `torch/<file>:<function>`, and the project frames above the first (`_callers`). What each code object is (skipped
-    or not, the torch name it gives) and each site line's description are cached: a sync costs a walk of dict
-    lookups, not string work per frame."""
-    frame: FrameType | None = sys._getframe(1)
-    roles = _STATE.roles
-    via = ""
-    while frame is not None:
-        code = frame.f_code
-        role = roles.get(id(code))
-        if role is None:
-            role = roles[id(code)] = _role(code)
-        if not role[1]:
-            break
-        if not via:
-            via = role[2]
-        frame = frame.f_back
-    if frame is None:
-        return "<unknown>", "<unknown>", via, "", (), ""
-    key = (id(code), frame.f_lasti)  # not `f_lineno`, which decodes the line table from the start on every read
-    site = _STATE.sites.get(key)
-    if site is None:
-        filename = code.co_filename
-        relative = _STATE.relative.get(filename)
-        if relative is None:
-            relative = _STATE.relative[filename] = relative_path(filename)
-        site = _STATE.sites[key] = (code, f"{relative}:{frame.f_lineno}", function_name(code), filename)
-    return site[1], site[2], via, site[3], *_callers(_caller_frame(frame))
+# The site of a walk that met no frame outside torch and tripwire
+_NO_SITE: tuple[CodeType | None, str, str, str] = (None, "<unknown>", "<unknown>", "")
+
+
+def _site(frame: FrameType) -> tuple[CodeType | None, str, str, str]:
+    """`(code, "relpath:line", function, absolute file)` of a sync's call site, cached per code object (by id; the
+    entry holds the code, so its id is not reused) and instruction (`f_lasti`: `f_lineno` decodes the code's line
+    table from its start on every read)."""
+    code = frame.f_code
+    filename = code.co_filename
+    relative = _STATE.relative.get(filename)
+    if relative is None:
+        relative = _STATE.relative[filename] = relative_path(filename)
+    site = (code, f"{relative}:{frame.f_lineno}", function_name(code), filename)
+    _STATE.sites[(id(code), frame.f_lasti)] = site
+    return site
 
 
 def _role(code: CodeType) -> tuple[CodeType, bool, str]:
@@ -336,12 +348,19 @@ def skip_prefixes() -> tuple[str, ...]:
 
 
 def user_frame() -> FrameType | None:
-    """The innermost frame outside torch and tripwire: the user's line whose call is running now."""
+    """The innermost frame outside torch and tripwire: the user's line whose call is running now (each code object's
+    `_role` looked up, as a sync's walk does, not its file name matched on every call)."""
     frame: FrameType | None = sys._getframe(1)
-    prefixes = _STATE.skip_prefixes
-    while frame is not None and frame.f_code.co_filename.startswith(prefixes):
+    roles = _STATE.roles
+    while frame is not None:
+        code = frame.f_code
+        role = roles.get(id(code))
+        if role is None:
+            role = roles[id(code)] = _role(code)
+        if not role[1]:
+            return frame
         frame = frame.f_back
-    return frame
+    return None
 
 
 def site_text(filename: str, line: int) -> str:
