@@ -87,6 +87,14 @@ def test_a_host_built_tensor_moved_without_non_blocking_is_a_blocking_copy() -> 
     assert count_in_region(step) == {"to_device": 3}
 
 
+def test_a_tensor_built_under_an_earlier_counter_still_carries_to_its_views() -> None:
+    """The place-keeping stand-ins wait for the first host-built tensor of a counter's run, unless one marked under an
+    earlier counter is still alive: its view here must be marked from the first call."""
+    with SyncCounter():
+        kept = torch.zeros(3)  # built in host memory while the first counter ran, alive after it
+    assert count_in_region(lambda: kept.view(-1).to(DEVICE)) == {"to_device": 1}
+
+
 def test_a_tensor_moved_to_the_device_is_a_device_tensor_from_then_on() -> None:
     buffer = torch.empty(2, device=DEVICE)
 

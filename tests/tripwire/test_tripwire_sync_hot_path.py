@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import _len_torch_dispatch_stack
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.sync import hooks, hot_path, ignore_syncs
+from tripwire.sync.copies import _host_born
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.regions import _current_regions
 
@@ -40,6 +41,27 @@ def test_counter_installs_modes_only_while_active(
     assert torch._C._len_torch_function_stack() == 0 and _len_torch_dispatch_stack() == 0
     assert torch.Tensor.item is item and torch.zeros is zeros and torch.Tensor.__getitem__ is getitem
     assert "item" not in vars(torch.Tensor) and "__getitem__" not in vars(torch.Tensor)
+
+
+def test_the_place_keeping_stand_ins_wait_for_the_first_host_built_tensor() -> None:
+    """Until a tensor is built in host memory no input of `.view`, `[...]`, `.float()`, ... can be one, so their
+    stand-ins are put in place at the first such tensor (a loop that builds none never pays for them); the methods that
+    sync have theirs from the start."""
+    value, device = torch.ones(2), torch.device("cpu")  # built before the counter: not host-built as far as it knows
+    earlier = dict(_host_born)  # tensors another test marked and still holds: they would put them in place at once
+    _host_born.clear()
+    try:
+        with SyncCounter() as counter:
+            assert "item" in vars(torch.Tensor) and "view" not in vars(torch.Tensor)
+            value.view(2, 1)[0].sum().item()
+            assert "view" not in vars(torch.Tensor) and "__getitem__" not in vars(torch.Tensor)
+            rows = torch.tensor([1.0, 2.0])  # host-built: from here on its views and casts are marked
+            assert "view" in vars(torch.Tensor) and "__getitem__" in vars(torch.Tensor)
+            rows[1:].to(device)  # the run's device, by name, of a host-built slice: an upload
+    finally:
+        _host_born.update(earlier)
+    assert "view" not in vars(torch.Tensor) and "__getitem__" not in vars(torch.Tensor)
+    assert counter.counts_by_kind() == {"item": 1, "to_device": 1}
 
 
 def test_a_stand_in_is_what_torch_calls_and_counts_only_on_counting_threads() -> None:
