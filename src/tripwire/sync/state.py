@@ -89,7 +89,8 @@ class _GlobalState:
         self.relative: dict[str, str] = {}  # `relative_path` of each call site's file
         self.roles: dict[int, tuple[CodeType, bool, str]] = {}  # per code object (by id): `_role`
         self.sites: dict[tuple[int, int], tuple[CodeType | None, str, str, str]] = {}  # per (code id, f_lasti): `_site`
-        self.events: dict[tuple[Any, ...], SyncEvent] = {}  # each distinct event `deliver` built, by what makes it
+        # each distinct event `deliver` built, by what makes it, with the site entry its key names by id
+        self.events: dict[tuple[Any, ...], tuple[SyncEvent, Any]] = {}
 
 
 class _ThreadState(threading.local):
@@ -145,13 +146,17 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
     regions = local.regions
     path = _region_path(regions)
     # A loop syncs at the same few sites over and over: their events are frozen, so each is built once and shared. A
-    # site entry stands for its name, function and file (the entries and the events are emptied together).
+    # site entry stands for its name, function and file, by its id: the cached event holds the entry, so the id is
+    # not reused while the key is there.
     key = (kind, path, id(site), via, callers)
-    event = _STATE.events.get(key)
-    if event is None:
+    cached = _STATE.events.get(key)
+    if cached is None:
         region = regions[-1][1] if regions else OUTSIDE
-        event = SyncEvent(kind, region, site[1], site[2], path, via, site[3], callers, caller_text)
-        _STATE.events[key] = event
+        cached = _STATE.events[key] = (
+            SyncEvent(kind, region, site[1], site[2], path, via, site[3], callers, caller_text),
+            site,
+        )
+    event = cached[0]
     for counter in list(_STATE.counters):
         if implicit and not counter.implicit:
             continue
@@ -232,8 +237,8 @@ def _site(frame: FrameType) -> tuple[CodeType | None, str, str, str]:
     if relative is None:
         relative = _STATE.relative[filename] = relative_path(filename)
     site = (code, f"{relative}:{frame.f_lineno}", function_name(code), filename)
-    _STATE.sites[(id(code), frame.f_lasti)] = site
-    return site
+    # one entry per key even when two threads meet a site at once: events are keyed by the entry's id
+    return _STATE.sites.setdefault((id(code), frame.f_lasti), site)
 
 
 def _role(code: CodeType) -> tuple[CodeType, bool, str]:
