@@ -80,7 +80,7 @@ def _same_value(value: torch.Tensor | None, expected: torch.Tensor | None) -> bo
     if value is None or expected is None:
         return value is expected
     layout = (value.dtype, value.shape, value.stride()) == (expected.dtype, expected.shape, expected.stride())
-    return layout and bytes(_tensor_bytes(value)) == bytes(_tensor_bytes(expected))
+    return layout and _tensor_bytes(value).tobytes() == _tensor_bytes(expected).tobytes()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -94,6 +94,26 @@ def test_one_pass_over_a_leaf_gives_what_the_three_functions_give(name: str) -> 
         assert _same_value(value, leaf_value(tensor))
         assert value is None or value.numel() == 0 or value.data_ptr() != tensor.data_ptr()
     assert leaf_record(tensor)[2] is None  # nothing kept unless asked
+
+
+PLAIN_VALUES = [True, False, 0, -3, 7, 1.5, 0.0, -0.0, float("nan"), float("inf"), "text", "", None]
+
+
+@pytest.mark.parametrize("value", PLAIN_VALUES, ids=repr)
+def test_one_pass_over_a_plain_value_gives_what_the_three_functions_give(value: object) -> None:
+    """An optimizer's settings (bools, ints, floats, None) take the builtin-scalar path: the same digest (-0.0 and
+    0.0 apart, NaN by its bits), spec and kept value as the general one."""
+    digest, spec, kept = leaf_record(value, keep=True)
+    assert (digest, spec) == (leaf_digest(value), leaf_spec(value))
+    assert _same_value(kept, leaf_value(value))
+    assert leaf_record(value)[2] is None
+
+
+def test_a_plain_value_too_large_to_keep_fails_alike_either_way() -> None:
+    with pytest.raises(ValueError, match="Overflow") as general:  # int64 cannot hold it
+        leaf_value(2**70)
+    with pytest.raises(type(general.value)):
+        leaf_record(2**70, keep=True)
 
 
 def test_the_one_pass_table_tells_dtypes_of_one_shape_apart() -> None:

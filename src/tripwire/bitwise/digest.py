@@ -152,35 +152,48 @@ def leaf_records(items: Sequence[Any], keep: bool = False) -> list[tuple[str, st
     """`(leaf_digest, leaf_spec, leaf_value)` of every item, in order (the value only with `keep`, else None): what a
     checkpoint stores of its leaves. The large tensors among them are hashed in parallel; the others each in one pass
     (`leaf_record`)."""
-    large = [
-        index
-        for index, item in enumerate(items)
-        if isinstance(item, torch.Tensor)
-        and item.numel() * item.element_size() >= PARALLEL_HASH_BYTES  # not `nbytes`: a sparse tensor refuses it
-        and _read_in_place(item)
-    ]
-    pool = _hash_pool() if len(large) > 1 else None
-    if pool is None:
-        return [leaf_record(item, keep) for item in items]
-    pending: dict[int, Future[str]] = {index: pool.submit(_sha256, *_tensor_parts(items[index])) for index in large}
-    return [
-        (pending[index].result(), leaf_spec(item), leaf_value(item) if keep else None)
-        if index in pending
-        else leaf_record(item, keep)
-        for index, item in enumerate(items)
-    ]
-
-
-# A plain tensor's digest header and spec, by dtype and shape: a loop's checkpoints digest the same few dozen shapes
-# (a policy's and its optimizer's tensors) at every checkpoint
-_LAYOUTS: dict[tuple[torch.dtype, torch.Size], tuple[bytes, str]] = {}
+    with ignore_syncs():  # the probe's reads: never counted, under the stand-ins or the function mode
+        large = [
+            index
+            for index, item in enumerate(items)
+            if isinstance(item, torch.Tensor)
+            and item.numel() * item.element_size() >= PARALLEL_HASH_BYTES  # not `nbytes`: a sparse tensor refuses it
+            and _read_in_place(item)
+        ]
+        pool = _hash_pool() if len(large) > 1 else None
+        if pool is None:
+            return [_leaf_record(item, keep) for item in items]
+        pending: dict[int, Future[str]] = {i: pool.submit(_sha256, *_tensor_parts(items[i])) for i in large}
+        return [
+            (pending[index].result(), leaf_spec(item), leaf_value(item) if keep else None)
+            if index in pending
+            else _leaf_record(item, keep)
+            for index, item in enumerate(items)
+        ]
 
 
 def leaf_record(leaf: Any, keep: bool = False) -> tuple[str, str, torch.Tensor | None]:
     """`(leaf_digest, leaf_spec, leaf_value)` of one leaf (the value only with `keep`). A plain dense CPU tensor of a
     NumPy dtype, nearly every leaf of a checkpoint, is read once for all three, its header and spec looked up by dtype
-    and shape: the same strings and bytes the three functions make, for a few microseconds less per tensor."""
-    if type(leaf) in _PLAIN_TENSORS and (dtype := leaf.dtype) in _NUMPY_DTYPES and _read_in_place(leaf):
+    and shape, and a bool, int, float, string or None (an optimizer's settings) skips the checks for other kinds: the
+    same strings and bytes the three functions make, for a few microseconds less per leaf."""
+    with ignore_syncs():  # the probe's reads: never counted, under the stand-ins or the function mode
+        return _leaf_record(leaf, keep)
+
+
+# A plain tensor's digest header and spec, by dtype and shape: a loop's checkpoints digest the same few dozen shapes
+# (a policy's and its optimizer's tensors) at every checkpoint
+_LAYOUTS: dict[tuple[torch.dtype, torch.Size], tuple[bytes, str]] = {}
+# A builtin scalar's spec (`leaf_spec`) and the dtype of its kept value (`leaf_value`; None: no value)
+_SCALARS: dict[type, tuple[str, torch.dtype | None]] = {bool: ("bool", torch.bool), int: ("int", torch.int64)}
+_SCALARS |= {float: ("float", torch.float64), str: ("str", None), type(None): ("none", None)}
+_TENSOR = torch._C._VariableFunctions.tensor  # `torch.tensor`, past the sync counter's stand-in
+
+
+def _leaf_record(leaf: Any, keep: bool) -> tuple[str, str, torch.Tensor | None]:
+    """`leaf_record`, inside `ignore_syncs`."""
+    kind = type(leaf)
+    if kind in _PLAIN_TENSORS and (dtype := leaf.dtype) in _NUMPY_DTYPES and _read_in_place(leaf):
         key = (dtype, leaf.shape)
         layout = _LAYOUTS.get(key)
         if layout is None:
@@ -189,9 +202,13 @@ def leaf_record(leaf: Any, keep: bool = False) -> tuple[str, str, torch.Tensor |
             shape = tuple(key[1])
             header = f"tensor|{dtype}|{shape}|".encode()
             layout = _LAYOUTS[key] = (header, f"{str(dtype).removeprefix('torch.')}[{','.join(map(str, shape))}]")
-        with ignore_syncs():  # the probe's reads: never counted, under the stand-ins or the function mode
-            data = _BASE.detach(leaf)
-            return _sha256(layout[0], _BASE.numpy(data)), layout[1], _BASE.clone(data) if keep else None
+        data = _BASE.detach(leaf) if leaf.requires_grad else leaf
+        return _sha256(layout[0], _BASE.numpy(data)), layout[1], _BASE.clone(data) if keep else None
+    scalar = _SCALARS.get(kind)
+    if scalar is not None:
+        spec, value_dtype = scalar
+        value = _TENSOR(leaf, dtype=value_dtype) if keep and value_dtype is not None else None
+        return _plain_digest(leaf), spec, value
     return leaf_digest(leaf), leaf_spec(leaf), leaf_value(leaf) if keep else None
 
 
