@@ -117,30 +117,19 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
     The site is the innermost frame outside torch and tripwire, its `via` the innermost torch frame between it and the
     hook that is not dispatch machinery (`torch/<file>:<function>`), its callers the project frames above it
     (`_callers`). What each code object is (`_role`) and each site (`_site`) are cached, so a sync costs a walk of
-    dict lookups; the walk is written out here, not in a helper, as this runs on every sync."""
+    dict lookups."""
     local = _LOCAL
     if local.suppress:
         return
     if local.label is not None:
         kind = local.label
-    frame: FrameType | None = sys._getframe(1)
-    roles = _STATE.roles
-    via = ""
-    while frame is not None:
-        code = frame.f_code
-        role = roles.get(id(code))
-        if role is None:
-            role = roles[id(code)] = _role(code)
-        if not role[1]:
-            break
-        if not via:
-            via = role[2]
-        frame = frame.f_back
+    frame, via = _outside(sys._getframe(1))
     callers: tuple[str, ...] = ()
     caller_text = ""
     if frame is None:
         site = _NO_SITE
     else:
+        code = frame.f_code
         site = _STATE.sites.get((id(code), frame.f_lasti)) or _site(frame)
         callers, caller_text = _callers(_caller_frame(frame) if code.co_name in _COMPREHENSIONS else frame.f_back)
     regions = local.regions
@@ -353,19 +342,27 @@ def skip_prefixes() -> tuple[str, ...]:
 
 
 def user_frame() -> FrameType | None:
-    """The innermost frame outside torch and tripwire: the user's line whose call is running now (each code object's
-    `_role` looked up, as a sync's walk does, not its file name matched on every call)."""
-    frame: FrameType | None = sys._getframe(1)
+    """The innermost frame outside torch and tripwire: the user's line whose call is running now."""
+    return _outside(sys._getframe(1))[0]
+
+
+def _outside(frame: FrameType | None) -> tuple[FrameType | None, str]:
+    """The first frame from `frame` outwards that is neither torch's nor tripwire's (None: none is), and the
+    `torch/<file>:<function>` of the innermost torch frame passed that is not dispatch machinery ("" if none): each
+    code object's `_role` looked up, not its file name matched on every call."""
     roles = _STATE.roles
+    via = ""
     while frame is not None:
         code = frame.f_code
         role = roles.get(id(code))
         if role is None:
             role = roles[id(code)] = _role(code)
         if not role[1]:
-            return frame
+            return frame, via
+        if not via:
+            via = role[2]
         frame = frame.f_back
-    return None
+    return None, via
 
 
 def site_text(filename: str, line: int) -> str:
