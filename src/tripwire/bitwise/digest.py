@@ -283,7 +283,7 @@ def leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
     return out
 
 
-_PLAIN_LEAVES = frozenset({torch.Tensor, torch.nn.Parameter, float, int, bool, str, type(None)})
+_PLAIN_LEAVES = frozenset(_PLAIN_TENSORS) | frozenset(_SCALARS)  # never containers: a leaf as they are
 
 
 def _add_leaves(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:

@@ -280,11 +280,16 @@ def _mark(tensor: torch.Tensor) -> None:
     if _WAITING:
         with _WAITING_LOCK:
             for installation in _WAITING:
-                for name, replacement in installation.keeping:
-                    _patch(installation, torch.Tensor, name, replacement)
-                installation.keeping.clear()
+                _put_keeping_in_place(installation)
             _WAITING.clear()
     mark_host_born(tensor)
+
+
+def _put_keeping_in_place(installation: Installation) -> None:
+    """Patch the installation's waiting place-keeping stand-ins onto `torch.Tensor` (under `_WAITING_LOCK`)."""
+    for name, replacement in installation.keeping:
+        _patch(installation, torch.Tensor, name, replacement)
+    installation.keeping.clear()
 
 
 def _kept_on_host(result: object, source: object) -> TypeGuard[torch.Tensor]:
@@ -551,9 +556,7 @@ def _install_stand_ins(installation: Installation) -> None:
         _patch(installation, owner, name, replacement)
     with _WAITING_LOCK:
         if _host_born:  # tensors marked under an earlier counter are still alive: their views must be marked now
-            for name, keeping in installation.keeping:
-                _patch(installation, torch.Tensor, name, keeping)
-            installation.keeping.clear()
+            _put_keeping_in_place(installation)
         else:
             _WAITING.append(installation)
     engine = getattr(torch.autograd, "_engine_run_backward", None)
