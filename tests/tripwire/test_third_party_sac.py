@@ -1,0 +1,135 @@
+"""tripwire from outside on CleanRL's SAC as published (`sac_continuous_action.py` and the `cleanrl_utils.buffers`
+replay buffer it imports, tests/tripwire/third_party/cleanrl): an off-policy loop, unlike the PPO loops of
+test_third_party_loops.py. Three Adam optimizers, a replay buffer sampled with NumPy's global generator, and about 21
+host syncs per update step, most of them inside torch (Adam's step counters, `torch.distributions`' argument checks).
+
+What it must show: every instrument fires and each sync is named where the loop's own code made it; a recording in a
+fresh process compares identical; an injected `.item()` is named at its line and nothing else moves; a rewrite that
+computes the same bits compares identical; a changed soft-update rate is a value change.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tripwire.bitwise.magnitude import VALUE_CHANGE
+from tripwire.outside.compare import compare_results
+from tripwire.outside.record import record
+from tripwire.outside.result import Result
+from tripwire.scenario import load_scenario
+
+HERE = Path(__file__).parent
+PUBLISHED = HERE / "third_party" / "cleanrl"
+SAC = PUBLISHED / "sac_continuous_action.py"
+SCENARIO_FILE = HERE / "third_party" / "cleanrl_sac_scenario.py"
+SCENARIO = load_scenario(SCENARIO_FILE)
+
+LEARNING_STARTS, TOTAL = 300, 600  # the scenario's argv: an update at every step after the first 300
+UPDATES = TOTAL - LEARNING_STARTS - 1
+QF_LOSS = "            qf_loss = qf1_loss + qf2_loss\n"
+INJECTED_ITEM = (QF_LOSS, QF_LOSS + "            seen = qf_loss.item()\n")
+COMMUTED = (QF_LOSS, "            qf_loss = qf2_loss + qf1_loss\n")  # IEEE addition commutes: the same bits
+TAU = ("    tau: float = 0.005\n", "    tau: float = 0.006\n")
+
+
+def checkout(folder: Path, *changes: tuple[str, str]) -> Path:
+    """A copy of the published SAC script and the buffer package it imports, with each change applied to the script."""
+    folder.mkdir(parents=True)
+    shutil.copytree(PUBLISHED / "cleanrl_utils", folder / "cleanrl_utils")
+    text = SAC.read_text(encoding="utf-8")
+    for old, new in changes:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    (folder / SAC.name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def ran(result: Result) -> Result:
+    assert result.status == "ok", result.cause
+    return result
+
+
+@pytest.fixture(scope="module")
+def sac(tmp_path_factory: pytest.TempPathFactory) -> Result:
+    return ran(record(SCENARIO, checkout(tmp_path_factory.mktemp("sac") / "base")))
+
+
+def sites(result: Result) -> Counter[tuple[str, str, str, str]]:
+    """(region, file, kind, the line's text) -> count, summed over the lines of the same text."""
+    found: Counter[tuple[str, str, str, str]] = Counter()
+    for site in result.syncs.records:
+        found[site.region, site.file, site.kind, site.text] += site.count
+    return found
+
+
+def test_sac_runs_as_published_with_every_instrument_firing(sac: Result) -> None:
+    actor_updates = len([step for step in range(LEARNING_STARTS + 1, TOTAL) if step % 2 == 0]) * 2
+    assert sac.calls["cleanrl_utils.buffers:ReplayBuffer.sample"] == UPDATES
+    # acting, the target's next actions, the actor's update, the entropy tuning's no-grad pass
+    assert sac.calls["__main__:Actor.get_action"] == (TOTAL - LEARNING_STARTS) + UPDATES + 2 * actor_updates
+    assert sac.calls["torch.optim:Adam.step"] == UPDATES + 2 * actor_updates  # critics, actor, entropy temperature
+    assert sac.notes == []
+    found = sites(sac)
+    # the loop's own pulls, at its own lines
+    assert found[("<outside>", SAC.name, "item", "alpha = log_alpha.exp().item()")] == 1 + actor_updates  # and setup
+    assert found[("<outside>", SAC.name, "cpu", "actions = actions.detach().cpu().numpy()")] == TOTAL - LEARNING_STARTS
+    # syncs inside torch and the buffer, named at the loop's line that reached them, in the region around it
+    normal = ("actor", SAC.name, "bool", "normal = torch.distributions.Normal(mean, std)")
+    assert found[normal] == 2 * sac.calls["__main__:Actor.get_action"]  # loc and scale checked
+    assert found[("optimizer", SAC.name, "item", "q_optimizer.step()")] == UPDATES * 12  # a step counter per tensor
+    upload = ("replay", "cleanrl_utils/buffers.py", "tensor_to_device", "return th.tensor(array, device=self.device)")
+    assert found[upload] == UPDATES * 5  # observations, actions, next observations, dones, rewards
+    assert sum(found.values()) == sac.syncs.total
+
+
+def test_a_recording_in_a_fresh_process_compares_identical(sac: Result, tmp_path: Path) -> None:
+    sac.save(tmp_path / "a")
+    command = [sys.executable, "-m", "tripwire", "run", str(SCENARIO_FILE), "--root", str(checkout(tmp_path / "tree"))]
+    done = subprocess.run([*command, "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    compared = subprocess.run(
+        [sys.executable, "-m", "tripwire", "compare", str(tmp_path / "a"), str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert compared.returncode == 0, compared.stdout[-2000:]
+    assert compared.stdout.strip().splitlines()[-1] == "identical"
+
+
+def test_an_item_injected_in_the_critic_update_is_named_at_its_line_and_nothing_else_moves(
+    sac: Result, tmp_path: Path
+) -> None:
+    head = ran(record(SCENARIO, checkout(tmp_path / "head", INJECTED_ITEM)))
+    comparison = compare_results(sac, head)
+    syncs = comparison.verdict("syncs")
+    assert syncs.status == "differs", syncs.details
+    assert f"+{UPDATES} syncs" in syncs.summary and "`seen = qf_loss.item()`" in syncs.summary
+    for name in ("trajectory", "telemetry", "payloads"):  # the later lines moved down one; their syncs did not
+        assert comparison.verdict(name).status == "same", (name, comparison.verdict(name).details)
+    assert head.syncs.total == sac.syncs.total + UPDATES
+
+
+def test_a_rewrite_that_computes_the_same_bits_compares_identical(sac: Result, tmp_path: Path) -> None:
+    head = ran(record(SCENARIO, checkout(tmp_path / "head", COMMUTED)))
+    comparison = compare_results(sac, head)
+    assert all(verdict.status == "same" for verdict in comparison.verdicts), comparison.verdicts
+
+
+def test_a_changed_soft_update_rate_is_a_value_change_named_at_its_first_checkpoint(
+    sac: Result, tmp_path: Path
+) -> None:
+    head = ran(record(SCENARIO, checkout(tmp_path / "head", TAU)))
+    comparison = compare_results(sac, head)
+    trajectory = comparison.verdict("trajectory")
+    assert trajectory.status == "differs" and trajectory.kind == VALUE_CHANGE, trajectory.details
+    # the first sample and the critics' first step come before the first soft update, so they are bitwise the
+    # base's; the first checkpoint after it is the first that differs
+    assert trajectory.summary.endswith("at #3 of 9 'Adam.step#151'"), trajectory.summary
+    assert comparison.verdict("syncs").status == "same"
