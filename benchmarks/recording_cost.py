@@ -9,14 +9,20 @@ process figure dilutes (and a recording's frozen heap can flatter, `tripwire.out
 the same CPU pin and one thread, what a recording uses, so the ratio is the instruments' cost alone. Wall time is
 the whole process (interpreter, `import torch`, the loop); tripwire's own import is part of the cost it reports.
 
-Loops: CleanRL's `ppo.py` as published (tests/tripwire/third_party) at two sizes, the SB3 PPO script of
-tests/tripwire/loops and a longer one (benchmarks/loops, which prints SB3's own `fps`), the PPO loop of
+Loops: CleanRL's `ppo.py` and `sac_continuous_action.py` as published (tests/tripwire/third_party) at two sizes
+each (SAC on Pendulum: 300 random steps, then an update at each step and about 21 syncs an update), the SB3 PPO
+script of tests/tripwire/loops and a longer one (benchmarks/loops, which prints SB3's own `fps`), the PPO loop of
 tests/tripwire/loops that compiles its parts with inductor, with their test scenarios (every instrument placed,
-checkpoints and events included) and, for CleanRL, the same scenario stripped to sync counting (no checkpoints, no
-events), which says where the time goes. Needs the test dependencies (gymnasium, tyro,
-tensorboard, stable-baselines3). Run it on a quiet machine:
+checkpoints and events included) and, for CleanRL's PPO, the same scenario stripped to sync counting (no
+checkpoints, no events), which says where the time goes. Needs the test dependencies (gymnasium, tyro, tensorboard,
+stable-baselines3). Run it on a quiet machine:
 
-    python benchmarks/recording_cost.py [--rounds 5] [--json build/recording_cost.json] [--esper-lite ../esper-lite]
+    python benchmarks/recording_cost.py [--rounds 5] [--json build/recording_cost.json] [--pin-cost]
+        [--only NAME] [--esper-lite ../esper-lite]
+
+With `--pin-cost`, each script's loop also runs plain on the machine's native CPU kernels, a third side of each
+round: plain pinned / plain native is what the portable pin alone costs (`tripwire run --cpu-pin native` does not pay
+it, and records results that compare only with other native results from the same kind of CPU).
 
 With `--esper-lite PATH` (a checkout of the original, 11ebe0f6), also the original's own CLI training loop
 (`examples/esper-lite/cli_training_loop.py`: 1 round, 1 env, 5 epochs on mock data), plain being the scenario's
@@ -51,16 +57,23 @@ class Loop:
     argv: tuple[str, ...]
     stripped: bool = False  # the scenario's checkpoints and events removed: sync counting alone
     root: Path | None = None  # that tree, run in place (the plain side runs the scenario's function, adapted)
+    beside: tuple[Path, ...] = ()  # folders the script imports, copied beside it
 
 
 CLEANRL = TESTS / "third_party" / "cleanrl" / "ppo.py"
 CLEANRL_SCENARIO = TESTS / "third_party" / "cleanrl_ppo_scenario.py"
 SB3_SCENARIO = TESTS / "loops" / "sb3_script_scenario.py"
 SB3_LONG = Path(__file__).resolve().parent / "loops" / "sb3_script.py"  # prints SB3's progress table (its fps)
+SAC = TESTS / "third_party" / "cleanrl" / "sac_continuous_action.py"
+SAC_SCENARIO = TESTS / "third_party" / "cleanrl_sac_scenario.py"
+SAC_BUFFERS = (SAC.parent / "cleanrl_utils",)
 COMPILED = TESTS / "loops" / "compiled_script.py"  # compiles its policy step, its GAE and its update, LeanRL-style
 COMPILED_SCENARIO = TESTS / "loops" / "compiled_script_scenario.py"
 SMALL = ("--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256", "--update-epochs", "2")
 LARGE = ("--num-envs", "4", "--num-steps", "128", "--total-timesteps", "2048")
+SAC_ARGS = ("--env-id", "Pendulum-v1", "--learning-starts", "300", "--batch-size", "32", "--no-cuda")
+SAC_SMALL = (*SAC_ARGS, "--total-timesteps", "600")  # its test scenario: an update at each of the last 300 steps
+SAC_LARGE = (*SAC_ARGS, "--total-timesteps", "3000")
 LOOPS = (
     Loop("cleanrl ppo.py, 4 x 64 steps", CLEANRL, CLEANRL_SCENARIO, SMALL),
     Loop("cleanrl ppo.py, 4 x 512 steps", CLEANRL, CLEANRL_SCENARIO, LARGE),
@@ -68,6 +81,8 @@ LOOPS = (
     Loop("sb3 PPO, 4 x 64 steps", TESTS / "loops" / "sb3_script.py", SB3_SCENARIO, ()),
     Loop("sb3 PPO, 16 x 256 steps", SB3_LONG, SB3_SCENARIO, ("--timesteps", "4096")),
     Loop("compiled PPO loop (inductor), 4 x 64 steps", COMPILED, COMPILED_SCENARIO, ()),
+    Loop("cleanrl sac, 300 + 300 steps", SAC, SAC_SCENARIO, SAC_SMALL, beside=SAC_BUFFERS),
+    Loop("cleanrl sac, 300 + 2700 steps", SAC, SAC_SCENARIO, SAC_LARGE, beside=SAC_BUFFERS),
 )
 
 
@@ -98,9 +113,15 @@ scenario.call()
 """
 
 
-def _env() -> dict[str, str]:
+def _env(*, pinned: bool = True) -> dict[str, str]:
+    """The environment of a timed process: one thread, and the portable CPU pin a recording uses unless `pinned` is
+    false (the native kernels a plain run gets when nothing pins them)."""
     env = dict(os.environ)
-    env.update(portable_cpu_env())
+    if pinned:
+        env.update(portable_cpu_env())
+    else:
+        for name in portable_cpu_env():
+            env.pop(name, None)
     env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"})
     return env
 
@@ -109,11 +130,12 @@ def _env() -> dict[str, str]:
 _RATE = re.compile(r"^(?:SPS: (\d+)|\|\s+fps\s+\|\s+(\d+)\s+\|)$", re.MULTILINE)
 
 
-def _timed(command: list[str], cwd: Path) -> tuple[float, int | None]:
+def _timed(command: list[str], cwd: Path, *, pinned: bool = True) -> tuple[float, int | None]:
     """The command's whole-process wall time, and the loop's own last printed rate (steps per second over its
     training loop alone, no imports or setup) where it prints one."""
     start = time.perf_counter()
-    env = {**_env(), "SB3_LOGDIR": str(cwd / "sb3-logs")}  # SB3 would leave a logger folder in /tmp each run
+    # SB3 would leave a logger folder in /tmp each run
+    env = {**_env(pinned=pinned), "SB3_LOGDIR": str(cwd / "sb3-logs")}
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if done.returncode:
@@ -140,7 +162,7 @@ def _scenario_file(loop: Loop, folder: Path) -> Path:
     return target
 
 
-def measure(loop: Loop, rounds: int, work: Path) -> dict[str, object]:
+def measure(loop: Loop, rounds: int, work: Path, *, pin_cost: bool = False) -> dict[str, object]:
     folder = work / loop.name.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
     folder.mkdir(parents=True)
     if loop.script is None:
@@ -151,17 +173,19 @@ def measure(loop: Loop, rounds: int, work: Path) -> dict[str, object]:
         tree = folder / "tree"
         tree.mkdir()
         shutil.copy(loop.script, tree / loop.script.name)
+        for folder_beside in loop.beside:
+            shutil.copytree(folder_beside, tree / folder_beside.name)
         scenario = _scenario_file(loop, folder)
         plain = [sys.executable, str(tree / loop.script.name), *loop.argv]
     recorded = [sys.executable, "-m", "tripwire", "run", str(scenario), "--root", str(tree), "--out"]
-    times: dict[str, list[float]] = {"plain": [], "recorded": []}
-    rates: dict[str, list[int]] = {"plain": [], "recorded": []}
+    times: dict[str, list[float]] = {"plain": [], "recorded": [], "native": []}
+    rates: dict[str, list[int]] = {"plain": [], "recorded": [], "native": []}
     for index in range(rounds + 1):  # round 0 is untimed: it fills the caches both sides share (inductor's code)
-        order = ("plain", "recorded") if index % 2 == 0 else ("recorded", "plain")
-        for side in order:
+        order = ("plain", "recorded", "native") if pin_cost else ("plain", "recorded")
+        for side in order if index % 2 == 0 else order[::-1]:
             scratch = Path(tempfile.mkdtemp(dir=folder))
-            command = plain if side == "plain" else [*recorded, str(scratch / "result")]
-            seconds, rate = _timed(command, scratch)
+            command = [*recorded, str(scratch / "result")] if side == "recorded" else plain
+            seconds, rate = _timed(command, scratch, pinned=side != "native")
             if index:
                 times[side].append(seconds)
                 if rate is not None:
@@ -174,6 +198,13 @@ def measure(loop: Loop, rounds: int, work: Path) -> dict[str, object]:
             "loop_ratio": round(statistics.median(loop_ratios), 2),
             "loop_ratios": [round(x, 3) for x in loop_ratios],
         }
+    if pin_cost:  # what the portable pin alone costs a plain run: plain pinned / plain native, round by round
+        pins = [p / n for p, n in zip(times["plain"], times["native"])]
+        row |= {
+            "native_s": round(statistics.median(times["native"]), 2),
+            "pin_ratio": round(statistics.median(pins), 2),
+        }
+        row["pin_ratios"] = [round(x, 3) for x in pins]
     return row
 
 
@@ -191,8 +222,13 @@ def ratio_row(named: dict[str, object], plain: list[float], recorded: list[float
 def show(label: str, row: dict[str, object]) -> None:
     """One measured row, as the benchmarks print it (and the loop-time ratio where the loop prints its rate)."""
     loop = f"  loop time {row['loop_ratio']:.2f}x (rounds {row['loop_ratios']})" if "loop_ratio" in row else ""
+    pin = (
+        f"  pin: plain native {row['native_s']:.2f} s, pinned / native {row['pin_ratio']:.2f}x"
+        if "pin_ratio" in row
+        else ""
+    )
     print(f"{label} plain {row['plain_s']:6.2f} s  recorded {row['recorded_s']:6.2f} s  "
-          f"ratio {row['ratio']:.2f}x  (rounds {row['ratios']}){loop}", flush=True)  # fmt: skip
+          f"ratio {row['ratio']:.2f}x  (rounds {row['ratios']}){loop}{pin}", flush=True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--only", help="measure only loops whose name contains this")
+    parser.add_argument(
+        "--pin-cost",
+        action="store_true",
+        help="also run each script-based loop plain on native CPU kernels: what the portable pin alone costs",
+    )
     parser.add_argument(
         "--esper-lite", type=Path, help="a checkout of the original esper-lite (11ebe0f6): also its CLI training loop"
     )
@@ -215,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         for loop in loops:
             if args.only and args.only not in loop.name:
                 continue
-            row = measure(loop, args.rounds, Path(work))
+            row = measure(loop, args.rounds, Path(work), pin_cost=args.pin_cost and loop.script is not None)
             rows.append(row)
             show(f"{loop.name:<44}", row)
     if args.json is not None:
