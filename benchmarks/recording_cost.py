@@ -10,7 +10,7 @@ the same CPU pin and one thread, what a recording uses, so the ratio is the inst
 the whole process (interpreter, `import torch`, the loop); tripwire's own import is part of the cost it reports.
 
 Loops: CleanRL's `ppo.py` and `sac_continuous_action.py` as published (tests/tripwire/third_party) at two sizes
-each (SAC on Pendulum: 300 random steps, then an update at each step and about 21 syncs an update), the SB3 PPO
+each (SAC on Pendulum: 300 random steps, then an update at each step and about 42 syncs an update), the SB3 PPO
 script of tests/tripwire/loops and a longer one (benchmarks/loops, which prints SB3's own `fps`), the PPO loop of
 tests/tripwire/loops that compiles its parts with inductor, with their test scenarios (every instrument placed,
 checkpoints and events included) and, for CleanRL's PPO, the same scenario stripped to sync counting (no

@@ -1,6 +1,6 @@
 """tripwire from outside on CleanRL's SAC as published (`sac_continuous_action.py` and the `cleanrl_utils.buffers`
 replay buffer it imports, tests/tripwire/third_party/cleanrl): an off-policy loop, unlike the PPO loops of
-test_third_party_loops.py. Three Adam optimizers, a replay buffer sampled with NumPy's global generator, and about 21
+test_third_party_loops.py. Three Adam optimizers, a replay buffer sampled with NumPy's global generator, and about 42
 host syncs per update step, most of them inside torch (Adam's step counters, `torch.distributions`' argument checks).
 
 What it must show: every instrument fires and each sync is named where the loop's own code made it; a recording in a
