@@ -18,7 +18,9 @@ and caches are paid in the untimed round; every side starts after a full collect
 freezes it. One thread under the portable CPU pin, as `tripwire run` uses. Needs the test dependencies
 (gymnasium, tyro, tensorboard; stable-baselines3 for `--loop sb3`):
 
-    python benchmarks/recording_parts.py [--loop cleanrl|sb3] [--rounds 5] [--json build/recording_parts.json]
+    python benchmarks/recording_parts.py [--loop cleanrl|cleanrl-short|sb3] [--rounds 5] [--json FILE]
+
+`cleanrl` is CleanRL's 2,048-step run, `cleanrl-short` its 256-step run (a PPO update every 64 steps).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recording_cost import _RATE, CLEANRL, CLEANRL_SCENARIO, LARGE, SB3_LONG, SB3_SCENARIO, _env
+from recording_cost import _RATE, CLEANRL, CLEANRL_SCENARIO, LARGE, SB3_LONG, SB3_SCENARIO, SMALL, _env
 
 os.environ.update(_env())  # the portable CPU pin and one thread, before torch is imported
 
@@ -55,6 +57,7 @@ from tripwire.sync.counter import SyncCounter
 
 LOOPS = {
     "cleanrl": (CLEANRL, CLEANRL_SCENARIO, LARGE),  # CleanRL's ppo.py, 4 x 512 steps
+    "cleanrl-short": (CLEANRL, CLEANRL_SCENARIO, SMALL),  # the same, 4 x 64 steps: a PPO update every 64 steps
     "sb3": (SB3_LONG, SB3_SCENARIO, ("--timesteps", "4096")),  # SB3 PPO, 16 x 256 steps
 }
 
