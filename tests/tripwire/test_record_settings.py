@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tripwire.outside.record import _torch_settings, record
+from tripwire.outside.record import _FROZEN_BY_INTERPRETER, _torch_settings, record
 from tripwire.scenario import Scenario
 
 
@@ -57,12 +59,40 @@ def _frozen_while_running(tmp_path: Path) -> int:
 def test_the_heap_from_before_the_loop_is_frozen_while_it_runs_and_thawed_after(tmp_path: Path) -> None:
     """A full collection inside the loop walks only the loop's own objects, not torch's and tripwire's (about 150 ms
     a pass with torch imported); the caller's collector is as it was afterwards, and a caller's own freeze is kept."""
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() <= _FROZEN_BY_INTERPRETER  # 0, or on Python 3.12 the interpreter's own
     assert _frozen_while_running(tmp_path) > 10_000  # torch's modules and functions, at least
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() <= _FROZEN_BY_INTERPRETER
     gc.freeze()
     try:
         assert _frozen_while_running(tmp_path) > 10_000
         assert gc.get_freeze_count() > 10_000  # not thawed by the recording: the caller froze it
     finally:
         gc.unfreeze()
+
+
+def test_an_interpreter_that_starts_with_objects_frozen_still_gets_its_heap_frozen(tmp_path: Path) -> None:
+    """Python 3.12 starts with a few hundred objects frozen (375 on 3.12.1). The recording took any frozen object
+    for a caller's own freeze and never froze the heap there: the full passes it keeps out of the loop (1.9 times
+    CleanRL's loop time instead of 1.3) came back. Here a freeze before tripwire is imported stands in for 3.12's."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "loop.py").write_text(
+        f"import gc\n\ndef train():\n    open({str(tmp_path / 'seen')!r}, 'w').write(str(gc.get_freeze_count()))\n",
+        encoding="utf-8",
+    )
+    script = (
+        "import gc, sys\n"
+        "gc.freeze()  # what the interpreter has frozen before anything of tripwire is imported\n"
+        "startup = gc.get_freeze_count()\n"
+        "from pathlib import Path\n"
+        "from tripwire.outside.record import record\n"
+        "from tripwire.scenario import Scenario\n"
+        f"result = record(Scenario(name='frozen', call='loop:train'), Path({str(tree)!r}))\n"
+        "assert result.status == 'ok', result.cause\n"
+        "print(startup, gc.get_freeze_count())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    startup, after = (int(word) for word in done.stdout.split())
+    assert int((tmp_path / "seen").read_text(encoding="utf-8")) > startup + 10_000  # torch and tripwire, frozen too
+    assert after == 0  # thawed, the interpreter's own with the rest

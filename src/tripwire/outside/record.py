@@ -278,6 +278,12 @@ def _instruments_fired(instrumentation: Instrumentation) -> tuple[str, str]:
     return ("error", silent) if silent else ("ok", "")
 
 
+# What the interpreter keeps frozen by itself, read when tripwire is imported: nothing before Python 3.12; 3.12
+# starts with a few hundred objects of its own frozen (375 on 3.12.1), 3.13 with none again. More than that is a
+# caller's own freeze (`_frozen_heap`).
+_FROZEN_BY_INTERPRETER = gc.get_freeze_count()
+
+
 @contextlib.contextmanager
 def _frozen_heap() -> Iterator[None]:
     """The objects that exist before the loop starts (torch's, tripwire's, the launcher's) left out of the garbage
@@ -286,8 +292,14 @@ def _frozen_heap() -> Iterator[None]:
     its events and kept values) are enough to bring one into the loop that the plain run does not have (CleanRL's
     `ppo.py`: one more full pass, 1.9 times the loop's own time instead of 1.3). The loop's own objects are collected
     as always. An object from before that becomes cyclic garbage during the run (one a caller of `record` made and
-    the entry drops) is collected after it instead; a plain run of a script has none of those but torch's own."""
-    frozen = gc.get_freeze_count() == 0  # a caller froze its heap itself: theirs to undo
+    the entry drops) is collected after it instead; a plain run of a script has none of those but torch's own.
+
+    A heap already frozen beyond what the interpreter freezes by itself is a caller's own freeze, theirs to undo: it
+    is left as it is. (On Python 3.12, whose interpreter starts with some objects frozen, the test was `no object
+    frozen`, so the heap was never frozen there.) Thawing takes every frozen object back, the interpreter's own
+    among them: on 3.12 its few hundred are then tracked again, as a caller's `gc.unfreeze()` would leave them.
+    """
+    frozen = gc.get_freeze_count() <= _FROZEN_BY_INTERPRETER
     if frozen:
         gc.freeze()
     try:
