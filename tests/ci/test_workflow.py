@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,18 @@ def test_the_instructions_job_counts_base_then_head_under_valgrind_on_pull_reque
     head = commands.index("--compare build/instructions-base.json")
     assert base < head  # the base is counted first, in the same job, so the contexts agree
     assert "--tolerance 0.02" in commands and "python -m tripwire.bench.instructions" in commands
+
+
+def test_tripwires_tests_run_on_every_later_python_it_claims() -> None:
+    job = load()["jobs"]["tripwire-pythons"]
+    assert job["strategy"]["matrix"]["python"] == ["3.12", "3.13"]
+    assert job["strategy"]["fail-fast"] is False  # a fault on one version does not hide the other's result
+    steps = [step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/setup-python@")]
+    assert steps[0]["with"]["python-version"] == "${{ matrix.python }}"
+    commands = run_lines(job)
+    assert commands.index("pip install -q -e ./src/tripwire") < commands.index("pytest -q tests/tripwire")
+    requires = tomllib.loads((ROOT / "src" / "tripwire" / "pyproject.toml").read_text(encoding="utf-8"))
+    assert requires["project"]["requires-python"] == ">=3.11"  # the versions tested: 3.11 above, these here
 
 
 def test_no_step_updates_goldens_or_baselines() -> None:
