@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,20 @@ def test_other_context_skips_and_names_the_differing_setting(tmp_path: Path) -> 
     outcome = GoldenStore(tmp_path).check_trajectory("s", recorded(2.0, other).trajectory)
     assert outcome.status == "skipped"
     assert f"cpu_capability: {context['cpu_capability']!r} -> {OTHER_CAPABILITY!r}" in outcome.detail
+
+
+def test_a_golden_from_another_python_release_does_not_apply(tmp_path: Path) -> None:
+    """Python 3.12's `sum()` of floats compensates its rounding, so a loop's float arithmetic in Python, a reward
+    summed from its terms, differs from 3.11's in its last bits: without `python` in the context, 3.11's goldens
+    applied on 3.12 and failed there as divergences."""
+    context = capture_context("cpu")
+    assert context["python"] == f"{sys.version_info.major}.{sys.version_info.minor}"  # a patch release keeps the bits
+    assert sum([0.1] * 10) == (1.0 if sys.version_info >= (3, 12) else 0.9999999999999999)  # why it is there
+    GoldenStore(tmp_path, update=True).check_trajectory("s", recorded(1.0, context).trajectory)
+    other = {**context, "python": "3.99"}
+    outcome = GoldenStore(tmp_path).check_trajectory("s", recorded(2.0, other).trajectory)
+    assert outcome.status == "skipped", outcome.detail
+    assert f"python: {context['python']!r} -> '3.99' (another Python release computes some float" in outcome.detail
 
 
 def test_a_required_golden_that_does_not_apply_fails_in_one_line(tmp_path: Path) -> None:

@@ -1,11 +1,15 @@
 """Determinism context: the settings a bitwise golden depends on, captured, keyed and compared.
 
-Bitwise results are only reproducible under the same torch build, device, CPU code paths, thread count and
-determinism flags. The build is named in full: `torch` (the version, with its local tag such as `+cu130`),
+Bitwise results are only reproducible under the same torch build, device, CPU code paths, thread count, determinism
+flags and Python release. The build is named in full: `torch` (the version, with its local tag such as `+cu130`),
 `torch_build` (`cpu`, `cuda 13.0` or `rocm 6.2`: a CUDA wheel running on a CPU is not a CPU-only wheel), and the
 `mkl` and `onednn` versions it ships. The CPU code paths are those of `tripwire.common.numerics`: ATen's dispatch level
 (`torch.backends.cpu.get_cpu_capability()`) and the oneDNN and MKL pins. Under the portable pin they read
 `AVX2` on every x86-64 CPU with AVX2, whatever its native ISA, so one golden serves all of them.
+
+`python` is the interpreter's release, major and minor (`3.11`): a loop's own float arithmetic in Python changes
+with it. Python 3.12's `sum()` of floats compensates its rounding, so `sum([0.1] * 10)` is `1.0` there and
+`0.9999999999999999` on 3.11; a reward summed from its terms differs in its last bits. A patch release keeps them.
 
 `cpu_pin` says whether the portable pin was in force (`avx2`) or not (`native`). The pin changes the CPU
 kernels from the first operation on, so even a model's initial weights differ between a pinned and a native run:
@@ -73,6 +77,7 @@ def capture_context(device: torch.device | str = "cpu") -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "python": ".".join(platform.python_version_tuple()[:2]),
     }
     context["cpu_pin"] = PORTABLE_LEVEL if is_pinned(context) else "native"
     if resolved.type == "cuda":
@@ -105,6 +110,8 @@ _MEANING = {
     "cpu_capability": "ATen's vector width groups sums differently",
     "threads": "another thread count splits reductions differently",
     "device": "another device computes other bits",
+    "python": "another Python release computes some float results in Python differently (3.12's sum() of floats "
+    "compensates its rounding)",
 }
 
 
