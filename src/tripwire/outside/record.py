@@ -278,9 +278,10 @@ def _instruments_fired(instrumentation: Instrumentation) -> tuple[str, str]:
     return ("error", silent) if silent else ("ok", "")
 
 
-# What the interpreter keeps frozen by itself, read when tripwire is imported: nothing before Python 3.12; 3.12
+# What the interpreter keeps frozen by itself, read when this module is imported: nothing before Python 3.12; 3.12
 # starts with a few hundred objects of its own frozen (375 on 3.12.1), 3.13 with none again. More than that is a
-# caller's own freeze (`_frozen_heap`).
+# caller's own freeze (`_frozen_heap`). A caller that froze its heap before importing tripwire is taken for the
+# interpreter: a recording then thaws that freeze with the rest when it ends.
 _FROZEN_BY_INTERPRETER = gc.get_freeze_count()
 
 
