@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from published_loops import checkout, ran
 
 from tripwire.bitwise.magnitude import VALUE_CHANGE
 from tripwire.outside.commands import budget_main
@@ -42,22 +43,6 @@ ENTROPY = "                entropy_loss = entropy.mean()\n"
 INJECTED_ITEM = (ENTROPY, ENTROPY + "                kl_seen = approx_kl.item()\n")
 CLEANRL_LR = ("learning_rate: float = 2.5e-4", "learning_rate: float = 2.6e-4")
 SB3_LR = ("learning_rate=3e-4", "learning_rate=1e-3")
-
-
-def checkout(folder: Path, script: Path, *changes: tuple[str, str]) -> Path:
-    """A copy of `script` in `folder`, with each change applied."""
-    folder.mkdir(parents=True)
-    text = script.read_text(encoding="utf-8")
-    for old, new in changes:
-        assert old in text, old
-        text = text.replace(old, new)
-    (folder / script.name).write_text(text, encoding="utf-8")
-    return folder
-
-
-def ran(result: Result) -> Result:
-    assert result.status == "ok", result.cause
-    return result
 
 
 @pytest.fixture(scope="module")

@@ -10,16 +10,16 @@ computes the same bits compares identical; a changed soft-update rate is a value
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from published_loops import checkout, ran
 
 from tripwire.bitwise.magnitude import VALUE_CHANGE
-from tripwire.outside.compare import compare_results
+from tripwire.outside.compare import Comparison, compare_results
 from tripwire.outside.record import record
 from tripwire.outside.result import Result
 from tripwire.scenario import load_scenario
@@ -38,26 +38,22 @@ COMMUTED = (QF_LOSS, "            qf_loss = qf2_loss + qf1_loss\n")  # IEEE addi
 TAU = ("    tau: float = 0.005\n", "    tau: float = 0.006\n")
 
 
-def checkout(folder: Path, *changes: tuple[str, str]) -> Path:
-    """A copy of the published SAC script and the buffer package it imports, with each change applied to the script."""
-    folder.mkdir(parents=True)
-    shutil.copytree(PUBLISHED / "cleanrl_utils", folder / "cleanrl_utils")
-    text = SAC.read_text(encoding="utf-8")
-    for old, new in changes:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    (folder / SAC.name).write_text(text, encoding="utf-8")
-    return folder
-
-
-def ran(result: Result) -> Result:
-    assert result.status == "ok", result.cause
-    return result
+def sac_checkout(folder: Path, *changes: tuple[str, str]) -> Path:
+    """A copy of the published SAC script, each change made at its one place, and the buffer package it imports."""
+    for old, _ in changes:
+        assert SAC.read_text(encoding="utf-8").count(old) == 1, old
+    return checkout(folder, SAC, *changes, beside=[PUBLISHED / "cleanrl_utils"])
 
 
 @pytest.fixture(scope="module")
 def sac(tmp_path_factory: pytest.TempPathFactory) -> Result:
-    return ran(record(SCENARIO, checkout(tmp_path_factory.mktemp("sac") / "base")))
+    return ran(record(SCENARIO, sac_checkout(tmp_path_factory.mktemp("sac") / "base")))
+
+
+def compared_with(sac: Result, folder: Path, change: tuple[str, str]) -> tuple[Result, Comparison]:
+    """The scenario recorded on a copy with `change` made, and its comparison with the published script's result."""
+    head = ran(record(SCENARIO, sac_checkout(folder, change)))
+    return head, compare_results(sac, head)
 
 
 def sites(result: Result) -> Counter[tuple[str, str, str, str]]:
@@ -90,7 +86,15 @@ def test_sac_runs_as_published_with_every_instrument_firing(sac: Result) -> None
 
 def test_a_recording_in_a_fresh_process_compares_identical(sac: Result, tmp_path: Path) -> None:
     sac.save(tmp_path / "a")
-    command = [sys.executable, "-m", "tripwire", "run", str(SCENARIO_FILE), "--root", str(checkout(tmp_path / "tree"))]
+    command = [
+        sys.executable,
+        "-m",
+        "tripwire",
+        "run",
+        str(SCENARIO_FILE),
+        "--root",
+        str(sac_checkout(tmp_path / "tree")),
+    ]
     done = subprocess.run([*command, "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     compared = subprocess.run(
@@ -106,8 +110,7 @@ def test_a_recording_in_a_fresh_process_compares_identical(sac: Result, tmp_path
 def test_an_item_injected_in_the_critic_update_is_named_at_its_line_and_nothing_else_moves(
     sac: Result, tmp_path: Path
 ) -> None:
-    head = ran(record(SCENARIO, checkout(tmp_path / "head", INJECTED_ITEM)))
-    comparison = compare_results(sac, head)
+    head, comparison = compared_with(sac, tmp_path / "head", INJECTED_ITEM)
     syncs = comparison.verdict("syncs")
     assert syncs.status == "differs", syncs.details
     assert f"+{UPDATES} syncs" in syncs.summary and "`seen = qf_loss.item()`" in syncs.summary
@@ -117,16 +120,14 @@ def test_an_item_injected_in_the_critic_update_is_named_at_its_line_and_nothing_
 
 
 def test_a_rewrite_that_computes_the_same_bits_compares_identical(sac: Result, tmp_path: Path) -> None:
-    head = ran(record(SCENARIO, checkout(tmp_path / "head", COMMUTED)))
-    comparison = compare_results(sac, head)
+    _, comparison = compared_with(sac, tmp_path / "head", COMMUTED)
     assert all(verdict.status == "same" for verdict in comparison.verdicts), comparison.verdicts
 
 
 def test_a_changed_soft_update_rate_is_a_value_change_named_at_its_first_checkpoint(
     sac: Result, tmp_path: Path
 ) -> None:
-    head = ran(record(SCENARIO, checkout(tmp_path / "head", TAU)))
-    comparison = compare_results(sac, head)
+    _, comparison = compared_with(sac, tmp_path / "head", TAU)
     trajectory = comparison.verdict("trajectory")
     assert trajectory.status == "differs" and trajectory.kind == VALUE_CHANGE, trajectory.details
     # the first sample and the critics' first step come before the first soft update, so they are bitwise the
