@@ -91,6 +91,8 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     if isinstance(reads, Closure):  # after the result: a closure never stands beside a result it does not describe
         reads.save(args.out / "closure.json")
     print(f"{scenario.name}: {result.summary()} -> {args.out}")
+    for note in result.notes:  # what the recording left out or could not see: said, not only stored
+        print(f"  note: {note}")
     code = 0 if result.status in ("ok", "n/a") else 1
     if args.budget is not None and result.ok:
         code = max(code, _check_budget(result, args.budget, args.out))

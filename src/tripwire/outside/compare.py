@@ -4,7 +4,7 @@
 
 | check | same when | a difference reads |
 |---|---|---|
-| run | both ran to the end | `b crashed: ValueError: bad shape (src/model.py:42)` |
+| run | both ran to the end, as far, with the same child processes | `b crashed: ValueError: bad shape (model.py:42)` |
 | context | the determinism contexts match (a note, not a failure) | `torch_build: 'cpu' -> 'cuda 13.0' (...)` |
 | trajectory | every checkpoint is bitwise equal | `low-bit drift at #5 'Adam.step#1': max |Δ| 2.4e-09 = 3 ULP` |
 | syncs | every region and call site syncs as often | `NEW update ppo.py:264 in main ×3 [item] `v.item()`` |
@@ -350,8 +350,9 @@ def _run_verdict(a: Result, b: Result) -> Verdict:
 
 
 def _instruments_differ(a: Result, b: Result) -> list[str]:
-    """How the two runs' iteration counts and instrument calls differ ([] when they agree): fewer iterations or
-    an instrument called less often means one side saw less of the loop, whatever else compares equal."""
+    """How the two runs' iteration counts, instrument calls and child processes differ ([] when they agree): fewer
+    iterations or an instrument called less often means one side saw less of the loop, and a child process one side
+    started and the other did not holds work that neither result shows, whatever else compares equal."""
     lines = []
     iterations_a, iterations_b = len(a.syncs.iterations), len(b.syncs.iterations)
     if iterations_a != iterations_b:
@@ -362,6 +363,16 @@ def _instruments_differ(a: Result, b: Result) -> list[str]:
             if before != after:
                 shown = [("not instrumented" if n is None else f"{n} call(s)") for n in (before, after)]
                 lines.append(f"{target}: {shown[0]} -> {shown[1]}")
+    # a `program` (git, nvidia-smi) runs none of the loop's code: noted in the result, not a difference here
+    unseen = [
+        {kind: n for kind, n in side.items() if kind != "program"} for side in (a.children or {}, b.children or {})
+    ]
+    if a.children is not None and b.children is not None and unseen[0] != unseen[1]:
+        shown = [", ".join(f"{n} {kind}" for kind, n in side.items()) or "none" for side in unseen]
+        lines.append(
+            f"child processes started: {shown[0]} -> {shown[1]} (what a child runs is not recorded: the checks "
+            "below cover this process only)"
+        )
     return lines
 
 

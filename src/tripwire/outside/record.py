@@ -32,6 +32,7 @@ from tripwire.common import closure
 from tripwire.common.context import capture_context, imported_distributions
 from tripwire.common.errors import TripwireError
 from tripwire.compile.counter import CompileCounter
+from tripwire.outside.children import ChildWatch
 from tripwire.outside.instrument import Instrumentation, Session, _resolve
 from tripwire.outside.launch import module_path, run_main
 from tripwire.outside.result import Result, SyncSummary
@@ -208,11 +209,12 @@ def record(
         compiles = CompileCounter(root=tree.root)
         session = Session(counter, recorder, compiles=compiles)
         instrumentation = Instrumentation(scenario, session, renames)
+        children = ChildWatch(tree.root)
         status, cause, trace = "ok", "", ""
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
             try:
-                with _adapted(adapters), instrumentation, compiles, counter, _frozen_heap():
+                with _adapted(adapters), instrumentation, compiles, counter, children, _frozen_heap():
                     _run_entry(scenario, tree, argv, instrumentation)
             except NotApplicable as reason:
                 status, cause = "n/a", str(reason)
@@ -224,7 +226,7 @@ def record(
             except Exception as error:
                 status, cause, trace = "crash", one_line(error, tree.root), traceback.format_exc()
             if status == "ok":  # also after a script's sys.exit(0)
-                status, cause = _instruments_fired(instrumentation)
+                status, cause = _instruments_fired(instrumentation, children)
             seconds = time.perf_counter() - start
             try:
                 events = list(session.events) + _event_files(scenario, folder)
@@ -239,6 +241,9 @@ def record(
     result.compile = _summary(compiles, [region.name for region in scenario.regions])
     result.notes.extend(compiles.notes)
     result.notes.extend(session.notes)
+    result.children = children.counts()
+    if children.note():
+        result.notes.append(children.note())
     result.calls = instrumentation.calls()
     result.trajectory, result.values = recorder.trajectory, (recorder.values if keep else None)
     if recorder.values_truncated_at:
@@ -269,12 +274,19 @@ def warm() -> None:
     _owners()
 
 
-def _instruments_fired(instrumentation: Instrumentation) -> tuple[str, str]:
-    """`("ok", "")`, or an `error` naming the targets never bound or bound and never called."""
+def _instruments_fired(instrumentation: Instrumentation, children: ChildWatch) -> tuple[str, str]:
+    """`("ok", "")`, or an `error` naming the targets never bound or bound and never called (and, for those, the
+    child processes the loop started, where a target may have run unseen)."""
     unbound = instrumentation.unbound()
     if unbound:
         return "error", f"never bound: {', '.join(unbound)} (the tree defines no such target)"
     silent = instrumentation.never_fired()
+    if silent and children.total():
+        silent += (
+            f"; the loop started {children.total()} child process(es) ({children.describe()}) and a recording sees "
+            "its own process only: record the code a child runs by pointing the scenario at a function this process "
+            "calls, or run the child's work in-process for the scenario (an argv or adapter option)"
+        )
     return ("error", silent) if silent else ("ok", "")
 
 

@@ -125,6 +125,8 @@ class Result:
     telemetry: dict[str, Any] | None = None  # `TelemetryCounts.to_snapshot()` of the run's events
     notes: list[str] = field(default_factory=list)  # what was not measured, and why
     calls: dict[str, int] = field(default_factory=dict)  # how often each instrumented target was called
+    # child processes the loop started, by kind (`tripwire.outside.children`); None: recorded before they were counted
+    children: dict[str, int] | None = None
     trajectory: Any = None  # tripwire.bitwise.trajectory.Trajectory (loaded lazily: it imports torch)
     payloads: Any = None  # tripwire.bitwise.trajectory.Trajectory of payload digests, or None
     payload_values: Any = None  # tripwire.bitwise.values.Values of the payloads' numeric fields, or None
@@ -178,6 +180,7 @@ class Result:
             "compile": None if self.compile is None else self.compile.to_json(),
             "telemetry": self.telemetry,
             "calls": dict(sorted(self.calls.items())),
+            "children": self.children,
             "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
         }
         # written last, and whole (a temporary file renamed): a folder with a result.json holds a complete result
@@ -216,6 +219,11 @@ class Result:
                 telemetry=data.get("telemetry"),
                 notes=[str(note) for note in data.get("notes", [])],
                 calls={str(target): int(count) for target, count in dict(data.get("calls", {})).items()},
+                children=(
+                    None
+                    if data.get("children") is None
+                    else {str(kind): int(count) for kind, count in dict(data["children"]).items()}
+                ),
                 folder=root,
             )
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:

@@ -1,0 +1,181 @@
+"""The processes a recorded loop starts, which a recording does not see into.
+
+A recording counts syncs, takes checkpoints and collects events in the process it runs. A loop that trains in
+worker processes (`torch.multiprocessing`, Hogwild), reads batches in `DataLoader` workers, forks, or launches its
+real training as a subprocess does part of its work where none of that reaches. `ChildWatch` counts those starts
+while a recording runs (`multiprocessing` starts of every context, `os.fork`, `subprocess.Popen`: `subprocess` when
+it runs Python or a launcher, `program` when it runs another program such as `git`) with the first line of the tree
+that started each kind, so the result can say what it did not see, a comparison can tell when one
+side started processes the other did not, and a scenario whose targets only ran in a child is told why they never
+fired, instead of being left to guess. torch.compile's own helper processes (compile workers, the C++ compiler) are
+not counted: they compute none of the loop's values, and how many start depends on the compile cache.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.process
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+_ACTIVE: list[ChildWatch] = []
+# torch.compile's own helpers (inductor's compile workers, the C++ compiler, its cache's hashing): they compute
+# none of the loop's values, and how many start depends on the compile cache, not on the loop
+_COMPILER_MACHINERY = tuple(
+    os.sep + os.path.join(*parts)
+    for parts in (
+        ("torch", "_inductor", ""),
+        ("torch", "_dynamo", ""),
+        ("torch", "_functorch", ""),
+        ("torch", "utils", "cpp_extension.py"),
+        ("triton", ""),
+    )
+)
+
+
+def _before_fork() -> None:
+    for watch in _ACTIVE:
+        watch.started("os.fork", sys._getframe(1))
+
+
+os.register_at_fork(before=_before_fork)  # cannot be undone: it counts only while a watch is active
+
+
+@dataclass
+class _Kind:
+    count: int = 0
+    site: str = ""
+    programs: dict[str, int] = field(default_factory=dict)
+
+
+class ChildWatch:
+    """Counts the child processes started between `__enter__` and `__exit__`, by kind, each kind with the first
+    tree line that started one."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = str(root.resolve())
+        self.kinds: dict[str, _Kind] = {}
+        self._restore: list[tuple[Any, str, Any]] = []
+        self._in_start = 0  # a multiprocessing start forks or spawns: counted once, as the start
+
+    def started(self, kind: str, frame: FrameType | None, program: str = "") -> None:
+        if (self._in_start and kind != "multiprocessing") or _in_compiler(frame):
+            return
+        entry = self.kinds.setdefault(kind, _Kind())
+        entry.count += 1
+        if program:
+            entry.programs[program] = entry.programs.get(program, 0) + 1
+        if not entry.site:
+            entry.site = self._site(frame)
+
+    def _site(self, frame: FrameType | None) -> str:
+        """The innermost frame in the tree, as `path:line` relative to it ('' when none is)."""
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename.startswith(self._root + os.sep):
+                return f"{os.path.relpath(filename, self._root)}:{frame.f_lineno}"
+            frame = frame.f_back
+        return ""
+
+    def _wrap(self, owner: Any, attribute: str, make: Callable[[Any], Any]) -> None:
+        original = owner.__dict__[attribute]
+        self._restore.append((owner, attribute, original))
+        setattr(owner, attribute, make(original))
+
+    def __enter__(self) -> ChildWatch:
+        watch = self
+
+        def process_start(original: Any) -> Any:
+            def start(process: Any) -> None:
+                watch.started("multiprocessing", sys._getframe(1))
+                watch._in_start += 1
+                try:
+                    original(process)
+                finally:
+                    watch._in_start -= 1
+
+            return start
+
+        def popen_init(original: Any) -> Any:
+            def init(popen: Any, *args: Any, **kwargs: Any) -> None:
+                program = _program(args[0] if args else kwargs.get("args"))
+                watch.started("subprocess" if _runs_python(program) else "program", sys._getframe(1), program)
+                original(popen, *args, **kwargs)
+
+            return init
+
+        self._wrap(multiprocessing.process.BaseProcess, "start", process_start)
+        self._wrap(subprocess.Popen, "__init__", popen_init)
+        _ACTIVE.append(self)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        _ACTIVE.remove(self)
+        for owner, attribute, original in reversed(self._restore):
+            setattr(owner, attribute, original)
+        self._restore.clear()
+
+    def counts(self) -> dict[str, int]:
+        """How many processes of each kind were started, in the order the kinds first appeared."""
+        return {kind: entry.count for kind, entry in self.kinds.items()}
+
+    def total(self) -> int:
+        return sum(entry.count for entry in self.kinds.values())
+
+    def describe(self) -> str:
+        """`2 multiprocessing (first at train.py:26), 1 program (first at log.py:9): git` or ''."""
+        parts = []
+        for kind, entry in self.kinds.items():
+            text = f"{entry.count} {kind}"
+            if entry.site:
+                text += f" (first at {entry.site})"
+            if entry.programs:
+                text += ": " + ", ".join(
+                    f"{name} x{count}" if count > 1 else name for name, count in entry.programs.items()
+                )
+            parts.append(text)
+        return ", ".join(parts)
+
+    def note(self) -> str:
+        """The result's note: what the recording could not see ('' when the loop started no process)."""
+        if not self.kinds:
+            return ""
+        return (
+            f"the loop started {self.total()} child process(es): {self.describe()}; a recording sees its own process "
+            "only: syncs, checkpoints and events in a child are not in this result"
+        )
+
+
+def _in_compiler(frame: FrameType | None) -> bool:
+    """Whether torch.compile's machinery, not the loop, is starting the process."""
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in _COMPILER_MACHINERY):
+            return True
+        frame = frame.f_back
+    return False
+
+
+# programs that run Python, and so may run the loop's own code: the interpreter and the usual launchers
+_LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "mpirun", "mpiexec", "srun", "uv", "conda"})
+
+
+def _runs_python(program: str) -> bool:
+    """Whether a subprocess may run the loop's code (`python3.11`, `torchrun`), not only another program's (`git`)."""
+    return program.startswith("python") or program == os.path.basename(sys.executable) or program in _LAUNCHERS
+
+
+def _program(args: Any) -> str:
+    """The program a `Popen` runs, by its file name (`python`, `git`)."""
+    first = args if isinstance(args, (str, bytes, os.PathLike)) else (args[0] if args else "")
+    text = os.fsdecode(first) if isinstance(first, (bytes, os.PathLike)) else str(first)
+    return os.path.basename(text.split()[0]) if text.strip() else "?"
+
+
+__all__ = ["ChildWatch"]

@@ -1,0 +1,217 @@
+"""What a recording cannot see: the processes a loop starts.
+
+A recording counts, checkpoints and collects in its own process. A loop that trains in worker processes (Hogwild),
+reads batches in DataLoader workers, forks or launches a subprocess is told so: the result notes the starts, by
+kind and first line, `run` prints the note, a scenario whose targets only ran in a child fails naming the children
+(not only "never called"), and a comparison in which one side started processes the other did not differs.
+torch.compile's own helper processes are not the loop's and are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tripwire.outside.children import ChildWatch
+from tripwire.outside.compare import compare_results
+from tripwire.outside.record import record
+from tripwire.outside.result import Result
+from tripwire.scenario import Checkpoint, Iteration, Region, Scenario
+
+LOOP = """
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_step(model, opt, x, y):
+    loss = nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def worker(model, rounds):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i in range(rounds):
+        train_step(model, opt, torch.ones(4, 3) * i, torch.ones(4, 1))
+
+
+def main():
+    workers, mode = int(sys.argv[1]), sys.argv[2]
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    if mode == "hogwild":
+        model.share_memory()
+        context = torch.multiprocessing.get_context("fork")
+        procs = [context.Process(target=worker, args=(model, 3)) for _ in range(workers)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join()
+        assert all(proc.exitcode == 0 for proc in procs)
+        return
+    data = TensorDataset(torch.arange(48.0).reshape(16, 3), torch.ones(16, 1))
+    loader = DataLoader(data, batch_size=4, num_workers=workers, multiprocessing_context="fork" if workers else None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in loader:
+        train_step(model, opt, x, y)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _scenario(*argv: str) -> Scenario:
+    return Scenario(
+        name="children",
+        script="loop.py",
+        argv=list(argv),
+        regions=[Region("__main__:train_step", "step")],
+        iteration=Iteration("__main__:train_step"),
+        checkpoints=[Checkpoint("__main__:train_step", capture=("arg:model",), every=2)],
+    )
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "loop.py").write_text(LOOP, encoding="utf-8")
+    return root
+
+
+def _line_of(tree: Path, text: str) -> int:
+    lines = (tree / "loop.py").read_text(encoding="utf-8").splitlines()
+    return next(number for number, line in enumerate(lines, 1) if text in line)
+
+
+def test_targets_called_only_in_worker_processes_fail_naming_the_workers(tree: Path) -> None:
+    """Hogwild: every train step runs in two forked workers, so none fires here; the error says where they went."""
+    result = record(_scenario("2", "hogwild"), tree)
+    assert result.status == "error"
+    assert "instrument never fired: __main__:train_step" in result.cause
+    start = _line_of(tree, "proc.start()")
+    assert f"started 2 child process(es) (2 multiprocessing (first at loop.py:{start}))" in result.cause
+    assert result.children == {"multiprocessing": 2}
+
+
+def test_dataloader_workers_are_noted_and_a_run_without_them_compares_different(tree: Path, tmp_path: Path) -> None:
+    with_workers = record(_scenario("2", "data"), tree)
+    in_process = record(_scenario("0", "data"), tree)
+    assert with_workers.ok and in_process.ok, (with_workers.cause, in_process.cause)
+    assert with_workers.children == {"multiprocessing": 2} and in_process.children == {}
+    loop_line = _line_of(tree, "for x, y in loader:")
+    assert any(
+        note.startswith("the loop started 2 child process(es): 2 multiprocessing")
+        and f"(first at loop.py:{loop_line})" in note
+        for note in with_workers.notes
+    ), with_workers.notes
+    assert not any("child process" in note for note in in_process.notes)
+    # the two loops compute the same steps on the same batches: only the unseen children tell them apart
+    comparison = compare_results(in_process, with_workers)
+    assert comparison.verdict("trajectory").status == "same"
+    run = comparison.verdict("run")
+    assert run.status == "differs"
+    assert run.summary.startswith("child processes started: none -> 2 multiprocessing")
+    assert compare_results(with_workers, record(_scenario("2", "data"), tree)).verdict("run").status == "same"
+    # the field survives a save and a load; an older result without it compares as before
+    saved = Result.load(with_workers.save(tmp_path / "saved"))
+    assert saved.children == {"multiprocessing": 2}
+    data = json.loads((tmp_path / "saved" / "result.json").read_text(encoding="utf-8"))
+    del data["children"]
+    (tmp_path / "saved" / "result.json").write_text(json.dumps(data), encoding="utf-8")
+    older = Result.load(tmp_path / "saved")
+    assert older.children is None
+    assert compare_results(older, in_process).verdict("run").status == "same"
+
+
+def test_the_cli_prints_what_the_recording_did_not_see(tree: Path, tmp_path: Path) -> None:
+    scenario_file = tmp_path / "scenario.py"
+    scenario_file.write_text(
+        "from tripwire.scenario import Iteration, Scenario\n"
+        "scenario = Scenario(name='children', script='loop.py', argv=['2', 'data'],"
+        " iteration=Iteration('__main__:train_step'))\n",
+        encoding="utf-8",
+    )
+    command = ["run", str(scenario_file), "--root", str(tree), "--out", str(tmp_path / "r")]
+    done = subprocess.run(
+        [sys.executable, "-m", "tripwire", *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "  note: the loop started 2 child process(es): 2 multiprocessing" in done.stdout
+
+
+def test_forks_and_subprocesses_from_the_tree_are_counted_by_kind_and_program(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "spawner.py").write_text(
+        "import os, subprocess, sys\n"
+        "\n"
+        "def run():\n"
+        "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
+        "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
+        "    subprocess.run(['true'], check=True)\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n",
+        encoding="utf-8",
+    )
+    result = record(Scenario(name="spawner", call="spawner:run"), tree)
+    assert result.ok, result.cause
+    assert result.children == {"subprocess": 2, "program": 1, "os.fork": 1}
+    note = next(note for note in result.notes if "child process" in note)
+    python = os.path.basename(sys.executable)
+    assert f"2 subprocess (first at spawner.py:4): {python} x2" in note
+    assert "1 program (first at spawner.py:6): true" in note
+    assert "1 os.fork (first at spawner.py:7)" in note
+    # another program (`git`, `true`) runs none of the loop's code: noted, and no difference in a comparison
+    without_program = Result(**{**result.__dict__, "children": {"subprocess": 2, "os.fork": 1}})
+    assert compare_results(without_program, result).verdict("run").status == "same"
+    without_fork = Result(**{**result.__dict__, "children": {"subprocess": 2, "program": 1}})
+    assert compare_results(without_fork, result).verdict("run").summary == (
+        "child processes started: 2 subprocess -> 2 subprocess, 1 os.fork (what a child runs is not recorded: the "
+        "checks below cover this process only)"
+    )
+
+
+def test_torch_compiles_own_helper_processes_are_not_the_loops(tmp_path: Path) -> None:
+    """Inductor starts the C++ compiler and compile workers (measured: 19 processes with a cold cache, 5 warm, for
+    one small function): a count that followed the cache would make two recordings of one loop differ. A start
+    from inside torch's compiler is left out; the same start from the tree is counted."""
+    machinery = tmp_path / "site" / "torch" / "_inductor" / "codecache.py"
+    machinery.parent.mkdir(parents=True)
+    source = "import subprocess, sys\ndef build():\n    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
+    namespace: dict[str, object] = {}
+    exec(compile(source, str(machinery), "exec"), namespace)
+    tree_namespace: dict[str, object] = {}
+    exec(compile(source, str(tmp_path / "train.py"), "exec"), tree_namespace)
+    with ChildWatch(tmp_path) as watch:
+        namespace["build"]()  # type: ignore[operator]
+    assert watch.counts() == {} and watch.note() == ""
+    with ChildWatch(tmp_path) as watch:
+        tree_namespace["build"]()  # type: ignore[operator]
+    assert watch.counts() == {"subprocess": 1}
+
+
+def test_the_watch_puts_back_what_it_wrapped() -> None:
+    import multiprocessing.process
+
+    start, init = multiprocessing.process.BaseProcess.start, subprocess.Popen.__init__
+    with ChildWatch(Path.cwd()):
+        assert multiprocessing.process.BaseProcess.start is not start
+    assert multiprocessing.process.BaseProcess.start is start and subprocess.Popen.__init__ is init
+    subprocess.run([sys.executable, "-c", "pass"], check=True)  # counted by no watch, and no error
