@@ -64,7 +64,7 @@ class ChildWatch:
         self._in_start = 0  # a multiprocessing start forks or spawns: counted once, as the start
 
     def started(self, kind: str, frame: FrameType | None, program: str = "") -> None:
-        if (self._in_start and kind != "multiprocessing") or _in_compiler(frame):
+        if (self._in_start and kind != "multiprocessing") or in_compiler(frame):
             return
         entry = self.kinds.setdefault(kind, _Kind())
         entry.count += 1
@@ -153,7 +153,7 @@ class ChildWatch:
         )
 
 
-def _in_compiler(frame: FrameType | None) -> bool:
+def in_compiler(frame: FrameType | None) -> bool:
     """Whether torch.compile's machinery, not the loop, is starting the process."""
     while frame is not None:
         if any(part in frame.f_code.co_filename for part in _COMPILER_MACHINERY):
@@ -178,4 +178,4 @@ def _program(args: Any) -> str:
     return os.path.basename(text.split()[0]) if text.strip() else "?"
 
 
-__all__ = ["ChildWatch"]
+__all__ = ["ChildWatch", "in_compiler"]

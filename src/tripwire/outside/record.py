@@ -36,6 +36,7 @@ from tripwire.outside.children import ChildWatch
 from tripwire.outside.instrument import Instrumentation, Session, _resolve
 from tripwire.outside.launch import module_path, run_main
 from tripwire.outside.result import Result, SyncSummary
+from tripwire.outside.threads import ThreadWatch
 from tripwire.scenario import Adapter, NotApplicable, Scenario, ScenarioError, Tree
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.log import EventLog
@@ -214,7 +215,7 @@ def record(
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
             try:
-                with _adapted(adapters), instrumentation, compiles, counter, children, _frozen_heap():
+                with _adapted(adapters), instrumentation, compiles, counter, children, ThreadWatch(), _frozen_heap():
                     _run_entry(scenario, tree, argv, instrumentation)
             except NotApplicable as reason:
                 status, cause = "n/a", str(reason)

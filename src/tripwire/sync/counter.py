@@ -25,7 +25,8 @@ region costs one global check: no torch mode is pushed and no stack is walked.
 
 Threads: torch function modes are thread-local, so tensor-method syncs are seen on the thread that
 entered the counter and on threads running work wrapped with `carried(fn)`, which also gives the work the
-submitting thread's regions (the engine's parallel env workers use it). Patched `synchronize`
+submitting thread's regions (the engine's parallel env workers use it); a recording from outside
+(`tripwire.outside.threads`) carries the threads and pool tasks a loop starts the same way. Patched `synchronize`
 functions are seen on every thread, references taken before the counter started included.
 
 Budgets (`SyncBudget`, `check_budget`, `write_budget`) live in `tripwire.sync.budget`; see that module for

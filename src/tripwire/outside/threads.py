@@ -1,0 +1,95 @@
+"""Syncs in the threads a recorded loop starts.
+
+torch's function and dispatch modes are thread-local, and so is the stand-ins' `counting` mark: a counter sees the
+thread that entered it and work wrapped with `carried(fn)`. A loop that trains, prefetches or logs in a thread of its
+own (a `threading.Thread`, a `ThreadPoolExecutor`) would have its `.item()` and `.cpu()` there go uncounted, and a
+region placed on a function that thread runs would report zero syncs: green while blind.
+
+`ThreadWatch`, active while a recording runs, closes that gap from outside: a thread the loop starts runs under the
+counting modes with the regions its starter was in (`carried` semantics: what a thread started inside `rollout` does
+counts under `rollout`, unless the thread enters regions of its own), and a function submitted to a thread pool runs
+with the regions of the submitting call, whichever pool thread takes it. Threads tripwire starts for itself (its
+digest workers) and those torch.compile's machinery starts are not counted. A thread that was already running
+when the recording began (a pool from before it) still counts only the work submitted to it while it runs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from tripwire.outside.children import in_compiler
+from tripwire.sync.regions import carried
+from tripwire.sync.state import _TRIPWIRE_DIR
+
+_STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
+_MARK = "_tripwire_counted_run"  # set on a Thread by start(): the wrapped work its new thread runs
+
+
+class ThreadWatch:
+    """While active, threads the loop starts, and work it submits to thread pools, count syncs as the loop's own."""
+
+    def __init__(self) -> None:
+        self._restore: list[tuple[Any, str, Any]] = []
+        self.threads = 0  # threads started by the loop while active (counted)
+
+    def __enter__(self) -> ThreadWatch:
+        watch = self
+        start_original = threading.Thread.__dict__["start"]
+        bootstrap_original = threading.Thread.__dict__["_bootstrap_inner"]
+        submit_original = concurrent.futures.ThreadPoolExecutor.__dict__["submit"]
+
+        def start(thread: threading.Thread) -> None:
+            if _the_loops(sys._getframe(1)):
+                watch.threads += 1
+                setattr(thread, _MARK, carried(lambda: bootstrap_original(thread)))
+            start_original(thread)
+
+        def bootstrap_inner(thread: threading.Thread) -> None:
+            run = thread.__dict__.pop(_MARK, None)
+            if run is None:
+                bootstrap_original(thread)
+            else:
+                run()
+
+        def submit(executor: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+            if _the_loops(sys._getframe(1)):
+                fn = carried(fn)
+            return submit_original(executor, fn, *args, **kwargs)
+
+        self._wrap(threading.Thread, "start", start)
+        self._wrap(threading.Thread, "_bootstrap_inner", bootstrap_inner)
+        self._wrap(concurrent.futures.ThreadPoolExecutor, "submit", submit)
+        return self
+
+    def _wrap(self, owner: Any, attribute: str, replacement: Any) -> None:
+        self._restore.append((owner, attribute, owner.__dict__[attribute]))
+        setattr(owner, attribute, replacement)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        for owner, attribute, original in reversed(self._restore):
+            setattr(owner, attribute, original)
+        self._restore.clear()
+
+
+def _the_loops(frame: Any) -> bool:
+    """Whether a thread or a pool task is started by the loop: the first frame outside the standard library (which
+    starts a pool's threads for whoever submitted) is not tripwire's own, and torch.compile's machinery is not on
+    the stack."""
+    caller = frame
+    while caller is not None and caller.f_code.co_filename.startswith(_STDLIB):
+        caller = caller.f_back
+    if caller is not None and caller.f_code.co_filename.startswith(_TRIPWIRE_DIR):
+        return False
+    return not in_compiler(frame)
+
+
+__all__ = ["ThreadWatch"]

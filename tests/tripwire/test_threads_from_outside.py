@@ -1,0 +1,150 @@
+"""Syncs in the threads a recorded loop starts are counted, in the regions they belong to.
+
+torch's modes are thread-local: before `ThreadWatch`, a loop whose train steps ran in a `threading.Thread` recorded
+0 syncs in the step region while each step called `.item()`. The loop below does the same work on the main thread,
+in a thread it starts, in a thread started inside a region, and through a thread pool; every way must count what
+the main-thread way counts, at the same lines and in the same regions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tripwire.outside.compare import compare_results
+from tripwire.outside.record import record
+from tripwire.outside.result import Result
+from tripwire.outside.threads import ThreadWatch
+from tripwire.scenario import Region, Scenario
+from tripwire.sync.counter import SyncCounter
+
+LOOP = """
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+
+def train_step(w, i):
+    loss = (w * i).sum()
+    kept = torch.nonzero(w > i)
+    return loss.item() + len(kept)
+
+
+def steps(w):
+    for i in range(4):
+        train_step(w, float(i))
+
+
+def sums(w):
+    return [(w * i).sum().item() for i in range(3)]
+
+
+def rollout(w, how):
+    if how == "region-thread":  # started inside the region: the thread's work counts there
+        worker = threading.Thread(target=sums, args=(w,))
+        worker.start()
+        worker.join()
+    else:
+        sums(w)
+
+
+def main(how):
+    w = torch.arange(4.0)
+    if how == "main":
+        steps(w)
+    elif how == "pool":
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda i: train_step(w, float(i)), range(4)))
+    else:
+        worker = threading.Thread(target=steps, args=(w,))
+        worker.start()
+        worker.join()
+    rollout(w, how)
+"""
+
+
+def _record(tree: Path, how: str) -> Result:
+    regions = [Region("loop:train_step", "step"), Region("loop:rollout", "rollout")]
+    (tree / "entry.py").write_text(f"import loop\n\ndef run():\n    loop.main({how!r})\n", encoding="utf-8")
+    scenario = Scenario(name="threads", call="entry:run", regions=regions)
+    result = record(scenario, tree)
+    assert result.ok, result.cause
+    return result
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "loop.py").write_text(LOOP, encoding="utf-8")
+    return root
+
+
+def _by_line(result: Result) -> dict[tuple[str, str, str], int]:
+    return {(site.region, site.kind, site.text): site.count for site in result.syncs.records}
+
+
+@pytest.mark.parametrize("how", ["thread", "pool", "region-thread"])
+def test_work_on_another_thread_counts_as_it_does_on_the_main_one(tree: Path, how: str) -> None:
+    main, threaded = _record(tree, "main"), _record(tree, how)
+    assert main.syncs.counts_by_region() == {"rollout": 3, "step": 8}  # 4 x (.item() and nonzero), 3 x .item()
+    assert threaded.syncs.counts_by_region() == main.syncs.counts_by_region()
+    # the pool runs train_step through a lambda on its own line: the same step lines, from another caller
+    assert _by_line(threaded) == _by_line(main)
+
+
+def test_a_new_sync_in_a_thread_is_named_at_its_line(tree: Path) -> None:
+    """The hazard: a `.item()` added to the code a thread runs. Before threads were counted it changed nothing."""
+    base = _record(tree, "thread")
+    loop = tree / "loop.py"
+    loop.write_text(
+        loop.read_text(encoding="utf-8").replace(
+            "        train_step(w, float(i))\n", "        train_step(w, float(i))\n        w.max().item()\n"
+        ),
+        encoding="utf-8",
+    )
+    head = _record(tree, "thread")
+    syncs = compare_results(base, head).verdict("syncs")
+    assert syncs.status == "differs"
+    assert "NEW   '<outside>' loop.py:17 in steps  ×4 [item]  `w.max().item()`" in syncs.details
+
+
+def test_threads_started_outside_a_watch_and_after_it_count_nothing() -> None:
+    """The watch counts threads started while it is active; it puts `Thread.start` back when it ends."""
+    import threading
+
+    import torch
+
+    start = threading.Thread.start
+    seen = []
+    with SyncCounter() as counter:
+        with ThreadWatch() as watch:
+            inside = threading.Thread(target=lambda: seen.append(torch.ones(1).item()))
+            inside.start()
+            inside.join()
+        after = threading.Thread(target=lambda: seen.append(torch.ones(1).item()))
+        after.start()
+        after.join()
+    assert threading.Thread.start is start
+    assert watch.threads == 1 and len(seen) == 2
+    assert counter.total == 1
+
+
+@pytest.mark.parametrize("stand_ins", [True, False])
+def test_carried_work_in_a_counted_thread_is_counted_once(monkeypatch: pytest.MonkeyPatch, stand_ins: bool) -> None:
+    """A loop that wraps its own pool work with `carried` (our trainer's env workers do), recorded from outside:
+    the thread already counts when the carried call pushes its own counting on top, and each sync counts once."""
+    import threading
+
+    import torch
+
+    from tripwire.sync import carried, hooks
+
+    monkeypatch.setattr(hooks, "use_patches", stand_ins)
+    with SyncCounter() as counter, ThreadWatch():
+        worker = threading.Thread(target=carried(lambda: torch.ones(2).sum().item()))
+        worker.start()
+        worker.join()
+    assert counter.total == 1
