@@ -163,7 +163,7 @@ def test_forks_and_subprocesses_from_the_tree_are_counted_by_kind_and_program(tm
         "def run():\n"
         "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
         "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
-        "    subprocess.run(['true'], check=True)\n"
+        "    subprocess.run(['true'], check=True, preexec_fn=lambda: None)\n"
         "    pid = os.fork()\n"
         "    if pid == 0:\n"
         "        os._exit(0)\n"

@@ -61,10 +61,10 @@ class ChildWatch:
         self._root = str(root.resolve())
         self.kinds: dict[str, _Kind] = {}
         self._restore: list[tuple[Any, str, Any]] = []
-        self._in_start = 0  # a multiprocessing start forks or spawns: counted once, as the start
+        self._in_start = 0  # inside a start that forks (multiprocessing, Popen): counted once, as that start
 
     def started(self, kind: str, frame: FrameType | None, program: str = "") -> None:
-        if (self._in_start and kind != "multiprocessing") or in_compiler(frame):
+        if (self._in_start and kind == "os.fork") or in_compiler(frame):
             return
         entry = self.kinds.setdefault(kind, _Kind())
         entry.count += 1
@@ -105,7 +105,11 @@ class ChildWatch:
             def init(popen: Any, *args: Any, **kwargs: Any) -> None:
                 program = _program(args[0] if args else kwargs.get("args"))
                 watch.started("subprocess" if _runs_python(program) else "program", sys._getframe(1), program)
-                original(popen, *args, **kwargs)
+                watch._in_start += 1  # a `preexec_fn` runs the fork hooks: one start, counted once
+                try:
+                    original(popen, *args, **kwargs)
+                finally:
+                    watch._in_start -= 1
 
             return init
 
