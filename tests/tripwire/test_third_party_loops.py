@@ -152,6 +152,15 @@ def test_an_exclude_pattern_that_matches_nothing_is_named(tmp_path: Path) -> Non
     ]
 
 
+def test_every_exclude_pattern_that_matches_nothing_is_named_in_one_note(tmp_path: Path) -> None:
+    wrong = dataclasses.replace(CLEANRL_SCENARIO, exclude=["charts/SPS::data.value", "data.*_mb", "charts/SPS::*"])
+    result = ran(record(wrong, checkout(tmp_path / "checkout", CLEANRL)))
+    assert result.notes == [
+        "exclude patterns 'charts/SPS::data.value', 'data.*_mb' left out no field of any event: check the label and "
+        "the field name (a field is named by the call's own argument, data.NAME)"
+    ]
+
+
 def test_sb3_rollout_buffer_arrays_are_digested_and_what_was_left_out_is_named(sb3: Result) -> None:
     specs = sb3.trajectory.specs["PPO.train#1"]
     assert specs["self.rollout_buffer.observations"] == "float32[64,4]"  # flattened by the update

@@ -254,11 +254,13 @@ def record(
         exclude = tuple(scenario.exclude)
         result.payloads = payload_trajectory(events, context, exclude=exclude)
         result.payload_values = payload_values(events, exclude=exclude) if keep else None
-        result.notes.extend(
-            f"exclude pattern {pattern!r} left out no field of any event: check the label and the field name "
-            "(a field is named by the call's own argument, data.NAME)"
-            for pattern in unmatched_patterns(events, [p for p in exclude if p not in DEFAULT_EXCLUDED])
-        )
+        unmatched = unmatched_patterns(events, [p for p in exclude if p not in DEFAULT_EXCLUDED])
+        if unmatched:  # one note for them all: a scenario written for many commits can carry several
+            result.notes.append(
+                f"exclude pattern{'s' if len(unmatched) > 1 else ''} {', '.join(map(repr, unmatched))} left out no "
+                "field of any event: check the label and the field name (a field is named by the call's own "
+                "argument, data.NAME)"
+            )
     return result
 
 
