@@ -96,6 +96,10 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     code = 0 if result.status in ("ok", "n/a") else 1
     if args.budget is not None and result.ok:
         code = max(code, _check_budget(result, args.budget, args.out))
+    if result.ended_by_exit:  # the loop meant to skip interpreter shutdown (threads it never joins): so does run
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
 
 

@@ -18,12 +18,13 @@ import inspect
 import os
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -211,11 +212,20 @@ def record(
         session = Session(counter, recorder, compiles=compiles)
         instrumentation = Instrumentation(scenario, session, renames)
         children = ChildWatch(tree.root)
-        status, cause, trace = "ok", "", ""
+        status, cause, trace, ended_by_exit = "ok", "", "", False
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
             try:
-                with _adapted(adapters), instrumentation, compiles, counter, children, ThreadWatch(), _frozen_heap():
+                with (
+                    _adapted(adapters),
+                    instrumentation,
+                    compiles,
+                    counter,
+                    children,
+                    ThreadWatch(),
+                    _exit_caught(),
+                    _frozen_heap(),
+                ):
                     _run_entry(scenario, tree, argv, instrumentation)
             except NotApplicable as reason:
                 status, cause = "n/a", str(reason)
@@ -224,6 +234,10 @@ def record(
             except SystemExit as exit_:
                 if exit_.code not in (0, None):
                     status, cause, trace = "crash", f"SystemExit({exit_.code!r})", traceback.format_exc()
+            except _LoopExit as exit_:
+                ended_by_exit = True
+                if exit_.code != 0:
+                    status, cause, trace = "crash", f"os._exit({exit_.code!r})", traceback.format_exc()
             except Exception as error:
                 status, cause, trace = "crash", one_line(error, tree.root), traceback.format_exc()
             if status == "ok":  # also after a script's sys.exit(0)
@@ -238,6 +252,7 @@ def record(
     # the loop's own libraries, as imported by the end of the run (the recorder's context stays as it was)
     context = {**context, "packages": imported_distributions()}
     result = Result(scenario.name, status, cause, context, source, seconds, traceback=trace)
+    result.ended_by_exit = ended_by_exit
     result.syncs = _summary(counter, [region.name for region in scenario.regions])
     result.compile = _summary(compiles, [region.name for region in scenario.regions])
     result.notes.extend(compiles.notes)
@@ -323,6 +338,33 @@ def _frozen_heap() -> Iterator[None]:
     finally:
         if frozen:
             gc.unfreeze()
+
+
+class _LoopExit(BaseException):
+    """The loop called `os._exit(code)` (a `BaseException`, so the loop's `except Exception` does not take it)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _exit_caught() -> Iterator[None]:
+    """`os._exit` called by the loop on the recording's own thread ends the loop, not the process: the process would
+    end with nothing written, and `run` would exit 0 with no result and no budget checked. A forked child's
+    `os._exit` (multiprocessing's, a loop's own fork) and one on another thread still end their process at once."""
+    pid, thread, original = os.getpid(), threading.get_ident(), os._exit
+
+    def exit_(status: int) -> NoReturn:
+        if os.getpid() == pid and threading.get_ident() == thread:
+            raise _LoopExit(status)
+        original(status)
+
+    os._exit = exit_
+    try:
+        yield
+    finally:
+        os._exit = original
 
 
 @contextlib.contextmanager

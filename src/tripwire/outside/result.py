@@ -133,6 +133,7 @@ class Result:
     values: Any = None  # tripwire.bitwise.trajectory.Values, or None
     folder: Path | None = None
     traceback: str = ""  # the full traceback of a crash
+    ended_by_exit: bool = False  # the loop called os._exit (not saved: `run` ends its process the same way)
 
     @property
     def ok(self) -> bool:
