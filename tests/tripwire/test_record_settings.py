@@ -97,3 +97,30 @@ def test_an_interpreter_that_starts_with_objects_frozen_still_gets_its_heap_froz
     startup, after = (int(word) for word in done.stdout.split())
     assert int((tmp_path / "seen").read_text(encoding="utf-8")) > startup + 10_000  # torch and tripwire, frozen too
     assert after == 0  # thawed, the interpreter's own with the rest
+
+
+def test_settings_the_loop_changes_itself_are_recorded_and_compared(tmp_path: Path) -> None:
+    """A loop that sets its own thread count (from the machine's, say) computes other bits on another machine while
+    the context from before it started reads the same: what it set is kept beside it, noted, and compared."""
+    from tripwire.outside.compare import compare_results
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "loop.py").write_text(
+        "import torch\n\ndef two():\n    torch.set_num_threads(2)\n\ndef three():\n    torch.set_num_threads(3)\n"
+        "\ndef none():\n    pass\n",
+        encoding="utf-8",
+    )
+    threads = torch.get_num_threads()
+    two, three, none = (
+        record(Scenario(name="threads", call=f"loop:{name}"), tree) for name in ("two", "three", "none")
+    )
+    assert torch.get_num_threads() == threads  # the caller's, given back
+    assert two.context["changed_by_loop"] == {"threads": [1, 2]}
+    assert "changed_by_loop" not in none.context
+    assert any(note.startswith("the loop changed threads 1 -> 2 while it ran") for note in two.notes), two.notes
+    context = compare_results(two, three).verdict("context")
+    assert context.status == "note"
+    assert context.details == (
+        "changed_by_loop.threads: [1, 2] -> [1, 3] (another thread count splits reductions differently)",
+    )

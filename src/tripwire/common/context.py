@@ -112,6 +112,8 @@ _MEANING = {
     "device": "another device computes other bits",
     "python": "another Python release computes some float results in Python differently (3.12's sum() of floats "
     "compensates its rounding)",
+    "changed_by_loop": "settings the loop set itself while it ran, [at the start, at the end]: what it computed after "
+    "that depends on the values it set",
 }
 
 

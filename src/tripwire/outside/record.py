@@ -243,6 +243,7 @@ def record(
             if status == "ok":  # also after a script's sys.exit(0)
                 status, cause = _instruments_fired(instrumentation, children)
             seconds = time.perf_counter() - start
+            changed = _changed_by_loop(context, capture_context())
             try:
                 events = list(session.events) + _event_files(scenario, folder)
             except TripwireError as error:  # the loop wrote a damaged events file: its failure, kept as a result
@@ -251,8 +252,16 @@ def record(
                     status, cause = "crash", f"the loop's events file is damaged: {error}"
     # the loop's own libraries, as imported by the end of the run (the recorder's context stays as it was)
     context = {**context, "packages": imported_distributions()}
+    if changed:  # the bits after the change depend on what the loop set: compared, and said
+        context["changed_by_loop"] = changed
     result = Result(scenario.name, status, cause, context, source, seconds, traceback=trace)
     result.ended_by_exit = ended_by_exit
+    if changed:
+        result.notes.append(
+            "the loop changed "
+            + ", ".join(f"{key} {before!r} -> {after!r}" for key, (before, after) in changed.items())
+            + " while it ran: the context holds the settings it started with, and `changed_by_loop` what it set"
+        )
     result.syncs = _summary(counter, [region.name for region in scenario.regions])
     result.compile = _summary(compiles, [region.name for region in scenario.regions])
     result.notes.extend(compiles.notes)
@@ -290,6 +299,14 @@ def warm() -> None:
     from tripwire.sync import hooks  # noqa: F401 - imported when the counter starts
 
     _owners()
+
+
+def _changed_by_loop(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    """The determinism settings the loop itself changed while it ran (`torch.set_num_threads(os.cpu_count())`,
+    `torch.use_deterministic_algorithms`, the matmul precision): `{setting: [at the start, at the end]}`. A loop that
+    sets its thread count from the machine computes other bits on another machine while the start context reads
+    the same; recorded, two such results compare with the difference named."""
+    return {key: [before[key], after[key]] for key in before if key in after and before[key] != after[key]}
 
 
 def _instruments_fired(instrumentation: Instrumentation, children: ChildWatch) -> tuple[str, str]:
