@@ -164,6 +164,7 @@ def test_forks_and_subprocesses_from_the_tree_are_counted_by_kind_and_program(tm
         "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
         "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
         "    subprocess.run(['true'], check=True, preexec_fn=lambda: None)\n"
+        "    assert os.system(sys.executable + ' -c pass') == 0\n"
         "    pid = os.fork()\n"
         "    if pid == 0:\n"
         "        os._exit(0)\n"
@@ -172,18 +173,18 @@ def test_forks_and_subprocesses_from_the_tree_are_counted_by_kind_and_program(tm
     )
     result = record(Scenario(name="spawner", call="spawner:run"), tree)
     assert result.ok, result.cause
-    assert result.children == {"subprocess": 2, "program": 1, "os.fork": 1}
+    assert result.children == {"subprocess": 3, "program": 1, "os.fork": 1}
     note = next(note for note in result.notes if "child process" in note)
     python = os.path.basename(sys.executable)
-    assert f"2 subprocess (first at spawner.py:4): {python} x2" in note
-    assert "1 program (first at spawner.py:6): true" in note
-    assert "1 os.fork (first at spawner.py:7)" in note
+    assert f"3 subprocess (first at spawner.py:4): {python} x3" in note  # os.system's python among them
+    assert "1 program (first at spawner.py:6): true" in note  # its preexec_fn forks once: one start
+    assert "1 os.fork (first at spawner.py:8)" in note
     # another program (`git`, `true`) runs none of the loop's code: noted, and no difference in a comparison
-    without_program = Result(**{**result.__dict__, "children": {"subprocess": 2, "os.fork": 1}})
+    without_program = Result(**{**result.__dict__, "children": {"subprocess": 3, "os.fork": 1}})
     assert compare_results(without_program, result).verdict("run").status == "same"
-    without_fork = Result(**{**result.__dict__, "children": {"subprocess": 2, "program": 1}})
+    without_fork = Result(**{**result.__dict__, "children": {"subprocess": 3, "program": 1}})
     assert compare_results(without_fork, result).verdict("run").summary == (
-        "child processes started: 2 subprocess -> 2 subprocess, 1 os.fork (what a child runs is not recorded: the "
+        "child processes started: 3 subprocess -> 3 subprocess, 1 os.fork (what a child runs is not recorded: the "
         "checks below cover this process only)"
     )
 

@@ -3,8 +3,9 @@
 A recording counts syncs, takes checkpoints and collects events in the process it runs. A loop that trains in
 worker processes (`torch.multiprocessing`, Hogwild), reads batches in `DataLoader` workers, forks, or launches its
 real training as a subprocess does part of its work where none of that reaches. `ChildWatch` counts those starts
-while a recording runs (`multiprocessing` starts of every context, `os.fork`, `subprocess.Popen`: `subprocess` when
-it runs Python or a launcher, `program` when it runs another program such as `git`) with the first line of the tree
+while a recording runs (`multiprocessing` starts of every context, wrapped; `os.fork`, and `subprocess.Popen`,
+`os.system`, `os.posix_spawn`, `os.spawn*` and `os.exec*`, read from the interpreter's audit events: `subprocess` when
+the program runs Python or a launcher, `program` when it runs another such as `git`) with the first line of the tree
 that started each kind, so the result can say what it did not see, a comparison can tell when one
 side started processes the other did not, and a scenario whose targets only ran in a child is told why they never
 fired, instead of being left to guess. torch.compile's own helper processes (compile workers, the C++ compiler) are
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import multiprocessing.process
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,14 +36,23 @@ _COMPILER_MACHINERY = tuple(
         ("triton", ""),
     )
 )
+# audit events that start a process (`sys.addaudithook`): what each runs is read from the event's arguments
+_STARTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork", "os.forkpty"}
 
 
-def _before_fork() -> None:
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event not in _STARTS or not _ACTIVE:
+        return
+    if event in ("os.fork", "os.forkpty"):
+        kind, program = "os.fork", ""
+    else:
+        program = _program(args[0] if event == "os.system" else (args[1] or args[0]) if len(args) > 1 else args[0])
+        kind = "subprocess" if _runs_python(program) else "program"
     for watch in _ACTIVE:
-        watch.started("os.fork", sys._getframe(1))
+        watch.started(kind, sys._getframe(1), program)
 
 
-os.register_at_fork(before=_before_fork)  # cannot be undone: it counts only while a watch is active
+sys.addaudithook(_audit)  # cannot be removed: it returns at once unless a watch is active
 
 
 @dataclass
@@ -61,10 +70,10 @@ class ChildWatch:
         self._root = str(root.resolve())
         self.kinds: dict[str, _Kind] = {}
         self._restore: list[tuple[Any, str, Any]] = []
-        self._in_start = 0  # inside a start that forks (multiprocessing, Popen): counted once, as that start
+        self._in_start = 0  # inside a multiprocessing start, which forks or spawns: counted once, as that start
 
     def started(self, kind: str, frame: FrameType | None, program: str = "") -> None:
-        if (self._in_start and kind == "os.fork") or in_compiler(frame):
+        if (self._in_start and kind != "multiprocessing") or in_compiler(frame):
             return
         entry = self.kinds.setdefault(kind, _Kind())
         entry.count += 1
@@ -101,20 +110,7 @@ class ChildWatch:
 
             return start
 
-        def popen_init(original: Any) -> Any:
-            def init(popen: Any, *args: Any, **kwargs: Any) -> None:
-                program = _program(args[0] if args else kwargs.get("args"))
-                watch.started("subprocess" if _runs_python(program) else "program", sys._getframe(1), program)
-                watch._in_start += 1  # a `preexec_fn` runs the fork hooks: one start, counted once
-                try:
-                    original(popen, *args, **kwargs)
-                finally:
-                    watch._in_start -= 1
-
-            return init
-
         self._wrap(multiprocessing.process.BaseProcess, "start", process_start)
-        self._wrap(subprocess.Popen, "__init__", popen_init)
         _ACTIVE.append(self)
         return self
 
@@ -176,7 +172,7 @@ def _runs_python(program: str) -> bool:
 
 
 def _program(args: Any) -> str:
-    """The program a `Popen` runs, by its file name (`python`, `git`)."""
+    """The program a start runs, by its file name (`python`, `git`), from its argument list or command line."""
     first = args if isinstance(args, (str, bytes, os.PathLike)) else (args[0] if args else "")
     text = os.fsdecode(first) if isinstance(first, (bytes, os.PathLike)) else str(first)
     return os.path.basename(text.split()[0]) if text.strip() else "?"
