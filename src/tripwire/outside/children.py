@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing.process
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ _STARTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.ex
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     if event not in _STARTS or not _ACTIVE:
         return
+    if event != "subprocess.Popen" and sys._getframe(1).f_code.co_filename == subprocess.__file__:
+        return  # Popen's own posix_spawn (Python 3.13): the start its "subprocess.Popen" event counted
     if event in ("os.fork", "os.forkpty"):
         kind, program = "os.fork", ""
     else:
