@@ -216,3 +216,17 @@ def test_the_watch_puts_back_what_it_wrapped() -> None:
         assert multiprocessing.process.BaseProcess.start is not start
     assert multiprocessing.process.BaseProcess.start is start and subprocess.Popen.__init__ is init
     subprocess.run([sys.executable, "-c", "pass"], check=True)  # counted by no watch, and no error
+
+
+def test_the_audit_hook_stays_quiet_once_the_interpreter_clears_its_module() -> None:
+    """An audit hook cannot be removed, and at shutdown the interpreter sets every module global to None while
+    finalizers still open and remove files: a hook reading its globals then printed `Exception ignored in audit
+    hook` for each event (42 times at the end of a CI run). Simulated here the way the interpreter clears a module."""
+    script = (
+        "import os, tripwire.outside.children as c\n"
+        "for name in [n for n in vars(c) if not n.startswith('__')]:\n"
+        "    setattr(c, name, None)\n"
+        "os.listdir('.')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "audit hook" not in done.stderr, done.stderr

@@ -41,8 +41,10 @@ _COMPILER_MACHINERY = tuple(
 _STARTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork", "os.forkpty"}
 
 
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event not in _STARTS or not _ACTIVE:
+def _audit(event: str, args: tuple[Any, ...], starts: Any = _STARTS, active: Any = _ACTIVE) -> None:
+    # the defaults hold the set and the list: at interpreter shutdown this module's globals are cleared to None
+    # while the hook still runs for every audited event
+    if event not in starts or not active:
         return
     if event != "subprocess.Popen" and sys._getframe(1).f_code.co_filename == subprocess.__file__:
         return  # Popen's own posix_spawn (Python 3.13): the start its "subprocess.Popen" event counted
