@@ -164,7 +164,7 @@ def test_forks_and_subprocesses_from_the_tree_are_counted_by_kind_and_program(tm
         "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
         "    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
         "    subprocess.run(['true'], check=True, preexec_fn=lambda: None)\n"
-        "    assert os.system(sys.executable + ' -c pass') == 0\n"
+        "    assert os.system('cd . && ' + sys.executable + ' -c pass') == 0\n"
         "    pid = os.fork()\n"
         "    if pid == 0:\n"
         "        os._exit(0)\n"

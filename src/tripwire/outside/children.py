@@ -53,7 +53,7 @@ def _audit(event: str, args: tuple[Any, ...], starts: Any = _STARTS, active: Any
     else:
         program = _program(args[0] if event == "os.system" else (args[1] or args[0]) if len(args) > 1 else args[0])
         kind = "subprocess" if _runs_python(program) else "program"
-    for watch in _ACTIVE:
+    for watch in active:
         watch.started(kind, sys._getframe(1), program)
 
 
@@ -177,10 +177,12 @@ def _runs_python(program: str) -> bool:
 
 
 def _program(args: Any) -> str:
-    """The program a start runs, by its file name (`python`, `git`), from its argument list or command line."""
-    first = args if isinstance(args, (str, bytes, os.PathLike)) else (args[0] if args else "")
-    text = os.fsdecode(first) if isinstance(first, (bytes, os.PathLike)) else str(first)
-    return os.path.basename(text.split()[0]) if text.strip() else "?"
+    """The program a start runs, by its file name (`python`, `git`), from its argument list or command line. A shell
+    line (`os.system`, `shell=True`, `sh -c "..."`) names the first program in it that runs Python, if one does
+    (`cd run && python train.py` is `python`), else its first word."""
+    parts = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args or [])
+    words = [os.path.basename(word) for part in parts for word in os.fsdecode(part).split()]
+    return next((word for word in words if _runs_python(word)), words[0] if words else "?")
 
 
 __all__ = ["ChildWatch", "in_compiler"]
