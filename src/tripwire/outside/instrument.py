@@ -185,6 +185,7 @@ class TargetHooks:
         if self.region is not None:
             with self.region:
                 result = original(*args, **kwargs)
+            result = body_in_region(original, result, self.region)
         else:
             result = original(*args, **kwargs)
         for checkpoint in self.checkpoints:
@@ -261,6 +262,58 @@ class TargetHooks:
         label = arguments.pop(event.label) if event.label in arguments else event.label
         data = {name: jsonable(value) for name, value in arguments.items() if not event.fields or name in event.fields}
         return {"event_type": str(label), "data": data}
+
+
+def body_in_region(target: Any, result: Any, region: hot_path) -> Any:
+    """The generator or coroutine a region's generator function (or `async def`) returned, with the region entered
+    each time its body runs.
+
+    Calling a generator function runs none of its body: the body runs later, step by step, as the caller iterates
+    or awaits it, by then outside the call and so outside the region. Left so, a region placed on
+    `def batches(): ... yield` counted 0 syncs while every step synced, all of them under `<outside>`. A plain
+    function that returns some other generator is left as it is (what runs in that one is not its body), and so
+    is an async generator (its steps are awaitables of their own; documented as unseen)."""
+    body = inspect.unwrap(target)  # through functools.wraps decorators (`@torch.no_grad()` keeps a generator's)
+    if inspect.isgenerator(result) and inspect.isgeneratorfunction(body):
+        return _steps_in(region, result)
+    if inspect.iscoroutine(result) and inspect.iscoroutinefunction(body):
+        return _awaited_in(region, result)
+    return result
+
+
+def _steps_in(region: hot_path, steps: Any) -> Any:
+    """Drive a generator (or a coroutine's `__await__` iterator) one step at a time, each step inside `region`;
+    what the consumer sends or throws goes through, and closing closes the inner one (its `finally` in the region)."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            with region:
+                item = steps.send(value) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        value, error = None, None
+        try:
+            value = yield item
+        except GeneratorExit:
+            with region:
+                steps.close()
+            raise
+        except BaseException as raised:  # thrown in by the consumer: into the inner generator, as without the region
+            error = raised
+
+
+class _Awaited:
+    def __init__(self, region: hot_path, coroutine: Any) -> None:
+        self.region, self.coroutine = region, coroutine
+
+    def __await__(self) -> Any:
+        return _steps_in(self.region, self.coroutine.__await__())
+
+
+async def _awaited_in(region: hot_path, coroutine: Any) -> Any:
+    """A real coroutine (`asyncio.run` accepts nothing else) whose inner coroutine's every step runs in `region`."""
+    return await _Awaited(region, coroutine)
 
 
 @dataclass
