@@ -19,6 +19,7 @@ import functools
 import importlib
 import inspect
 import random
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -273,10 +274,12 @@ def body_in_region(target: Any, result: Any, region: hot_path) -> Any:
     `def batches(): ... yield` counted 0 syncs while every step synced, all of them under `<outside>`. A plain
     function that returns some other generator is left as it is (what runs in that one is not its body), and so
     is an async generator (its steps are awaitables of their own; documented as unseen)."""
-    body = inspect.unwrap(target)  # through functools.wraps decorators (`@torch.no_grad()` keeps a generator's)
-    if inspect.isgenerator(result) and inspect.isgeneratorfunction(body):
-        return _steps_in(region, result)
-    if inspect.iscoroutine(result) and inspect.iscoroutinefunction(body):
+    # isinstance first: no Python frame is entered for the common result (a Python call here is a frame dynamo
+    # looks at when the target runs between a compiled loop's graphs)
+    if isinstance(result, types.GeneratorType):
+        if inspect.isgeneratorfunction(inspect.unwrap(target)):  # through `@torch.no_grad()` and other wraps
+            return _steps_in(region, result)
+    elif isinstance(result, types.CoroutineType) and inspect.iscoroutinefunction(inspect.unwrap(target)):
         return _awaited_in(region, result)
     return result
 
