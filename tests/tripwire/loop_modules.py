@@ -16,3 +16,11 @@ def load(folder: Path, source: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def tree_with_loop(folder: Path, source: str) -> Path:
+    """A source tree for a recording from outside: `folder/tree` holding `source` as loop.py."""
+    root = folder / "tree"
+    root.mkdir()
+    (root / "loop.py").write_text(source, encoding="utf-8")
+    return root

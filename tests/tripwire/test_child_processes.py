@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from loop_modules import tree_with_loop
 
 from tripwire.outside.children import ChildWatch
 from tripwire.outside.compare import compare_results
@@ -84,10 +85,7 @@ def _scenario(*argv: str) -> Scenario:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    root = tmp_path / "tree"
-    root.mkdir()
-    (root / "loop.py").write_text(LOOP, encoding="utf-8")
-    return root
+    return tree_with_loop(tmp_path, LOOP)
 
 
 def _line_of(tree: Path, text: str) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from loop_modules import tree_with_loop
 
 from tripwire.outside.compare import compare_results
 from tripwire.outside.record import record
@@ -76,10 +77,7 @@ def _record(tree: Path, how: str) -> Result:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    root = tmp_path / "tree"
-    root.mkdir()
-    (root / "loop.py").write_text(LOOP, encoding="utf-8")
-    return root
+    return tree_with_loop(tmp_path, LOOP)
 
 
 def _by_line(result: Result) -> dict[tuple[str, str, str], int]:
