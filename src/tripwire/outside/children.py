@@ -18,11 +18,11 @@ import multiprocessing.process
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
+from unittest import mock
 
 _ACTIVE: list[ChildWatch] = []
 # torch.compile's own helpers (inductor's compile workers, the C++ compiler, its cache's hashing): they compute
@@ -74,7 +74,7 @@ class ChildWatch:
     def __init__(self, root: Path) -> None:
         self._root = str(root.resolve())
         self.kinds: dict[str, _Kind] = {}
-        self._restore: list[tuple[Any, str, Any]] = []
+        self._patch: Any = None  # multiprocessing's start, wrapped while active
         self._in_start = 0  # inside a multiprocessing start, which forks or spawns: counted once, as that start
 
     def started(self, kind: str, frame: FrameType | None, program: str = "") -> None:
@@ -96,26 +96,21 @@ class ChildWatch:
             frame = frame.f_back
         return ""
 
-    def _wrap(self, owner: Any, attribute: str, make: Callable[[Any], Any]) -> None:
-        original = owner.__dict__[attribute]
-        self._restore.append((owner, attribute, original))
-        setattr(owner, attribute, make(original))
-
     def __enter__(self) -> ChildWatch:
         watch = self
 
-        def process_start(original: Any) -> Any:
-            def start(process: Any) -> None:
-                watch.started("multiprocessing", sys._getframe(1))
-                watch._in_start += 1
-                try:
-                    original(process)
-                finally:
-                    watch._in_start -= 1
+        original = multiprocessing.process.BaseProcess.start
 
-            return start
+        def start(process: Any) -> None:
+            watch.started("multiprocessing", sys._getframe(1))
+            watch._in_start += 1
+            try:
+                original(process)
+            finally:
+                watch._in_start -= 1
 
-        self._wrap(multiprocessing.process.BaseProcess, "start", process_start)
+        self._patch = mock.patch.object(multiprocessing.process.BaseProcess, "start", start)
+        self._patch.start()
         _ACTIVE.append(self)
         return self
 
@@ -123,9 +118,7 @@ class ChildWatch:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         _ACTIVE.remove(self)
-        for owner, attribute, original in reversed(self._restore):
-            setattr(owner, attribute, original)
-        self._restore.clear()
+        self._patch.stop()
 
     def counts(self) -> dict[str, int]:
         """How many processes of each kind were started, in the order the kinds first appeared."""

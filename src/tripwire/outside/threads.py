@@ -16,6 +16,7 @@ when the recording began (a pool from before it) still counts only the work subm
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import sys
 import sysconfig
@@ -23,6 +24,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
+from unittest import mock
 
 from tripwire.outside.children import in_compiler
 from tripwire.sync.regions import carried
@@ -36,7 +38,7 @@ class ThreadWatch:
     """While active, threads the loop starts, and work it submits to thread pools, count syncs as the loop's own."""
 
     def __init__(self) -> None:
-        self._restore: list[tuple[Any, str, Any]] = []
+        self._patches = contextlib.ExitStack()
         self.threads = 0  # threads started by the loop while active (counted)
 
     def __enter__(self) -> ThreadWatch:
@@ -63,21 +65,15 @@ class ThreadWatch:
                 fn = carried(fn)
             return submit_original(executor, fn, *args, **kwargs)
 
-        self._wrap(threading.Thread, "start", start)
-        self._wrap(threading.Thread, "_bootstrap_inner", bootstrap_inner)
-        self._wrap(concurrent.futures.ThreadPoolExecutor, "submit", submit)
+        self._patches.enter_context(mock.patch.object(threading.Thread, "start", start))
+        self._patches.enter_context(mock.patch.object(threading.Thread, "_bootstrap_inner", bootstrap_inner))
+        self._patches.enter_context(mock.patch.object(concurrent.futures.ThreadPoolExecutor, "submit", submit))
         return self
-
-    def _wrap(self, owner: Any, attribute: str, replacement: Any) -> None:
-        self._restore.append((owner, attribute, owner.__dict__[attribute]))
-        setattr(owner, attribute, replacement)
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        for owner, attribute, original in reversed(self._restore):
-            setattr(owner, attribute, original)
-        self._restore.clear()
+        self._patches.close()
 
 
 def _the_loops(frame: Any) -> bool:
