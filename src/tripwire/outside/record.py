@@ -267,8 +267,9 @@ def record(
     result.notes.extend(compiles.notes)
     result.notes.extend(session.notes)
     result.children = children.counts()
-    if children.note():
-        result.notes.append(children.note())
+    unseen = children.note()
+    if unseen:
+        result.notes.append(unseen)
     result.calls = instrumentation.calls()
     result.trajectory, result.values = recorder.trajectory, (recorder.values if keep else None)
     if recorder.values_truncated_at:
