@@ -146,3 +146,58 @@ def test_carried_work_in_a_counted_thread_is_counted_once(monkeypatch: pytest.Mo
         worker.start()
         worker.join()
     assert counter.total == 1
+
+
+LEFT_RUNNING = """
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+
+def poll(stop):
+    while not Path(stop).exists():
+        torch.ones(2).sum().item()
+        time.sleep(0.002)
+
+
+def start_and_leave(stop):
+    torch.ones(1).item()
+    threading.Thread(target=poll, args=(stop,), name="left-running", daemon=True).start()
+
+
+def three_syncs():
+    for _ in range(3):
+        torch.ones(1).item()
+    time.sleep(0.2)  # the left thread syncs about 100 times meanwhile
+"""
+
+
+def test_a_thread_left_running_by_one_recording_counts_nothing_in_the_next(tmp_path: Path) -> None:
+    """Several recordings in one process (tests, the pytest plugin): a daemon thread the first loop started and never
+    stopped still runs under the counting it was given. It must not count in a later recording, which never
+    started it, at the later recording's regions or anywhere else."""
+    import threading
+    import time
+
+    tree = tree_with_loop(tmp_path, LEFT_RUNNING)
+    stop = tmp_path / "stop"
+    (tree / "entry.py").write_text(
+        f"import loop\n\ndef first():\n    loop.start_and_leave({str(stop)!r})\n\n"
+        "def second():\n    loop.three_syncs()\n",
+        encoding="utf-8",
+    )
+    try:
+        first = record(Scenario(name="first", call="entry:first"), tree)
+        assert first.ok, first.cause
+        second = record(Scenario(name="second", call="entry:second", regions=[Region("loop:three_syncs", "s")]), tree)
+        assert second.ok, second.cause
+    finally:
+        stop.touch()
+        deadline = time.monotonic() + 10
+        while any(t.name == "left-running" for t in threading.enumerate()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert first.syncs.total >= 1
+    assert second.syncs.counts_by_region() == {"s": 3}
+    assert second.syncs.total == 3

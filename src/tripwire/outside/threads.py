@@ -28,7 +28,7 @@ from unittest import mock
 
 from tripwire.outside.children import in_compiler
 from tripwire.sync.regions import carried
-from tripwire.sync.state import _TRIPWIRE_DIR
+from tripwire.sync.state import _LOCAL, _STATE, _TRIPWIRE_DIR
 
 _STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
 _MARK = "_tripwire_counted_run"  # set on a Thread by start(): the wrapped work its new thread runs
@@ -77,9 +77,11 @@ class ThreadWatch:
 
 
 def _the_loops(frame: Any) -> bool:
-    """Whether a thread or a pool task is started by the loop: the first frame outside the standard library (which
-    starts a pool's threads for whoever submitted) is not tripwire's own, and torch.compile's machinery is not on
-    the stack."""
+    """Whether a thread or a pool task is started by the loop: not by a thread an earlier recording left running,
+    the first frame outside the standard library (which starts a pool's threads for whoever submitted) is not
+    tripwire's own, and torch.compile's machinery is not on the stack."""
+    if _LOCAL.generation not in (None, _STATE.generation):  # a thread an earlier recording left running
+        return False
     caller = frame
     while caller is not None and caller.f_code.co_filename.startswith(_STDLIB):
         caller = caller.f_back

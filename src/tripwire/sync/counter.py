@@ -81,6 +81,7 @@ class SyncCounter(EventLog):
 
         if not _STATE.counters:
             set_root(self.root or os.path.join(os.getcwd(), ""))
+            _STATE.generation += 1
         self._installation = _sync_hooks.install(implicit=self.implicit)
         _STATE.counters.append(self)
         _STATE.active += 1

@@ -104,25 +104,28 @@ def carried(fn: Callable[..., T]) -> Callable[..., T]:
     syncs counted by the active counters (the counting modes are pushed on the worker thread for the call).
 
     Capture happens now, on the submitting thread; call the result on any thread. With no counter active
-    the wrapper only calls `fn`.
+    the wrapper only calls `fn`. The work counts only under the counting it was wrapped in (or, wrapped while
+    none ran, the one running when it starts): a thread one recording starts and leaves running, or a pool task it
+    leaves queued, counts nothing in a later one, whose regions it never ran in.
     """
     regions = list(_LOCAL.regions)
     suppress, label = _LOCAL.suppress, _LOCAL.label
+    given = _STATE.generation if _STATE.active else None
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> T:
-        if not _STATE.active:
+        if not _STATE.active or given not in (None, _STATE.generation):
             return fn(*args, **kwargs)
         from tripwire.sync import hooks as _sync_hooks
 
         local = _LOCAL
-        saved = (local.regions, local.suppress, local.label)
-        local.regions, local.suppress, local.label = list(regions), suppress, label
+        saved = (local.regions, local.suppress, local.label, local.generation)
+        local.regions, local.suppress, local.label, local.generation = list(regions), suppress, label, _STATE.generation
         try:
             with _sync_hooks.thread_modes(implicit=any(c.implicit for c in _STATE.counters)):
                 return fn(*args, **kwargs)
         finally:
-            local.regions, local.suppress, local.label = saved
+            local.regions, local.suppress, local.label, local.generation = saved
 
     return run
 

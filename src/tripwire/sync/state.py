@@ -77,6 +77,10 @@ class _GlobalState:
         self.active = 0  # number of active SyncCounters (all threads)
         self.pushed = 0  # hot_path entries currently on some thread's region stack
         self.counters: list[Any] = []  # the active tripwire.sync.SyncCounter objects
+        # One more each time counting starts (the first counter becomes active): work `carried` to another thread
+        # counts only while the counting it was given is the one running (`deliver`), so a thread one recording
+        # left running counts nothing in the next.
+        self.generation = 0
         self.root = ""
         self.skip_prefixes: tuple[str, ...] = (_TRIPWIRE_DIR,)
         self.lock = threading.Lock()  # guards `pushed` when regions are entered on several threads
@@ -105,6 +109,7 @@ class _ThreadState(threading.local):
         self.by_mode = 0  # a dispatch mode counts implicit syncs on this thread (`hooks._InferenceWatch`)
         self.modes_off: list[Any] = []  # per `ignore_syncs` level: the counting modes it took off, or None
         self.counting = 0  # this thread counts explicit syncs through the stand-ins (`tripwire.sync.watched`)
+        self.generation: int | None = None  # inside `carried` work: the counting generation it was given
 
 
 _STATE = _GlobalState()
@@ -119,7 +124,7 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
     (`_callers`). What each code object is (`_role`) and each site (`_site`) are cached, so a sync costs a walk of
     dict lookups."""
     local = _LOCAL
-    if local.suppress:
+    if local.suppress or (local.generation is not None and local.generation != _STATE.generation):
         return
     if local.label is not None:
         kind = local.label
