@@ -272,8 +272,9 @@ def body_in_region(target: Any, result: Any, region: hot_path) -> Any:
     Calling a generator function runs none of its body: the body runs later, step by step, as the caller iterates
     or awaits it, by then outside the call and so outside the region. Left so, a region placed on
     `def batches(): ... yield` counted 0 syncs while every step synced, all of them under `<outside>`. A plain
-    function that returns some other generator is left as it is (what runs in that one is not its body), and so
-    is an async generator (its steps are awaitables of their own; documented as unseen)."""
+    function that returns some other generator is left as it is (what runs in that one is not its body). An async
+    generator's steps are awaitables of their own, and each of those is driven the same way: the region is entered
+    while its body runs, never while it waits (other tasks run then)."""
     # isinstance first: no Python frame is entered for the common result (a Python call here is a frame dynamo
     # looks at when the target runs between a compiled loop's graphs)
     if isinstance(result, types.GeneratorType):
@@ -281,6 +282,8 @@ def body_in_region(target: Any, result: Any, region: hot_path) -> Any:
             return _steps_in(region, result)
     elif isinstance(result, types.CoroutineType) and inspect.iscoroutinefunction(inspect.unwrap(target)):
         return _awaited_in(region, result)
+    elif isinstance(result, types.AsyncGeneratorType) and inspect.isasyncgenfunction(inspect.unwrap(target)):
+        return _async_steps_in(region, result)
     return result
 
 
@@ -317,6 +320,26 @@ class _Awaited:
 async def _awaited_in(region: hot_path, coroutine: Any) -> Any:
     """A real coroutine (`asyncio.run` accepts nothing else) whose inner coroutine's every step runs in `region`."""
     return await _Awaited(region, coroutine)
+
+
+async def _async_steps_in(region: hot_path, steps: Any) -> Any:
+    """A real async generator relaying an inner one, `_steps_in`'s way: each of the inner one's `asend`, `athrow`
+    and `aclose` awaitables is driven one step at a time in `region`."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            item = await _Awaited(region, steps.asend(value) if error is None else steps.athrow(error))
+        except StopAsyncIteration:
+            return
+        value, error = None, None
+        try:
+            value = yield item
+        except GeneratorExit:
+            await _Awaited(region, steps.aclose())
+            raise
+        except BaseException as raised:  # thrown in by the consumer: into the inner generator, as without the region
+            error = raised
 
 
 @dataclass
