@@ -41,6 +41,15 @@ async def act(w):
     return first + w.min().item()
 
 
+def lazily(w):
+    # a plain function, but the generator's body is written here
+    return ((w * i).max().item() for i in range(2))
+
+
+def handed_on(w):
+    return batches(w)  # made elsewhere: its steps are `data`'s, not this region's
+
+
 async def stream(w):
     try:
         for i in range(3):
@@ -70,6 +79,8 @@ def main():
     list(decorated(w))
     asyncio.run(act(w))
     asyncio.run(consume(w))
+    list(lazily(w))
+    next(handed_on(w))
 """
 
 
@@ -80,6 +91,8 @@ def _record(tmp_path: Path) -> Result:
         Region("loop:decorated", "nograd"),
         Region("loop:act", "act"),
         Region("loop:stream", "stream"),
+        Region("loop:lazily", "lazily"),
+        Region("loop:handed_on", "handed_on"),
     ]
     result = record(Scenario(name="generators", call="loop:main", regions=regions), tmp_path)
     assert result.ok, result.cause
@@ -95,13 +108,21 @@ def test_a_region_counts_the_steps_of_its_generator_and_coroutine(tmp_path: Path
         ("act", "first = (w * 3).sum().item()", 1),
         ("act", "return first + w.min().item()", 1),
         ("data", "(w * got).sum().item()", 1),
-        ("data", "got = yield (w * i).sum().item()", 3),
-        ("data", "w.max().item()", 1),
+        ("data", "got = yield (w * i).sum().item()", 4),
+        ("data", "w.max().item()", 2),
+        ("lazily", "return ((w * i).max().item() for i in range(2))", 2),
         ("nograd", "yield (w * i).sum().item()", 2),
         ("stream", "w.abs().sum().item()", 1),
         ("stream", "yield (w * i).sum().item()", 2),
     ]
-    assert result.calls == {"loop:act": 1, "loop:batches": 1, "loop:decorated": 1, "loop:stream": 1}
+    assert result.calls == {
+        "loop:act": 1,
+        "loop:batches": 2,
+        "loop:decorated": 1,
+        "loop:handed_on": 1,
+        "loop:lazily": 1,
+        "loop:stream": 1,
+    }
 
 
 def test_the_stepped_generator_behaves_as_the_generator_does() -> None:

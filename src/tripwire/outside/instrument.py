@@ -272,19 +272,26 @@ def body_in_region(target: Any, result: Any, region: hot_path) -> Any:
     Calling a generator function runs none of its body: the body runs later, step by step, as the caller iterates
     or awaits it, by then outside the call and so outside the region. Left so, a region placed on
     `def batches(): ... yield` counted 0 syncs while every step synced, all of them under `<outside>`. A plain
-    function that returns some other generator is left as it is (what runs in that one is not its body). An async
+    function that returns a generator written inside it (`return (f(b) for b in batches)`, a nested generator
+    function) is its body too; one made elsewhere is left as it is (what runs in that one is not its body). An async
     generator's steps are awaitables of their own, and each of those is driven the same way: the region is entered
     while its body runs, never while it waits (other tasks run then)."""
     # isinstance first: no Python frame is entered for the common result (a Python call here is a frame dynamo
     # looks at when the target runs between a compiled loop's graphs)
     if isinstance(result, types.GeneratorType):
-        if inspect.isgeneratorfunction(inspect.unwrap(target)):  # through `@torch.no_grad()` and other wraps
+        if inspect.isgeneratorfunction(function := inspect.unwrap(target)) or _written_inside(result, function):
             return _steps_in(region, result)
     elif isinstance(result, types.CoroutineType) and inspect.iscoroutinefunction(inspect.unwrap(target)):
         return _awaited_in(region, result)
     elif isinstance(result, types.AsyncGeneratorType) and inspect.isasyncgenfunction(inspect.unwrap(target)):
         return _async_steps_in(region, result)
     return result
+
+
+def _written_inside(generator: types.GeneratorType[Any, Any, Any], function: Any) -> bool:
+    """Whether `generator`'s code is written inside `function`'s (a generator expression, a nested generator)."""
+    code = getattr(function, "__code__", None)
+    return code is not None and generator.gi_code in code.co_consts
 
 
 def _steps_in(region: hot_path, steps: Any) -> Any:
