@@ -16,9 +16,9 @@ from loop_modules import tree_with_loop
 from tripwire.outside.compare import compare_results
 from tripwire.outside.record import record
 from tripwire.outside.result import Result
-from tripwire.outside.threads import ThreadWatch
 from tripwire.scenario import Region, Scenario
 from tripwire.sync.counter import SyncCounter
+from tripwire.sync.threads import ThreadWatch
 
 LOOP = """
 import threading
@@ -110,14 +110,15 @@ def test_a_new_sync_in_a_thread_is_named_at_its_line(tree: Path) -> None:
 
 
 def test_threads_started_outside_a_watch_and_after_it_count_nothing() -> None:
-    """The watch counts threads started while it is active; it puts `Thread.start` back when it ends."""
+    """The watch counts threads started while it is active; it puts `Thread.start` back when it ends. (The counter
+    runs without its own watch here: `threads=False`.)"""
     import threading
 
     import torch
 
     start = threading.Thread.start
     seen = []
-    with SyncCounter() as counter:
+    with SyncCounter(threads=False) as counter:
         with ThreadWatch() as watch:
             inside = threading.Thread(target=lambda: seen.append(torch.ones(1).item()))
             inside.start()
@@ -141,7 +142,7 @@ def test_carried_work_in_a_counted_thread_is_counted_once(monkeypatch: pytest.Mo
     from tripwire.sync import carried, hooks
 
     monkeypatch.setattr(hooks, "use_patches", stand_ins)
-    with SyncCounter() as counter, ThreadWatch():
+    with SyncCounter() as counter, ThreadWatch():  # a second watch inside the counter's own: nothing twice
         worker = threading.Thread(target=carried(lambda: torch.ones(2).sum().item()))
         worker.start()
         worker.join()
@@ -201,3 +202,53 @@ def test_a_thread_left_running_by_one_recording_counts_nothing_in_the_next(tmp_p
     assert first.syncs.total >= 1
     assert second.syncs.counts_by_region() == {"s": 3}
     assert second.syncs.total == 3
+
+
+def test_an_in_process_counter_counts_the_threads_its_code_starts() -> None:
+    """`SyncCounter()` as the pytest plugin's `sync_counter` and a test use it, no recording: a `.item()` in a thread
+    or a pool task the counted code starts counts, in the starter's region. With `threads=False` (the counters before
+    this change) the same code counted 1 of its 3 syncs, with a budget on it green while blind."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from tripwire.sync import hot_path
+
+    def work() -> None:
+        torch.ones(1).item()
+        with hot_path("step"):
+            worker = threading.Thread(target=lambda: torch.ones(2).sum().item())
+            worker.start()
+            worker.join()
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(lambda: torch.ones(3).max().item()).result()
+
+    with SyncCounter() as counter:
+        work()
+    with SyncCounter(threads=False) as blind:
+        work()
+    assert counter.counts_by_region() == {"<outside>": 1, "step": 2}
+    assert blind.counts_by_region() == {"<outside>": 1}
+    assert threading.Thread.start.__module__ == "threading"  # the watch was put back
+
+
+def test_a_pool_started_while_counting_runs_its_later_tasks_uncounted_and_at_full_speed() -> None:
+    """A trainer keeps its thread pool across calls: a pool whose threads were started inside a counter must not
+    run the tasks it gets after it under the counting modes (a Python trip for every torch call), nor count them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from tripwire.sync import hooks
+
+    def task() -> bool:
+        torch.ones(1).item()
+        return hooks._counting_here() or torch._C._len_torch_function_stack() > 0
+
+    with ThreadPoolExecutor(1) as pool:
+        with SyncCounter() as counter:
+            inside = pool.submit(task).result()
+        after = pool.submit(task).result()
+    assert counter.total == 1
+    assert inside and not after  # the thread counted while the task was counted, then nothing was left on it

@@ -66,14 +66,15 @@ def test_the_place_keeping_stand_ins_wait_for_the_first_host_built_tensor() -> N
 
 def test_a_stand_in_is_what_torch_calls_and_counts_only_on_counting_threads() -> None:
     """A watched method or function is replaced where torch looks it up (`t.item()`, `t[0]`, `torch.zeros`); another
-    thread that does not count runs it straight through."""
+    thread that does not count runs it straight through (the counter's thread watch is off here, or the thread it
+    starts would count)."""
     value = torch.ones(2)
     seen: dict[str, object] = {}
 
     def elsewhere() -> None:
         seen["other thread"] = value.sum().item()
 
-    with SyncCounter() as counter:
+    with SyncCounter(threads=False) as counter:
         value.sum().item()
         thread = threading.Thread(target=elsewhere)
         thread.start()

@@ -24,19 +24,9 @@ from types import FrameType, TracebackType
 from typing import Any
 from unittest import mock
 
+from tripwire.sync.threads import in_compiler
+
 _ACTIVE: list[ChildWatch] = []
-# torch.compile's own helpers (inductor's compile workers, the C++ compiler, its cache's hashing): they compute
-# none of the loop's values, and how many start depends on the compile cache, not on the loop
-_COMPILER_MACHINERY = tuple(
-    os.sep + os.path.join(*parts)
-    for parts in (
-        ("torch", "_inductor", ""),
-        ("torch", "_dynamo", ""),
-        ("torch", "_functorch", ""),
-        ("torch", "utils", "cpp_extension.py"),
-        ("triton", ""),
-    )
-)
 # audit events that start a process (`sys.addaudithook`): what each runs is read from the event's arguments
 _STARTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork", "os.forkpty"}
 
@@ -151,15 +141,6 @@ class ChildWatch:
         )
 
 
-def in_compiler(frame: FrameType | None) -> bool:
-    """Whether torch.compile's machinery, not the loop, is starting the process."""
-    while frame is not None:
-        if any(part in frame.f_code.co_filename for part in _COMPILER_MACHINERY):
-            return True
-        frame = frame.f_back
-    return False
-
-
 # programs that run Python, and so may run the loop's own code: the interpreter and the usual launchers
 _LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "mpirun", "mpiexec", "srun", "uv", "conda"})
 
@@ -178,4 +159,4 @@ def _program(args: Any) -> str:
     return next((word for word in words if _runs_python(word)), words[0] if words else "?")
 
 
-__all__ = ["ChildWatch", "in_compiler"]
+__all__ = ["ChildWatch"]

@@ -37,7 +37,6 @@ from tripwire.outside.children import ChildWatch
 from tripwire.outside.instrument import Instrumentation, Session, _resolve
 from tripwire.outside.launch import module_path, run_main
 from tripwire.outside.result import Result, SyncSummary
-from tripwire.outside.threads import ThreadWatch
 from tripwire.scenario import Adapter, NotApplicable, Scenario, ScenarioError, Tree
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.log import EventLog
@@ -222,7 +221,6 @@ def record(
                     compiles,
                     counter,
                     children,
-                    ThreadWatch(),
                     _exit_caught(),
                     _frozen_heap(),
                 ):

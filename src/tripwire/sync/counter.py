@@ -25,9 +25,10 @@ region costs one global check: no torch mode is pushed and no stack is walked.
 
 Threads: torch function modes are thread-local, so tensor-method syncs are seen on the thread that
 entered the counter and on threads running work wrapped with `carried(fn)`, which also gives the work the
-submitting thread's regions (the engine's parallel env workers use it); a recording from outside
-(`tripwire.outside.threads`) carries the threads and pool tasks a loop starts the same way. Patched `synchronize`
-functions are seen on every thread, references taken before the counter started included.
+submitting thread's regions (the engine's parallel env workers use it). With `threads=True` (the default) the
+counter carries the threads and pool tasks the counted code starts itself the same way (`tripwire.sync.threads`),
+so a `.item()` in a thread it starts is counted, not missed. Patched `synchronize` functions are seen on every
+thread, references taken before the counter started included.
 
 Budgets (`SyncBudget`, `check_budget`, `write_budget`) live in `tripwire.sync.budget`; see that module for
 how to read a budget failure.
@@ -57,13 +58,21 @@ class SyncCounter(EventLog):
     `implicit` (default on) also records data-dependent ops found by dispatch tags (`nonzero`, mask
     indexing, ...). `cuda_cross_check` additionally runs under `torch.cuda.set_sync_debug_mode("warn")`
     and counts torch's own sync warnings into `cuda_sync_warnings`; without CUDA it is skipped and
-    `cross_check_note` says why.
+    `cross_check_note` says why. `threads` (default on) counts what the threads and thread-pool tasks started
+    while it is active do, under their starter's regions (`tripwire.sync.threads.ThreadWatch`); off, only this
+    thread and `carried` work count.
     """
 
     def __init__(
-        self, *, implicit: bool = True, cuda_cross_check: bool = False, root: str | os.PathLike[str] | None = None
+        self,
+        *,
+        implicit: bool = True,
+        cuda_cross_check: bool = False,
+        root: str | os.PathLike[str] | None = None,
+        threads: bool = True,
     ) -> None:
         self.implicit = implicit
+        self.threads = threads
         # Call sites are named relative to this folder (the source root of the code under test); default: cwd.
         self.root = os.path.join(os.path.abspath(root), "") if root is not None else None
         self.cuda_cross_check = cuda_cross_check
@@ -85,6 +94,8 @@ class SyncCounter(EventLog):
         self._installation = _sync_hooks.install(implicit=self.implicit)
         _STATE.counters.append(self)
         _STATE.active += 1
+        if self.threads:
+            _watch_threads(+1)
         if self.cuda_cross_check:
             self._start_cross_check()
         return self
@@ -104,6 +115,8 @@ class SyncCounter(EventLog):
         finally:
             _STATE.active -= 1
             _STATE.counters.remove(self)
+            if self.threads:
+                _watch_threads(-1)
             if not _STATE.counters:
                 clear_caches()  # the caller lookup's caches hold code objects and frames
                 _sync_copies.forget_sources()  # and the decoded instruction positions of the `.to` spellings read
@@ -162,3 +175,22 @@ class SyncCounter(EventLog):
 def _active_counters() -> list[Any]:
     """Active counters, outermost first (diagnostics)."""
     return list(_STATE.counters)
+
+
+_THREAD_WATCH: list[Any] = []  # the one ThreadWatch, while any counter with threads=True is active, and how many
+
+
+def _watch_threads(change: int) -> None:
+    """Start the thread watch with the first counter that wants it and stop it with the last (counters nest)."""
+    from tripwire.sync.threads import ThreadWatch
+
+    if change > 0:
+        if not _THREAD_WATCH:
+            _THREAD_WATCH.extend([ThreadWatch().__enter__(), 0])
+        _THREAD_WATCH[1] += 1
+    elif _THREAD_WATCH:
+        _THREAD_WATCH[1] -= 1
+        if not _THREAD_WATCH[1]:
+            watch = _THREAD_WATCH[0]
+            _THREAD_WATCH.clear()
+            watch.__exit__(None, None, None)

@@ -807,8 +807,16 @@ def install(*, implicit: bool) -> Installation:
 
 @contextlib.contextmanager
 def thread_modes(*, implicit: bool) -> Iterator[None]:
-    """Push the counting modes on the current (worker) thread; torch modes are thread-local, patches are not."""
+    """Push the counting modes on the current (worker) thread; torch modes are thread-local, patches are not.
+
+    Once per thread: carried work inside a thread that already counts (a thread the counter's watch started runs
+    a pool task its loop wrapped in `carried`) pushes nothing more, or each implicit sync would count twice."""
+    if _LOCAL.carrying:
+        yield
+        return
+    _LOCAL.carrying += 1
     with contextlib.ExitStack() as modes:
+        modes.callback(_not_carrying)
         if _explicit_by == "stand-ins":
             _LOCAL.counting += 1
             modes.callback(_not_counting)
@@ -820,6 +828,10 @@ def thread_modes(*, implicit: bool) -> Iterator[None]:
         elif implicit:
             modes.enter_context(_ImplicitSyncMode())
         yield
+
+
+def _not_carrying() -> None:
+    _LOCAL.carrying -= 1
 
 
 def _thread_done() -> None:

@@ -110,6 +110,7 @@ class _ThreadState(threading.local):
         self.modes_off: list[Any] = []  # per `ignore_syncs` level: the counting modes it took off, or None
         self.counting = 0  # this thread counts explicit syncs through the stand-ins (`tripwire.sync.watched`)
         self.generation: int | None = None  # inside `carried` work: the counting generation it was given
+        self.carrying = 0  # depth of `hooks.thread_modes` on this thread: only the outermost pushes the modes
 
 
 _STATE = _GlobalState()

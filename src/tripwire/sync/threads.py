@@ -1,12 +1,13 @@
-"""Syncs in the threads a recorded loop starts.
+"""Syncs in the threads the counted code starts.
 
 torch's function and dispatch modes are thread-local, and so is the stand-ins' `counting` mark: a counter sees the
 thread that entered it and work wrapped with `carried(fn)`. A loop that trains, prefetches or logs in a thread of its
 own (a `threading.Thread`, a `ThreadPoolExecutor`) would have its `.item()` and `.cpu()` there go uncounted, and a
 region placed on a function that thread runs would report zero syncs: green while blind.
 
-`ThreadWatch`, active while a recording runs, closes that gap from outside: a thread the loop starts runs under the
-counting modes with the regions its starter was in (`carried` semantics: what a thread started inside `rollout` does
+`ThreadWatch`, active while a `SyncCounter` counts (`threads=True`, the default) and so while a recording runs,
+closes that gap without the loop's help: a thread the loop starts runs under the counting modes with the regions
+its starter was in (`carried` semantics: what a thread started inside `rollout` does
 counts under `rollout`, unless the thread enters regions of its own), and a function submitted to a thread pool runs
 with the regions of the submitting call, whichever pool thread takes it. Threads tripwire starts for itself (its
 digest workers) and those torch.compile's machinery starts are not counted. A thread that was already running
@@ -22,16 +23,27 @@ import sys
 import sysconfig
 import threading
 from collections.abc import Callable
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 from unittest import mock
 
-from tripwire.outside.children import in_compiler
 from tripwire.sync.regions import carried
 from tripwire.sync.state import _LOCAL, _STATE, _TRIPWIRE_DIR
 
 _STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
 _MARK = "_tripwire_counted_run"  # set on a Thread by start(): the wrapped work its new thread runs
+# torch.compile's own helpers (inductor's compile workers, the C++ compiler, its cache's hashing): they compute
+# none of the loop's values, and how many start depends on the compile cache, not on the loop
+_COMPILER_MACHINERY = tuple(
+    os.sep + os.path.join(*parts)
+    for parts in (
+        ("torch", "_inductor", ""),
+        ("torch", "_dynamo", ""),
+        ("torch", "_functorch", ""),
+        ("torch", "utils", "cpp_extension.py"),
+        ("triton", ""),
+    )
+)
 
 
 class ThreadWatch:
@@ -48,6 +60,9 @@ class ThreadWatch:
         submit_original = concurrent.futures.ThreadPoolExecutor.__dict__["submit"]
 
         def start(thread: threading.Thread) -> None:
+            # Started by a tripwire frame, a thread is left alone: a nested watch's start, called by the outer one's
+            # (carried once), and a thread pool's own threads, started from the patched `submit` below (each task is
+            # carried instead, or the thread would run every later task, counted or not, under the counting modes).
             if _the_loops(sys._getframe(1)):
                 watch.threads += 1
                 setattr(thread, _MARK, carried(lambda: bootstrap_original(thread)))
@@ -90,4 +105,13 @@ def _the_loops(frame: Any) -> bool:
     return not in_compiler(frame)
 
 
-__all__ = ["ThreadWatch"]
+def in_compiler(frame: FrameType | None) -> bool:
+    """Whether torch.compile's machinery, not the loop, is starting the process."""
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in _COMPILER_MACHINERY):
+            return True
+        frame = frame.f_back
+    return False
+
+
+__all__ = ["ThreadWatch", "in_compiler"]
