@@ -23,6 +23,7 @@ from tripwire.sync.threads import ThreadWatch
 LOOP = """
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.pool import ThreadPool
 
 import torch
 
@@ -58,6 +59,11 @@ def main(how):
     elif how == "pool":
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda i: train_step(w, float(i)), range(4)))
+    elif how == "thread-pool":  # multiprocessing's, started before the steps' region opens
+        with ThreadPool(2) as pool:
+            pool.map(lambda i: train_step(w, float(i)), range(2))
+            pool.apply_async(train_step, (w, 2.0)).get()
+            list(pool.imap(lambda i: train_step(w, float(i)), [3]))
     else:
         worker = threading.Thread(target=steps, args=(w,))
         worker.start()
@@ -84,7 +90,7 @@ def _by_line(result: Result) -> dict[tuple[str, str, str], int]:
     return {(site.region, site.kind, site.text): site.count for site in result.syncs.records}
 
 
-@pytest.mark.parametrize("how", ["thread", "pool", "region-thread"])
+@pytest.mark.parametrize("how", ["thread", "pool", "thread-pool", "region-thread"])
 def test_work_on_another_thread_counts_as_it_does_on_the_main_one(tree: Path, how: str) -> None:
     main, threaded = _record(tree, "main"), _record(tree, how)
     assert main.syncs.counts_by_region() == {"rollout": 3, "step": 8}  # 4 x (.item() and nonzero), 3 x .item()
@@ -106,7 +112,7 @@ def test_a_new_sync_in_a_thread_is_named_at_its_line(tree: Path) -> None:
     head = _record(tree, "thread")
     syncs = compare_results(base, head).verdict("syncs")
     assert syncs.status == "differs"
-    assert "NEW   '<outside>' loop.py:17 in steps  ×4 [item]  `w.max().item()`" in syncs.details
+    assert "NEW   '<outside>' loop.py:18 in steps  ×4 [item]  `w.max().item()`" in syncs.details
 
 
 def test_threads_started_outside_a_watch_and_after_it_count_nothing() -> None:
@@ -252,3 +258,24 @@ def test_a_pool_started_while_counting_runs_its_later_tasks_uncounted_and_at_ful
         after = pool.submit(task).result()
     assert counter.total == 1
     assert inside and not after  # the thread counted while the task was counted, then nothing was left on it
+
+
+def test_a_thread_pool_from_before_the_counter_counts_each_task_where_it_was_handed_over() -> None:
+    """multiprocessing's `ThreadPool` starts its threads when it is made. Made before the counter, its tasks counted
+    nothing; made inside it, every task counted under the regions where the pool was made, not where the task was
+    handed over. Each task now counts where it was handed over."""
+    from multiprocessing.pool import ThreadPool
+
+    import torch
+
+    from tripwire.sync import hot_path
+
+    def step(i: int) -> float:
+        return torch.ones(2).sum().item()
+
+    with ThreadPool(2) as before, SyncCounter() as counter, ThreadPool(1) as inside, hot_path("rollout"):
+        before.map(step, range(3))
+        inside.apply(step, (0,))
+        before.starmap(step, [(0,)])
+        list(before.imap_unordered(step, range(2)))
+    assert counter.counts_by_region() == {"rollout": 7}

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
+import multiprocessing.pool
 import os
 import sys
 import sysconfig
 import threading
 from collections.abc import Callable
+from multiprocessing.pool import Pool
 from types import FrameType, TracebackType
 from typing import Any
 from unittest import mock
@@ -31,6 +34,10 @@ from tripwire.sync.regions import carried
 from tripwire.sync.state import _LOCAL, _STATE, _TRIPWIRE_DIR
 
 _STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
+# the pools' own files, which start their worker threads, and the methods through which a loop hands a
+# multiprocessing pool its work (`apply`, `map`, `starmap` and their `_async` forms call these)
+_POOL_FILES = (os.path.join("concurrent", "futures", "thread.py"), os.path.join("multiprocessing", "pool.py"))
+_POOL_SUBMITS = ("apply_async", "_map_async", "imap", "imap_unordered")
 _MARK = "_tripwire_counted_run"  # set on a Thread by start(): the wrapped work its new thread runs
 # torch.compile's own helpers (inductor's compile workers, the C++ compiler, its cache's hashing): they compute
 # none of the loop's values, and how many start depends on the compile cache, not on the loop
@@ -60,10 +67,11 @@ class ThreadWatch:
         submit_original = concurrent.futures.ThreadPoolExecutor.__dict__["submit"]
 
         def start(thread: threading.Thread) -> None:
-            # Started by a tripwire frame, a thread is left alone: a nested watch's start, called by the outer one's
-            # (carried once), and a thread pool's own threads, started from the patched `submit` below (each task is
-            # carried instead, or the thread would run every later task, counted or not, under the counting modes).
-            if _the_loops(sys._getframe(1)):
+            # A thread pool's own threads are left alone: each task is carried instead, with the regions of the call
+            # that submitted it (the thread would run every later task, counted or not, under the counting modes of
+            # the call that happened to start it). So is a nested watch's start, called by the outer one (a tripwire
+            # frame): carried once.
+            if _the_loops(sys._getframe(1), thread_start=True):
                 watch.threads += 1
                 setattr(thread, _MARK, carried(lambda: bootstrap_original(thread)))
             start_original(thread)
@@ -83,6 +91,10 @@ class ThreadWatch:
         self._patches.enter_context(mock.patch.object(threading.Thread, "start", start))
         self._patches.enter_context(mock.patch.object(threading.Thread, "_bootstrap_inner", bootstrap_inner))
         self._patches.enter_context(mock.patch.object(concurrent.futures.ThreadPoolExecutor, "submit", submit))
+        for name in _POOL_SUBMITS:  # multiprocessing's ThreadPool: `apply`, `map`, `starmap`, `imap` and the rest
+            self._patches.enter_context(
+                mock.patch.object(multiprocessing.pool.Pool, name, _carried_in_thread_pools(Pool.__dict__[name]))
+            )
         return self
 
     def __exit__(
@@ -91,14 +103,30 @@ class ThreadWatch:
         self._patches.close()
 
 
-def _the_loops(frame: Any) -> bool:
+def _carried_in_thread_pools(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`multiprocessing.pool.Pool`'s method `original`, carrying the function a loop hands a `ThreadPool` (a process
+    pool's function is pickled to a child, which no counter sees: left as it is)."""
+
+    @functools.wraps(original)
+    def submit(pool: Any, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(pool, multiprocessing.pool.ThreadPool) and _the_loops(sys._getframe(1)):
+            func = carried(func)
+        return original(pool, func, *args, **kwargs)
+
+    return submit
+
+
+def _the_loops(frame: Any, *, thread_start: bool = False) -> bool:
     """Whether a thread or a pool task is started by the loop: not by a thread an earlier recording left running,
     the first frame outside the standard library (which starts a pool's threads for whoever submitted) is not
-    tripwire's own, and torch.compile's machinery is not on the stack."""
+    tripwire's own, and torch.compile's machinery is not on the stack. With `thread_start`, not a thread pool's own
+    thread either (its tasks are carried one by one)."""
     if _LOCAL.generation not in (None, _STATE.generation):  # a thread an earlier recording left running
         return False
     caller = frame
     while caller is not None and caller.f_code.co_filename.startswith(_STDLIB):
+        if thread_start and caller.f_code.co_filename.endswith(_POOL_FILES):
+            return False
         caller = caller.f_back
     if caller is not None and caller.f_code.co_filename.startswith(_TRIPWIRE_DIR):
         return False
