@@ -134,6 +134,9 @@ def apply_edits(root: Path, edits: tuple[Edit | Move, ...]) -> None:
 
 ENGINE = "src/esper/tolaria/engine.py"
 TRAINER = "src/esper/simic/training/trainer.py"
+_PROBE_LINE = (
+    "        if parts.probe is not None:  # after the epoch's one transfer, so a probe adds no sync inside the pass\n"
+)
 CLIENT = "src/esper/simic/training/policy_client.py"
 SHARDING = "src/esper/simic/training/sharding.py"
 BUFFER = "src/esper/simic/agent/buffer.py"
@@ -151,6 +154,23 @@ HAZARDS: tuple[Hazard, ...] = (
                 "                    self.train_batch(env, acc, inputs, targets)\n",
                 "                    self.train_batch(env, acc, inputs, targets)\n"
                 "                    acc.stats[0].item()\n",
+            ),
+        ),
+        SYNC_BUDGET,
+        "a_baseline",
+    ),
+    Hazard(
+        "item_on_a_thread_the_loop_starts",
+        "a per-epoch weight-norm log moved onto a thread the trainer starts (off the main thread, still a sync)",
+        (
+            Edit(
+                TRAINER,
+                _PROBE_LINE,
+                "        import threading\n\n"
+                "        log = threading.Thread(target=lambda: [env.model.host_parameters()[0].norm().item()"
+                " for env in envs])\n"
+                "        log.start()\n"
+                "        log.join()\n" + _PROBE_LINE,
             ),
         ),
         SYNC_BUDGET,
