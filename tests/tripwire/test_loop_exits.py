@@ -116,3 +116,38 @@ def test_run_writes_the_result_checks_the_budget_and_ends_despite_a_thread_left_
     assert "w.max().item()" in head.stdout
     crashed = _run(tmp_path, 5, False)
     assert crashed.returncode == 1 and "crash: os._exit(5)" in crashed.stdout
+
+
+SWALLOWS = """
+import os
+
+import torch
+
+
+def step(w):
+    return (w * 2).sum().item()
+
+
+def main():
+    w = torch.ones(3)
+    step(w)
+    try:
+        os._exit(4)
+    except BaseException:  # noqa: BLE001 - a loop that takes every exit, os._exit's stand-in included
+        pass
+    step(w)  # a real run never gets here
+
+
+main()
+"""
+
+
+def test_a_loop_that_catches_its_own_os_exit_is_said_to_have_run_on(tmp_path: Path) -> None:
+    """Where the loop's `except BaseException` takes the exit, the recording cannot stop the loop: it ends with the
+    exit's code, as the real run would, and says that what ran after the exit was recorded too."""
+    (tmp_path / "loop.py").write_text(SWALLOWS, encoding="utf-8")
+    scenario = Scenario(name="swallows", script="loop.py", regions=[Region("__main__:step", "step")])
+    result = record(scenario, tmp_path)
+    assert (result.status, result.cause) == ("crash", "os._exit(4)")
+    assert result.ended_by_exit
+    assert any("os._exit(4) at loop.py:15, caught the exit" in note for note in result.notes), result.notes

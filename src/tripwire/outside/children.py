@@ -78,13 +78,7 @@ class ChildWatch:
             entry.site = self._site(frame)
 
     def _site(self, frame: FrameType | None) -> str:
-        """The innermost frame in the tree, as `path:line` relative to it ('' when none is)."""
-        while frame is not None:
-            filename = frame.f_code.co_filename
-            if filename.startswith(self._root + os.sep):
-                return f"{os.path.relpath(filename, self._root)}:{frame.f_lineno}"
-            frame = frame.f_back
-        return ""
+        return tree_site(frame, self._root)
 
     def __enter__(self) -> ChildWatch:
         watch = self
@@ -141,6 +135,16 @@ class ChildWatch:
         )
 
 
+def tree_site(frame: FrameType | None, root: str) -> str:
+    """The innermost frame of `frame`'s stack in the tree at `root`, as `path:line` relative to it ('' when none is)."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(root + os.sep):
+            return f"{os.path.relpath(filename, root)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
 # programs that run Python, and so may run the loop's own code: the interpreter and the usual launchers
 _LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "mpirun", "mpiexec", "srun", "uv", "conda"})
 
@@ -159,4 +163,4 @@ def _program(args: Any) -> str:
     return next((word for word in words if _runs_python(word)), words[0] if words else "?")
 
 
-__all__ = ["ChildWatch"]
+__all__ = ["ChildWatch", "tree_site"]

@@ -33,7 +33,7 @@ from tripwire.common import closure
 from tripwire.common.context import capture_context, imported_distributions
 from tripwire.common.errors import TripwireError
 from tripwire.compile.counter import CompileCounter
-from tripwire.outside.children import ChildWatch
+from tripwire.outside.children import ChildWatch, tree_site
 from tripwire.outside.instrument import Instrumentation, Session, _resolve
 from tripwire.outside.launch import module_path, run_main
 from tripwire.outside.result import Result, SyncSummary
@@ -211,7 +211,7 @@ def record(
         session = Session(counter, recorder, compiles=compiles)
         instrumentation = Instrumentation(scenario, session, renames)
         children = ChildWatch(tree.root)
-        status, cause, trace, ended_by_exit = "ok", "", "", False
+        status, cause, trace, ended_by_exit, swallowed = "ok", "", "", False, ""
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
             try:
@@ -221,7 +221,7 @@ def record(
                     compiles,
                     counter,
                     children,
-                    _exit_caught(),
+                    _exit_caught(tree.root) as exits,
                     _frozen_heap(),
                 ):
                     _run_entry(scenario, tree, argv, instrumentation)
@@ -238,6 +238,15 @@ def record(
                     status, cause, trace = "crash", f"os._exit({exit_.code!r})", traceback.format_exc()
             except Exception as error:
                 status, cause, trace = "crash", one_line(error, tree.root), traceback.format_exc()
+            if exits and not ended_by_exit:  # the loop took its own os._exit's exit and ran on
+                ended_by_exit = True
+                code, where = exits[0]
+                if status == "ok" and code != 0:
+                    status, cause = "crash", f"os._exit({code!r})"
+                swallowed = (
+                    f"the loop called os._exit({code!r}) at {where}, caught the exit (an `except BaseException` around "
+                    "it) and ran on: a real run ends there, but what ran after it was recorded too"
+                )
             if status == "ok":  # also after a script's sys.exit(0)
                 status, cause = _instruments_fired(instrumentation, children)
             seconds = time.perf_counter() - start
@@ -254,6 +263,8 @@ def record(
         context["changed_by_loop"] = changed
     result = Result(scenario.name, status, cause, context, source, seconds, traceback=trace)
     result.ended_by_exit = ended_by_exit
+    if swallowed:
+        result.notes.append(swallowed)
     if changed:
         result.notes.append(
             "the loop changed "
@@ -365,20 +376,23 @@ class _LoopExit(BaseException):
 
 
 @contextlib.contextmanager
-def _exit_caught() -> Iterator[None]:
+def _exit_caught(root: Path) -> Iterator[list[tuple[int, str]]]:
     """`os._exit` called by the loop on the recording's own thread ends the loop, not the process: the process would
     end with nothing written, and `run` would exit 0 with no result and no budget checked. A forked child's
-    `os._exit` (multiprocessing's, a loop's own fork) and one on another thread still end their process at once."""
+    `os._exit` (multiprocessing's, a loop's own fork) and one on another thread still end their process at once.
+    Yields each exit's code and call site, so a loop that catches the exit and runs on is said to have done so."""
     pid, thread, original = os.getpid(), threading.get_ident(), os._exit
+    exits: list[tuple[int, str]] = []
 
     def exit_(status: int) -> NoReturn:
         if os.getpid() == pid and threading.get_ident() == thread:
+            exits.append((status, tree_site(sys._getframe(1), str(root.resolve())) or "a line outside the tree"))
             raise _LoopExit(status)
         original(status)
 
     os._exit = exit_
     try:
-        yield
+        yield exits
     finally:
         os._exit = original
 
