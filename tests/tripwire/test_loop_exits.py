@@ -151,3 +151,44 @@ def test_a_loop_that_catches_its_own_os_exit_is_said_to_have_run_on(tmp_path: Pa
     assert (result.status, result.cause) == ("crash", "os._exit(4)")
     assert result.ended_by_exit
     assert any("os._exit(4) at loop.py:15, caught the exit" in note for note in result.notes), result.notes
+
+
+FROM_A_THREAD = """
+import os
+import threading
+
+import torch
+
+
+def step(w):
+    return (w * 2).sum().item()
+
+
+def watchdog():
+    os._exit(0)  # the loop's way to end: from a thread of its own
+
+
+w = torch.ones(3)
+step(w)
+done = threading.Thread(target=watchdog)
+done.start()
+done.join()
+"""
+
+
+def test_os_exit_on_another_thread_fails_run_with_a_line_instead_of_passing(tmp_path: Path) -> None:
+    """An `os._exit(0)` on another thread of the loop ends the process while the recording is unfinished: before, `run`
+    exited 0 with no result written, and `run --budget` passed with nothing checked."""
+    (tmp_path / "loop.py").write_text(FROM_A_THREAD, encoding="utf-8")
+    scenario = tmp_path / "scenario.py"
+    scenario.write_text(
+        "from tripwire.scenario import Region, Scenario\n"
+        "scenario = Scenario(name='watchdog', script='loop.py', regions=[Region('__main__:step', 'step')])\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "tripwire", "run", str(scenario), "--root", str(tmp_path), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the loop called os._exit(0) on its thread 'Thread-1 (watchdog)' at loop.py:13" in done.stderr
+    assert not (out / "result.json").exists()

@@ -379,15 +379,27 @@ class _LoopExit(BaseException):
 def _exit_caught(root: Path) -> Iterator[list[tuple[int, str]]]:
     """`os._exit` called by the loop on the recording's own thread ends the loop, not the process: the process would
     end with nothing written, and `run` would exit 0 with no result and no budget checked. A forked child's
-    `os._exit` (multiprocessing's, a loop's own fork) and one on another thread still end their process at once.
-    Yields each exit's code and call site, so a loop that catches the exit and runs on is said to have done so."""
+    `os._exit` (multiprocessing's, a loop's own fork) still ends the child at once. One on another thread of the loop's
+    process ends it too, since that thread cannot stop the recording's: with a line saying so, and never with code 0
+    (the recording is unfinished and no result is written; `run --budget` must not pass on it). Yields each exit's
+    code and call site, so a loop that catches the exit and runs on is said to have done so."""
     pid, thread, original = os.getpid(), threading.get_ident(), os._exit
     exits: list[tuple[int, str]] = []
+    folder = str(root.resolve())
 
     def exit_(status: int) -> NoReturn:
-        if os.getpid() == pid and threading.get_ident() == thread:
-            exits.append((status, tree_site(sys._getframe(1), str(root.resolve())) or "a line outside the tree"))
-            raise _LoopExit(status)
+        if os.getpid() == pid:
+            where = tree_site(sys._getframe(1), folder) or "a line outside the tree"
+            if threading.get_ident() == thread:
+                exits.append((status, where))
+                raise _LoopExit(status)
+            name = threading.current_thread().name
+            os.write(
+                2,
+                f"tripwire: error: the loop called os._exit({status!r}) on its thread {name!r} at {where}, which ends "
+                "the process before the recording finished: no result was written\n".encode(),
+            )
+            original(status or 1)
         original(status)
 
     os._exit = exit_
