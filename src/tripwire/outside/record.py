@@ -212,6 +212,7 @@ def record(
         instrumentation = Instrumentation(scenario, session, renames)
         children = ChildWatch(tree.root)
         status, cause, trace, ended_by_exit, swallowed = "ok", "", "", False, ""
+        exits: list[tuple[int, str]] = []  # bound by `_exit_caught`, unless an instrument fails before it
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
             try:
