@@ -11,7 +11,7 @@ its starter was in (`carried` semantics: what a thread started inside `rollout` 
 counts under `rollout`, unless the thread enters regions of its own), and a function submitted to a thread pool runs
 with the regions of the submitting call, whichever pool thread takes it. Threads tripwire starts for itself (its
 digest workers) and those torch.compile's machinery starts are not counted. A thread that was already running
-when the recording began (a pool from before it) still counts only the work submitted to it while it runs.
+when counting began (a pool from before it) still counts only the work submitted to it while it runs.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
-import multiprocessing.pool
 import os
 import sys
 import sysconfig
 import threading
 from collections.abc import Callable
-from multiprocessing.pool import Pool
+from multiprocessing.pool import Pool, ThreadPool
 from types import FrameType, TracebackType
 from typing import Any
 from unittest import mock
@@ -92,9 +91,7 @@ class ThreadWatch:
         self._patches.enter_context(mock.patch.object(threading.Thread, "_bootstrap_inner", bootstrap_inner))
         self._patches.enter_context(mock.patch.object(concurrent.futures.ThreadPoolExecutor, "submit", submit))
         for name in _POOL_SUBMITS:  # multiprocessing's ThreadPool: `apply`, `map`, `starmap`, `imap` and the rest
-            self._patches.enter_context(
-                mock.patch.object(multiprocessing.pool.Pool, name, _carried_in_thread_pools(Pool.__dict__[name]))
-            )
+            self._patches.enter_context(mock.patch.object(Pool, name, _carried_in_thread_pools(Pool.__dict__[name])))
         return self
 
     def __exit__(
@@ -109,7 +106,7 @@ def _carried_in_thread_pools(original: Callable[..., Any]) -> Callable[..., Any]
 
     @functools.wraps(original)
     def submit(pool: Any, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(pool, multiprocessing.pool.ThreadPool) and _the_loops(sys._getframe(1)):
+        if isinstance(pool, ThreadPool) and _the_loops(sys._getframe(1)):
             func = carried(func)
         return original(pool, func, *args, **kwargs)
 
