@@ -213,13 +213,17 @@ def test_a_thread_left_running_by_one_recording_counts_nothing_in_the_next(tmp_p
 def test_an_in_process_counter_counts_the_threads_its_code_starts() -> None:
     """`SyncCounter()` as the pytest plugin's `sync_counter` and a test use it, no recording: a `.item()` in a thread
     or a pool task the counted code starts counts, in the starter's region. With `threads=False` (the counters before
-    this change) the same code counted 1 of its 3 syncs, with a budget on it green while blind."""
+    this change) the same code counted 1 of its 4 syncs, with a budget on it green while blind."""
+    import asyncio
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
 
     from tripwire.sync import hot_path
+
+    async def handed_over() -> None:
+        await asyncio.to_thread(lambda: torch.ones(4).min().item())  # the event loop's default thread pool
 
     def work() -> None:
         torch.ones(1).item()
@@ -229,12 +233,13 @@ def test_an_in_process_counter_counts_the_threads_its_code_starts() -> None:
             worker.join()
             with ThreadPoolExecutor(1) as pool:
                 pool.submit(lambda: torch.ones(3).max().item()).result()
+            asyncio.run(handed_over())
 
     with SyncCounter() as counter:
         work()
     with SyncCounter(threads=False) as blind:
         work()
-    assert counter.counts_by_region() == {"<outside>": 1, "step": 2}
+    assert counter.counts_by_region() == {"<outside>": 1, "step": 3}
     assert blind.counts_by_region() == {"<outside>": 1}
     assert threading.Thread.start.__module__ == "threading"  # the watch was put back
 
