@@ -94,8 +94,10 @@ class SyncCounter(EventLog):
         self._installation = _sync_hooks.install(implicit=self.implicit)
         _STATE.counters.append(self)
         _STATE.active += 1
-        if self.threads:
-            _watch_threads(+1)
+        if self.threads and not _THREAD_WATCH:
+            from tripwire.sync.threads import ThreadWatch
+
+            _THREAD_WATCH.append(ThreadWatch().__enter__())
         if self.cuda_cross_check:
             self._start_cross_check()
         return self
@@ -115,8 +117,8 @@ class SyncCounter(EventLog):
         finally:
             _STATE.active -= 1
             _STATE.counters.remove(self)
-            if self.threads:
-                _watch_threads(-1)
+            if _THREAD_WATCH and not any(counter.threads for counter in _STATE.counters):
+                _THREAD_WATCH.pop().__exit__(None, None, None)
             if not _STATE.counters:
                 clear_caches()  # the caller lookup's caches hold code objects and frames
                 _sync_copies.forget_sources()  # and the decoded instruction positions of the `.to` spellings read
@@ -177,20 +179,6 @@ def _active_counters() -> list[Any]:
     return list(_STATE.counters)
 
 
-_THREAD_WATCH: list[Any] = []  # the one ThreadWatch, while any counter with threads=True is active, and how many
-
-
-def _watch_threads(change: int) -> None:
-    """Start the thread watch with the first counter that wants it and stop it with the last (counters nest)."""
-    from tripwire.sync.threads import ThreadWatch
-
-    if change > 0:
-        if not _THREAD_WATCH:
-            _THREAD_WATCH.extend([ThreadWatch().__enter__(), 0])
-        _THREAD_WATCH[1] += 1
-    elif _THREAD_WATCH:
-        _THREAD_WATCH[1] -= 1
-        if not _THREAD_WATCH[1]:
-            watch = _THREAD_WATCH[0]
-            _THREAD_WATCH.clear()
-            watch.__exit__(None, None, None)
+# The one ThreadWatch, while any active counter counts threads (counters nest): started by the first such counter,
+# stopped when no active counter wants it.
+_THREAD_WATCH: list[Any] = []
