@@ -173,7 +173,8 @@ def guardrails(session: nox.Session) -> None:
     run_in_env(session, "python", "-m", "coverage", "combine", "-q", env=env)
     # Changed lines are judged against the base, or else against the merge-base with main when there is one.
     line_base = base or _main_merge_base()
-    against = ["--against", _git("rev-parse", "--verify", f"{line_base}^{{commit}}")] if line_base else []
+    resolved = _git("rev-parse", "--verify", "--end-of-options", f"{line_base}^{{commit}}") if line_base else ""
+    against = ["--against", resolved] if resolved else []
     run_in_env(session, "python", "tests/guardrails/exercised_gate.py", str(data), *against, env=GATE_ENV)
 
 
@@ -203,7 +204,7 @@ def _merge_base(session: nox.Session) -> str:
 
 def _worktree(ref: str, folder: str) -> tuple[str, Path]:
     """`ref` checked out (once) as a detached git worktree under build/<folder>/; returns (sha, path)."""
-    sha = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    sha = _git("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
     tree = ROOT / "build" / folder / sha[:12]
     if not (tree / ".git").exists():
         if tree.exists():

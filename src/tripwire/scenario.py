@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from typing import Any
 
 from tripwire.common import closure
 from tripwire.common.errors import TripwireError
+from tripwire.common.git import check_ref, is_ancestor
 
 __all__ = [
     "Adapter",
@@ -198,14 +198,11 @@ class Tree:
         return (self.root / path).read_text(encoding="utf-8")
 
     def is_ancestor(self, ref: str) -> bool:
-        """Whether commit `ref` is this tree's commit or one of its ancestors (False outside git)."""
+        """Whether commit `ref` is this tree's commit or one of its ancestors (False outside git). A ref that git
+        could read as an option (`--output=FILE`) is a ScenarioError, never passed to git."""
+        check_ref(ref, "Tree.is_ancestor:", ScenarioError)
         with closure.quiet():  # the answer is recorded below, not the process that found it
-            done = subprocess.run(
-                ["git", "-C", str(self.root), "merge-base", "--is-ancestor", ref, "HEAD"],
-                capture_output=True,
-                check=False,
-            )
-        answer = done.returncode == 0
+            answer = is_ancestor(self.root, ref, "HEAD")
         recording = closure.active()
         if recording is not None:
             recording.ancestors[ref] = answer

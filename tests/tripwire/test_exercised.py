@@ -184,7 +184,7 @@ def test_no_coverage_data_and_an_unknown_base_are_one_line_errors(repo: Path, ca
         check_changed_lines(repo, "HEAD", repo / "missing", ["src"])
     data = scenario(repo)
     assert main(["--data", str(data), "--against", "no-such-ref", "--root", str(repo)]) == 2
-    assert "error: git diff -U0 failed" in capsys.readouterr().err
+    assert "error: --against 'no-such-ref' names no commit in " in capsys.readouterr().err
 
 
 def test_the_report_without_a_base_names_functions_never_entered(repo: Path) -> None:

@@ -7,18 +7,20 @@ file outside a git work tree, is left out: the history is an aid for reading, ne
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from tripwire.bench.store import BaselineError, BenchRun, parse_baseline
+from tripwire.common.git import GitError, git_run
 
 
-def _git(cwd: Path, *args: str) -> str | None:
+def _git(
+    cwd: Path, command: str, *options: str, operands: tuple[str, ...] = (), paths: tuple[str, ...] = ()
+) -> str | None:
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        done = git_run(cwd, command, *options, operands=operands, paths=paths or None, timeout=30)
+    except GitError:
         return None
-    return done.stdout if done.returncode == 0 else None
+    return done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
 
 
 def baseline_history(path: Path, limit: int = 12) -> list[tuple[str, BenchRun]]:
@@ -29,11 +31,11 @@ def baseline_history(path: Path, limit: int = 12) -> list[tuple[str, BenchRun]]:
         return []
     root = Path(top.strip())
     relative = path.relative_to(root).as_posix()
-    log = _git(root, "log", f"-{limit}", "--format=%h %cs", "--", relative)
+    log = _git(root, "log", f"-{limit}", "--format=%h %cs", paths=(relative,))
     history: list[tuple[str, BenchRun]] = []
     for line in reversed((log or "").splitlines()):
         sha = line.split()[0]
-        text = _git(root, "show", f"{sha}:{relative}")
+        text = _git(root, "show", operands=(f"{sha}:{relative}",))
         if text is None:
             continue
         try:

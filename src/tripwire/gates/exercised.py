@@ -24,7 +24,6 @@ from __future__ import annotations
 import ast
 import difflib
 import re
-import subprocess
 import sys
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.common.errors import TripwireError
+from tripwire.common.git import check_ref, git_output, git_run
 
 __all__ = [
     "CoverageRow",
@@ -127,14 +127,6 @@ class CoverageRow:
         return 100.0 * self.run / self.statements if self.statements else 100.0
 
 
-def _git(root: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
-    if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise ExercisedError(f"git {' '.join(args[:2])} failed in {root}: {last}")
-    return done.stdout
-
-
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -153,8 +145,22 @@ class _Hunk:
 MOVED_BLOCK = 3
 
 
+def _commit(root: Path, base: str) -> str:
+    """The sha `base` (the `--against` ref) names; a ref git could read as an option, or one naming no commit,
+    is a one-line ExercisedError."""
+    check_ref(base, "--against", ExercisedError)
+    done = git_run(root, "rev-parse", "--verify", "-q", operands=(f"{base}^{{commit}}",))
+    if done.returncode:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        why = f" ({said[-1]})" if said else ""
+        raise ExercisedError(f"--against {base!r} names no commit in {root}{why}: pass a branch, tag or sha there")
+    return done.stdout.decode("ascii", "replace").strip()
+
+
 def _hunks(root: Path, base: str, under: Sequence[str]) -> list[_Hunk]:
-    diff = _git(root, "diff", "-U0", "--no-color", "--no-ext-diff", "--no-renames", base, "--", *under)
+    sha = _commit(root, base)
+    options = ("-U0", "--no-color", "--no-ext-diff", "--no-renames")
+    diff = git_output(root, "diff", *options, operands=(sha,), paths=under, error=ExercisedError)
     hunks: list[_Hunk] = []
     current = ""
     number = 0
@@ -174,7 +180,8 @@ def _hunks(root: Path, base: str, under: Sequence[str]) -> list[_Hunk]:
             number += 1
         elif hunks and line.startswith("-"):
             hunks[-1].removed.append(line[1:])
-    for name in _git(root, "ls-files", "--others", "--exclude-standard", "--", *under).splitlines():
+    untracked = git_output(root, "ls-files", "--others", "--exclude-standard", paths=under, error=ExercisedError)
+    for name in untracked.splitlines():
         if name.endswith(".py"):
             text = (root / name).read_text(encoding="utf-8", errors="replace").splitlines()
             hunks.append(_Hunk(name, list(enumerate(text, 1))))

@@ -10,13 +10,13 @@ a worktree a commit is done with is checked out again for the next (`Worktrees`)
 from __future__ import annotations
 
 import shutil
-import subprocess
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tripwire.common.errors import TripwireError
+from tripwire.common.git import check_ref, git_output, git_run, is_ancestor
 
 
 class HistoryError(TripwireError):
@@ -35,13 +35,12 @@ class Commit:
         return self.sha[:8]
 
 
-def git(repo: Path, *args: str) -> str:
-    """Run git in `repo`; a failure raises `HistoryError` with git's own last line."""
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
-    if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise HistoryError(f"git {' '.join(args)} in {repo}: {last}")
-    return done.stdout
+def git(
+    repo: Path, command: str, *options: str, operands: Sequence[str | Path] = (), paths: Sequence[str] | None = None
+) -> str:
+    """Run git in `repo` (`tripwire.common.git`: operands never read as options); a failure raises `HistoryError`
+    with git's own last line."""
+    return git_output(repo, command, *options, operands=operands, paths=paths, error=HistoryError)
 
 
 def list_commits(repo: Path, spec: str, paths: Sequence[str] = (), *, first_parent: bool = False) -> list[Commit]:
@@ -50,18 +49,16 @@ def list_commits(repo: Path, spec: str, paths: Sequence[str] = (), *, first_pare
         raise HistoryError(f"--range {spec!r} is not A..B (two commits, e.g. 11ebe0f6..2016337e)")
     base, head = spec.split("..", 1)
     for ref in (base, head):
-        if ref.startswith("-") or any(char.isspace() or ord(char) < 32 for char in ref):
-            raise HistoryError(f"--range {spec!r}: {ref!r} is not a commit (a ref never starts with '-')")
+        check_ref(ref, f"--range {spec!r}:", HistoryError)
     git(repo, "rev-parse", "--git-dir")  # not a repository: git says so
-    # the commits are resolved first, each after --end-of-options, so no argument of ours can reach git as an option
-    base_sha = git(repo, "rev-parse", "--verify", "--end-of-options", f"{base}^{{commit}}").strip()
-    head_sha = git(repo, "rev-parse", "--verify", "--end-of-options", f"{head}^{{commit}}").strip()
+    # the commits are resolved first: every later command sees shas only
+    base_sha = git(repo, "rev-parse", "--verify", operands=(f"{base}^{{commit}}",)).strip()
+    head_sha = git(repo, "rev-parse", "--verify", operands=(f"{head}^{{commit}}",)).strip()
     options = ["--first-parent"] if first_parent else []
-    shas = git(repo, "rev-list", "--reverse", *options, f"{base_sha}..{head_sha}", "--", *paths).split()
+    shas = git(repo, "rev-list", "--reverse", *options, operands=(f"{base_sha}..{head_sha}",), paths=paths).split()
     if base_sha == head_sha:
         raise HistoryError(f"--range {spec}: A and B are the same commit; give an older commit as A")
-    ancestor = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", base_sha, head_sha], check=False)
-    if ancestor.returncode:
+    if not is_ancestor(repo, base_sha, head_sha):
         raise HistoryError(f"--range {spec}: {base} is not an ancestor of {head}; give the older commit first")
     check_paths(repo, head_sha, paths)
     if head_sha not in shas:  # B itself touches none of `paths` (a merge, say): the walk still ends at B
@@ -74,7 +71,7 @@ def check_paths(repo: Path, head: str, paths: Sequence[str]) -> None:
     """Refuse a `--paths` entry that no commit up to `head` ever touched: a typo would otherwise filter the walk
     down to A and B and say nothing."""
     for path in paths:
-        if not git(repo, "rev-list", "-1", "--end-of-options", head, "--", path).strip():
+        if not git(repo, "rev-list", "-1", operands=(head,), paths=(path,)).strip():
             raise HistoryError(
                 f"--paths {path}: no commit up to {head} touches it (a typo? paths are relative to the repository "
                 "root, as `git log -- PATH` takes them)"
@@ -85,13 +82,14 @@ def commits_between(repo: Path, older: str, newer: str, *, first_parent: bool = 
     """How many commits lie between `older` and `newer` (neither counted): what a row compared with `older` also
     carries when the walk skipped them (`--paths`, or a commit that did not run)."""
     options = ["--first-parent"] if first_parent else []
-    return max(0, int(git(repo, "rev-list", "--count", *options, f"{older}..{newer}").strip() or 0) - 1)
+    counted = git(repo, "rev-list", "--count", *options, operands=(f"{older}..{newer}",)).strip()
+    return max(0, int(counted or 0) - 1)
 
 
 def _subjects(repo: Path, shas: Sequence[str]) -> dict[str, str]:
     if not shas:
         return {}
-    out = git(repo, "show", "-s", "--format=%H %s", *shas)
+    out = git(repo, "show", "-s", "--format=%H %s", operands=shas)
     subjects = {}
     for line in out.splitlines():
         sha, _, subject = line.partition(" ")
@@ -121,7 +119,7 @@ class Worktrees:
             tree = self._free.pop() if self._free and not self.keep else None
         if tree is not None:
             try:
-                git(tree, "checkout", "-q", "--detach", "-f", commit.sha)
+                git(tree, "checkout", "-q", "--detach", "-f", operands=(commit.sha,))
                 git(tree, "clean", "-q", "-ffdx")
                 return tree
             except HistoryError:
@@ -135,7 +133,7 @@ class Worktrees:
             if tree.exists():
                 self._remove(tree)
             self.folder.mkdir(parents=True, exist_ok=True)
-            git(self.repo, "worktree", "add", "--detach", "--force", str(tree), commit.sha)
+            git(self.repo, "worktree add", "--detach", "--force", operands=(tree, commit.sha))
         return tree
 
     def remove(self, tree: Path, *, discard: bool = False) -> None:
@@ -156,9 +154,7 @@ class Worktrees:
                 self._remove(tree)
 
     def _remove(self, tree: Path) -> None:
-        done = subprocess.run(
-            ["git", "-C", str(self.repo), "worktree", "remove", "--force", str(tree)], capture_output=True, check=False
-        )
+        done = git_run(self.repo, "worktree remove", "--force", operands=(tree,))
         if done.returncode and tree.exists():
             shutil.rmtree(tree, ignore_errors=True)
-        subprocess.run(["git", "-C", str(self.repo), "worktree", "prune"], capture_output=True, check=False)
+        git_run(self.repo, "worktree prune")

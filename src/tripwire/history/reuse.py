@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.common.closure import VERSION
+from tripwire.common.git import GitError, git_run, is_ancestor
 
 _LISTINGS_KEPT = 64  # commits whose `git ls-tree` is kept in memory (a walk asks about its neighbours)
 
@@ -47,11 +47,9 @@ class Listing:
 
 
 def _listing(repo: Path, sha: str) -> Listing:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "ls-tree", "-r", "-t", "-z", "--full-tree", sha],
-        capture_output=True,
-        check=True,
-    )
+    done = git_run(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", operands=(sha,))
+    if done.returncode:
+        raise GitError(f"git ls-tree {sha} failed in {repo}: {done.stderr.decode('utf-8', 'replace').strip()}")
     entries: dict[str, str] = {}
     children: dict[str, list[str]] = {".": []}
     for record in done.stdout.split(b"\0"):
@@ -149,7 +147,7 @@ class Reuse:
         try:
             listing = self._listing(sha)
             ancestry = [self._is_ancestor(ref, sha) for ref in spec["ancestors"]]
-        except (subprocess.CalledProcessError, OSError, ValueError):
+        except (GitError, OSError, ValueError):
             return None  # git cannot answer for this commit: it runs
         if any(_through_link(listing, name) for key in ("files", "dirs", "exists") for name in spec[key]):
             return None  # read through a symbolic link of the tree: what it reached is not named here
@@ -176,10 +174,6 @@ class Reuse:
     def _is_ancestor(self, ref: str, sha: str) -> bool:
         key = (ref, sha)
         if key not in self._ancestry:
-            done = subprocess.run(
-                ["git", "-C", str(self.repo), "merge-base", "--is-ancestor", "--end-of-options", ref, sha],
-                capture_output=True,
-                check=False,
-            )
-            self._ancestry[key] = done.returncode == 0  # as `Tree.is_ancestor` answers (an unknown ref: False)
+            # as `Tree.is_ancestor` answers (an unknown ref: False); one shaped like an option raises GitError
+            self._ancestry[key] = is_ancestor(self.repo, ref, sha)
         return self._ancestry[key]

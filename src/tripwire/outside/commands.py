@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tripwire.common.closure import Closure
 from tripwire.common.errors import TripwireError, naming_update_command
+from tripwire.common.git import GitError, git_run
 from tripwire.common.numerics import apply_portable_cpu_env
 
 if TYPE_CHECKING:  # imported on use: the commands start before torch
@@ -36,8 +36,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _commit_of(root: Path) -> str:
-    done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    return done.stdout.strip() if done.returncode == 0 else ""
+    try:
+        done = git_run(root, "rev-parse", "--verify", "-q", operands=("HEAD",))
+    except GitError:  # no git on this machine: the result records no commit
+        return ""
+    return done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else ""
 
 
 def run_main(argv: Sequence[str] | None = None) -> int:

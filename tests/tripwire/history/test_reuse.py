@@ -137,7 +137,8 @@ def test_the_recorder_sees_opens_bytecode_listings_and_the_scenarios_questions(t
 def test_a_pooled_worktree_holds_exactly_the_next_commits_files(walks: dict[str, Any], tmp_path: Path) -> None:
     """A worktree goes back to the pool after a commit; whatever that run wrote, changed or left there is gone when
     the next commit checks itself out in it."""
-    from tripwire.history.commits import Commit, Worktrees, git
+    from tripwire.common.git import git_output as git
+    from tripwire.history.commits import Commit, Worktrees
 
     shas, repo = walks["shas"], walks["root"] / "repo"
     trees = Worktrees(repo, tmp_path / "trees")
@@ -150,7 +151,7 @@ def test_a_pooled_worktree_holds_exactly_the_next_commits_files(walks: dict[str,
         trees.remove(tree)
         again = trees.add(Commit(shas[5], ""))
         assert again == tree  # the same folder, checked out again
-        assert git(again, "rev-parse", "HEAD").strip() == shas[5]
+        assert git(again, "rev-parse", "--verify", operands=("HEAD",)).strip() == shas[5]
         assert git(again, "status", "--porcelain", "--ignored").strip() == ""
         assert (again / "helpers" / "__init__.py").exists() and "** 2" not in (again / "helpers.py").read_text()
         trees.remove(again)
