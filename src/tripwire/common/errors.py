@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,20 +109,32 @@ def read_golden_json(path: Path, missing: str) -> Any:
 
     `missing` is the message used when the file does not exist (it says what to do).
     """
-    if path.exists() and not path.is_file():  # a folder, or a FIFO that would block the read forever
-        raise GoldenFileError(f"{path}: not a regular file: put the file itself there")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise GoldenFileError(f"{path}: {missing}") from None
     except NotADirectoryError:
         raise GoldenFileError(f"{path}: a file stands where a folder is expected on this path") from None
+    except (OSError, ValueError) as error:  # a loop of symbolic links, a name too long, a NUL byte
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise GoldenFileError(f"{path}: cannot be read ({reason}): put the file itself there") from None
+    if not stat.S_ISREG(mode):  # a folder, or a FIFO that would block the read forever
+        raise GoldenFileError(f"{path}: not a regular file: put the file itself there")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise GoldenFileError(
+            f"{path}: cannot be read ({error.strerror or error}): put the file itself there"
+        ) from None
     except RecursionError:
         raise GoldenFileError(f"{path}: JSON nested too deeply to be one of tripwire's files: regenerate it") from None
     except json.JSONDecodeError as error:
         raise GoldenFileError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
     except UnicodeDecodeError:
         raise GoldenFileError(f"{path}: not UTF-8 text (binary-corrupted?): regenerate it") from None
+    except ValueError as error:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        reason = str(error).split(":")[0]
+        raise GoldenFileError(f"{path}: holds a number Python will not read ({reason}): regenerate it") from None
 
 
 class NoGoldenApplies(GuardrailFailure):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.common.errors import TripwireError
+from tripwire.common.files import output_folder
 from tripwire.history.bisect import Finding, bisect, bisect_all
 from tripwire.history.commits import Commit, commits_between, list_commits
 from tripwire.history.report import write_report
@@ -120,6 +121,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     out = (args.out or Path("build") / "history" / args.scenario.stem).resolve()
     try:
         _loads(args.scenario)
+        output_folder(out, "--out")  # before the walk: its report and cache go there
         commits = list_commits(repo, args.span, args.paths, first_parent=args.first_parent)
     except TripwireError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tripwire.common.closure import Closure
 from tripwire.common.errors import TripwireError, naming_update_command
+from tripwire.common.files import output_file, output_folder, write_text
 from tripwire.common.git import GitError, git_run
 from tripwire.common.numerics import apply_portable_cpu_env
 
@@ -77,20 +79,33 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     if not root.is_dir():
         print(f"error: --root {root} is not a folder", file=sys.stderr)
         return 2
-    if args.out.exists() and not args.out.is_dir():  # checked before the run, so no recorded result is lost
-        print(f"error: --out {args.out} is a file, not a result folder: give a folder", file=sys.stderr)
-        return 2
     try:
         scenario = load_scenario(args.scenario)
+        output_folder(
+            args.out, "--out", noun="result folder"
+        )  # before the run: a result is never lost to a path it cannot be saved at
+        if args.values_store is not None:
+            output_folder(args.values_store, "--values-store")
     except TripwireError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     commit = args.commit if args.commit is not None else _commit_of(root)
     reads = Closure(root) if args.closure else contextlib.nullcontext()
     (args.out / "closure.json").unlink(missing_ok=True)  # an earlier run's, never this result's
-    with reads:
-        result = record(scenario, root, commit=commit, keep_values=False if args.no_values else None)
-    result.save(args.out, values_store=args.values_store)
+    try:
+        with reads:
+            result = record(scenario, root, commit=commit, keep_values=False if args.no_values else None)
+    except TripwireError as error:  # refused before the loop ran (an adapter's `when` asked git about '--x')
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
+        result.save(args.out, values_store=args.values_store)
+    except OSError as error:  # the disk filled during the run, say: checked paths can still fail
+        print(
+            f"error: the result could not be saved to {args.out} ({error.strerror or error}): free space and run again",
+            file=sys.stderr,
+        )
+        return 2
     if isinstance(reads, Closure):  # after the result: a closure never stands beside a result it does not describe
         reads.save(args.out / "closure.json")
     print(f"{scenario.name}: {result.summary()} -> {args.out}")
@@ -167,7 +182,11 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    comparison = compare_results(a, b, a_label=str(args.a), b_label=str(args.b))
+    try:
+        comparison = compare_results(a, b, a_label=str(args.a), b_label=str(args.b))
+    except TripwireError as error:  # a kept tensor is read when a comparison needs it: a damaged one says so here
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(comparison.format(details=not args.brief))
     return 0 if comparison.ok else 1
 
@@ -181,7 +200,7 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--per-iteration", action="store_true", help="write: cap each iteration, not the totals")
     args = parser.parse_args(argv)
     from tripwire.outside.result import Result
-    from tripwire.sync.budget import write_budget
+    from tripwire.sync.budget import budget_payload
     from tripwire.sync.sites import callers_by_line, lines_by_key
 
     try:
@@ -201,6 +220,11 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("CI") and args.file.exists():
         print(f"error: {args.file} exists and CI is set: budgets are never rewritten in CI", file=sys.stderr)
         return 2
+    try:
+        output_file(args.file, "budget file")
+    except TripwireError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     syncs = result.syncs
     if args.per_iteration and not syncs.iterations:
         print("error: the result has no iterations: declare `iteration=` in the scenario", file=sys.stderr)
@@ -209,8 +233,7 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
     context: dict[str, object] = {key: result.context[key] for key in ("device", "torch") if key in result.context}
     context["iterations"] = len(syncs.iterations)  # a check on a run that marked another number fails
     compiled = result.compile
-    write_budget(
-        args.file,
+    payload = budget_payload(
         {} if args.per_iteration else syncs.counts_by_region(),
         syncs.site_keys_by_region(),
         context,
@@ -220,6 +243,14 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
         # compilation happens in the first iterations: always budgeted by totals, so a recompile per round fails
         compile=None if compiled is None else _events_payload(compiled),
     )
+    try:  # whole or not at all, as `write_budget` writes it: sorted, indented JSON with a trailing newline
+        write_text(args.file, json.dumps(payload, indent=2) + "\n")
+    except OSError as error:
+        print(
+            f"error: budget file {args.file} could not be written ({error.strerror or error}); nothing was written",
+            file=sys.stderr,
+        )
+        return 2
     what = "per iteration" if args.per_iteration else "totals"
     compiled_text = f", {compiled.total} compilation events" if compiled is not None else ""
     print(f"wrote {args.file} ({what}; {syncs.total} syncs in {len(syncs.counts_by_region())} regions{compiled_text})")

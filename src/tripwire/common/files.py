@@ -1,0 +1,156 @@
+"""Paths tripwire reads and writes, checked before use: inputs are regular files, outputs can be written.
+
+Inputs (`input_file`, `read_text`): a folder, a FIFO (reading it blocks forever), a device (`/dev/zero` never
+ends), a link loop, a name too long or a file over its size limit is refused before it is opened, in one line
+naming the file and what to do. `within(root, path)` says whether a path stays inside a tree once `..` and links
+are resolved. Outputs (`output_folder`, `output_file`): checked before any work, without creating anything, so a
+run's result is never lost to a path that cannot be written (a file standing where a folder belongs, `/proc`, a
+read-only disk): the nearest existing folder on the path must be a folder that accepts a new file. `write_text`
+writes a file whole or not at all (a temporary file renamed). Loads no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from tripwire.common.errors import TripwireError
+
+__all__ = ["PathError", "input_file", "output_file", "output_folder", "read_text", "shown", "within", "write_text"]
+
+TEXT_LIMIT_BYTES = 64 * 2**20  # a TOML list, a source file: far below; /dev/zero's "file" is refused before this
+
+
+class PathError(TripwireError, ValueError):
+    """A path that cannot be read or written as asked; one line naming it, why, and what to do."""
+
+
+def shown(path: object) -> str:
+    """`path` as text with its control characters escaped as Python's repr writes them (`\\n`, `\\x1b`), so a
+    name holding one cannot split a one-line message or drive the terminal."""
+    text = str(path)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def input_file(path: Path, what: str, error: type[TripwireError] = PathError) -> os.stat_result:
+    """The status of `path` when it is a regular file (links followed); else `error` naming `what` and `path`."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise error(f"{what} {shown(path)} does not exist: pass an existing file") from None
+    except (OSError, ValueError) as failure:  # a link loop, a name too long, a NUL byte, no permission
+        reason = failure.strerror if isinstance(failure, OSError) and failure.strerror else str(failure)
+        raise error(f"{what} {shown(path)} cannot be read ({reason}): pass a readable file") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise error(f"{what} {shown(path)} is {_kind(status.st_mode)}, not a regular file: pass the file itself")
+    return status
+
+
+def read_text(path: Path, what: str, error: type[TripwireError] = PathError, limit: int = TEXT_LIMIT_BYTES) -> str:
+    """A UTF-8 text file's content, checked first (`input_file`, at most `limit` bytes); one line otherwise."""
+    status = input_file(path, what, error)
+    if status.st_size > limit:
+        raise error(f"{what} {shown(path)} is {status.st_size} bytes, over the limit of {limit}: pass the right file")
+    try:
+        return path.read_bytes()[: limit + 1].decode("utf-8")
+    except UnicodeDecodeError as failure:
+        raise error(f"{what} {shown(path)} is not UTF-8 text (byte {failure.start}): pass a text file") from None
+    except OSError as failure:
+        raise error(f"{what} {shown(path)} cannot be read ({failure.strerror}): pass a readable file") from None
+
+
+def within(root: Path, path: Path) -> bool:
+    """Whether `path` lies inside `root` once `..` and symbolic links are resolved on both."""
+    try:
+        return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
+    except (OSError, ValueError):
+        return False
+
+
+def _nearest_existing(path: Path) -> tuple[Path, os.stat_result]:
+    """The longest prefix of `path` that exists, and its status; OSError for a link loop, a name too long."""
+    current = Path(os.path.abspath(path))
+    while True:
+        try:
+            return current, os.stat(current)
+        except (FileNotFoundError, NotADirectoryError):
+            if current.parent == current:
+                raise
+            current = current.parent
+
+
+def _writable_folder(folder: Path) -> str | None:
+    """None when a new file can be created in `folder`, else the system's reason."""
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".tripwire-probe-")
+    except OSError as failure:
+        return failure.strerror or type(failure).__name__
+    os.close(handle)
+    os.unlink(probe)
+    return None
+
+
+def _check_output(path: Path, flag: str, error: type[TripwireError], *, folder: bool, noun: str = "folder") -> None:
+    wanted = f"a {noun} path" if folder else "a file path"
+    try:
+        existing, status = _nearest_existing(path)
+    except (OSError, ValueError) as failure:
+        reason = failure.strerror if isinstance(failure, OSError) and failure.strerror else str(failure)
+        raise error(f"{flag} {shown(path)} cannot be used ({reason}): pass {wanted} you can write") from None
+    same = existing == Path(os.path.abspath(path))
+    if same and folder and not stat.S_ISDIR(status.st_mode):
+        raise error(f"{flag} {shown(path)} is {_kind(status.st_mode)}, not a {noun}: pass {wanted}")
+    if same and not folder and not stat.S_ISREG(status.st_mode):
+        raise error(
+            f"{flag} {shown(path)} is {_kind(status.st_mode)}: pass a file path (a new file, or one to replace)"
+        )
+    if not same and not stat.S_ISDIR(status.st_mode):
+        kind = _kind(status.st_mode)
+        raise error(f"{flag} {shown(path)}: {shown(existing)} on the way is {kind}, not a folder: pass {wanted}")
+    too_long = [part for part in Path(path).parts if len(os.fsencode(part)) > 255]
+    if too_long:
+        raise error(f"{flag} {shown(path)}: a name on it is longer than 255 bytes: pass a shorter path")
+    holder = existing if stat.S_ISDIR(status.st_mode) else existing.parent
+    refused = _writable_folder(holder)
+    if refused is not None:
+        raise error(
+            f"{flag} {shown(path)} cannot be written ({refused} in {shown(holder)}): pass {wanted} you can write"
+        )
+
+
+def output_folder(path: Path, flag: str, error: type[TripwireError] = PathError, noun: str = "folder") -> None:
+    """Refuse (`error`, one line naming `flag` and calling the folder a `noun`) a folder that cannot be made and
+    written, before any work."""
+    _check_output(path, flag, error, folder=True, noun=noun)
+
+
+def output_file(path: Path, flag: str, error: type[TripwireError] = PathError) -> None:
+    """Refuse (`error`, one line naming `flag`) a file path that cannot be written, before any work."""
+    _check_output(path, flag, error, folder=False)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a temporary file beside it, renamed over it (OSError raised)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
