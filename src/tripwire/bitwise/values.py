@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 
 from tripwire.common.errors import GoldenFileError
+from tripwire.common.files import input_file, within
 
 FORMAT = "tripwire-values/2"
 LEGACY_FORMAT = "tripwire-values/1"
@@ -104,22 +106,22 @@ class _Checkpoint(Mapping[str, torch.Tensor]):
 class _Source:
     """Where a values file's tensors are: in the file, or in its store folder."""
 
-    def __init__(self, path: Path, tensors: Mapping[str, torch.Tensor], store: str) -> None:
+    def __init__(self, path: Path, tensors: Mapping[str, torch.Tensor], store: Path | None) -> None:
         self._path = path
         self._tensors = dict(tensors)
-        self._store = (path.parent / store).resolve() if store else None
+        self._store = store
 
     def tensor(self, key: str) -> torch.Tensor:
         if key not in self._tensors:
             if self._store is None:
                 raise GoldenFileError(f"{self._path}: no tensor {key[:16]}: record it again")
-            self._tensors[key] = _load(_store_path(self._store, key))
+            entry = _store_path(self._store, key)
+            self._tensors[key] = _tensor(_load(entry), entry, "the store entry")
         return self._tensors[key]
 
 
 def _load(path: Path) -> Any:
-    if path.exists() and not path.is_file():
-        raise GoldenFileError(f"{path}: not a regular file: record it again")
+    input_file(path, "", GoldenFileError, "record it again")  # a folder, FIFO or device is never opened
     try:
         with warnings.catch_warnings():  # a foreign file's pickle protocol warning would add lines to the one line
             warnings.simplefilter("ignore")
@@ -134,18 +136,78 @@ def _load(path: Path) -> Any:
         TypeError,
         IndexError,
         KeyError,
+        MemoryError,
+        OverflowError,
     ) as error:
         raise GoldenFileError(f"{path}: unreadable values file ({type(error).__name__}): record it again") from None
 
 
+def _refused(path: Path, what: str) -> GoldenFileError:
+    return GoldenFileError(f"{path}: not a tripwire values file ({what}): record it again")
+
+
+def _tensor(value: Any, path: Path, where: str) -> torch.Tensor:
+    """`value` when it is a dense CPU tensor a comparison can read; a one-line refusal naming `where` otherwise."""
+    if not isinstance(value, torch.Tensor):
+        raise _refused(path, f"{where} holds a {type(value).__name__}, not a tensor")
+    if value.layout != torch.strided or value.device.type != "cpu":
+        raise _refused(path, f"{where} is a {value.layout} tensor on {value.device}, not a dense CPU tensor")
+    return value
+
+
+def _mapping(value: Any, path: Path, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise _refused(path, f"{where} is a {type(value).__name__}, not a mapping of names")
+    return value
+
+
+def _store_entry(store: Path, key: str, path: Path) -> None:
+    """Refuse a store key that is no digest (so its file could lie outside the store: `/etc/...`, `../..`) and an
+    entry that is not a regular file inside the store."""
+    if not _DIGEST.fullmatch(key):
+        raise _refused(path, f"store key {key[:40]!r} is not a digest, so its file could lie outside the store")
+    entry = _store_path(store, key)
+    if not within(store, entry):
+        raise _refused(path, f"store entry {entry} leads outside the store {store}")
+    input_file(entry, f"{path}: store entry", GoldenFileError, "record the result again")
+
+
+_DIGEST = re.compile(r"[0-9a-f]{2,128}")
+
+
 def load_values(path: str | Path) -> Values:
-    """Read a values file (either format); its tensors load when first asked for."""
+    """Read a values file (either format); its tensors load when first asked for. Its structure, each tensor in
+    it and each store entry it names (a regular file inside the store) are checked here, one line naming the file
+    when anything is off; a store tensor's own content is checked when it is read."""
     path = Path(path)
     data = _load(path)
     if not isinstance(data, dict) or data.get("format") not in (FORMAT, LEGACY_FORMAT):
         raise GoldenFileError(f"{path}: not a tripwire values file: record it again")
+    checkpoints = _mapping(data.get("checkpoints"), path, "checkpoints")
     if data["format"] == LEGACY_FORMAT:
-        legacy: Values = data["checkpoints"]
-        return legacy
-    source = _Source(path, data.get("tensors", {}), str(data.get("store", "")))
-    return {name: _Checkpoint(keys, source) for name, keys in data["checkpoints"].items()}
+        return {
+            name: {
+                tensor: _tensor(value, path, f"checkpoint {name!r} tensor {tensor!r}")
+                for tensor, value in _mapping(kept, path, f"checkpoint {name!r}").items()
+            }
+            for name, kept in checkpoints.items()
+        }
+    tensors = _mapping(data.get("tensors", {}), path, "tensors")
+    for key, value in tensors.items():
+        _tensor(value, path, f"tensor {key[:16]!r}")
+    where = data.get("store", "")
+    if not isinstance(where, str):
+        raise _refused(path, f"store is a {type(where).__name__}, not a folder name")
+    store = Path(os.path.realpath(path.parent / where)) if where else None
+    keys: dict[str, dict[str, str]] = {}
+    for name, kept in checkpoints.items():
+        keys[name] = dict(_mapping(kept, path, f"checkpoint {name!r}"))
+        for tensor, key in keys[name].items():
+            if not isinstance(key, str):
+                raise _refused(path, f"checkpoint {name!r} tensor {tensor!r} is keyed by a {type(key).__name__}")
+            if key not in tensors and store is None:
+                raise _refused(path, f"checkpoint {name!r} tensor {tensor!r} names no tensor of the file")
+            if key not in tensors and store is not None:
+                _store_entry(store, key, path)
+    source = _Source(path, tensors, store)
+    return {name: _Checkpoint(names, source) for name, names in keys.items()}

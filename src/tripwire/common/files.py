@@ -46,31 +46,44 @@ def _kind(mode: int) -> str:
     return "a file" if stat.S_ISREG(mode) else "not a regular file"
 
 
-def input_file(path: Path, what: str, error: type[TripwireError] = PathError) -> os.stat_result:
-    """The status of `path` when it is a regular file (links followed); else `error` naming `what` and `path`."""
+def _named(what: str, path: Path) -> str:
+    """How a message names an input: `--data x.db` (a flag or a role, then the path) or, without one, `x.db`."""
+    return f"{what} {shown(path)}" if what else shown(path)
+
+
+def input_file(path: Path, what: str, error: type[TripwireError] = PathError, fix: str = "") -> os.stat_result:
+    """The status of `path` when it is a regular file (links followed); else `error`, one line of the form
+    `<what> <path>: <problem>: <fix>` (the fix says what to pass instead, unless `fix` is given)."""
     try:
         status = os.stat(path)
     except FileNotFoundError:
-        raise error(f"{what} {shown(path)} does not exist: pass an existing file") from None
+        raise error(f"{_named(what, path)}: does not exist: {fix or 'pass an existing file'}") from None
     except (OSError, ValueError) as failure:  # a link loop, a name too long, a NUL byte, no permission
         reason = failure.strerror if isinstance(failure, OSError) and failure.strerror else str(failure)
-        raise error(f"{what} {shown(path)} cannot be read ({reason}): pass a readable file") from None
+        raise error(f"{_named(what, path)}: cannot be read ({reason}): {fix or 'pass a readable file'}") from None
     if not stat.S_ISREG(status.st_mode):
-        raise error(f"{what} {shown(path)} is {_kind(status.st_mode)}, not a regular file: pass the file itself")
+        kind = _kind(status.st_mode)
+        raise error(f"{_named(what, path)}: {kind}, not a regular file: {fix or 'pass the file itself'}")
     return status
 
 
-def read_text(path: Path, what: str, error: type[TripwireError] = PathError, limit: int = TEXT_LIMIT_BYTES) -> str:
+def read_text(
+    path: Path, what: str, error: type[TripwireError] = PathError, fix: str = "", limit: int = TEXT_LIMIT_BYTES
+) -> str:
     """A UTF-8 text file's content, checked first (`input_file`, at most `limit` bytes); one line otherwise."""
-    status = input_file(path, what, error)
+    status = input_file(path, what, error, fix)
     if status.st_size > limit:
-        raise error(f"{what} {shown(path)} is {status.st_size} bytes, over the limit of {limit}: pass the right file")
+        too_big = f"{status.st_size} bytes, over the limit of {limit}"
+        raise error(f"{_named(what, path)}: {too_big}: {fix or 'pass the right file'}")
     try:
         return path.read_bytes()[: limit + 1].decode("utf-8")
     except UnicodeDecodeError as failure:
-        raise error(f"{what} {shown(path)} is not UTF-8 text (byte {failure.start}): pass a text file") from None
+        raise error(
+            f"{_named(what, path)}: not UTF-8 text (byte {failure.start}): {fix or 'pass a text file'}"
+        ) from None
     except OSError as failure:
-        raise error(f"{what} {shown(path)} cannot be read ({failure.strerror}): pass a readable file") from None
+        reason = failure.strerror or type(failure).__name__
+        raise error(f"{_named(what, path)}: cannot be read ({reason}): {fix or 'pass a readable file'}") from None
 
 
 def within(root: Path, path: Path) -> bool:
