@@ -27,7 +27,11 @@ EXTRA_OF = {
     "tripwire.telemetry.snapshot": "pytest",
     "tripwire.bench": "bench",
 }
-EXTRA_OF |= {"tripwire.history": "history", "tripwire.gates.exercised": "coverage"}
+EXTRA_OF |= {
+    "tripwire.history": "history",
+    "tripwire.gates.exercised": "coverage",
+    "tripwire.gates.coverage_data": "coverage",
+}
 
 
 def _names(requirements: list[str]) -> set[str]:

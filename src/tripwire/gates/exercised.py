@@ -12,27 +12,35 @@ runs, a CLI path) passes every behaviour check because nothing ran it. The gate 
   "unseen". An explicit exclusion list (TOML, `[[unexercised]]` entries of `where = "path::function"` or
   `where = "path"`, and/or `pattern`, a regular expression the statement's first line matches, each with a
   non-empty `reason`) names code that no scenario can run; an entry whose `where` names nothing in the tree is an
-  error, so the list does not outlive the code it excuses.
+  error, so the list does not outlive the code it excuses (`tripwire.gates.exclusions`).
 - without a base: a report, never a failure: the share of each named module's statements the scenarios ran and the
   functions they never entered (`coverage_rows`).
 
-Loads without torch; coverage.py is imported when a data file is read (tripwire's `coverage` extra).
+Every input is checked before use (`tripwire.gates.coverage_data`): damaged coverage data, a measured path that
+climbs out of the tree, a `--modules` or exclusion file that is a folder, a FIFO, a device or not UTF-8 is one line
+naming it; `--against` reaches git only as a ref (`tripwire.common.git`). Loads without torch; coverage.py is
+imported when a data file is read (tripwire's `coverage` extra).
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import difflib
+import os
 import re
 import sys
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tripwire.common.errors import TripwireError
+from tripwire.common.files import input_file, shown
 from tripwire.common.git import check_ref, git_output, git_run
+from tripwire.gates.coverage_data import ExercisedError, coverage_of, executed_lines, source_text, statements
+from tripwire.gates.exclusions import Exclusion, load_exclusions
+from tripwire.gates.layout import layout
 
 __all__ = [
     "CoverageRow",
@@ -49,10 +57,6 @@ __all__ = [
 ]
 
 
-class ExercisedError(TripwireError):
-    """The inputs of the changed-line check are unusable (no coverage data, a bad exclusion list, git refused)."""
-
-
 @dataclass(frozen=True)
 class Unseen:
     """One changed line of an executable statement that no scenario ran."""
@@ -64,23 +68,6 @@ class Unseen:
 
     def format(self) -> str:
         return f"{self.file}:{self.line} in {self.function or '<module>'}  `{self.text}`"
-
-
-@dataclass(frozen=True)
-class Exclusion:
-    """A reviewed entry of the exclusion list: code no scenario runs, and why."""
-
-    where: str  # "path::qualname" (a function or class, and what it contains), "path" (a module), "" (anywhere)
-    reason: str
-    pattern: str = ""  # a regular expression the statement's first line must match (`^raise `), "" for any
-
-    def covers(self, file: str, function: str, statement: str) -> bool:
-        path, _, name = self.where.partition("::")
-        if path and path != file:
-            return False
-        if name and function != name and not function.startswith(f"{name}."):
-            return False
-        return not self.pattern or re.search(self.pattern, statement) is not None
 
 
 @dataclass(frozen=True)
@@ -183,7 +170,7 @@ def _hunks(root: Path, base: str, under: Sequence[str]) -> list[_Hunk]:
     untracked = git_output(root, "ls-files", "--others", "--exclude-standard", paths=under, error=ExercisedError)
     for name in untracked.splitlines():
         if name.endswith(".py"):
-            text = (root / name).read_text(encoding="utf-8", errors="replace").splitlines()
+            text = source_text(root, name, "new file").splitlines()
             hunks.append(_Hunk(name, list(enumerate(text, 1))))
     return hunks
 
@@ -217,78 +204,6 @@ def changed_lines(root: Path, base: str, under: Sequence[str]) -> dict[str, set[
     return {name: lines for name, lines in changed.items() if lines}
 
 
-def _coverage(data_file: Path) -> Any:
-    try:
-        import coverage
-    except ImportError as error:  # pragma: no cover - the extra is part of the test environment
-        raise ExercisedError("coverage.py is not installed: pip install 'tripwire-gate[coverage]'") from error
-    if not data_file.exists():
-        raise ExercisedError(
-            f"no coverage data at {data_file}: run the scenarios under coverage first (coverage run -m pytest ...)"
-        )
-    cov = coverage.Coverage(data_file=str(data_file))
-    cov.load()
-    return cov
-
-
-def executed_lines(data_file: Path, root: Path) -> dict[str, set[int]]:
-    """Lines coverage.py saw run, per file under `root` (root-relative; copies of the tree elsewhere are ignored)."""
-    data = _coverage(data_file).get_data()
-    prefix = str(root.resolve()) + "/"
-    return {
-        name[len(prefix) :]: set(data.lines(name) or ()) for name in data.measured_files() if name.startswith(prefix)
-    }
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Per source line of one file: the first line of the statement it belongs to, and its enclosing function."""
-
-    statement: dict[int, int]
-    function: dict[int, str]
-
-
-def _start(node: ast.AST) -> int:
-    """The first line of a statement or clause (a `case` starts at its pattern)."""
-    if isinstance(node, ast.match_case):
-        return node.pattern.lineno
-    return int(getattr(node, "lineno", 0))
-
-
-def _layout(source: str) -> _Layout:
-    tree = ast.parse(source)
-    statement: dict[int, int] = {}
-    function: dict[int, str] = {}
-
-    def visit(node: ast.AST, qualname: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.ExceptHandler, ast.match_case)):  # a clause: its header, then its body
-                body_start = child.body[0].lineno if child.body else None
-                header = child.lineno if isinstance(child, ast.ExceptHandler) else child.pattern.lineno
-                for line in range(header, (body_start or header + 1)):
-                    statement[line] = header
-                visit(child, qualname)
-                continue
-            if not isinstance(child, ast.stmt):
-                continue
-            inner = qualname
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                inner = f"{qualname}.{child.name}" if qualname else child.name
-            end = child.end_lineno or child.lineno
-            first = min([child.lineno, *(d.lineno for d in getattr(child, "decorator_list", ()))])
-            for line in range(first, end + 1):
-                function[line] = inner
-            clauses = [getattr(child, name, None) for name in ("body", "orelse", "finalbody", "handlers", "cases")]
-            starts = [_start(items[0]) for items in clauses if isinstance(items, list) and items]
-            header_end = min(starts) - 1 if starts else end
-            for line in range(first, max(header_end, child.lineno) + 1):
-                statement[line] = child.lineno  # a compound statement's header; its body is visited below
-            visit(child, inner)
-
-    visit(tree, "")
-    return _Layout(statement, function)
-
-
 def check_changed_lines(
     root: Path,
     base: str,
@@ -298,100 +213,51 @@ def check_changed_lines(
     exclusions_file: str = "",
 ) -> ExercisedReport:
     """Every changed line of an executable statement under `under` must have run (module docstring)."""
-    cov = _coverage(data_file)
+    cov = coverage_of(data_file)
     ran = executed_lines(data_file, root)
     unseen: list[Unseen] = []
     excused: list[tuple[Unseen, Exclusion]] = []
     executable = 0
     for name, lines in sorted(changed_lines(root, base, under).items()):
-        path = root / name
-        source = path.read_text(encoding="utf-8", errors="replace")
-        try:
-            layout = _layout(source)
-        except SyntaxError as error:
-            raise ExercisedError(
-                f"{name}:{error.lineno}: cannot be parsed ({error.msg}); fix the syntax first"
-            ) from error
-        statements = set(cov.analysis2(str(path))[1])
+        source = source_text(root, name, "changed file")
+        lines_of = layout(source)
+        executable_lines = statements(cov, root, name, "changed file")
         text = source.splitlines()
         seen_statements: set[int] = set()
         for line in sorted(lines):
-            first = layout.statement.get(line)
-            if first is None or first not in statements or first in seen_statements:
+            first = lines_of.statement.get(line)
+            if first is None or first not in executable_lines or first in seen_statements:
                 continue  # a comment, a blank line, a docstring, or a statement already judged
             seen_statements.add(first)
             executable += 1
             if first in ran.get(name, set()):
                 continue
-            row = Unseen(name, line, layout.function.get(line, ""), text[line - 1].strip() if line <= len(text) else "")
+            row = Unseen(
+                name, line, lines_of.function.get(line, ""), text[line - 1].strip() if line <= len(text) else ""
+            )
             statement = text[first - 1].strip() if first <= len(text) else ""
             exclusion = next((e for e in exclusions if e.covers(name, row.function, statement)), None)
             (excused.append((row, exclusion)) if exclusion is not None else unseen.append(row))
     return ExercisedReport(base, executable, tuple(unseen), tuple(excused), exclusions_file)
 
 
-def load_exclusions(path: Path, root: Path) -> list[Exclusion]:
-    """The reviewed exclusion list; a malformed entry, or one that names nothing in the tree, raises naming it."""
-    if not path.exists():
-        return []
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ExercisedError(f"{path}: not valid TOML ({error}); fix the file") from error
-    entries = data.get("unexercised", [])
-    if not isinstance(entries, list):
-        raise ExercisedError(
-            f"{path}: `unexercised` must be a list of tables ([[unexercised]] where = ..., reason = ...)"
-        )
-    out = []
-    for index, item in enumerate(entries, 1):
-        entry: Mapping[str, Any] = item if isinstance(item, Mapping) else {}
-        where, reason, pattern = entry.get("where", ""), entry.get("reason"), entry.get("pattern", "")
-        named = isinstance(where, str) and isinstance(pattern, str) and bool(where or pattern)
-        known = not set(entry) - {"where", "reason", "pattern"}
-        if not named or not known or not isinstance(reason, str) or not reason.strip():
-            needs = "needs `where` (file::function) or `pattern` (a regular expression), and a non-empty `reason`"
-            raise ExercisedError(f"{path}: entry {index} {needs}")
-        try:
-            re.compile(pattern)
-        except re.error as error:
-            raise ExercisedError(
-                f"{path}: entry {index}: `pattern` {pattern!r} is no regular expression ({error})"
-            ) from None
-        exclusion = Exclusion(where, reason.strip(), pattern)
-        if where:
-            _check_names_something(path, root, exclusion)
-        out.append(exclusion)
-    return out
-
-
-def _check_names_something(path: Path, root: Path, exclusion: Exclusion) -> None:
-    file, _, name = exclusion.where.partition("::")
-    target = root / file
-    if not target.is_file():
-        raise ExercisedError(f"{path}: {exclusion.where!r} names no file of the tree (moved? update or drop the entry)")
-    if name and name not in set(_layout(target.read_text(encoding="utf-8")).function.values()):
-        raise ExercisedError(f"{path}: {exclusion.where!r} names no function in {file} (renamed? update the entry)")
-
-
 def coverage_rows(data_file: Path, root: Path, files: Iterable[str]) -> list[CoverageRow]:
     """For each root-relative file: statements, how many the scenarios ran, and the functions they never entered."""
-    cov = _coverage(data_file)
+    cov = coverage_of(data_file)
     ran = executed_lines(data_file, root)
     rows = []
     for name in sorted(set(files)):
-        path = root / name
-        statements = set(cov.analysis2(str(path))[1])
-        run = statements & ran.get(name, set())
-        source = path.read_text(encoding="utf-8")
-        layout = _layout(source)
+        source = source_text(root, name, "--modules")
+        lines = statements(cov, root, name, "--modules")
+        run = lines & ran.get(name, set())
+        lines_of = layout(source)
         never = []
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-                body = {stmt.lineno for stmt in node.body} & statements
+                body = {stmt.lineno for stmt in node.body} & lines
                 if body and not body & run:
-                    never.append(layout.function.get(node.lineno, node.name))
-        rows.append(CoverageRow(name, len(statements), len(run), tuple(sorted(never))))
+                    never.append(lines_of.function.get(node.lineno, node.name))
+        rows.append(CoverageRow(name, len(lines), len(run), tuple(sorted(never))))
     return rows
 
 
@@ -417,11 +283,16 @@ def format_rows(rows: Sequence[CoverageRow], title: str, shown: int | None = Non
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage error is one line (exit 2), as every tripwire command's."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {shown(message)} (see --help)\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m tripwire exercised`: the changed-line check (`--against REF`) or the coverage report."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m tripwire exercised", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m tripwire exercised", description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True, help="coverage.py data file of the scenario run")
     parser.add_argument("--against", metavar="REF", help="fail on changed lines since REF that no scenario ran")
     parser.add_argument("--under", nargs="+", default=["src"], help="folders whose changes count (default: src)")
@@ -429,12 +300,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--modules", nargs="*", default=[], help="files the no-base report lists (default: all)")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository root (default: here)")
     args = parser.parse_args(argv)
-    root = args.root.resolve()
+    root = Path(os.path.realpath(args.root))
     try:
-        if args.against:
+        if not root.is_dir():
+            raise ExercisedError(f"--root {shown(args.root)} is not a folder: pass the repository root")
+        if args.against is not None:
+            if args.exclusions is not None:  # named on purpose: it must be there, not be skipped as absent
+                input_file(args.exclusions, "--exclusions", ExercisedError, "pass the TOML exclusion list")
             exclusions = load_exclusions(args.exclusions, root) if args.exclusions else []
-            shown = str(args.exclusions) if args.exclusions else ""
-            report = check_changed_lines(root, args.against, args.data, args.under, exclusions, shown)
+            listed = shown(args.exclusions) if args.exclusions else ""
+            report = check_changed_lines(root, args.against, args.data, args.under, exclusions, listed)
             print(report.format())
             return 0 if report.ok else 1
         files = args.modules or [
