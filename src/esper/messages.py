@@ -1,8 +1,9 @@
-"""One-line error messages: the part of an exception that goes into them."""
+"""One-line error messages: the part of an exception that goes into them, and the streams they are written to."""
 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,3 +54,50 @@ def warnings_folded() -> Iterator[None]:
     finally:
         for held in caught:
             warnings.showwarning(held.message, held.category, held.filename, held.lineno)
+
+
+class StandardStreams:
+    """The process's stdout and stderr (file descriptors 1 and 2, and Python's `sys.stdout` / `sys.stderr`) as they
+    are now, held so that user code (a `--dataset` loader) that closes or replaces them cannot silence the run's
+    one-line messages: `restore()` puts back whatever changed and names it."""
+
+    def __init__(self) -> None:
+        self._saved = {fd: _held(fd) for fd in (1, 2)}
+        self._objects = (sys.stdout, sys.stderr)
+
+    def restore(self) -> str:
+        """Put back every stream that was closed or replaced; "" when none was, else which (`standard error (fd 2)`).
+        The held copies are released either way."""
+        touched = []
+        for fd, (identity, copy) in self._saved.items():
+            if copy is not None and _identity(fd) != identity:
+                os.dup2(copy, fd)
+                touched.append(f"{'standard output' if fd == 1 else 'standard error'} (fd {fd})")
+            if copy is not None:
+                os.close(copy)
+        self._saved = {}
+        for name, held in zip(("stdout", "stderr"), self._objects, strict=True):
+            if held is not None and (getattr(sys, name) is not held or held.closed):
+                setattr(sys, name, held if not held.closed else _reopened(name))
+                touched.append(f"sys.{name}")
+        return " and ".join(touched)
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    """(device, inode) of what `fd` refers to, or None when it is closed."""
+    try:
+        status = os.fstat(fd)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _held(fd: int) -> tuple[tuple[int, int] | None, int | None]:
+    """`fd`'s identity and a duplicate of it to restore from (None when it is closed already)."""
+    identity = _identity(fd)
+    return identity, (os.dup(fd) if identity is not None else None)
+
+
+def _reopened(name: str) -> object:
+    """A fresh text stream on fd 1 or 2 for `sys.stdout` / `sys.stderr` when the old object was closed."""
+    return open(1 if name == "stdout" else 2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)

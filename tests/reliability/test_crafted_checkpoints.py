@@ -24,6 +24,7 @@ from reliability_helpers import SMALL_POLICY, TINY, child_env
 
 from esper.scripts import train
 from esper.simic.training.checkpoint import PAYLOAD_SPEC, state_spec
+from esper.simic.training.checkpoint_digest import DIGEST_KEY, content_digest
 from esper.simic.training.checkpoint_schema import problem
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.wiring import build_policy_client
@@ -57,6 +58,7 @@ ACCEPTED = {
     r"state\.data\.dataset": "a name; compared with this run's data afterwards",
     r"(format|version|slot_ids\[0\]|task|controller)": "checked by value after the schema (not an esper checkpoint, "
     "another version, another layout)",
+    r"digest": "any string; compared with the content after the schema (test_checkpoint_digest.py)",
 }
 
 
@@ -65,6 +67,12 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
     path = tmp_path_factory.mktemp("crafted") / "good.pt"
     assert quiet_main(*RUN[:-1], "1", "--save", str(path))[0] == 0
     return path, torch.load(path, weights_only=True)
+
+
+def sealed(payload: dict[str, Any]) -> dict[str, Any]:
+    """`payload` with its digest written again, as a crafter who knows the format would: what is tested here is the
+    schema, past the digest (`test_checkpoint_digest.py` tests the digest)."""
+    return {**payload, DIGEST_KEY: content_digest(payload)}
 
 
 def quiet_main(*argv: str) -> tuple[int, list[str]]:
@@ -144,7 +152,7 @@ def test_each_accepted_kind_of_field_resumes_and_trains_or_is_refused_by_value(
     failed, trained = [], 0
     for name, keys, label, hostile in cases:
         target = tmp_path / "accepted.pt"
-        torch.save(replaced(payload, keys, hostile), target)
+        torch.save(sealed(replaced(payload, keys, hostile)), target)
         code, lines = quiet_main(*RUN, "--resume", str(target))
         trained += code == 0
         if not (code == 0 or (code == 2 and len(lines) == 1)) or any("Traceback" in line for line in lines):
@@ -179,7 +187,7 @@ def test_a_crafted_checkpoint_ends_in_one_line_exit_2_from_the_command_line(
     """In a child process: before the check, the first of these corrupted the heap and killed the interpreter."""
     _, payload = saved
     target = tmp_path / "crafted.pt"
-    torch.save(replaced(payload, keys, hostile), target)
+    torch.save(sealed(replaced(payload, keys, hostile)), target)
     result = subprocess.run(
         [sys.executable, "-m", "esper.scripts.train", *RUN, "--resume", str(target)],
         capture_output=True,

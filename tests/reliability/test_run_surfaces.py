@@ -280,12 +280,14 @@ def test_resuming_on_a_dataset_of_another_shape_is_refused_naming_each_field(tmp
     assert same.returncode == 0 and same.stderr == "", same.stderr
     payload = torch.load(ck, weights_only=True)
     assert payload["state"].pop("data") == {"dataset": "synthetic", "channels": 3, "image_size": 32, "classes": 10}
+    assert payload.pop("digest").startswith("sha256:")
     old_checkpoint = tmp_path / "old.pt"
-    torch.save(payload, old_checkpoint)  # as written before data signatures were recorded
+    torch.save(payload, old_checkpoint)  # as written before data signatures (and digests) were recorded
     note = one_line(cli(*SYNTHETIC, "--rounds", "2", "--resume", str(old_checkpoint)), 0)
     assert note == (
-        f"train: note: checkpoint {old_checkpoint} records no data signature (written by an older esper): resuming "
-        "without checking that it was trained on this dataset, image shape and class count"
+        f"train: note: checkpoint {old_checkpoint} records no digest and no data signature (written by an older "
+        "esper): resuming without checking that its content is what --save wrote (silent corruption), nor that it "
+        "was trained on this dataset, image shape and class count"
     )
 
 

@@ -23,7 +23,7 @@ from esper.data.records import (
     check_dataset,
     check_split,
 )
-from esper.messages import first_line, warnings_folded
+from esper.messages import StandardStreams, first_line, warnings_folded
 
 VALID_DATASETS: tuple[str, ...] = ("synthetic", "cifar10", "npz", "imagefolder")
 AUGMENT_PADDING = 4
@@ -129,6 +129,7 @@ def _from_callable(spec: str, *, split: str, n_samples: int | None, seed: int, d
         ) from None
     _check_signature(spec, loader)
     before = _torch_defaults()
+    streams = StandardStreams()
     try:
         dataset = loader(split=split, n_samples=n_samples, seed=seed, data_dir=data_dir)
     except KeyboardInterrupt:
@@ -140,6 +141,12 @@ def _from_callable(spec: str, *, split: str, n_samples: int | None, seed: int, d
         ) from None
     finally:
         changed = _restore_torch_defaults(before)  # put back whatever the loader did, also when it raised
+        closed = streams.restore()  # first: the refusal below must be able to reach the terminal
+    if closed:
+        raise UserLoaderError(
+            f"--dataset {spec} closed or replaced the process's {closed} while loading the {split} split (put back "
+            "for this message): a loader must leave the standard streams open"
+        )
     if changed:
         raise UserLoaderError(
             f"--dataset {spec} changed torch's {changed} while loading the {split} split: the run's numerics would "

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from esper.messages import first_line
+
 VALID_SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 # Per-channel normalization of CIFAR-10 (also applied to the synthetic task, so both look alike to a host).
@@ -109,7 +111,9 @@ def check_dataset(
 
     Checks: images [N, C, H, W] float32 with C, H, W >= 1 and every value finite; int64 labels in [0, num_classes);
     2 <= num_classes <= MAX_CLASSES; at least one sample, or one full batch of `batch_size`; H and W at least
-    `min_size`'s pixels. Returns `dataset`; DataCheckError (one line naming the split, the field and the fix) otherwise.
+    `min_size`'s pixels; a `len()` that raises or disagrees with the images. Returns `dataset` (a subclass as a plain
+    ImageDataset of its fields, so none of its own methods reaches the run); DataCheckError (one line naming the split,
+    the field and the fix) otherwise.
     """
     where = f"{source}: {split} split"
     images, labels = dataset.images, dataset.labels
@@ -139,7 +143,8 @@ def check_dataset(
         raise DataCheckError(
             f"{where}: num_classes is {classes!r}: give {MIN_CLASSES} to {MAX_CLASSES} classes (labels 0..K-1)"
         )
-    count = len(dataset)
+    count = int(images.shape[0])
+    _check_length(dataset, count, where)
     needed = max(1, batch_size or 1)
     if count < needed:
         raise DataCheckError(
@@ -173,7 +178,26 @@ def check_dataset(
                 f"{where}: images are {height}x{width}: images must be at least {pixels}x{pixels} for a host of "
                 f"depth {depth}, so resize them or pick a --task with fewer pooling blocks"
             )
-    return dataset
+    if type(dataset) is ImageDataset:
+        return dataset
+    # a subclass's own methods (a __len__ that raises later, say) go no further than this check
+    return ImageDataset(images, labels, classes, dataset.name, dataset.augment)
+
+
+def _check_length(dataset: ImageDataset, count: int, where: str) -> None:
+    """Refuse a dataset whose `len()` raises or disagrees with its images (a subclass that overrides `__len__`)."""
+    try:
+        length = len(dataset)
+    except Exception as error:  # the user's own __len__: whatever it raises is one line naming it
+        raise DataCheckError(
+            f"{where}: len() of the {type(dataset).__name__} raised {type(error).__name__} ({first_line(error, 160)}): "
+            "an ImageDataset's length is its images' first dimension; drop the __len__ override"
+        ) from None
+    if length != count:
+        raise DataCheckError(
+            f"{where}: len() of the {type(dataset).__name__} is {length}, its images hold {count}: drop the "
+            "__len__ override (the length is the images' first dimension)"
+        )
 
 
 def validate_splits(

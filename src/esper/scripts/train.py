@@ -196,19 +196,28 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C; docker 
 class InterruptFlag:
     """SIGINT, SIGTERM and SIGHUP: the first asks the run to stop after the current epoch, a second aborts now.
 
-    `signum` keeps the first signal, so the exit code says which one ended the run (128 + signal number).
+    While the run is still being set up (data loading, the checkpoint read: before `training_ready`), there is no
+    epoch to finish, so the first signal stops it at once, whoever sent it (a `--dataset` loader that signals its own
+    process included): `main` then says so in one line. `signum` keeps the first signal, so the exit code says which
+    one ended the run (128 + signal number).
     """
 
     def __init__(self) -> None:
         self.requested = False
         self.signum: int | None = None
+        self.ready = False  # set up: from here a first signal finishes the current epoch
         self._previous: dict[int, Any] = {}
 
     def __call__(self) -> bool:
         return self.requested
 
+    def training_ready(self) -> None:
+        self.ready = True
+
     def handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested:
+        if self.requested or not self.ready:
+            self.signum = signum if self.signum is None else self.signum
+            self.requested = True
             raise KeyboardInterrupt
         self.requested = True
         self.signum = signum
@@ -249,6 +258,16 @@ def interrupted_message(config: Any, interrupted_at: tuple[int, int], rounds_run
     return f"{where}; no --save was given, so there is nothing to resume"
 
 
+def setup_stopped_message(signum: int) -> str:
+    """One line: a stop signal arrived while the run was being set up, so nothing was trained or written."""
+    name = signal.Signals(signum).name
+    return (
+        f"train: {name} received while the run was being set up (loading data, reading the checkpoint), before any "
+        "training: stopped, nothing was trained or saved; run the command again (if no one sent it, the run's own "
+        "code did: a --dataset loader or --task module)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors = _user_errors()
@@ -267,7 +286,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         with open_shard(config.n_envs, config.device, config.devices) as shard:
             leader = shard.is_leader
-            result = run_training(config, controller=args.command, progress=not args.quiet, stop=stop, shard=shard)
+            result = run_training(
+                config,
+                controller=args.command,
+                progress=not args.quiet,
+                stop=stop,
+                shard=shard,
+                on_ready=stop.training_ready,
+            )
     except errors as exc:
         say(f"train: error: {exc}")
         return EXIT_USAGE
@@ -281,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "or a --task module?): fix the code that raises it"
             )
             return EXIT_USAGE
+        if not stop.ready:
+            say(setup_stopped_message(stop.exit_code - 128))
+            return stop.exit_code
         print("train: aborted by a second interrupt; the checkpoint holds the last completed round", file=sys.stderr)
         return stop.exit_code
     finally:

@@ -1,8 +1,9 @@
 """Checkpoints: atomic save (temp file, fsync, rename) and safe load (`torch.load(weights_only=True)`).
 
 A checkpoint holds the controller (policy, optimizer, both normalizers, sampling generator), the trainer's
-rolling accuracy, the round counter, the layout it was saved with and (in its state's "data") the data signature:
-dataset, image channels, image size and classes. Resuming with another env count, slot layout or data is refused.
+rolling accuracy, the round counter, the layout it was saved with, (in its state's "data") the data signature:
+dataset, image channels, image size and classes, and its content digest (`checkpoint_digest`). Resuming with another
+env count, slot layout or data is refused, and so is a checkpoint whose content no longer matches its digest.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from esper.files import replace_atomically
 from esper.messages import first_line
+from esper.simic.training.checkpoint_digest import DIGEST_KEY, content_digest
 from esper.simic.training.checkpoint_schema import (
     COUNT,
     INT,
@@ -73,6 +75,7 @@ def save_checkpoint(
         "controller": layout.controller,
         "state": state,
     }
+    payload[DIGEST_KEY] = content_digest(payload)
     existed = target.exists()
     try:
         replace_atomically(target, lambda handle: torch.save(payload, handle))
@@ -119,7 +122,9 @@ PAYLOAD_SPEC = Fields(
         "task": STR,
         "controller": STR,
         "state": Plain(),  # checked against the resuming run's own spec (`state_spec`)
-    }
+        DIGEST_KEY: STR,  # absent in checkpoints written before digests
+    },
+    optional=frozenset({DIGEST_KEY}),
 )
 
 
@@ -140,6 +145,16 @@ def _refuse_shape(source: Path, found: str) -> CheckpointError:
 
 
 DATA_FIELDS = {"dataset": "dataset", "channels": "image channels", "image_size": "image size", "classes": "classes"}
+# What a checkpoint from an older esper lacks, and what resuming it therefore does not check (`unchecked_note`).
+NO_DATA_SIGNATURE = ("data signature", "that it was trained on this dataset, image shape and class count")
+NO_DIGEST = ("digest", "that its content is what --save wrote (silent corruption)")
+
+
+def unchecked_note(path: str | Path, missing: list[tuple[str, str]]) -> str:
+    """One line: what an older checkpoint does not record (`NO_DIGEST`, `NO_DATA_SIGNATURE`), so is not checked."""
+    names = " and no ".join(name for name, _ in missing)
+    checks = ", nor ".join(check for _, check in missing)
+    return f"checkpoint {path} records no {names} (written by an older esper): resuming without checking {checks}"
 
 
 def check_data_signature(path: str | Path, saved: Any, current: dict[str, Any]) -> str | None:
@@ -147,10 +162,7 @@ def check_data_signature(path: str | Path, saved: Any, current: dict[str, Any]) 
     each field that differs with both values. A checkpoint from before data signatures were recorded is accepted:
     the returned note says its data could not be checked (None when it could)."""
     if not isinstance(saved, dict):
-        return (
-            f"checkpoint {path} records no data signature (written by an older esper): resuming without checking that "
-            "it was trained on this dataset, image shape and class count"
-        )
+        return unchecked_note(path, [NO_DATA_SIGNATURE])
     differ = [
         f"{label} {saved.get(key)!r} (checkpoint) vs {current.get(key)!r} (this run)"
         for key, label in DATA_FIELDS.items()
@@ -192,10 +204,13 @@ def is_checkpoint(path: str | Path) -> bool:
     return True
 
 
-def load_checkpoint(path: str | Path, *, layout: CheckpointLayout, state: Any) -> tuple[int, dict[str, Any]]:
+def load_checkpoint(
+    path: str | Path, *, layout: CheckpointLayout, state: Any, missing: list[tuple[str, str]] | None = None
+) -> tuple[int, dict[str, Any]]:
     """Load and validate a checkpoint, its "state" against the spec `state` (a run passes `state_spec(...)` of its
-    own client; `Plain()` checks nothing) before any of it is used; returns (rounds_completed, state). Errors are
-    one-line CheckpointErrors."""
+    own client; `Plain()` checks nothing) and its content against its digest before any of it is used; returns
+    (rounds_completed, state). Errors are one-line CheckpointErrors. A checkpoint written before digests is
+    accepted; `NO_DIGEST` is then added to `missing`, for the run's note (`unchecked_note`)."""
     source = Path(path)
     payload = _read_payload(source)
     saved = CheckpointLayout(
@@ -219,7 +234,24 @@ def load_checkpoint(path: str | Path, *, layout: CheckpointLayout, state: Any) -
         )
     if found is not None:
         raise _refuse_shape(source, found)
+    _check_digest(source, payload, missing)
     return int(payload["rounds_completed"]), payload["state"]
+
+
+def _check_digest(source: Path, payload: dict[str, Any], missing: list[tuple[str, str]] | None) -> None:
+    """Refuse a checkpoint whose content differs from the digest written with it (after the schema: the fields are
+    the shapes and types hashed)."""
+    written = payload.get(DIGEST_KEY)
+    if written is None:
+        if missing is not None:
+            missing.append(NO_DIGEST)
+        return
+    if written != content_digest(payload):
+        raise CheckpointError(
+            f"checkpoint {source} does not hold what --save wrote: its content no longer matches the digest saved "
+            "with it (silently corrupted, e.g. a flipped bit, or edited): resume from an intact copy, or start "
+            "without --resume"
+        )
 
 
 def _read_payload(source: Path) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Output paths, checked and claimed before any work starts.
 
 `claim_outputs(config)` runs before data, models or the telemetry run folder are made:
-- `--save PATH` must not be a directory, its folder must be writable, and an existing file there must be one of
-  our checkpoints (or the `--resume` file) unless `--overwrite` is given: a typo cannot replace someone's notes;
+- `--save PATH` must not be a directory (nor end in '/'), its folder must be writable, and an existing file there
+  must be one of our checkpoints (or the `--resume` file) unless `--overwrite` is given: a typo cannot replace
+  someone's notes;
 - the checkpoint path is held by an exclusive lock (`flock` on a sidecar `.<name>.lock` file next to it) for
   the run's life, so a second run saving to the same path is refused at start instead of silently losing one
   run's checkpoint;
@@ -85,6 +86,11 @@ def _check_folder(folder: Path, flag: str) -> None:
 
 
 def _check_save_target(target: Path, config: TrainingConfig) -> None:
+    if str(config.save_path).endswith(("/", os.sep)):  # Path() drops the slash: the file would not be where it says
+        raise OutputPathError(
+            f"--save {config.save_path} ends in '/', so it names a folder: pass a file path such as "
+            f"{target / 'run.ckpt'}, or {target} without the '/'"
+        )
     if target.is_dir():
         raise OutputPathError(f"--save {target} is a folder: pass a file path such as {target / 'run.ckpt'}")
     _check_folder(target.parent, "--save's folder")

@@ -58,18 +58,20 @@ def run_training(
     probe: TrainingProbe | None = None,
     stop: Callable[[], bool] | None = None,
     shard: EnvShard | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> TrainingResult:
     """Build every part of a run from its config, run the trainer, close what it opened.
 
     `stop` is polled after each epoch; when it returns True the run ends there (the round in progress is
     discarded, the checkpoint keeps the last completed round) and `result.interrupted_at` says where.
     `shard` is this process's rank of a run sharded over torch.distributed (`launch.open_shard`); None runs
-    every env here.
+    every env here. `on_ready` is called once the run is set up (data loaded, checkpoint read, models built) and
+    before its telemetry opens: the command line stops at once on a signal before it, after an epoch after it.
     """
     shard = shard or LocalShard(config.n_envs)
     # output paths checked and the checkpoint path locked (by the rank that writes it) before any work
     with claim_outputs(config, lock_checkpoint=shard.is_leader):
-        return _run(config, controller, hub, progress, probe, stop, shard)
+        return _run(config, controller, hub, progress, probe, stop, shard, on_ready)
 
 
 def _run(
@@ -80,9 +82,12 @@ def _run(
     probe: TrainingProbe | None,
     stop: Callable[[], bool] | None,
     shard: EnvShard,
+    on_ready: Callable[[], None] | None = None,
 ) -> TrainingResult:
     torch.manual_seed(derive_seed(config.seed, "global"))
     setup = wiring.prepare_run(config, controller, shard)
+    if on_ready is not None:
+        on_ready()
     if shard.is_leader:
         for note in setup.notes:
             print(f"train: note: {escape(note)}", file=sys.stderr)

@@ -22,12 +22,14 @@ from esper.simic.agent.ppo import PPOAgent, PPOConfig, calculate_entropy_anneal_
 from esper.simic.rewards import RewardConfig, RewardMode, validate_reward_gamma
 from esper.simic.training import emitters
 from esper.simic.training.checkpoint import (
+    NO_DATA_SIGNATURE,
     CheckpointError,
     CheckpointLayout,
     check_data_signature,
     load_checkpoint,
     save_checkpoint,
     state_spec,
+    unchecked_note,
 )
 from esper.simic.training.config import TrainingConfig
 from esper.simic.training.env_factory import EnvFactory
@@ -86,9 +88,10 @@ def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None 
     client = build_policy_client(config, controller, slot_config.num_slots, devices[0])
     layout = CheckpointLayout(config.n_envs, slot_config.slot_ids, task.name, controller)
     start_round, resumed_state = 0, None
+    unchecked: list[tuple[str, str]] = []  # what an older checkpoint does not record (a digest, a data signature)
     if config.resume_path is not None:
         start_round, resumed_state = load_checkpoint(
-            config.resume_path, layout=layout, state=state_spec(client.state_spec())
+            config.resume_path, layout=layout, state=state_spec(client.state_spec()), missing=unchecked
         )
         try:
             client.load_state_dict(resumed_state["client"])
@@ -108,8 +111,9 @@ def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None 
     signature = data_signature(config, task, fitted)
     notes: tuple[str, ...] = ()
     if config.resume_path is not None and resumed_state is not None:
-        note = check_data_signature(config.resume_path, resumed_state.get("data"), signature)
-        notes = () if note is None else (note,)
+        if check_data_signature(config.resume_path, resumed_state.get("data"), signature) is not None:
+            unchecked.append(NO_DATA_SIGNATURE)
+        notes = (unchecked_note(config.resume_path, unchecked),) if unchecked else ()
     return RunSetup(
         config=config,
         controller=controller,
