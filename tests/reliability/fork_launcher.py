@@ -9,7 +9,8 @@ also inherit the one-time costs of a first run (lazy imports, kernel and data se
 OMP_NUM_THREADS=1 that run leaves no worker thread behind (the telemetry hub's thread is joined on close).
 
 Protocol, one JSON object per line on stdin, one reply per line on stdout:
-    {"run": [argv...], "log": "/path/to/output"}  ->  {"pid": 1234}
+    {"run": [argv...], "log": "/path/to/output"}  ->  {"pid": 1234}   (optional "path": folders put first on
+                                                                         sys.path in the child, for a user's loader)
     {"wait": 1234}                                ->  {"pid": 1234, "returncode": -9}   (negative: killed by signal)
 """
 
@@ -23,7 +24,8 @@ import esper.scripts.train as train_cli
 import esper.simic.training.vectorized  # noqa: F401  (the warm import: torch and the whole trainer)
 
 
-def _child(argv: list[str], log: str) -> None:
+def _child(argv: list[str], log: str, path: list[str]) -> None:
+    sys.path[:0] = path
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -55,7 +57,7 @@ def serve() -> None:
             sys.stdout.flush()
             pid = os.fork()
             if pid == 0:
-                _child(list(request["run"]), str(request["log"]))
+                _child(list(request["run"]), str(request["log"]), list(request.get("path", [])))
             reply = {"pid": pid}
         else:
             pid, status = os.waitpid(int(request["wait"]), 0)

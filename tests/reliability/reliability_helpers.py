@@ -103,14 +103,15 @@ class Launcher:
         self.process.stdin.flush()
         return self._ask_raw()
 
-    def start(self, argv: list[str], log: Path) -> int:
-        return int(self._ask({"run": argv, "log": str(log)})["pid"])
+    def start(self, argv: list[str], log: Path, path: tuple[Path, ...] = ()) -> int:
+        """Fork one CLI run logging to `log`; `path`: folders the child puts first on sys.path (a user's loader)."""
+        return int(self._ask({"run": argv, "log": str(log), "path": [str(folder) for folder in path]})["pid"])
 
     def wait(self, pid: int) -> int:
         return int(self._ask({"wait": pid})["returncode"])
 
-    def run(self, argv: list[str], log: Path) -> int:
-        return self.wait(self.start(argv, log))
+    def run(self, argv: list[str], log: Path, path: tuple[Path, ...] = ()) -> int:
+        return self.wait(self.start(argv, log, path))
 
     def close(self) -> None:
         if self.process.stdin is not None:
