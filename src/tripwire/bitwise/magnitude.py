@@ -118,9 +118,10 @@ def _count(value: float) -> str:
 
 
 def tensor_delta(name: str, a: torch.Tensor, b: torch.Tensor) -> TensorDelta | None:
-    """How `b` differs from `a`; None when they are not comparable elementwise (other shape or dtype). Float64
-    tensors are measured at float32's resolution (see the module docstring)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
+    """How `b` differs from `a`; None when they are not comparable elementwise (other shape or dtype, or complex: a
+    real magnitude would drop the imaginary part). Float64 tensors are measured at float32's resolution (see the module
+    docstring)."""
+    if a.shape != b.shape or a.dtype != b.dtype or a.is_complex():
         return None
     with ignore_syncs():
         if a.dtype == torch.float64:

@@ -73,14 +73,16 @@ def read_lines(data_file: Path) -> dict[str, set[int]]:
             if not isinstance(name, str):
                 raise TypeError(f"a measured path is {type(name).__name__}")
             lines[name] = {int(number) for number in data.lines(name) or ()}
+            data.file_tracer(name)  # the analysis reads it too: its table damaged is the data's fault, said here
     except (coverage.exceptions.CoverageException, *_UNREADABLE) as error:
-        reason = (
-            str(error).replace(f"'{data_file}'", "").replace("Couldn't use data file : ", "") or type(error).__name__
-        )
-        raise ExercisedError(
-            f"--data {shown(data_file)}: damaged coverage data ({shown(reason.splitlines()[0])}): {RECORD_AGAIN}"
-        ) from None
+        raise _damaged(data_file, error) from None
     return lines
+
+
+def _damaged(data_file: Path, error: BaseException) -> ExercisedError:
+    reason = str(error).replace(f"'{data_file}'", "").replace("Couldn't use data file : ", "")
+    first = (reason.splitlines() or [type(error).__name__])[0]
+    return ExercisedError(f"--data {shown(data_file)}: damaged coverage data ({shown(first)}): {RECORD_AGAIN}")
 
 
 def executed_lines(data_file: Path, root: Path) -> dict[str, set[int]]:
@@ -134,6 +136,8 @@ def statements(cov: Any, root: Path, name: str, what: str) -> set[int]:
     coverage = _coverage_module()
     try:
         return set(cov.analysis2(str(root / name))[1])
+    except coverage.exceptions.DataError as error:  # the data, read again for this file
+        raise _damaged(Path(cov.config.data_file), error) from None
     except (coverage.exceptions.CoverageException, SyntaxError, *_UNREADABLE) as error:  # NoSource, NotPython
         raise ExercisedError(
             f"{what} {shown(name)}: coverage.py cannot analyse it ({type(error).__name__}: {error}): name a Python "
