@@ -95,8 +95,9 @@ def within(root: Path, path: Path) -> bool:
 
 
 def _nearest_existing(path: Path) -> tuple[Path, os.stat_result]:
-    """The longest prefix of `path` that exists, and its status; OSError for a link loop, a name too long."""
-    current = Path(os.path.abspath(path))
+    """The longest prefix of `path` that exists, and its status; OSError for a link loop, a name too long. The path
+    is not normalized: `afile/..` goes through `afile` as the system would, not around it as `abspath` would."""
+    current = path if path.is_absolute() else Path.cwd() / path
     while True:
         try:
             return current, os.stat(current)
@@ -124,7 +125,7 @@ def _check_output(path: Path, flag: str, error: type[TripwireError], *, folder: 
     except (OSError, ValueError) as failure:
         reason = failure.strerror if isinstance(failure, OSError) and failure.strerror else str(failure)
         raise error(f"{flag} {shown(path)} cannot be used ({reason}): pass {wanted} you can write") from None
-    same = existing == Path(os.path.abspath(path))
+    same = existing == (path if path.is_absolute() else Path.cwd() / path)
     if same and folder and not stat.S_ISDIR(status.st_mode):
         raise error(f"{flag} {shown(path)} is {_kind(status.st_mode)}, not a {noun}: pass {wanted}")
     if same and not folder and not stat.S_ISREG(status.st_mode):
@@ -151,9 +152,12 @@ def output_folder(path: Path, flag: str, error: type[TripwireError] = PathError,
     _check_output(path, flag, error, folder=True, noun=noun)
 
 
-def output_file(path: Path, flag: str, error: type[TripwireError] = PathError) -> None:
-    """Refuse (`error`, one line naming `flag`) a file path that cannot be written, before any work."""
-    _check_output(path, flag, error, folder=False)
+def output_file(path: str | Path, flag: str, error: type[TripwireError] = PathError) -> None:
+    """Refuse (`error`, one line naming `flag`) a file path that cannot be written, before any work; given as text,
+    a path ending in '/', '.' or '..' (which `Path` drops or folds) names a folder and is refused too."""
+    if isinstance(path, str) and os.path.basename(path) in ("", ".", ".."):  # `Path` would drop or fold it
+        raise error(f"{flag} {shown(path)} ends in '/', '.' or '..', so it names a folder: pass a file path")
+    _check_output(Path(path), flag, error, folder=False)
 
 
 def write_text(path: Path, text: str) -> None:

@@ -196,9 +196,10 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="python -m tripwire budget", description="Write or check a sync budget from a result.")
     parser.add_argument("action", choices=("write", "check"))
     parser.add_argument("result", type=Path, help="a result folder (python -m tripwire run ... --out RESULT)")
-    parser.add_argument("file", type=Path, help="the budget file")
+    parser.add_argument("file", help="the budget file")  # text: a trailing '/' (a folder's name) must be seen
     parser.add_argument("--per-iteration", action="store_true", help="write: cap each iteration, not the totals")
     args = parser.parse_args(argv)
+    written_as, args.file = args.file, Path(args.file)
     from tripwire.outside.result import Result
     from tripwire.sync.budget import budget_payload
     from tripwire.sync.sites import callers_by_line, lines_by_key
@@ -217,13 +218,13 @@ def budget_main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.action == "check":
         return _check_budget(result, args.file, args.result)
-    if os.environ.get("CI") and args.file.exists():
-        print(f"error: {args.file} exists and CI is set: budgets are never rewritten in CI", file=sys.stderr)
-        return 2
     try:
-        output_file(args.file, "budget file")
+        output_file(written_as, "budget file")
     except TripwireError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    if os.environ.get("CI") and args.file.exists():
+        print(f"error: {args.file} exists and CI is set: budgets are never rewritten in CI", file=sys.stderr)
         return 2
     syncs = result.syncs
     if args.per_iteration and not syncs.iterations:
