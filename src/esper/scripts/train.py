@@ -9,7 +9,8 @@ config, checkpoint, data, output or telemetry path, a run too large for memory),
 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP. The first of those signals lets the current epoch finish,
 discards the unfinished round, flushes the telemetry and exits with 128 + the signal's number: the --save checkpoint
 (written after every round) then holds the last completed round, so `--resume` continues from there. A second signal
-aborts at once (same exit code, events flushed, the checkpoint untouched).
+aborts at once (same exit code, events flushed, the checkpoint untouched); so does the first while the run is still
+being set up (data loading, the checkpoint read), in one line, whoever sent it (a loader signalling its own process).
 
 Under `torchrun --nproc-per-node N -m esper.scripts.train ...` the K envs are sharded over the N ranks (gloo on
 CPU, NCCL on CUDA) with results bitwise equal to one process (`esper.simic.training.sharding`); rank 0 writes the

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def read_lines(data_file: Path) -> dict[str, set[int]]:
 
 
 def _damaged(data_file: Path, error: BaseException) -> ExercisedError:
-    reason = str(error).replace(f"'{data_file}'", "").replace("Couldn't use data file : ", "")
+    reason = re.sub(r"^Couldn't use data file '[^']*': ", "", str(error))  # the file is named once, in front
     first = (reason.splitlines() or [type(error).__name__])[0]
     return ExercisedError(f"--data {shown(data_file)}: damaged coverage data ({shown(first)}): {RECORD_AGAIN}")
 
