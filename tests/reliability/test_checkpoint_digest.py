@@ -18,6 +18,7 @@ import torch
 from reliability_helpers import SMALL_POLICY, TINY
 
 from esper.scripts import train
+from esper.simic.training import checkpoint_digest
 from esper.simic.training.checkpoint import PAYLOAD_SPEC, state_spec
 from esper.simic.training.checkpoint_digest import DIGEST_KEY, content_digest
 from esper.simic.training.checkpoint_schema import problem
@@ -140,3 +141,13 @@ def test_save_into_a_folder_name_is_refused_before_training(tmp_path: Path) -> N
         f"{target / 'run.ckpt'}, or {target} without the '/'"
     ]
     assert not target.exists()  # the run's checkpoint would have gone to ck.pt while the line named ck.pt/
+
+
+def test_a_state_off_the_host_is_digested_as_torch_save_writes_it_with_the_same_digest(
+    saved: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU run's state is hashed through torch.save's own host copy; it must give the digest its resume (always
+    on the host, `map_location="cpu"`) computes. Shown on CPU tensors sent down the same path."""
+    _, payload = saved
+    monkeypatch.setattr(checkpoint_digest, "_on_host", lambda value: False)
+    assert content_digest(payload) == payload[DIGEST_KEY]
