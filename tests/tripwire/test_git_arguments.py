@@ -8,6 +8,7 @@ before every git call went through `tripwire.common.git`.
 from __future__ import annotations
 
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import coverage
@@ -121,9 +122,9 @@ def test_the_git_layer_refuses_option_shaped_operands_and_asks_nothing(repo: Pat
         check_ref(ref, "--against")
     assert "\n" not in str(caught.value)
     for call in (
-        lambda: is_ancestor(repo, ref, "HEAD"),
-        lambda: git_output(repo, "diff", "--stat", operands=(ref,)),
-        lambda: git_argv(repo, "show", "-s", operands=(ref,)),
+        partial(is_ancestor, repo, ref, "HEAD"),
+        partial(git_output, repo, "diff", "--stat", operands=(ref,)),
+        partial(git_argv, repo, "show", "-s", operands=(ref,)),
     ):
         with pytest.raises(GitError):
             call()
