@@ -20,7 +20,7 @@ import time
 import torch
 
 from tripwire.common.errors import TimerStateError
-from tripwire.sync import sync_kind
+from tripwire.sync import kinds, sync_kind
 
 
 class CUDATimer:
@@ -63,7 +63,7 @@ class CUDATimer:
         if self._start_event is not None:
             end = torch.cuda.Event(enable_timing=True)
             end.record(self._stream())
-            with sync_kind("timer_sync"):
+            with sync_kind(kinds.TIMER_SYNC):
                 end.synchronize()
             elapsed = float(self._start_event.elapsed_time(end))
             self._start_event = None

@@ -29,6 +29,7 @@ from typing import Any
 from tripwire.bitwise.trajectory import TrajectoryReport, compare_trajectories
 from tripwire.common.context import mismatches
 from tripwire.outside.result import Result, SyncSummary
+from tripwire.sync import kinds
 from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, merge_callers, via_label
 from tripwire.telemetry.counts import diff_counts
 from tripwire.telemetry.payloads import format_payload_report
@@ -218,10 +219,10 @@ def _event_kind(check: str, changes: Sequence[SiteChange]) -> str:
 
 # the kind of compilation change, most telling first (`tripwire.compile.trace`'s kinds)
 COMPILE_KINDS = (
-    ("compile:graph_break", "graph break"),
-    ("compile:disable", "graph break"),
-    ("compile:recompile", "recompile"),
-    ("compile:eager", "eager fallback"),
+    (kinds.GRAPH_BREAK, "graph break"),
+    (kinds.DISABLE, "graph break"),
+    (kinds.RECOMPILE, "recompile"),
+    (kinds.EAGER, "eager fallback"),
 )
 
 

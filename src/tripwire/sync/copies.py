@@ -34,7 +34,9 @@ from typing import Any
 
 import torch
 
+from tripwire.sync import kinds
 from tripwire.sync import state as sync
+from tripwire.sync.spelling import HOST_WORDS, name_of, names_host
 
 __all__ = [
     "copy_kind",
@@ -59,9 +61,6 @@ def _device_type(value: object) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return "cuda"
     return None
-
-
-_HOST_WORDS = ("cpu", "host", "pinned")
 
 
 # Calls that build a tensor in host memory when no `device=` is given: from host data, or a host factory
@@ -119,29 +118,10 @@ class _Spelling:
 _spelling_cache: dict[tuple[int, int, str], tuple[CodeType, _Spelling]] = {}
 
 
-def _names_host(node: ast.expr) -> bool:
-    """Whether an expression spells the host: a CPU device string, `torch.device("cpu"...)`, or a name (its last
-    part: `self.cpu_buffer`, `host[i]`) with `cpu`, `host` or `pinned` in it."""
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, str) and node.value.split(":")[0] == "cpu"
-    if isinstance(node, ast.Call):
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        first = node.args[0] if node.args else next((kw.value for kw in node.keywords if kw.arg == "type"), None)
-        return name == "device" and first is not None and _names_host(first)
-    if isinstance(node, ast.Subscript):
-        return _names_host(node.value)
-    return any(word in _name(node).lower() for word in _HOST_WORDS)
-
-
-def _name(node: ast.expr) -> str:
-    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
-
-
 def _receiver(node: ast.expr) -> tuple[bool, bool]:
     """`(built on the host, pinned)` of the tensor a `.to()` is called on, as far as its expression says."""
     if isinstance(node, ast.Call):
-        method = _name(node.func)
+        method = name_of(node.func)
         if method == "pin_memory" and isinstance(node.func, ast.Attribute):
             return True, True  # pinned memory is host memory
         if method in _KEEPS_PLACE and isinstance(node.func, ast.Attribute):
@@ -151,8 +131,8 @@ def _receiver(node: ast.expr) -> tuple[bool, bool]:
         return False, False
     if isinstance(node, ast.Subscript):
         return _receiver(node.value)
-    name = _name(node).lower()
-    return any(word in name for word in _HOST_WORDS), "pinned" in name
+    name = name_of(node).lower()
+    return any(word in name for word in HOST_WORDS), "pinned" in name
 
 
 _Positions = list[tuple[int | None, int | None, int | None, int | None]]
@@ -190,15 +170,15 @@ def _spelled(frame: FrameType, method: str) -> _Spelling:
     except (SyntaxError, ValueError):
         return _Spelling()
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _name(node.func) == method):
+        if not (isinstance(node, ast.Call) and name_of(node.func) == method):
             continue
         if method == "copy_" and isinstance(node.func, ast.Attribute):
-            return _Spelling(target_is_host=_names_host(node.func.value))
+            return _Spelling(target_is_host=names_host(node.func.value))
         if method in ("tensor", "as_tensor"):
             device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
-            return _Spelling(device_named=device is not None and not _names_host(device))
+            return _Spelling(device_named=device is not None and not names_host(device))
         targets = [*node.args[:1], *(kw.value for kw in node.keywords if kw.arg == "device")]
-        host = any(_names_host(target) for target in targets)
+        host = any(names_host(target) for target in targets)
         built, pinned = _receiver(node.func.value) if isinstance(node.func, ast.Attribute) else (False, False)
         return _Spelling(host, bool(targets) and not host, built, pinned)
     return _Spelling()
@@ -245,15 +225,15 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     on_host = place == "cpu"
     if target not in (None, "cpu", "meta"):  # a real device: read the tensors
         pinned = on_host and non_blocking and source.is_pinned()
-        return "to_device" if on_host and not pinned else None
+        return kinds.TO_DEVICE if on_host and not pinned else None
     if target != "cpu":
         return None
     leaves_device = place not in (None, "cpu", "meta")
     if leaves_device or isinstance(raw_target, str):
-        return "to_cpu_nonblocking" if non_blocking else "to_cpu"
+        return kinds.TO_CPU_NONBLOCKING if non_blocking else kinds.TO_CPU
     spelling = _spelling("to")
     if spelling.target_is_host:
-        return "to_cpu_nonblocking" if non_blocking else "to_cpu"
+        return kinds.TO_CPU_NONBLOCKING if non_blocking else kinds.TO_CPU
     if not (on_host and spelling.device_named):
         return None
     if spelling.built_on_host:  # built right there: pageable unless the line pins it
@@ -263,7 +243,7 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         # one), so a `non_blocking=True` copy is taken as the pinned one it is written for; without it, it counts
         uploaded = not non_blocking and host_born(source) and made_by_user(3)
     forget_host_born(source)  # what `.to` returns (on a CPU run, the tensor itself) is a device tensor from here on
-    return "to_device" if uploaded else None
+    return kinds.TO_DEVICE if uploaded else None
 
 
 def tensor_kind(args: tuple[Any, ...], kwargs: dict[str, Any], builder: str) -> str | None:
@@ -275,8 +255,8 @@ def tensor_kind(args: tuple[Any, ...], kwargs: dict[str, Any], builder: str) -> 
         return None
     target = _device_type(device)
     if target not in (None, "cpu", "meta"):
-        return "tensor_to_device"
-    return "tensor_to_device" if target == "cpu" and _spelling(builder).device_named else None
+        return kinds.TENSOR_TO_DEVICE
+    return kinds.TENSOR_TO_DEVICE if target == "cpu" and _spelling(builder).device_named else None
 
 
 def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -291,9 +271,9 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
     if destination.device.type not in ("cpu", "meta"):
         pinned = non_blocking and source.device.type == "cpu" and source.is_pinned()
-        return "copy_to_device" if source.device.type == "cpu" and not pinned else None
+        return kinds.COPY_TO_DEVICE if source.device.type == "cpu" and not pinned else None
     if destination.device.type != "cpu":
         return None
     if source.device.type != "cpu" or _spelling("copy_").target_is_host:
-        return "copy_to_cpu_nonblocking" if non_blocking else "copy_to_cpu"
-    return "copy_to_device" if not non_blocking and host_born(source) and made_by_user(3) else None
+        return kinds.COPY_TO_CPU_NONBLOCKING if non_blocking else kinds.COPY_TO_CPU
+    return kinds.COPY_TO_DEVICE if not non_blocking and host_born(source) and made_by_user(3) else None

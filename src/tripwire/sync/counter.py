@@ -10,14 +10,8 @@ active, every host synchronization is recorded as a `SyncEvent(kind, region, sit
   default the working directory, when under it; else to the `sys.path` entry it is imported from) and
   `function` that frame's qualified name; `SyncEvent.text` is that line's source, which identifies a site
   across edits that move its line.
-- `kind` says what synced: `item`, `cpu`, `tolist`, `numpy`, `bool`, `float`, `int`, `index`,
-  `complex`, `format` (printing a tensor), `contains`, `to_cpu`, `to_cpu_nonblocking`,
-  `copy_to_cpu`, `cuda_synchronize`, `accelerator_synchronize`, `stream_synchronize`,
-  `event_synchronize`, `timer_sync` (a `tripwire.timing.CUDATimer` reading its end event; it counts,
-  because it is a real sync), `implicit:<op>` for ops whose output size or value depends on data
-  (`nonzero`, boolean-mask indexing, `unique`, `_local_scalar_dense`, ...; see `tripwire.sync.hooks`), and
-  `collective:<op>` for a `torch.distributed` collective or point-to-point call (`collective:all_gather`):
-  every rank waits there for the others.
+- `kind` says what synced: one of `tripwire.sync.kinds` (`item`, `to_cpu`, `to_device`, `cuda_synchronize`,
+  `timer_sync`, `implicit:<op>`, `collective:<op>`, ...; `python -m tripwire.sync.kinds` prints the table).
 
 Counts are device-independent: on CPU these are "would-sync" sites (`.item()` on a CPU tensor counts
 the same as on CUDA), so one budget serves CPU CI and GPU runs. With no counter active, entering a

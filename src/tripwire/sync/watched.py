@@ -5,7 +5,7 @@ factories, the place-keeping methods, ...) is replaced on `torch.Tensor` or in `
 thread that does not count, or inside bookkeeping that is not counted (`ignore_syncs`, the body of a call already
 counted), a stand-in calls the original at once; on a counting thread it hands the call to the counter's handler.
 Every other torch call runs as it does without tripwire: a function mode, the earlier design, cost every torch call
-of the loop a trip through Python (CleanRL's `ppo.py` ran 1.6 to 1.8 times slower under a mode that did nothing).
+of the loop a trip through Python (docs/measurements.md, "The cost of recording", item 9).
 
 Dynamo traces through the stand-ins (this file is on its inline-when-called list) and, as it traces,
 `is_compiling()` is true, so what it puts in the graph is the original call: watching a compiled loop adds no graph

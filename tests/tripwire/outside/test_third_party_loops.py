@@ -29,7 +29,7 @@ from tripwire.outside.record import record
 from tripwire.outside.result import Result
 from tripwire.scenario import Iteration, Region, Scenario, load_scenario
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 CLEANRL = HERE / "third_party" / "cleanrl" / "ppo.py"
 CLEANRL_SCENARIO_FILE = HERE / "third_party" / "cleanrl_ppo_scenario.py"
 CLEANRL_SCENARIO = load_scenario(CLEANRL_SCENARIO_FILE)
