@@ -5,4 +5,6 @@
 - `trajectory`: ordered, named checkpoints of digests, recorded during a run and compared to a golden;
 - `tensor_diff`: what changed inside one checkpoint, structure (added, removed, renamed, reshaped) apart from values;
 - `magnitude`: how big a value difference is (max |Δ|, ULPs, growth) and the one rule for low-bit drift.
+
+Internal, as every module outside `tripwire.PUBLIC_MODULES`: import the public names from `tripwire`.
 """
