@@ -36,7 +36,8 @@ def short(digest: str) -> str:
 
 
 # A plain tensor's own methods, past the sync counter's stand-ins on `torch.Tensor` (this module's reads run inside
-# `ignore_syncs`, where a stand-in only calls through: about 0.3 us a call, a dozen calls a checkpointed tensor)
+# `ignore_syncs`, where a stand-in only calls through, a dozen calls a checkpointed tensor:
+# docs/measurements.md, "The probe paid for being watched")
 _BASE = torch._C.TensorBase
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _NUMPY_DTYPES = frozenset({torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128, torch.bool})

@@ -349,7 +349,7 @@ def _frozen_heap() -> Iterator[None]:
     collector's full passes while it runs (`gc.freeze`), and put back after. A full pass walks every tracked object:
     with torch imported that is about 150 ms, and the few thousand objects a recording adds (tripwire's modules,
     its events and kept values) are enough to bring one into the loop that the plain run does not have (CleanRL's
-    `ppo.py`: one more full pass, 1.9 times the loop's own time instead of 1.3). The loop's own objects are collected
+    `ppo.py`: one more full pass; docs/measurements.md, "The cost of recording"). The loop's own objects are collected
     as always. An object from before that becomes cyclic garbage during the run (one a caller of `record` made and
     the entry drops) is collected after it instead; a plain run of a script has none of those but torch's own.
 
