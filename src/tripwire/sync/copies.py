@@ -98,9 +98,16 @@ def made_by_user(depth: int) -> bool:
 
 
 def host_born(tensor: object) -> bool:
-    """Whether `tensor` was marked by `mark_host_born` (the same object, still alive)."""
+    """Whether `tensor` was marked by `mark_host_born` (the same object, still alive), or is a view of one (`t[i]`,
+    `t.split(...)`: a view's `_base` is the tensor it views)."""
     ref = _host_born.get(id(tensor))
-    return ref is not None and ref() is tensor
+    if ref is not None and ref() is tensor:
+        return True
+    base = getattr(tensor, "_base", None) if _host_born and isinstance(tensor, torch.Tensor) else None
+    if base is None:
+        return False
+    ref = _host_born.get(id(base))
+    return ref is not None and ref() is base
 
 
 @dataclass(frozen=True)

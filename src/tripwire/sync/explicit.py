@@ -23,6 +23,7 @@ marked as they are made, so that a CPU run can tell a later `.to(device)` of one
 from __future__ import annotations
 
 import functools
+import importlib._bootstrap as _bootstrap
 import operator
 import threading
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from tripwire.sync import kinds
 from tripwire.sync import state as sync
 from tripwire.sync.copies import _host_born, copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
 from tripwire.sync.installation import Installation, call_counted, in_counted_backward, patch, tracked_backward
-from tripwire.sync.watched import counted_stand_in, keeping_stand_in, stand_in
+from tripwire.sync.watched import WatchedMethod, counted_stand_in, keeping_stand_in, stand_in
 
 __all__ = ["DUNDER_KINDS", "ExplicitSyncMode", "install_stand_ins", "routed_dunders", "use_patches", "watched_call"]
 
@@ -79,7 +80,9 @@ _HOST_BUILDER_NAMES += ("arange", "linspace", "eye", "rand", "randn", "randint",
 _HOST_BUILDERS = frozenset(getattr(torch, name) for name in _HOST_BUILDER_NAMES)
 # Tensor methods whose result stays where their input is (a host tensor's `.float()` is a host tensor)
 _PLACE_KEEPING: tuple[str, ...] = ("float", "long", "int", "double", "half", "bool", "view", "reshape", "contiguous")
-_PLACE_KEEPING += ("unsqueeze", "squeeze", "flatten", "t", "clone", "detach", "__getitem__")
+_PLACE_KEEPING += ("unsqueeze", "squeeze", "flatten", "t", "clone", "detach")
+# (Indexing, `split` and the other view ops are not watched: a view's `_base` is the tensor it views, which
+# `copies.host_born` reads. `__getitem__` must not be: see `_SLOT_WRAPPERS`.)
 _KEEPS_PLACE = frozenset(getattr(torch.Tensor, name) for name in _PLACE_KEEPING)
 # torch's own functions, for identity checks that must not meet the stand-ins put in their place
 _TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
@@ -87,6 +90,14 @@ _TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, tor
 _WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", *_PLACE_KEEPING)
 _WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", *_HOST_BUILDER_NAMES)
 _CANONICAL = {("Tensor", name): getattr(torch.Tensor, name) for name in _WATCHED_METHODS}
+# Only methods whose slot on `torch.Tensor` is CPython's generic one (the base's attribute is a method or the class's
+# own function) may be watched: replacing and deleting a name whose base attribute is a slot wrapper
+# (`TensorBase.__getitem__`) leaves the class a slot it never had (a sequence slot: `torch.tensor([t0, t1])` then
+# calls `len()` of a 0-d tensor), for the rest of the process.
+_SLOT_WRAPPERS = {
+    name for name in _WATCHED_METHODS if isinstance(vars(torch._C.TensorBase).get(name), type(object.__init__))
+}
+assert not _SLOT_WRAPPERS, f"watching {sorted(_SLOT_WRAPPERS)} would change torch.Tensor's type slots"
 _CANONICAL |= {("torch", name): getattr(torch, name) for name in _WATCHED_FUNCTIONS}
 # Every function the explicit mode does more with than call it (outside torch.compile); others pass straight through
 _WATCHED = frozenset(_CANONICAL.values())
@@ -199,9 +210,11 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
 
 def install_stand_ins(installation: Installation) -> None:
     """Replace every watched method and function by a stand-in (`tripwire.sync.watched`) and track backward passes.
+    A method gets a `WatchedMethod`: the class's attribute stays torch's own object, an instance's is the stand-in.
     A call that always syncs and a place-keeping method get a stand-in of their own that does what `watched_call`
     would, without classifying the call on every use. The place-keeping ones are put in place at the first host-built
-    tensor (`_mark`), or at once when one marked under an earlier counter is still alive."""
+    tensor (`_mark`), or at once when one marked under an earlier counter is still alive. The functions replaced in
+    `torch` are torch's own again while a module is being imported (`hidden_from_imports`)."""
     for (owner_name, name), key in _CANONICAL.items():
         owner = torch.Tensor if owner_name == "Tensor" else torch
         original = getattr(owner, name)
@@ -212,11 +225,15 @@ def install_stand_ins(installation: Installation) -> None:
             )
         elif key in _ONLY_KEEPS_PLACE:
             keeping = keeping_stand_in(original, _mark_kept, _host_born, _LOCAL, in_counted_backward)
-            installation.keeping.append((name, keeping))
+            installation.keeping.append((name, WatchedMethod(original, keeping)))
             continue
         else:
             replacement = stand_in(key, original, watched_call, _LOCAL, in_counted_backward)
-        patch(installation, owner, name, replacement)
+        if owner is torch.Tensor:
+            patch(installation, owner, name, WatchedMethod(original, replacement))
+        else:
+            patch(installation, owner, name, replacement)
+            installation.namespace.append((name, original, replacement))
     with _WAITING_LOCK:
         if _host_born:  # tensors marked under an earlier counter are still alive: their views must be marked now
             _put_keeping_in_place(installation)
@@ -225,6 +242,7 @@ def install_stand_ins(installation: Installation) -> None:
     engine = getattr(torch.autograd, "_engine_run_backward", None)
     if engine is not None:
         patch(installation, torch.autograd, "_engine_run_backward", tracked_backward(engine))
+    shield_imports(installation)
 
 
 class _RoutingProbe(TorchFunctionMode):
@@ -273,3 +291,36 @@ def forget_waiting(installation: Installation) -> None:
     with _WAITING_LOCK:
         _WAITING[:] = [waiting for waiting in _WAITING if waiting is not installation]
         installation.keeping.clear()
+
+
+def shield_imports(installation: Installation) -> None:
+    """While the installation's stand-ins are in place, every module an import executes sees torch's own functions in
+    `torch` (`hidden_from_imports`): a library imported during a recording that keys a table by `torch.stack`, or
+    keeps `cat = torch.cat`, keeps torch's own object, as it would without tripwire. Put aside with the other
+    patches when the installation is removed."""
+    load = getattr(_bootstrap, "_load_unlocked", None)
+    if load is None or not installation.namespace:  # an interpreter that loads modules some other way
+        return
+    patch(installation, _bootstrap, "_load_unlocked", functools.partial(_load_hidden, load, installation.namespace))
+
+
+_IMPORTS = [0]  # imports running now, on any thread, with the stand-ins put aside
+_IMPORTS_LOCK = threading.Lock()
+
+
+def _load_hidden(load: Callable[[Any], Any], namespace: list[tuple[str, Any, Any]], spec: Any) -> Any:
+    """`importlib._bootstrap._load_unlocked`, run with torch's own functions in `torch` (the outermost import on any
+    thread puts the stand-ins aside and the last to finish puts them back)."""
+    with _IMPORTS_LOCK:
+        _IMPORTS[0] += 1
+        if _IMPORTS[0] == 1:
+            for name, own, _ in namespace:
+                setattr(torch, name, own)
+    try:
+        return load(spec)
+    finally:
+        with _IMPORTS_LOCK:
+            _IMPORTS[0] -= 1
+            if _IMPORTS[0] == 0:
+                for name, _, stand_in_for in namespace:
+                    setattr(torch, name, stand_in_for)

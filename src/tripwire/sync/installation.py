@@ -48,6 +48,8 @@ class Installation:
     skipping: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # `tripwire.sync.dynamo`
     swaps: list[Swap] = field(default_factory=list)  # functions whose code counts their calls
     keeping: list[tuple[str, Any]] = field(default_factory=list)  # place-keeping stand-ins not yet in place
+    # the functions replaced in `torch` (name, torch's own, the stand-in), torch's own again during an import
+    namespace: list[tuple[str, Any, Any]] = field(default_factory=list)
 
 
 def patch(installation: Installation, owner: Any, name: str, replacement: Any) -> None:

@@ -15,6 +15,7 @@ break. This module is kept small, importing nothing of tripwire but the inline l
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import MethodType
 from typing import Any
 
 import torch
@@ -77,7 +78,7 @@ def counted_stand_in(
 def keeping_stand_in(
     original: Any, mark: Callable[[Any, Any], None], marked: Any, local: Any, elsewhere: Callable[[], bool]
 ) -> Callable[..., Any]:
-    """A stand-in for a method whose result stays where its input is (`.view`, `.float()`, `__getitem__`, ...): on a
+    """A stand-in for a method whose result stays where its input is (`.view`, `.float()`, `.detach()`, ...): on a
     counting thread outside suppressed code, the original, then `mark(input, result)` (a host-built input's result
     is host-built too), what the counter's handler does for these calls, a frame and a classification shorter.
     `marked` is the table of host-built tensors: while it is empty no input can be one, and nothing is asked."""
@@ -93,6 +94,26 @@ def keeping_stand_in(
         return result
 
     return _named(watched, original)
+
+
+class WatchedMethod:
+    """What stands on `torch.Tensor` for a watched method while a counter is active: the class's attribute
+    (`torch.Tensor.item`: what code compares with `is`, keys a table by, or what torch hands a `__torch_function__`
+    handler) is torch's own object, so no one can capture or meet a stand-in there; an instance's (`t.item`, what a
+    call runs, and what Python's slots call for `bool(t)`) is the counting stand-in, bound to the tensor. A method
+    reached through the class (`torch.Tensor.item(t)`) therefore runs torch's own, uncounted, as a reference taken
+    before the counter started does."""
+
+    __slots__ = ("own", "watched")
+
+    def __init__(self, own: Any, watched: Callable[..., Any]) -> None:
+        self.own = own
+        self.watched = watched
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:
+            return self.own
+        return MethodType(self.watched, instance)
 
 
 def _named(watched: Callable[..., Any], original: Any) -> Callable[..., Any]:
