@@ -343,9 +343,12 @@ def _run_verdict(a: Result, b: Result) -> Verdict:
         return Verdict("run", status, f"both {a.status}: {a.cause}", kind=a.status)
     details = [f"A {a.status}{': ' + a.cause if a.cause else ''}", f"B {b.status}{': ' + b.cause if b.cause else ''}"]
     side, result = ("B", b) if not b.ok else ("A", a)
-    verb = {"crash": "crashed", "error": "could not run the scenario", "n/a": "is not applicable"}.get(
-        result.status, ""
-    )
+    verb = {
+        "crash": "crashed",
+        "error": "could not run the scenario",
+        "n/a": "is not applicable",
+        "fault": "was not recorded (tripwire failed)",
+    }.get(result.status, "")
     summary = f"{side} {verb}: {result.cause}" if verb else f"{side} {result.status}"
     return Verdict("run", DIFFERS, summary, tuple(details), result.status if not b.ok else "fixed")
 

@@ -185,10 +185,10 @@ class TargetHooks:
             self.session.start_iteration()
         if self.region is not None:
             with self.region:
-                result = original(*args, **kwargs)
+                result = original(*args, **kwargs)  # pass-through
             result = body_in_region(original, result, self.region)
         else:
-            result = original(*args, **kwargs)
+            result = original(*args, **kwargs)  # pass-through
         for checkpoint in self.checkpoints:
             if (number - 1) % checkpoint.every == 0:
                 name = f"{checkpoint.name or self.label}#{number}"

@@ -33,6 +33,7 @@ from tripwire.common import closure
 from tripwire.common.context import capture_context, imported_distributions
 from tripwire.common.errors import TripwireError
 from tripwire.compile.counter import CompileCounter
+from tripwire.outside.blame import blame
 from tripwire.outside.children import ChildWatch, tree_site
 from tripwire.outside.instrument import Instrumentation, Session, _resolve
 from tripwire.outside.launch import module_path, run_main
@@ -211,7 +212,7 @@ def record(
         session = Session(counter, recorder, compiles=compiles)
         instrumentation = Instrumentation(scenario, session, renames)
         children = ChildWatch(tree.root)
-        status, cause, trace, ended_by_exit, swallowed = "ok", "", "", False, ""
+        status, cause, trace, ended_by_exit, swallowed, passed = "ok", "", "", False, "", ""
         exits: list[tuple[int, str]] = []  # bound by `_exit_caught`, unless an instrument fails before it
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
@@ -238,7 +239,7 @@ def record(
                 if exit_.code != 0:
                     status, cause, trace = "crash", f"os._exit({exit_.code!r})", traceback.format_exc()
             except Exception as error:
-                status, cause, trace = "crash", one_line(error, tree.root), traceback.format_exc()
+                status, cause, trace, passed = _crash(error, tree.root)
             if exits and not ended_by_exit:  # the loop took its own os._exit's exit and ran on
                 ended_by_exit = True
                 code, where = exits[0]
@@ -266,6 +267,11 @@ def record(
     result.ended_by_exit = ended_by_exit
     if swallowed:
         result.notes.append(swallowed)
+    if passed:
+        result.notes.append(
+            f"the failing call went through tripwire's stand-in at {passed}: if the loop runs without tripwire, the "
+            "stand-in is at fault (report it)"
+        )
     if changed:
         result.notes.append(
             "the loop changed "
@@ -310,6 +316,20 @@ def warm() -> None:
     from tripwire.sync import hooks  # noqa: F401 - imported when the counter starts
 
     _owners()
+
+
+def _crash(error: Exception, root: Path) -> tuple[str, str, str, str]:
+    """`(status, cause, traceback, stand-in passed)` of an exception the run raised: the loop's (`crash`), or
+    tripwire's own (`fault`, naming tripwire's frame: the loop may be fine; `tripwire.outside.blame`)."""
+    whose = blame(error)
+    trace = traceback.format_exc()
+    if whose.whose == "tripwire":
+        cause = (
+            f"tripwire failed inside {whose.frame}: {one_line(error)}; the loop may be fine: run it without tripwire "
+            "to check, and report this with the result's traceback.txt"
+        )
+        return "fault", cause, trace, ""
+    return "crash", one_line(error, root), trace, whose.frame if whose.whose == "through" else ""
 
 
 def _changed_by_loop(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:

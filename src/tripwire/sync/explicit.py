@@ -128,9 +128,9 @@ class ExplicitSyncMode(TorchFunctionMode):
                 # a tensor method written in Python (`backward`): called as the user called it, so dynamo handles
                 # it as it does without a mode, not by tracing the method's body
                 return getattr(args[0], func.__name__)(*args[1:], **kwargs)
-            return func(*args, **kwargs)
+            return func(*args, **kwargs)  # pass-through
         if func not in _WATCHED:  # nearly every call: nothing to count or mark
-            return func(*args, **kwargs)
+            return func(*args, **kwargs)  # pass-through
         return watched_call(func, func, args, kwargs)
 
 
@@ -147,7 +147,7 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
         elif func in _BUILDERS:
             kind = tensor_kind(args, kwargs, _BUILDERS[func])
         if kind is None:
-            result = call(*args, **kwargs)
+            result = call(*args, **kwargs)  # pass-through
             if _host_built(func, args, kwargs, result):
                 _mark(result)
             return result
@@ -317,7 +317,7 @@ def _load_hidden(load: Callable[[Any], Any], namespace: list[tuple[str, Any, Any
             for name, own, _ in namespace:
                 setattr(torch, name, own)
     try:
-        return load(spec)
+        return load(spec)  # pass-through
     finally:
         with _IMPORTS_LOCK:
             _IMPORTS[0] -= 1

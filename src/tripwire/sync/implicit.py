@@ -144,7 +144,7 @@ class ImplicitSyncMode(TorchDispatchMode):
         kind = _implicit_kind(func, args, kwargs)
         if kind is not None:
             sync.deliver(kind, implicit=not kinds.COLLECTIVE.holds(kind))
-        return func(*args, **kwargs)
+        return func(*args, **kwargs)  # pass-through
 
 
 # Where a data-dependent op gets a counting kernel, when this torch build gives the op one there. The autograd keys
@@ -243,17 +243,17 @@ def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[...
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         local = _LOCAL
         if local.suppress or local.nested or local.by_mode or is_compiling() or not counting_here():
-            return call(keyset, *args, **kwargs)
+            return call(keyset, *args, **kwargs)  # pass-through
         if not autograd:
             first = args[0] if args else None
             if not isinstance(first, torch.Tensor) or not first.is_inference() or torch.is_inference_mode_enabled():
-                return call(keyset, *args, **kwargs)
+                return call(keyset, *args, **kwargs)  # pass-through
         kind = _call_kind(static, args, kwargs)
         if kind is not None:
             sync.deliver(kind, implicit=True)
         local.nested += 1
         try:
-            return call(keyset, *args, **kwargs)
+            return call(keyset, *args, **kwargs)  # pass-through
         finally:
             local.nested -= 1
 
@@ -271,14 +271,14 @@ class _InferenceWatch:
         watch = self
 
         def __enter__(self: Any) -> None:
-            enter(self)
+            enter(self)  # pass-through
             watch.entered()
 
         def __exit__(self: Any, *exc: Any) -> None:
             try:
                 watch.left()
             finally:
-                leave(self, *exc)
+                leave(self, *exc)  # pass-through
 
         patch(installation, cls, "__enter__", __enter__)
         patch(installation, cls, "__exit__", __exit__)

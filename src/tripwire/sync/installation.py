@@ -75,7 +75,7 @@ def call_counted(kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwa
     local = sync._LOCAL
     local.suppress += 1
     try:
-        return func(*args, **kwargs)
+        return func(*args, **kwargs)  # pass-through
     finally:
         local.suppress -= 1
 
@@ -94,11 +94,11 @@ def tracked_backward(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def run(*args: Any, **kwargs: Any) -> Any:
         if _LOCAL.counting <= 0:
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         with _BACKWARDS_LOCK:
             _BACKWARDS[0] += 1
         try:
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         finally:
             with _BACKWARDS_LOCK:
                 _BACKWARDS[0] -= 1

@@ -36,9 +36,9 @@ def stand_in(key: Any, original: Any, handle: Handler, local: Any, elsewhere: Ca
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         return handle(key, original, args, kwargs)
 
     return _named(watched, original)
@@ -59,16 +59,16 @@ def counted_stand_in(
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         deliver(kind)
         local.suppress += 1
         try:
             if scalar and args and type(args[0]) in _PLAIN:
                 with _BELOW_AUTOGRAD():
-                    return original(*args, **kwargs)
-            return original(*args, **kwargs)
+                    return original(*args, **kwargs)  # pass-through
+            return original(*args, **kwargs)  # pass-through
         finally:
             local.suppress -= 1
 
@@ -85,10 +85,10 @@ def keeping_stand_in(
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
-            return original(*args, **kwargs)
-        result = original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
+        result = original(*args, **kwargs)  # pass-through
         if marked and args:
             mark(args[0], result)
         return result
