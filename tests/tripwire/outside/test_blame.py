@@ -102,6 +102,3 @@ def test_blame_reads_tripwires_own_frames_and_passes_through_a_stand_in() -> Non
         raise ValueError("the loop's")
     except ValueError as error:
         assert blame(error).whose == "loop"
-
-
-
