@@ -28,6 +28,7 @@ from esper.scripts.train import build_parser, config_from_args
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import PolicyClient
 from esper.simic.training.vectorized import run_training
+from tripwire.bitwise.settings import SettingChange, SettingsWatch
 from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder
 from tripwire.common.context import capture_context
 from tripwire.compile.counter import CompileCounter
@@ -246,9 +247,21 @@ class ScenarioRun:
     trajectory: Trajectory
     counter: SyncCounter
     compiles: CompileCounter = field(default_factory=CompileCounter)  # what torch.compile did
+    # the determinism settings the run changed, each at its line (None: not watched, a run on torchrun ranks)
+    settings: list[SettingChange] | None = None
 
     def count(self, event_type: str) -> int:
         return sum(1 for event in self.events if event["event_type"] == event_type)
+
+
+# The one place the trainer changes a determinism setting: deterministic CUDA kernels, on a CUDA run only
+DETERMINISM_SETTER = "src/esper/tolaria/determinism.py:"
+
+
+def stray_settings(run: ScenarioRun) -> list[SettingChange]:
+    """The determinism settings the run changed anywhere but the trainer's determinism module: a CPU no-op such as
+    `torch.backends.cudnn.benchmark = True` breaks every GPU run's reproducibility, and only its line shows it here."""
+    return [change for change in run.settings or () if not change.site.startswith(DETERMINISM_SETTER)]
 
 
 def scenario_config(scenario: GateScenario, workdir: Path, *extra: str) -> tuple[Any, str]:
@@ -298,12 +311,12 @@ def run_scenario(
         if recorder is None:  # never `recorder or ...`: an empty recorder is falsy (it has a length)
             recorder = TrajectoryRecorder(context=capture_context(config.device))
         torch._dynamo.reset()  # each scenario compiles afresh, whatever ran before it in the session
-        with CompileCounter() as compiles, SyncCounter() as counter:
+        with SettingsWatch() as settings, CompileCounter() as compiles, SyncCounter() as counter:
             observer = TrajectoryProbe(recorder) if probe else None
             run_training(config, controller=controller, hub=hub, probe=observer)
     hub.close()
     events = [event.to_json_dict() for event in backend.events]
-    return ScenarioRun(scenario, events, recorder.trajectory, counter, compiles)
+    return ScenarioRun(scenario, events, recorder.trajectory, counter, compiles, settings.changes)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from tripwire.bitwise.settings import SettingsWatch
 from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.common import closure
 from tripwire.common.context import capture_context, imported_distributions
@@ -212,6 +213,7 @@ def record(
         session = Session(counter, recorder, compiles=compiles)
         instrumentation = Instrumentation(scenario, session, renames)
         children = ChildWatch(tree.root)
+        settings = SettingsWatch()
         status, cause, trace, ended_by_exit, swallowed, passed = "ok", "", "", False, "", ""
         exits: list[tuple[int, str]] = []  # bound by `_exit_caught`, unless an instrument fails before it
         start = time.perf_counter()
@@ -224,6 +226,7 @@ def record(
                     counter,
                     children,
                     _exit_caught(tree.root) as exits,
+                    settings,
                     _frozen_heap(),
                 ):
                     _run_entry(scenario, tree, argv, instrumentation)
@@ -267,6 +270,8 @@ def record(
     result.ended_by_exit = ended_by_exit
     if swallowed:
         result.notes.append(swallowed)
+    if settings.changes:  # each with its line: a CPU no-op such as cudnn.benchmark still breaks a GPU run
+        result.notes.append("the loop changed determinism settings: " + settings.format())
     if passed:
         result.notes.append(
             f"the failing call went through tripwire's stand-in at {passed}: if the loop runs without tripwire, the "
