@@ -142,11 +142,29 @@ CLIENT = "src/esper/simic/training/policy_client.py"
 SHARDING = "src/esper/simic/training/sharding.py"
 BUFFER = "src/esper/simic/agent/buffer.py"
 WIRING = "src/esper/simic/training/wiring.py"
+OBSERVATIONS = "src/esper/simic/training/observations.py"
 POLICY = "src/esper/tamiyo/policy.py"
 FORWARD = "    def forward(self, obs: torch.Tensor, blueprint_idx: torch.Tensor, hidden: Hidden) -> NetworkOutput:"
 HOST_COPY = '        self.values[:, step].copy_(values.to(torch.device("cpu")))\n'
 
 HAZARDS: tuple[Hazard, ...] = (
+    Hazard(
+        "per_env_mask_uploads",
+        "the action masks uploaded one env's row at a time (views of the host batch): K uploads per mask and step on a "
+        "GPU where there was one; a CPU run moves nothing, and the gate used to count none of either",
+        (
+            Edit(
+                OBSERVATIONS,
+                "    device_masks = {key: value.to(device) for key, value in host_masks.items()}\n",
+                "    device_masks = {\n"
+                "        key: torch.cat([row.to(device) for row in value.split(1)])"
+                " for key, value in host_masks.items()\n"
+                "    }\n",
+            ),
+        ),
+        SYNC_BUDGET,
+        "b_lifecycle",
+    ),
     Hazard(
         "cudnn_benchmark_in_setup",
         "`torch.backends.cudnn.benchmark = True` added to the run's set-up for speed: a no-op on the CPU the gate runs "

@@ -2,7 +2,8 @@
 rest is tripwire's own (internal: import the public names from `tripwire`).
 
 - `regions`: `hot_path`, `carried`, `ignore_syncs`, `sync_kind`, `record_sync` (no torch);
-- `kinds`: every kind of event, what it means, whether it stalls a GPU and who reports it (no torch);
+- `kinds`: every kind of event, what it means, whether it stalls a GPU and who reports it (no torch; public, as the
+  package's regions are: `record_sync(kinds.CUDA_SYNCHRONIZE)` reports a sync a CPU run cannot make);
 - `counter`: `SyncCounter`, which records every host sync per region, with call sites;
 - `hooks`: installs and removes the counter's mechanisms, on the counting thread and the threads it carries;
 - `installation`: what one counter installed, and how it is put back;
