@@ -5,6 +5,7 @@ rest is tripwire's own (internal: import the public names from `tripwire`).
 - `kinds`: every kind of event, what it means, whether it stalls a GPU and who reports it (no torch; public, as the
   package's regions are: `record_sync(kinds.CUDA_SYNCHRONIZE)` reports a sync a CPU run cannot make);
 - `counter`: `SyncCounter`, which records every host sync per region, with call sites;
+- `crosscheck`: torch's own sync warnings, named at their lines, against the counter's events (on CUDA);
 - `hooks`: installs and removes the counter's mechanisms, on the counting thread and the threads it carries;
 - `installation`: what one counter installed, and how it is put back;
 - `explicit`: `.item()`, `.cpu()`, `bool(t)`, host-bound copies: stand-ins on the watched methods and functions;
