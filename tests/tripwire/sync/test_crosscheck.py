@@ -46,7 +46,9 @@ def test_other_warnings_are_shown_as_before(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_comparison_names_a_missed_line_and_explains_the_unflagged_kinds() -> None:
-    events = [SimpleNamespace(kind="item", site="loop.py:3")] * 2 + [SimpleNamespace(kind="to_device", site="loop.py:5")]
+    events = [SimpleNamespace(kind="item", site="loop.py:3")] * 2 + [
+        SimpleNamespace(kind="to_device", site="loop.py:5")
+    ]
     events += [SimpleNamespace(kind="timer_sync", site="loop.py:9")]
     check = compare(events, Counter({"loop.py:3": 2, "loop.py:7": 1}))
     assert check.missed == {"loop.py:7": (0, 1)} and not check.ok
