@@ -1,4 +1,4 @@
-"""nox sessions: tests, lint, train, guardrails, bench, baselines, hazards, learning.
+"""nox sessions: tests, lint, train, guardrails, bench, baselines, hazards, learning, gpu.
 
 Every session runs inside ONE shared project environment, `.venv`, built on first use with
 `pip install -e src/tripwire -e .[dev]` (the harness's own distribution, then the trainer and its tools) and updated
@@ -268,6 +268,18 @@ def baselines(session: nox.Session) -> None:
     session.run("git", "status", "--short", "--", "baselines/", external=True)
     session.run("git", "diff", "--stat", "--", "baselines/", external=True)
     session.run("git", "--no-pager", "diff", "--", "baselines/", external=True)
+
+
+@nox.session(default=False)
+def gpu(session: nox.Session) -> None:
+    """The GPU check (tests/device/check.py): every scenario on the device with the cross-check, bitwise twice, the
+    GPU tests, CUDATimer against the wall clock, throughput beside the plain loop (and the original with
+    `-- --original PATH/src`), the paired A/A and a 5 % slowdown, the suite's baseline; one folder, one summary
+    (`build/gpu`). `-- --device cpu --quick` is the dry run CI makes."""
+    args = list(session.posargs)
+    if not any(arg.startswith("--device") for arg in args):
+        args = ["--device", "cuda", *args]
+    run_in_env(session, "python", "tests/device/check.py", *args)
 
 
 @nox.session(default=False, tags=["perf"])

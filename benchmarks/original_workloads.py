@@ -203,8 +203,11 @@ def scaled_mock_datasets(n_envs: int) -> Callable[..., tuple[TensorDataset, Tens
     return datasets
 
 
-def train_kwargs(n_envs: int, seed: int = SEED, episode_length: int = EPISODE_LENGTH) -> dict[str, Any]:
-    """`train_ppo_vectorized` keyword arguments as the CLI builds them, at the original's best CPU settings."""
+def train_kwargs(
+    n_envs: int, seed: int = SEED, episode_length: int = EPISODE_LENGTH, device: str = "cpu"
+) -> dict[str, Any]:
+    """`train_ppo_vectorized` keyword arguments as the CLI builds them, at the original's best CPU settings (on
+    `device`: the GPU check runs it on `cuda:0`, which the original's CLI needs spelled with its index)."""
     config = dataclasses.replace(
         TrainingConfig.for_cifar_baseline(),
         task="cifar_baseline",
@@ -215,7 +218,7 @@ def train_kwargs(n_envs: int, seed: int = SEED, episode_length: int = EPISODE_LE
         compile_mode="off",
         seed=seed,
     )
-    return {**config.to_train_kwargs(), "device": "cpu", "num_workers": 0}
+    return {**config.to_train_kwargs(), "device": device, "num_workers": 0}
 
 
 _active: weakref.ref[OriginalEpochWorkload] | None = None  # the workload whose RNG streams are the global ones
@@ -227,10 +230,12 @@ class OriginalEpochWorkload:
     Rounds walk through whole episodes: epochs 1..5, then (untimed) the PPO update and fresh envs.
     """
 
-    def __init__(self, n_envs: int, *, seed: int = SEED, episode_length: int = EPISODE_LENGTH) -> None:
+    def __init__(
+        self, n_envs: int, *, seed: int = SEED, episode_length: int = EPISODE_LENGTH, device: str = "cpu"
+    ) -> None:
         self.n_envs = n_envs
         self.seed = seed
-        self.kwargs = train_kwargs(n_envs, seed, episode_length)
+        self.kwargs = train_kwargs(n_envs, seed, episode_length, "cuda:0" if device == "cuda" else device)
         self.pacer: _Pacer | None = None
         self.hub: Any = None
         self._finalizer: weakref.finalize[Any, Any] | None = None

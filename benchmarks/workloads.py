@@ -31,7 +31,8 @@ from esper.simic.training.observations import ObservationBatch, build_observatio
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import PPOClient
 from esper.simic.training.trainer import TrainerParts, TrainingResult, VectorizedPPOTrainer
-from esper.tolaria.engine import EnvRuntime, FusedPlan
+from esper.tolaria.engine import EnvRuntime
+from esper.tolaria.epoch import FusedPlan
 from tripwire.bench.fixture import Workload
 from tripwire.bench.ops import OpCounter
 from tripwire.bench.paired_spec import PairedBench

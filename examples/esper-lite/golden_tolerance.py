@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tripwire.outside.result import Result
+from tripwire import Result
 
 TEST = "tests/simic/test_ppo_update_golden.py"
 CHECKPOINT = "PPOAgent.update#1"

@@ -9,8 +9,11 @@ nothing (the script calls `wandb.init` unconditionally), and the vector env's fi
 seed (the script resets it unseeded, so two runs would start from different states). Pendulum-v1 keeps it to
 gymnasium's classic-control envs (no MuJoCo). Written for gymnasium 0.29 (the script predates gymnasium 1.0).
 
-    git clone https://github.com/pytorch-labs/LeanRL && pip install gymnasium tensordict tyro tqdm
+    git clone https://github.com/pytorch-labs/LeanRL && pip install "gymnasium<1.0" tensordict==0.10.0 tyro tqdm
     python -m tripwire run examples/leanrl/ppo_continuous_scenario.py --root LeanRL --out results/base
+
+(tensordict 0.11 and later change `.data`, under which the script fails on its own.) The suite runs this command on
+the copy in tests/tripwire/third_party/leanrl (tests/tripwire/outside/test_third_party_leanrl.py).
 """
 
 import sys

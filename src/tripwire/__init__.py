@@ -39,6 +39,10 @@ if TYPE_CHECKING:  # imported on first use, so `import tripwire.sync` (a trainer
 
 __version__ = "0.5.0"
 
+# The modules a user imports; every other module of tripwire is internal (its names may move in any release), as
+# pytest's `_pytest` is beside `pytest`. tests/tripwire/test_public_api.py holds the docs and examples to it.
+PUBLIC_MODULES = ("tripwire", "tripwire.scenario", "tripwire.sync", "tripwire.sync.kinds", "tripwire.timing")
+
 _LAZY = {  # public name -> "module" or "module:attribute"
     "SyncBudget": "tripwire.sync.budget",
     "check_budget": "tripwire.sync.budget",

@@ -132,7 +132,9 @@ class Checkpoint:
 
     `capture` names what to digest: `return` (the return value), `self` (the instance's state: a module's or
     optimizer's `state_dict`, an optimizer's parameters too), `self.attr.path`, `args` (every positional
-    argument), `arg:NAME` (one argument by name) and `rng` (the global torch, CUDA, `random` and NumPy RNG states).
+    argument), `arg:NAME` (one argument by name), `arg:NAME.attr.path` and `rng` (the global torch, CUDA, `random` and
+    NumPy RNG states). Other objects are descended into until their numbers are found (`tripwire.outside.capture`);
+    a name that binds nothing, or a capture that digests no value, is an error.
     """
 
     target: str

@@ -6,7 +6,8 @@ not the host's launch time. `stop()` waits on the end event (one real sync, reco
 counter as `timer_sync`) and returns milliseconds. Call it at a point where the loop synchronizes anyway
 (the epoch boundary), never per batch.
 
-On CPU (or `device=None`) it falls back to `time.perf_counter`.
+On CPU (or `device=None`) it falls back to `time.perf_counter`, and `stop()` still reports the `timer_sync` the same
+code has on a GPU, so a gate running on CPU counts it where the GPU will wait.
 
 The original recorded its events on the default stream while the work ran on per-env streams, and called
 `stop()` once per round after starting every epoch, so only the last epoch was timed. Here a timer refuses to
@@ -20,7 +21,7 @@ import time
 import torch
 
 from tripwire.common.errors import TimerStateError
-from tripwire.sync import sync_kind
+from tripwire.sync import kinds, record_sync, sync_kind
 
 
 class CUDATimer:
@@ -63,7 +64,7 @@ class CUDATimer:
         if self._start_event is not None:
             end = torch.cuda.Event(enable_timing=True)
             end.record(self._stream())
-            with sync_kind("timer_sync"):
+            with sync_kind(kinds.TIMER_SYNC):
                 end.synchronize()
             elapsed = float(self._start_event.elapsed_time(end))
             self._start_event = None
@@ -71,6 +72,7 @@ class CUDATimer:
             assert self._start_time is not None
             elapsed = (time.perf_counter() - self._start_time) * 1000.0
             self._start_time = None
+            record_sync(kinds.TIMER_SYNC)  # what this stop is on a GPU: a CPU run reports the sync the GPU run has
         self.intervals_ms.append(elapsed)
         return elapsed
 

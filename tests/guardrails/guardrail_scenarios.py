@@ -16,7 +16,7 @@ import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from esper.scripts.train import build_parser, config_from_args
 from esper.simic.training.parallel_env_state import ParallelEnvState
 from esper.simic.training.policy_client import PolicyClient
 from esper.simic.training.vectorized import run_training
+from tripwire.bitwise.settings import SettingChange, SettingsWatch
 from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder
 from tripwire.common.context import capture_context
 from tripwire.compile.counter import CompileCounter
@@ -65,11 +66,12 @@ def cli(line: str, *more: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Scenario:
-    """One canonical run: CLI arguments, extra config keys, and the lifecycle events it must show."""
+class GateScenario:
+    """One canonical run: CLI arguments, extra config keys, what it is for, and the lifecycle events it must show."""
 
     name: str
     argv: tuple[str, ...]
+    purpose: str = ""  # one line: what the gate sees through this run that the others leave out
     config_json: dict[str, Any] = field(default_factory=dict)
     must_occur: tuple[str, ...] = ()
     ranks: int = 1  # > 1: sharded over that many torchrun ranks
@@ -77,88 +79,126 @@ class Scenario:
     # written for the run (`--data-dir`)
     data: str = ""
 
-    def with_args(self, *extra: str, name: str | None = None) -> Scenario:
+    def with_args(self, *extra: str, name: str | None = None) -> GateScenario:
         """The same scenario with more CLI arguments (later flags win)."""
-        argv = (*self.argv, *extra)
-        return Scenario(name or self.name, argv, dict(self.config_json), self.must_occur, self.ranks, self.data)
+        return replace(self, name=name or self.name, argv=(*self.argv, *extra), config_json=dict(self.config_json))
+
+    def command_line(self) -> str:
+        """The `python -m esper.scripts.train` arguments as a user types them (the written data folder named)."""
+        data = ("--data-dir", f"<a tiny {self.data} folder written for the run>") if self.data else ()
+        return " ".join((*self.argv, *data))
 
 
-SCENARIOS: dict[str, Scenario] = {
-    "a_baseline": Scenario("a_baseline", (*PPO_A, "--rounds", "1", *SIZES)),
-    "b_lifecycle": Scenario(
+A_BASELINE = GateScenario(
+    "a_baseline",
+    (*PPO_A, "--rounds", "1", *SIZES),
+    "one PPO round on one env: the validation command of the refactor plans",
+)
+# (e): (a) with two envs sharded over 2 ranks (one env each), so it must equal the single-process a_two_envs bitwise.
+TWO_ENVS = A_BASELINE.with_args("--envs", "2", "--train-samples", "100", name="a_two_envs")
+# The canonical scenarios, in order, built once: `nox -s guardrails` runs each against its goldens. Adding one is one
+# entry here (docs/guardrails.md's table and the README follow it; tests/guardrails/test_scenario_list.py checks).
+ORDER: tuple[GateScenario, ...] = (
+    A_BASELINE,
+    GateScenario(
         "b_lifecycle",
         (*LIFECYCLE, "--rounds", "2", "--episode-length", "8", "--seed", "42", *SIZES),
+        "4 envs, 3 slots, 2 rounds: seeds germinate, fossilize and are pruned",
         must_occur=("SEED_GERMINATED", "SEED_FOSSILIZED", "SEED_PRUNED"),
     ),
-    "c_rollback": Scenario(
+    GateScenario(
         "c_rollback",
         (*PPO_A, "--rounds", "1", *SIZES),
+        "a forced governor rollback: env 0's loss turns NaN at epoch 3",
         config_json={"inject_nan_epoch": 3},
         must_occur=("GOVERNOR_ROLLBACK",),
     ),
-    "d_resume": Scenario("d_resume", (*PPO_A, "--rounds", "2", *SIZES), must_occur=("CHECKPOINT_LOADED",)),
-    # (f): (a) with the policy network compiled. aot_eager: dynamo breaks and recompiles exactly as for inductor
-    # (the backend only receives the graphs), AOTAutograd runs as for inductor, and the graphs run on ATen's own
-    # kernels, so the trajectory golden travels under the AVX2 pin where inductor's generated kernels would be
-    # the compiling CPU's. It must equal (a) bitwise.
-    "f_compiled": Scenario("f_compiled", (*PPO_A, "--rounds", "1", *SIZES, "--compile", "aot_eager")),
-}
-# (g) and (h): the configuration a user reaches that (a)-(f) leave at its defaults (`nox -s guardrails` reports the
-# fields no scenario moves off its default). (g): another preset, with a --config-json whose keys explicit flags
-# override (the CLI's precedence: preset, then the file, then flags), another task and reward, two PPO epochs and
-# the entropy anneal; (h): the escrow reward on the impaired task, two env worker threads, debug telemetry,
-# augmentation, and real data through a user's loader (scikit-learn's bundled digits, `--dataset module:function`).
-SCENARIOS["g_preset_and_flags"] = Scenario(
-    "g_preset_and_flags",
-    cli(
-        "ppo --preset cifar_baseline_stable --task cifar_minimal --envs 2 --episode-length 5 --rounds 2 --ppo-epochs 2"
-        " --memory-size 64 --lr 0.0005 --max-seeds 1 --seed 7",
-        *SMALL,
+    GateScenario(
+        "d_resume",
+        (*PPO_A, "--rounds", "2", *SIZES),
+        "save and resume: round 1 resumed from (a)'s checkpoint",
+        must_occur=("CHECKPOINT_LOADED",),
     ),
-    config_json={
-        "lr": 0.001,  # overridden by --lr
-        "lstm_hidden_dim": 128,  # overridden by --memory-size
-        "hidden_dim": 64,
-        "gamma": 0.97,
-        "gae_lambda": 0.9,
-        "value_coef": 0.5,
-        "max_policy_grad_norm": 1.0,
-        "target_kl": 0.05,
-        "max_grad_norm": 0.5,
-        "reward_mode": "simplified",
-        "param_budget": 100000,
-        "improvement_threshold": 0.5,
-        "permissive_gates": False,
-    },
-)
-# (i): real data in the format a user downloads: CIFAR-10's official batches (a tiny copy the run writes, read by
-# the real loader), the loader's default augmentation on.
-SCENARIOS["i_cifar_files"] = Scenario(
-    "i_cifar_files",
-    cli("ppo --dataset cifar10 --envs 1 --episode-length 4 --rounds 1 --batch-size 6 --quiet", *TINY),
-    data="cifar10",
-)
-# (j): your own images as a folder tree (`--dataset imagefolder`: torchvision's ImageFolder, PNGs by class, the
-# train split's normalization), the reader no other scenario runs.
-SCENARIOS["j_image_folder"] = Scenario(
-    "j_image_folder",
-    cli("ppo --dataset imagefolder --envs 1 --episode-length 4 --rounds 1 --batch-size 6 --quiet", *TINY),
-    data="imagefolder",
-)
-SCENARIOS["h_escrow_workers"] = Scenario(
-    "h_escrow_workers",
-    cli(
-        "ppo --task cifar_impaired --reward-mode escrow --env-workers 2 --envs 2 --episode-length 5 --rounds 1"
-        " --telemetry-level debug --augment --no-normalize --dataset esper.data.digits:load",
-        *SMALL,
+    GateScenario(
+        "e_distributed",
+        TWO_ENVS.argv,
+        "two envs sharded over two torchrun ranks (gloo), equal to the one-process run bitwise",
+        ranks=2,
+    ),
+    # aot_eager: dynamo breaks and recompiles exactly as for inductor (the backend only receives the graphs),
+    # AOTAutograd runs as for inductor, and the graphs run on ATen's own kernels, so the trajectory golden travels
+    # under the AVX2 pin where inductor's generated kernels would be the compiling CPU's.
+    GateScenario(
+        "f_compiled",
+        (*PPO_A, "--rounds", "1", *SIZES, "--compile", "aot_eager"),
+        "(a) with the policy network compiled, equal to (a) bitwise",
+    ),
+    # (g) and (h): the configuration a user reaches that (a)-(f) leave at its defaults (`nox -s guardrails` reports
+    # the fields no scenario moves off its default).
+    GateScenario(
+        "g_preset_and_flags",
+        cli(
+            "ppo --preset cifar_baseline_stable --task cifar_minimal --envs 2 --episode-length 5 --rounds 2"
+            " --ppo-epochs 2 --memory-size 64 --lr 0.0005 --max-seeds 1 --seed 7",
+            *SMALL,
+        ),
+        "another preset, a --config-json the flags override, another task, reward and PPO settings",
+        config_json={
+            "lr": 0.001,  # overridden by --lr
+            "lstm_hidden_dim": 128,  # overridden by --memory-size
+            "hidden_dim": 64,
+            "gamma": 0.97,
+            "gae_lambda": 0.9,
+            "value_coef": 0.5,
+            "max_policy_grad_norm": 1.0,
+            "target_kl": 0.05,
+            "max_grad_norm": 0.5,
+            "reward_mode": "simplified",
+            "param_budget": 100000,
+            "improvement_threshold": 0.5,
+            "permissive_gates": False,
+        },
+    ),
+    GateScenario(
+        "h_escrow_workers",
+        cli(
+            "ppo --task cifar_impaired --reward-mode escrow --env-workers 2 --envs 2 --episode-length 5 --rounds 1"
+            " --telemetry-level debug --augment --no-normalize --dataset esper.data.digits:load",
+            *SMALL,
+        ),
+        "the escrow reward, two env worker threads, debug telemetry and real data through a user's loader",
+    ),
+    GateScenario(
+        "i_cifar_files",
+        cli("ppo --dataset cifar10 --envs 1 --episode-length 4 --rounds 1 --batch-size 6 --quiet", *TINY),
+        "CIFAR-10's official on-disk batches through the real loader, its augmentation on",
+        data="cifar10",
+    ),
+    GateScenario(
+        "j_image_folder",
+        cli("ppo --dataset imagefolder --envs 1 --episode-length 4 --rounds 1 --batch-size 6 --quiet", *TINY),
+        "your own images as a folder tree (torchvision's ImageFolder), the reader no other scenario runs",
+        data="imagefolder",
     ),
 )
+SCENARIOS: dict[str, GateScenario] = {scenario.name: scenario for scenario in ORDER}
 COMPILED = ("f_compiled",)  # scenarios with a compile budget
 
 
-TWO_ENVS = SCENARIOS["a_baseline"].with_args("--envs", "2", "--train-samples", "100", name="a_two_envs")
-# (e): TWO_ENVS sharded over 2 ranks (one env each), so it must equal the single-process a_two_envs bitwise.
-SCENARIOS["e_distributed"] = Scenario("e_distributed", TWO_ENVS.argv, ranks=2)
+def scenario_table() -> str:
+    """The scenarios as docs/guardrails.md lists them (generated; tests/guardrails/test_scenario_list.py compares)."""
+    rows = ["| scenario | what it is for | command line | must show |", "|---|---|---|---|"]
+    for scenario in ORDER:
+        line = f"`{scenario.command_line()}`"
+        if scenario.config_json:
+            count = len(scenario.config_json)
+            line += f" + `--config-json` of {count} key{'s' if count > 1 else ''}"
+        if scenario.ranks > 1:
+            line += f" on {scenario.ranks} torchrun ranks"
+        rows.append(f"| `{scenario.name}` | {scenario.purpose} | {line} | {', '.join(scenario.must_occur)} |")
+    return "\n".join(rows)
+
+
 # Payload fields of a sharded run's events that a single process's events do not have.
 RANK_FIELDS = ("rank",)
 
@@ -202,17 +242,29 @@ class TrajectoryProbe:
 class ScenarioRun:
     """What one run produced."""
 
-    scenario: Scenario
+    scenario: GateScenario
     events: list[dict[str, Any]]
     trajectory: Trajectory
     counter: SyncCounter
     compiles: CompileCounter = field(default_factory=CompileCounter)  # what torch.compile did
+    # the determinism settings the run changed, each at its line (None: not watched, a run on torchrun ranks)
+    settings: list[SettingChange] | None = None
 
     def count(self, event_type: str) -> int:
         return sum(1 for event in self.events if event["event_type"] == event_type)
 
 
-def scenario_config(scenario: Scenario, workdir: Path, *extra: str) -> tuple[Any, str]:
+# The one place the trainer changes a determinism setting: deterministic CUDA kernels, on a CUDA run only
+DETERMINISM_SETTER = "src/esper/tolaria/determinism.py:"
+
+
+def stray_settings(run: ScenarioRun) -> list[SettingChange]:
+    """The determinism settings the run changed anywhere but the trainer's determinism module: a CPU no-op such as
+    `torch.backends.cudnn.benchmark = True` breaks every GPU run's reproducibility, and only its line shows it here."""
+    return [change for change in run.settings or () if not change.site.startswith(DETERMINISM_SETTER)]
+
+
+def scenario_config(scenario: GateScenario, workdir: Path, *extra: str) -> tuple[Any, str]:
     """(TrainingConfig, controller) exactly as the CLI would build them for this scenario."""
     argv = [*scenario.argv, *extra]
     if scenario.data:  # the on-disk format a user has, written where the run reads it
@@ -245,7 +297,7 @@ def single_threaded() -> Iterator[None]:
 
 
 def run_scenario(
-    scenario: Scenario, workdir: Path, *extra: str, recorder: TrajectoryRecorder | None = None, probe: bool = True
+    scenario: GateScenario, workdir: Path, *extra: str, recorder: TrajectoryRecorder | None = None, probe: bool = True
 ) -> ScenarioRun:
     """Run in-process under a SyncCounter with a trajectory probe (unless `probe=False`); events stay in memory.
     A scenario with `ranks > 1` runs on torchrun ranks instead (`start_ranked`, `finish_ranked`)."""
@@ -259,23 +311,23 @@ def run_scenario(
         if recorder is None:  # never `recorder or ...`: an empty recorder is falsy (it has a length)
             recorder = TrajectoryRecorder(context=capture_context(config.device))
         torch._dynamo.reset()  # each scenario compiles afresh, whatever ran before it in the session
-        with CompileCounter() as compiles, SyncCounter() as counter:
+        with SettingsWatch() as settings, CompileCounter() as compiles, SyncCounter() as counter:
             observer = TrajectoryProbe(recorder) if probe else None
             run_training(config, controller=controller, hub=hub, probe=observer)
     hub.close()
     events = [event.to_json_dict() for event in backend.events]
-    return ScenarioRun(scenario, events, recorder.trajectory, counter, compiles)
+    return ScenarioRun(scenario, events, recorder.trajectory, counter, compiles, settings.changes)
 
 
 @dataclass
 class RankedScenario:
     """A ranked scenario launched in the background."""
 
-    scenario: Scenario
+    scenario: GateScenario
     launch: RankLaunch
 
 
-def start_ranked(scenario: Scenario, workdir: Path, *extra: str) -> RankedScenario:
+def start_ranked(scenario: GateScenario, workdir: Path, *extra: str) -> RankedScenario:
     """Launch a ranked scenario (it runs beside whatever the caller does next)."""
     out = workdir / f"{scenario.name}.ranks"
     if out.exists():

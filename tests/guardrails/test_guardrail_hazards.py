@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from guardrail_scenarios import HOT_REGIONS, ROUND_END, SCENARIOS, TWO_ENVS, Scenario, ScenarioRun, run_scenario
+from guardrail_scenarios import HOT_REGIONS, ROUND_END, SCENARIOS, TWO_ENVS, GateScenario, ScenarioRun, run_scenario
 
 import esper.simic.training.wiring as wiring_module
 from esper.simic.rewards import RewardConfig
@@ -89,7 +89,7 @@ def golden_store(tmp_path: Path, name: str, clean: ScenarioRun) -> GoldenStore:
     return GoldenStore(tmp_path / "baselines", update=False)
 
 
-def diverged_run(store: GoldenStore, name: str, scenario: Scenario, tmp_path: Path) -> tuple[ScenarioRun, str]:
+def diverged_run(store: GoldenStore, name: str, scenario: GateScenario, tmp_path: Path) -> tuple[ScenarioRun, str]:
     """Run `scenario` with the hazard patched in; its run and the trajectory check's failure message."""
     hazard = run_scenario(scenario, tmp_path)
     with pytest.raises(TrajectoryDivergence) as failure:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from guardrail_scenarios import (
     COMPILED,
+    DETERMINISM_SETTER,
     HOT_REGIONS,
     PAYLOAD_EXCLUDED,
     RUN_LOCATION_FIELDS,
@@ -16,6 +17,7 @@ from guardrail_scenarios import (
     WALL_CLOCK_FIELDS,
     ScenarioRun,
     run_scenario,
+    stray_settings,
 )
 
 from tripwire.bitwise.trajectory import compare_trajectories
@@ -45,6 +47,22 @@ def test_sync_budget_holds(scenario_run: ScenarioRun, tripwire_goldens: GoldenSt
         scenario_run.scenario.name, scenario_run.counter, scenario_run.trajectory.context, HOT_REGIONS
     )
     gate_log.add("sync budget", scenario_run.scenario.name, outcome.status, outcome.detail)
+
+
+IN_PROCESS = [name for name in NAMES if SCENARIOS[name].ranks == 1]
+
+
+@pytest.mark.parametrize("scenario_run", IN_PROCESS, indirect=True, ids=IN_PROCESS)
+def test_the_run_changes_no_determinism_setting(scenario_run: ScenarioRun, gate_log: GateLog) -> None:
+    """A CPU no-op that breaks a GPU run's reproducibility (`torch.backends.cudnn.benchmark = True` in the set-up)
+    fails here at its line; only the trainer's own determinism module may set one (on CUDA)."""
+    assert scenario_run.settings is not None
+    stray = stray_settings(scenario_run)
+    detail = "; ".join(change.format() for change in stray) or (
+        f"{len(scenario_run.settings)} set by {DETERMINISM_SETTER.rstrip(':')}" if scenario_run.settings else "none"
+    )
+    gate_log.add("determinism settings", scenario_run.scenario.name, "failed" if stray else "passed", detail)
+    assert not stray, f"the run changed a determinism setting outside {DETERMINISM_SETTER.rstrip(':')}: {detail}"
 
 
 @pytest.mark.parametrize("scenario_run", COMPILED, indirect=True, ids=COMPILED)

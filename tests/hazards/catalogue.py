@@ -23,9 +23,10 @@ TELEMETRY_PAYLOAD = "telemetry payload"
 CONFIG = "config golden"
 LOADS_WITHOUT = "loads without"
 COMPILE_BUDGET = "compile budget"
+DETERMINISM = "determinism settings"  # a setting the run changed outside the trainer's determinism module
 EXERCISED = "changed-line coverage"  # a changed line no scenario ran (`nox -s guardrails -- --against REF`)
 NOTHING = "(nothing)"  # a control: a change that changes nothing, which no guardrail may fail
-SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD, COMPILE_BUDGET)
+SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD, COMPILE_BUDGET, DETERMINISM)
 # Guardrails that necessarily fire beside another: a changed event stream (counts, order, schema) or changed
 # numerics (trajectory) change the digests of the event payloads too, so the payload golden firing with them is
 # expected, never the wrong guardrail; beside a sync-budget hazard it is (an extra `.item()` changes no value).
@@ -140,11 +141,45 @@ _PROBE_LINE = (
 CLIENT = "src/esper/simic/training/policy_client.py"
 SHARDING = "src/esper/simic/training/sharding.py"
 BUFFER = "src/esper/simic/agent/buffer.py"
+WIRING = "src/esper/simic/training/wiring.py"
+OBSERVATIONS = "src/esper/simic/training/observations.py"
 POLICY = "src/esper/tamiyo/policy.py"
 FORWARD = "    def forward(self, obs: torch.Tensor, blueprint_idx: torch.Tensor, hidden: Hidden) -> NetworkOutput:"
 HOST_COPY = '        self.values[:, step].copy_(values.to(torch.device("cpu")))\n'
 
 HAZARDS: tuple[Hazard, ...] = (
+    Hazard(
+        "per_env_mask_uploads",
+        "the action masks uploaded one env's row at a time (views of the host batch): K uploads per mask and step on a "
+        "GPU where there was one; a CPU run moves nothing, and the gate used to count none of either",
+        (
+            Edit(
+                OBSERVATIONS,
+                "    device_masks = {key: value.to(device) for key, value in host_masks.items()}\n",
+                "    device_masks = {\n"
+                "        key: torch.cat([row.to(device) for row in value.split(1)])"
+                " for key, value in host_masks.items()\n"
+                "    }\n",
+            ),
+        ),
+        SYNC_BUDGET,
+        "b_lifecycle",
+    ),
+    Hazard(
+        "cudnn_benchmark_in_setup",
+        "`torch.backends.cudnn.benchmark = True` added to the run's set-up for speed: a no-op on the CPU the gate runs "
+        "on, autotuned kernels that differ run to run on every GPU",
+        (
+            Edit(
+                WIRING,
+                "    determinism = make_reproducible(devices, config.deterministic)  # before any CUDA kernel runs\n",
+                "    determinism = make_reproducible(devices, config.deterministic)  # before any CUDA kernel runs\n"
+                "    torch.backends.cudnn.benchmark = True  # let cuDNN pick the fastest convolutions\n",
+            ),
+        ),
+        DETERMINISM,
+        "a_baseline",
+    ),
     Hazard(
         "item_in_env_loop",
         "extra `.item()` per env in the train pass (a debug read left in)",

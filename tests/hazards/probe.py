@@ -8,8 +8,8 @@ own copy of tripwire are what runs):
 
 `check` writes `{"fired": {guardrail: first line of its failure}}` for the guardrails that failed, using the
 gate's own code: `GoldenStore.check_sync_budget`, `GoldenStore.check_compile_budget` (what torch.compile did),
-`GoldenStore.check_trajectory`, `GoldenStore.check_payloads`
-and `tripwire.telemetry.counts.diff_counts` (event counts, order and payload schema).
+`GoldenStore.check_trajectory`, `GoldenStore.check_payloads`, `tripwire.telemetry.counts.diff_counts` (event counts,
+order and payload schema) and `guardrail_scenarios.stray_settings` (determinism settings the run changed).
 Goldens are recorded from the clean copy on the same machine, so the catalogue holds in any determinism context.
 """
 
@@ -25,6 +25,7 @@ SYNC_BUDGET = "sync budget"
 TRAJECTORY = "trajectory"
 TELEMETRY_PAYLOAD = "telemetry payload"
 COMPILE_BUDGET = "compile budget"
+DETERMINISM = "determinism settings"
 
 
 def load_scenario(tree: Path, name: str) -> Any:
@@ -90,6 +91,9 @@ def main(argv: list[str]) -> int:
         store.check_payloads(name, run.events, run.trajectory.context, exclude=scenarios.PAYLOAD_EXCLUDED)
     except PayloadDivergence as error:
         fired[TELEMETRY_PAYLOAD] = str(error).splitlines()[0]
+    stray = scenarios.stray_settings(run)
+    if stray:
+        fired[DETERMINISM] = "; ".join(change.format() for change in stray)
     Path(rest[0]).write_text(json.dumps({"fired": fired}), encoding="utf-8")
     return 0
 

@@ -3,7 +3,7 @@ the fix (exit code 2 through the CLI), and nothing is overwritten (file bytes un
 
 Already covered elsewhere, not repeated here: the checkpoint API refusing truncated files and pickled objects
 and other layouts (tests/test_resume.py), a trajectory golden from another determinism context skipping with
-the differing settings (tests/tripwire/test_tripwire_goldens.py), and tripwire.bench exiting 2 on a hand-edited
+the differing settings (tests/tripwire/gates/test_goldens.py), and tripwire.bench exiting 2 on a hand-edited
 or corrupted baseline (tests/bench/test_bench_cli.py).
 """
 

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 from esper.kasmina import CNNHost, MorphogeneticModel
 from esper.leyline import BlueprintAction, GerminationStyle, TempoAction, get_task_spec
-from esper.tolaria.engine import EngineConfig, EnvRuntime, FusedPlan, VectorizedEngine, alpha_table
+from esper.tolaria.engine import EngineConfig, EnvRuntime, VectorizedEngine, alpha_table
+from esper.tolaria.epoch import FusedPlan
 from esper.tolaria.governor import TolariaGovernor
 
 SLOTS = ("r0c0", "r0c1")

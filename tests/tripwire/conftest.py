@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tripwire.sync import hooks
+from tripwire.sync import explicit
 
 
 @pytest.fixture(params=[True, False], ids=["stand-ins", "function mode"])
@@ -14,5 +14,5 @@ def explicit_hooks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     """Run a test under each way of seeing explicit syncs: stand-ins on the watched functions (what counters use) and
     the function mode every torch call goes through (the earlier design). A module marked with this fixture asserts
     the same counts, kinds and lines under both."""
-    monkeypatch.setattr(hooks, "use_patches", request.param)
+    monkeypatch.setattr(explicit, "use_patches", request.param)
     yield request.param

@@ -125,7 +125,7 @@ class MorphogeneticModel(nn.Module):
 
     def host_parameters(self) -> list[nn.Parameter]:
         """The host's parameters, in `parameters()` order. The host's modules never change after construction, so
-        the list is walked once (every batch clips them: the walk cost about 1 % of an epoch) and walked again
+        the list is walked once (every batch clips them; docs/measurements.md#why-the-code-is-as-it-is) and walked again
         after anything that may replace parameter objects (`_apply`: `.to()`, `.float()`, ...)."""
         if self._host_params is None:
             self._host_params = list(self.host.parameters())

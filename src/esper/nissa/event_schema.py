@@ -133,6 +133,13 @@ DATA: dict[TelemetryEventType, dict[str, Any]] = {
         device=STR,
         train_samples_per_env=INT,
         batch_size_per_env=INT,
+        determinism=record(
+            requested=BOOL,
+            algorithms=BOOL,
+            cudnn_deterministic=BOOL,
+            cudnn_benchmark=BOOL,
+            cublas_workspace_config=STR,
+        ),
     ),
     TelemetryEventType.CHECKPOINT_LOADED: record(path=STR, rounds_completed=INT, previous_events=nullable(STR)),
     TelemetryEventType.EPOCH_COMPLETED: record(

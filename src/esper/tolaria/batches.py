@@ -5,7 +5,8 @@ shuffling), cuts them into `n_envs` equal chunks with `tensor_split` and places 
 The original spent ~9.5 s of a 16 s run starting DataLoader worker processes for an in-memory dataset;
 here there are none.
 
-- Batches are channels_last (the host runs channels_last: ~1.7x faster convolutions and pooling on CPU).
+- Batches are channels_last (the host runs channels_last: faster convolutions and pooling on CPU,
+  docs/measurements.md#why-the-code-is-as-it-is).
 - CPU path: the batch is gathered (and augmented) on the host, then copied with `non_blocking=True`
   (from pinned memory when the target is CUDA).
 - `gpu_preload`: the whole split is copied once to every device used; each step gathers on the device.

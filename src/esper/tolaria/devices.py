@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
+from tripwire.sync import kinds, record_sync
+
 
 class DeviceError(ValueError):
     """A device string that cannot be used on this machine."""
@@ -34,3 +36,13 @@ def resolve_devices(device: str, devices: Sequence[str] | None) -> list[torch.de
     """The env placement list: env i runs on result[i % len(result)]."""
     names = list(devices) if devices else [device]
     return [resolve_device(name) for name in names]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for every kernel queued on `device`: `torch.cuda.synchronize` on CUDA. On CPU there is nothing to wait
+    for, and the sync the same line makes on a GPU is reported instead (`record_sync`), so a gate running on CPU
+    counts it where the GPU run waits."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    else:
+        record_sync(kinds.CUDA_SYNCHRONIZE)

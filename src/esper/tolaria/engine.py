@@ -35,7 +35,16 @@ from torch import Tensor, nn
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline.options import AmpMode as AmpMode
 from esper.tolaria.batches import EnvBatch
-from esper.tolaria.epoch import STAT_COLUMNS, EnvEpochResult, TrainAccumulators, gather_rows, pack_row, unpack_row
+from esper.tolaria.epoch import (
+    STAT_COLUMNS,
+    EnvEpochResult,
+    FusedPlan,
+    TrainAccumulators,
+    add_batch,
+    gather_rows,
+    pack_row,
+    unpack_row,
+)
 from esper.tolaria.governor import TolariaGovernor
 from esper.tolaria.streams import autocast_context, join_streams, stream_context, wait_for_default_stream
 from tripwire.sync import carried, hot_path
@@ -77,22 +86,6 @@ class EngineConfig:
             raise ValueError(f"env_workers must be a positive integer, got {self.env_workers}")
 
 
-@dataclass(frozen=True)
-class FusedPlan:
-    """The counterfactual configurations of one env: one row of alphas per config over `slot_ids`.
-
-    Row 0 is the main configuration (current alphas). With no named slots the plan has a single config and
-    validation is a plain forward pass.
-    """
-
-    slot_ids: tuple[str, ...]
-    alphas: tuple[tuple[float, ...], ...]
-
-    @property
-    def num_configs(self) -> int:
-        return max(1, len(self.alphas))
-
-
 def alpha_table(plan: FusedPlan, device: torch.device) -> Tensor | None:
     """The plan's alphas as a [num_configs, num_slots] float32 tensor on `device` (None without named slots).
 
@@ -127,8 +120,8 @@ def _one_plain_group(grads: Sequence[Tensor]) -> bool:
 def clip_grad_norm_(parameters: Sequence[nn.Parameter], max_norm: float) -> Tensor:
     """`torch.nn.utils.clip_grad_norm_` (L2) with the same ops in the same order, hence the same bits, minus its
     per-call grouping by device and dtype: every batch clips the host and each trainable seed, and that Python
-    cost about 1 % of an epoch. Anything but plain tensors on one device and dtype (the common case: always here)
-    goes to torch's own function."""
+    cost a measurable share of an epoch (docs/measurements.md#why-the-code-is-as-it-is). Anything but plain tensors
+    on one device and dtype (the common case: always here) goes to torch's own function."""
     grads = [p.grad for p in parameters if p.grad is not None]
     if not _one_plain_group(grads):
         return nn.utils.clip_grad_norm_(parameters, max_norm)
@@ -249,7 +242,8 @@ class VectorizedEngine:
     def train_batch(self, env: EnvRuntime, acc: TrainAccumulators, inputs: Tensor, targets: Tensor) -> None:
         """One optimizer step of one env on one batch; results stay on the device."""
         model = env.model
-        if not model.training:  # validate() restores train mode; a recursive train() per batch cost ~3 %
+        # validate() restores train mode; a train() per batch costs time (measurements.md#why-the-code-is-as-it-is)
+        if not model.training:
             model.train()
         seeds = _trainable_seeds(model, self.config.seed_lr, self.config.seed_momentum)
         seed_optimizers = [seed.optimizer for seed in seeds]
@@ -288,9 +282,7 @@ class VectorizedEngine:
         batch_size = targets.shape[0]
         with torch.no_grad():
             correct = (logits.argmax(dim=1) == targets).sum()
-            acc.stats[0].add_(loss.detach().float() * batch_size)
-            acc.stats[1].add_(correct)
-            acc.stats[2].add_(batch_size)
+            add_batch(acc.stats, loss.detach().float() * batch_size, correct, batch_size)
         acc.batches += 1
 
     def train_pass(self, envs: Sequence[EnvRuntime], batches: Iterable[Sequence[EnvBatch]]) -> list[TrainAccumulators]:
@@ -349,9 +341,7 @@ class VectorizedEngine:
             repeated = targets.repeat(n_cfg)
             losses = F.cross_entropy(logits.float(), repeated, reduction="none").view(n_cfg, batch)
             correct = (logits.argmax(dim=1) == repeated).view(n_cfg, batch)
-            acc[:, 0].add_(losses.sum(dim=1))
-            acc[:, 1].add_(correct.sum(dim=1))
-            acc[:, 2].add_(batch)
+            add_batch(acc, losses.sum(dim=1), correct.sum(dim=1), batch)
 
     def validate(
         self,

@@ -1,24 +1,86 @@
-"""One epoch's results: the device-side row layout, the one batched transfer, and the typed host-side record.
+"""One epoch's results: what validation measures, the device-side row layout, the one batched transfer, and the
+typed host-side record.
 
-The engine packs each env's accumulators into one flat device row, brings every row of a device to the host in
-ONE transfer (`gather_rows`), and unpacks each row into an `EnvEpochResult`. The row layout is known here and
-nowhere else: columns 0-2 are the train pass's loss sum, correct count and sample count; then one mean gradient
-norm per seed slot (at least one column); then the mean host gradient norm; then three columns (loss sum,
-correct, samples) per counterfactual configuration of fused validation.
+The engine accumulates each batch with `add_batch` (the stat columns: loss sum, correct, samples), packs each env's
+accumulators into one flat device row (`pack_row`), brings every row of a device to the host in ONE transfer
+(`gather_rows`), and unpacks each row into an `EnvEpochResult` (`unpack_row`). The plan of fused validation (which
+counterfactual alpha configurations one forward pass measures) is `FusedPlan`. Every offset is `RowLayout`'s: the
+train pass's stat columns, one mean gradient norm per seed slot (at least one column), the mean host gradient norm,
+then the stat columns of each validation configuration. To measure something more, add a column to `StatColumn`
+(every pass and configuration gets it) or a field to `RowLayout`, and read it in `unpack_row`: nothing else knows
+an offset.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 
 import torch
 from torch import Tensor
 
 from tripwire.sync import hot_path
 
-# Accumulator columns of the train pass and of each validation configuration: loss sum, correct, samples.
-STAT_COLUMNS = 3
+
+class StatColumn(IntEnum):
+    """The accumulator columns of the train pass and of each validation configuration."""
+
+    LOSS_SUM = 0  # sum of per-sample losses
+    CORRECT = 1  # number of correct predictions
+    SAMPLES = 2  # number of samples
+
+
+STAT_COLUMNS = len(StatColumn)
+
+
+def add_batch(stats: Tensor, loss_sum: Tensor, correct: Tensor, samples: int) -> None:
+    """Add one batch to device accumulators whose last dimension is the `StatColumn`s: `[3]` for a train pass,
+    `[configs, 3]` for fused validation (then each argument holds one value per configuration)."""
+    stats.select(-1, StatColumn.LOSS_SUM).add_(loss_sum)
+    stats.select(-1, StatColumn.CORRECT).add_(correct)
+    stats.select(-1, StatColumn.SAMPLES).add_(samples)
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    """The counterfactual configurations of one env's fused validation: one row of alphas per config over `slot_ids`.
+
+    Row 0 is the main configuration (current alphas). With no named slots the plan has a single config and
+    validation is a plain forward pass. Built by simic (`counterfactual_eval`), run by the engine, read back here.
+    """
+
+    slot_ids: tuple[str, ...]
+    alphas: tuple[tuple[float, ...], ...]
+
+    @property
+    def num_configs(self) -> int:
+        return max(1, len(self.alphas))
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Where each value sits in one env's packed row, for `num_slots` seed slots."""
+
+    num_slots: int
+
+    @property
+    def norm_width(self) -> int:
+        """Seed-norm columns: one per slot, at least one (a host without slots keeps the row's shape)."""
+        return max(1, self.num_slots)
+
+    @property
+    def seed_norms(self) -> slice:
+        return slice(STAT_COLUMNS, STAT_COLUMNS + self.num_slots)
+
+    @property
+    def host_norm(self) -> int:
+        return STAT_COLUMNS + self.norm_width
+
+    @property
+    def validation(self) -> int:
+        """Where the validation configurations' stat columns start."""
+        return self.host_norm + 1
 
 
 @dataclass
@@ -61,23 +123,24 @@ class EnvEpochResult:
 
 
 def pack_row(train: TrainAccumulators, val: Tensor) -> Tensor:
-    """Flatten one env's device accumulators into a single row for the batched transfer."""
+    """Flatten one env's device accumulators into a single row for the batched transfer (`RowLayout`'s order)."""
     batches = max(train.batches, 1)
     return torch.cat([train.stats, train.seed_grad_norms / batches, train.host_grad_norm / batches, val.reshape(-1)])
 
 
 def unpack_row(row: Sequence[float], num_slots: int) -> EnvEpochResult:
     """The inverse of `pack_row` on the host copy of one row."""
-    loss_sum, correct, count = row[0], row[1], max(row[2], 1.0)
-    width = max(1, num_slots)
-    val = row[4 + width :]
+    layout = RowLayout(num_slots)
+    loss_sum, correct = row[StatColumn.LOSS_SUM], row[StatColumn.CORRECT]
+    count = max(row[StatColumn.SAMPLES], 1.0)
+    val = row[layout.validation :]
     return EnvEpochResult(
         train_loss=loss_sum / count,
         train_acc=100.0 * correct / count,
-        seed_grad_norms=tuple(row[3 : 3 + num_slots]),
-        host_grad_norm=row[3 + width],
+        seed_grad_norms=tuple(row[layout.seed_norms]),
+        host_grad_norm=row[layout.host_norm],
         validation=tuple(
-            ValidationStats(val[i], val[i + 1], val[i + 2]) for i in range(0, len(val) - STAT_COLUMNS + 1, STAT_COLUMNS)
+            ValidationStats(*val[start : start + STAT_COLUMNS]) for start in range(0, len(val), STAT_COLUMNS)
         ),
     )
 

@@ -19,10 +19,10 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from esper.kasmina.model import MorphogeneticModel
+from esper.tolaria.devices import synchronize
 
 SENSITIVITY_SIGMA = 6.0
 MULTIPLIER = 3.0
@@ -109,9 +109,7 @@ class TolariaGovernor:
 
     def execute_rollback(self, epoch: int, reason: str) -> RollbackReport:
         """Restore the last snapshot and prune every live seed."""
-        device = next(self.model.parameters()).device
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(next(self.model.parameters()).device)
         self.model.load_snapshot(self._snapshot)
         seed_ids = {slot.slot_id: slot.state.seed_id for slot in self.model.slots() if slot.state is not None}
         pruned_slots = self.model.prune_live_seeds(reason="governor_rollback")

@@ -4,5 +4,8 @@
 - `values`: the numbers behind the digests, kept once per distinct tensor and read back lazily;
 - `trajectory`: ordered, named checkpoints of digests, recorded during a run and compared to a golden;
 - `tensor_diff`: what changed inside one checkpoint, structure (added, removed, renamed, reshaped) apart from values;
+- `settings`: the determinism settings a run changes, each with the line that changed it;
 - `magnitude`: how big a value difference is (max |Δ|, ULPs, growth) and the one rule for low-bit drift.
+
+Internal, as every module outside `tripwire.PUBLIC_MODULES`: import the public names from `tripwire`.
 """

@@ -36,7 +36,8 @@ def short(digest: str) -> str:
 
 
 # A plain tensor's own methods, past the sync counter's stand-ins on `torch.Tensor` (this module's reads run inside
-# `ignore_syncs`, where a stand-in only calls through: about 0.3 us a call, a dozen calls a checkpointed tensor)
+# `ignore_syncs`, where a stand-in only calls through, a dozen calls a checkpointed tensor:
+# docs/measurements.md, "The probe paid for being watched")
 _BASE = torch._C.TensorBase
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _NUMPY_DTYPES = frozenset({torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128, torch.bool})
@@ -188,6 +189,8 @@ _LAYOUTS: dict[tuple[torch.dtype, torch.Size], tuple[bytes, str]] = {}
 _SCALARS: dict[type, tuple[str, torch.dtype | None]] = {bool: ("bool", torch.bool), int: ("int", torch.int64)}
 _SCALARS |= {float: ("float", torch.float64), str: ("str", None), type(None): ("none", None)}
 _TENSOR = torch._C._VariableFunctions.tensor  # `torch.tensor`, past the sync counter's stand-in
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DECIMAL_BITS = 12_000  # under Python's default limit of 4,300 decimal digits for `str(int)`
 
 
 def _leaf_record(leaf: Any, keep: bool) -> tuple[str, str, torch.Tensor | None]:
@@ -207,7 +210,9 @@ def _leaf_record(leaf: Any, keep: bool) -> tuple[str, str, torch.Tensor | None]:
     scalar = _SCALARS.get(kind)
     if scalar is not None:
         spec, value_dtype = scalar
-        value = _TENSOR(leaf, dtype=value_dtype) if keep and value_dtype is not None else None
+        value = None
+        if keep and value_dtype is not None and (kind is not int or _INT64_MIN <= leaf <= _INT64_MAX):
+            value = _TENSOR(leaf, dtype=value_dtype)
         return _plain_digest(leaf), spec, value
     return leaf_digest(leaf), leaf_spec(leaf), leaf_value(leaf) if keep else None
 
@@ -216,8 +221,8 @@ def _canonical(value: Any) -> Any:
     """A JSON-encodable form of a non-tensor leaf that keeps every bit (floats as IEEE hex)."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
-    if isinstance(value, int):
-        return {"int": str(value)}
+    if isinstance(value, int):  # in hex past what `str` may print (Python's limit on decimal digits)
+        return {"int": str(value)} if value.bit_length() <= _DECIMAL_BITS else {"int_hex": hex(value)}
     if isinstance(value, float):
         return {"float": struct.pack("<d", value).hex()}
     if isinstance(value, Mapping):
@@ -354,8 +359,10 @@ def leaf_value(leaf: Any) -> torch.Tensor | None:
             return leaf.get_state().clone()
         if isinstance(leaf, bool):
             return torch.tensor(leaf)
-        if isinstance(leaf, (int, float)):
-            return torch.tensor(leaf, dtype=torch.float64 if isinstance(leaf, float) else torch.int64)
+        if isinstance(leaf, float):
+            return torch.tensor(leaf, dtype=torch.float64)
+        if isinstance(leaf, int):  # one beyond int64 (an unsigned 64-bit seed) has no kept value; its digest is exact
+            return torch.tensor(leaf, dtype=torch.int64) if _INT64_MIN <= leaf <= _INT64_MAX else None
         if isinstance(leaf, (list, tuple)) and leaf and all(isinstance(v, (int, float)) for v in leaf):
             floating = any(isinstance(v, float) for v in leaf)
             try:

@@ -8,4 +8,6 @@
 
 Nothing here imports another tripwire package. This package, `errors` and `numerics` load no torch (the noxfile
 and a `conftest.py` set the pin before torch starts).
+
+Internal, as every module outside `tripwire.PUBLIC_MODULES`: import the public names from `tripwire`.
 """

@@ -5,4 +5,6 @@
   the same event log as `tripwire.sync.counter.SyncCounter`, so budgets, results and reports read both alike.
 
 This package loads no torch (its modules say the same of themselves).
+
+Internal, as every module outside `tripwire.PUBLIC_MODULES`: import the public names from `tripwire`.
 """

@@ -27,8 +27,9 @@ import logging
 import os
 from types import TracebackType
 
-from tripwire.compile.trace import KINDS, TRACE_LOGGER, CompileNote, TraceReader
+from tripwire.compile.trace import TRACE_LOGGER, CompileNote, TraceReader
 from tripwire.sync.dynamo import dynamo_skips_tripwire
+from tripwire.sync.kinds import COMPILE_KINDS as KINDS
 from tripwire.sync.log import EventLog
 from tripwire.sync.state import _STATE, clear_caches, ensure_skipped, event_at, set_root
 

@@ -32,9 +32,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-GRAPH_BREAK, DISABLE, RECOMPILE = "compile:graph_break", "compile:disable", "compile:recompile"
-FRAME, GRAPH, EAGER = "compile:frame", "compile:graph", "compile:eager"
-KINDS = (GRAPH_BREAK, DISABLE, RECOMPILE, FRAME, GRAPH, EAGER)
+from tripwire.sync.kinds import DISABLE, EAGER, FRAME, GRAPH, GRAPH_BREAK, RECOMPILE
+
 TRACE_LOGGER = "torch.__trace"  # torch._logging._internal.trace_log
 
 _BREAK_AT = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)\s*$", re.MULTILINE)

@@ -3,13 +3,18 @@
 Dynamic counting (`tripwire.sync`) sees only code that runs. A `torch.cuda.synchronize()` behind
 `if x.is_cuda:` never runs on a CPU machine, so CPU CI would never see it; this audit reads the source
 instead. It walks each file's AST and counts, per function (qualified name as Python spells it,
-`Engine.train_pass`, `outer.<locals>.inner`, `<module>` for top-level code), the calls of these kinds:
+`Engine.train_pass`, `outer.<locals>.inner`, `<module>` for top-level code), the calls it can name, each under its
+kind in `tripwire.sync.kinds` (the counter's own names, so the audit and the budgets read alike):
 
-    item, cpu, tolist, numpy     `.item()`, `.cpu()`, `.tolist()`, `.numpy()` on anything
-    synchronize                  any `.synchronize()`: torch.cuda / torch.accelerator / a stream / an event
-    wait_stream, wait_event      `.wait_stream(...)`, `.wait_event(...)` (a stream waits; the host may too)
-    to                           `.to(...)` that may change device, without `non_blocking=True`
-    cuda                         `.cuda(...)` without `non_blocking=True`
+    item, cpu, tolist, numpy       `.item()`, `.cpu()`, `.tolist()`, `.numpy()` on anything
+    cuda_synchronize               `torch.cuda.synchronize()` (`cuda.synchronize()`)
+    accelerator_synchronize        `torch.accelerator.synchronize()`
+    event_synchronize              `.synchronize()` on a name that says event (`end_event.synchronize()`)
+    stream_synchronize             any other `.synchronize()` (a stream)
+    wait_stream, wait_event        `.wait_stream(...)`, `.wait_event(...)` (a stream waits; the host does not)
+    to_cpu                         `.to(...)` whose target names the host (`"cpu"`, `torch.device("cpu")`, `host_buf`)
+    to_device                      any other `.to(...)` that may change device, and `.cuda(...)`, without
+                                   `non_blocking=True`
 
 The rule for `.to(...)`: counted unless `non_blocking=True` is passed or every argument is dtype-like
 (`torch.float32`, `torch.long`, ..., a name or attribute ending in `dtype`, a `dtype=` or `memory_format=`
@@ -25,7 +30,7 @@ A budget file (JSON, sorted, reviewed in diffs) maps `file -> {"function [kind]"
 shown in failures, never compared, so moving code within a function does not churn it. Reading a failure:
 
     static sync audit over budget in 1 function:
-      NEW src/esper/tolaria/engine.py:214 in VectorizedEngine.train_pass [synchronize] 0 -> 1
+      NEW src/esper/tolaria/engine.py:214 in VectorizedEngine.train_pass [cuda_synchronize] 0 -> 1
 
 The NEW site (a function/kind the budget never had) comes first; `2 -> 3` rows are known sites that grew.
 """
@@ -41,9 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.common.errors import GoldenFileError, GuardrailFailure, read_golden_json, update_command
+from tripwire.sync import kinds
+from tripwire.sync.spelling import name_of, names_host
 
 FORMAT = "tripwire-static-sync/1"
-PLAIN_KINDS = {"item", "cpu", "tolist", "numpy", "synchronize", "wait_stream", "wait_event"}
+# methods named as the kind they are
+PLAIN_KINDS = {
+    name: name for name in (kinds.ITEM, kinds.CPU, kinds.TOLIST, kinds.NUMPY, kinds.WAIT_STREAM, kinds.WAIT_EVENT)
+}
 DTYPE_NAMES = {
     "float",
     "float16",
@@ -97,12 +107,14 @@ def _is_dtype_like(node: ast.expr) -> bool:
 
 
 def call_kind(call: ast.Call) -> str | None:
-    """The sync kind of a call, or None when it cannot sync under the rules above."""
+    """The sync kind of a call (`tripwire.sync.kinds`), or None when it cannot sync under the rules above."""
     if not isinstance(call.func, ast.Attribute):
         return None
     name = call.func.attr
     if name in PLAIN_KINDS:
-        return name
+        return PLAIN_KINDS[name]
+    if name == "synchronize":
+        return _synchronize_kind(call.func.value)
     if name not in {"to", "cuda"}:
         return None
     keywords = {kw.arg: kw.value for kw in call.keywords if kw.arg}
@@ -110,12 +122,23 @@ def call_kind(call: ast.Call) -> str | None:
     if isinstance(non_blocking, ast.Constant) and non_blocking.value is True:
         return None
     if name == "cuda":
-        return "cuda"
+        return kinds.TO_DEVICE
+    targets = [arg for arg in call.args if not _is_dtype_like(arg)]
     if "device" in keywords:
-        return "to"
-    if call.args and not all(_is_dtype_like(arg) for arg in call.args):
-        return "to"
-    return None
+        targets.append(keywords["device"])
+    if not targets:
+        return None
+    return kinds.TO_CPU if any(names_host(target) for target in targets) else kinds.TO_DEVICE
+
+
+def _synchronize_kind(receiver: ast.expr) -> str:
+    """Which synchronize a `.synchronize()` is, by what it is called on."""
+    owner = name_of(receiver)
+    if owner == "cuda":
+        return kinds.CUDA_SYNCHRONIZE
+    if owner == "accelerator":
+        return kinds.ACCELERATOR_SYNCHRONIZE
+    return kinds.EVENT_SYNCHRONIZE if "event" in owner.lower() else kinds.STREAM_SYNCHRONIZE
 
 
 class _Visitor(ast.NodeVisitor):

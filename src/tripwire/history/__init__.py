@@ -2,6 +2,8 @@
 
 - `tripwire.history.commits`: which commits (`git rev-list A..B -- paths`), and each one's worktree;
 - `tripwire.history.runner`: one result per commit, each in its own worktree and its own process, cached;
+- `tripwire.history.forkserver`: torch and tripwire imported once per job, a forked child per commit;
+- `tripwire.history.reuse`: a commit's result reused for another whose tree answers everything the run read alike;
 - `tripwire.history.rows`: each commit compared with the one before, classified (identical, drift, a value change,
   a structure change, syncs, telemetry, a crash, not applicable);
 - `tripwire.history.bisect`: the first commit showing each kind of change between A and B;
@@ -10,4 +12,6 @@
 
 Nothing here imports torch: the commits run in worker processes (`python -P -m tripwire run`), and the comparison
 loads their result folders.
+
+Internal, as every module outside `tripwire.PUBLIC_MODULES`: import the public names from `tripwire`.
 """

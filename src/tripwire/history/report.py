@@ -30,6 +30,7 @@ COLOURS = {
     "instruments": "#80cdc1",
     "telemetry": "#4575b4",
     "crash": "#000000",
+    "fault": "#7f7f7f",
     "error": "#7f3b08",
     "n/a": "#f0f0f0",
     "-": "#f0f0f0",
@@ -74,7 +75,7 @@ def markdown(
             cell = row.cells[check]
             cells.append("" if cell.kind in ("identical", "base", "-") else _cell(cell.text))
         cause = row.cells["run"].text.split(": ", 1)[-1]
-        step = row.step if row.step not in ("crash", "error", "n/a") else f"{row.step}: {_cell(cause)}"
+        step = row.step if row.step not in ("crash", "error", "n/a", "fault") else f"{row.step}: {_cell(cause)}"
         step += f" (result of {row.reused_from[:8]})" if row.reused_from else ""
         subject = _cell(row.commit.subject, 60)
         compared = row.compared.removeprefix("vs ")

@@ -35,6 +35,7 @@ from tripwire.outside.result import Result
 CHECKS = ("run", "trajectory", "syncs", "compile", "telemetry", "payloads")
 BITWISE = "bitwise refactor"
 PRECEDENCE = (
+    "fault",
     "crash",
     "error",
     "n/a",

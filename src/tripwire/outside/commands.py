@@ -7,7 +7,8 @@
 
 `run` pins the CPU kernels to the portable level before torch starts (`--cpu-pin avx2`, the default; `native`
 leaves them alone), so results recorded on two x86-64 machines compare bitwise. Exit codes: 0 ok (or the scenario
-does not apply), 1 a crash, a scenario error, a difference or an exceeded budget, 2 a usage error.
+does not apply), 1 a crash, a scenario error, a difference or an exceeded budget, 2 a usage error, 3 tripwire itself
+failed while recording (`fault`: the loop may be fine; the result says where, `tripwire.outside.blame`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from tripwire.common.numerics import apply_portable_cpu_env
 if TYPE_CHECKING:  # imported on use: the commands start before torch
     from tripwire.outside.result import Result, SyncSummary
     from tripwire.sync.budget import SyncBudget
+
+FAULT_EXIT = 3  # tripwire failed, not the loop
 
 
 class _Parser(argparse.ArgumentParser):
@@ -111,7 +114,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     print(f"{scenario.name}: {result.summary()} -> {args.out}")
     for note in result.notes:  # what the recording left out or could not see: said, not only stored
         print(f"  note: {note}")
-    code = 0 if result.status in ("ok", "n/a") else 1
+    code = 0 if result.status in ("ok", "n/a") else FAULT_EXIT if result.status == "fault" else 1
     if args.budget is not None and result.ok:
         code = max(code, _check_budget(result, args.budget, args.out))
     if result.ended_by_exit:  # the loop meant to skip interpreter shutdown (threads it never joins): so does run

@@ -29,6 +29,7 @@ from typing import Any
 from tripwire.bitwise.trajectory import TrajectoryReport, compare_trajectories
 from tripwire.common.context import mismatches
 from tripwire.outside.result import Result, SyncSummary
+from tripwire.sync import kinds
 from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, merge_callers, via_label
 from tripwire.telemetry.counts import diff_counts
 from tripwire.telemetry.payloads import format_payload_report
@@ -218,10 +219,10 @@ def _event_kind(check: str, changes: Sequence[SiteChange]) -> str:
 
 # the kind of compilation change, most telling first (`tripwire.compile.trace`'s kinds)
 COMPILE_KINDS = (
-    ("compile:graph_break", "graph break"),
-    ("compile:disable", "graph break"),
-    ("compile:recompile", "recompile"),
-    ("compile:eager", "eager fallback"),
+    (kinds.GRAPH_BREAK, "graph break"),
+    (kinds.DISABLE, "graph break"),
+    (kinds.RECOMPILE, "recompile"),
+    (kinds.EAGER, "eager fallback"),
 )
 
 
@@ -342,9 +343,12 @@ def _run_verdict(a: Result, b: Result) -> Verdict:
         return Verdict("run", status, f"both {a.status}: {a.cause}", kind=a.status)
     details = [f"A {a.status}{': ' + a.cause if a.cause else ''}", f"B {b.status}{': ' + b.cause if b.cause else ''}"]
     side, result = ("B", b) if not b.ok else ("A", a)
-    verb = {"crash": "crashed", "error": "could not run the scenario", "n/a": "is not applicable"}.get(
-        result.status, ""
-    )
+    verb = {
+        "crash": "crashed",
+        "error": "could not run the scenario",
+        "n/a": "is not applicable",
+        "fault": "was not recorded (tripwire failed)",
+    }.get(result.status, "")
     summary = f"{side} {verb}: {result.cause}" if verb else f"{side} {result.status}"
     return Verdict("run", DIFFERS, summary, tuple(details), result.status if not b.ok else "fixed")
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from tripwire.bitwise.digest import plain_leaf
 from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.compile.counter import CompileCounter
+from tripwire.outside.capture import no_value, object_state
 from tripwire.outside.stand import stand_in
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Scenario, ScenarioError, parse_target
 from tripwire.sync import hot_path, ignore_syncs
@@ -77,66 +77,6 @@ def rng_states() -> dict[str, Any]:
     return states
 
 
-def object_state(value: Any, skipped: list[str] | None = None) -> Any:
-    """What a checkpoint digests of an object: a module's or optimizer's state (an optimizer's parameters too),
-    any `state_dict()`, tensors, NumPy arrays, plain values and containers of them as they are, else the object's
-    own attributes of those kinds (modules and optimizers among them by their state). What is left out (an
-    attribute holding some other object, a container item of no digestible kind) is named in `skipped`."""
-    if isinstance(value, torch.nn.Module):
-        return value.state_dict()
-    if isinstance(value, torch.optim.Optimizer):
-        params = [param for group in value.param_groups for param in group["params"]]
-        return {"params": params, "state_dict": value.state_dict()}
-    state_dict = getattr(value, "state_dict", None)
-    if callable(state_dict):
-        return state_dict()
-    skipped = [] if skipped is None else skipped
-    if _digestible(value):
-        return _contents(value, "", skipped)
-    attributes = {}
-    for name, item in getattr(value, "__dict__", {}).items():
-        if name.startswith("__"):
-            continue
-        if isinstance(item, (torch.nn.Module, torch.optim.Optimizer)):
-            attributes[name] = object_state(item)
-        elif _digestible(item):
-            attributes[name] = _contents(item, name, skipped)
-        else:
-            skipped.append(f"{name} ({type(item).__name__})")
-    return attributes
-
-
-def _digestible(value: Any) -> bool:
-    """A tensor, a NumPy array or scalar, a plain value, a device or dtype, or a container (kept, its items judged
-    one by one)."""
-    return (
-        value is None
-        or isinstance(value, (torch.Tensor, Mapping, list, tuple, int, float, str, bool, torch.device, torch.dtype))
-        or (type(value).__module__.startswith("numpy") and plain_leaf(value) is not value)
-    )
-
-
-def _contents(value: Any, path: str, skipped: list[str]) -> Any:
-    """`value` with every container item that cannot be digested replaced by a marker naming its type, and named
-    in `skipped` (a list keeps its length, so later items keep their place)."""
-    if isinstance(value, (torch.device, torch.dtype)):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {key: _item(item, f"{path}[{key!r}]", skipped) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_item(item, f"{path}[{index}]", skipped) for index, item in enumerate(value)]
-    return value
-
-
-def _item(value: Any, path: str, skipped: list[str]) -> Any:
-    if _digestible(value):
-        return _contents(value, path, skipped)
-    if isinstance(value, torch.nn.Module | torch.optim.Optimizer):
-        return object_state(value)
-    skipped.append(f"{path.lstrip('.')} ({type(value).__name__})")
-    return f"<skipped {type(value).__name__}>"
-
-
 def jsonable(value: Any) -> Any:
     """A JSON value for an event payload: tensors and arrays as lists, objects by repr."""
     if isinstance(value, (str, bool, int, float)) or value is None:
@@ -151,6 +91,19 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [jsonable(item) for item in value]
     return repr(value)
+
+
+def _attribute(checkpoint: Checkpoint, spec: str, value: Any, names: Sequence[str]) -> Any:
+    """`value.a.b...` for a capture's attribute path; a missing attribute is an error naming it."""
+    for name in names:
+        if not hasattr(value, name):
+            fields = sorted(key for key in getattr(value, "__dict__", {}) if not key.startswith("__"))[:8]
+            raise ScenarioError(
+                f"checkpoint on {checkpoint.target}: capture {spec!r}: {type(value).__name__} has no attribute "
+                f"{name!r}" + (f" (it has {', '.join(fields)})" if fields else "")
+            )
+        value = getattr(value, name)
+    return value
 
 
 @dataclass
@@ -185,10 +138,10 @@ class TargetHooks:
             self.session.start_iteration()
         if self.region is not None:
             with self.region:
-                result = original(*args, **kwargs)
+                result = original(*args, **kwargs)  # pass-through
             result = body_in_region(original, result, self.region)
         else:
-            result = original(*args, **kwargs)
+            result = original(*args, **kwargs)  # pass-through
         for checkpoint in self.checkpoints:
             if (number - 1) % checkpoint.every == 0:
                 name = f"{checkpoint.name or self.label}#{number}"
@@ -229,33 +182,55 @@ class TargetHooks:
         self, checkpoint: Checkpoint, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
     ) -> dict[str, Any]:
         captured: dict[str, Any] = {}
+        name = checkpoint.name or self.label
         for spec in checkpoint.capture:
             skipped: list[str] = []
             if spec == "return":
                 captured["return"] = object_state(result, skipped)
             elif spec == "rng":
                 captured["rng"] = rng_states()
+                continue
             elif spec == "args":
                 captured["args"] = [object_state(arg, skipped) for arg in args]
             elif spec.startswith("arg:"):
-                captured[spec] = object_state(self._bind(original, args, kwargs).get(spec[4:]), skipped)
+                captured[spec] = object_state(self._argument(checkpoint, spec, original, args, kwargs), skipped)
             elif spec == "self" or spec.startswith("self."):
                 if not args:
                     raise ScenarioError(f"checkpoint on {checkpoint.target}: capture {spec!r} needs a method")
-                value = functools.reduce(getattr, spec.split(".")[1:], args[0])
-                captured[spec] = object_state(value, skipped)
+                captured[spec] = object_state(_attribute(checkpoint, spec, args[0], spec.split(".")[1:]), skipped)
             else:
                 raise ScenarioError(
                     f"checkpoint on {checkpoint.target}: unknown capture {spec!r} "
-                    "(use return, self, self.attr, args, arg:NAME or rng)"
+                    "(use return, self, self.attr, args, arg:NAME, arg:NAME.attr or rng)"
+                )
+            empty = no_value(captured[spec], skipped)
+            if empty:
+                raise ScenarioError(
+                    f"checkpoint {name} capture {spec!r} digests no value: {empty}; two runs would compare identical "
+                    "whatever the loop computed: capture the field that holds the data by name (`self.NAME.FIELD`, "
+                    "`arg:NAME.FIELD`)"
                 )
             if skipped:
                 note = (
-                    f"checkpoint {checkpoint.name or self.label} capture {spec!r} left out {', '.join(skipped)}: "
-                    "not tensors, arrays or plain values (capture one by name, `self.NAME`, to digest what it holds)"
+                    f"checkpoint {name} capture {spec!r} left out {', '.join(skipped)} (capture one by name, "
+                    "`self.NAME`, to digest what it holds)"
                 )
                 self.session.notes.setdefault(note)
         return captured
+
+    def _argument(
+        self, checkpoint: Checkpoint, spec: str, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """The value `arg:NAME` or `arg:NAME.attr...` names in this call; a name that binds nothing is an error."""
+        name, *attributes = spec[4:].split(".")
+        bound = self._bind(original, args, kwargs)
+        if name not in bound:
+            names = ", ".join(key for key in bound if key != "self") or "none"
+            raise ScenarioError(
+                f"checkpoint on {checkpoint.target}: capture {spec!r} binds nothing: the call's arguments are "
+                f"{names}: capture one of those"
+            )
+        return _attribute(checkpoint, spec, bound[name], attributes)
 
     def _event(self, event: EventCall, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         arguments = self._bind(original, args, kwargs)

@@ -28,11 +28,13 @@ from typing import Any, NoReturn
 
 import torch
 
+from tripwire.bitwise.settings import SettingsWatch
 from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.common import closure
 from tripwire.common.context import capture_context, imported_distributions
 from tripwire.common.errors import TripwireError
 from tripwire.compile.counter import CompileCounter
+from tripwire.outside.blame import blame
 from tripwire.outside.children import ChildWatch, tree_site
 from tripwire.outside.instrument import Instrumentation, Session, _resolve
 from tripwire.outside.launch import module_path, run_main
@@ -211,7 +213,8 @@ def record(
         session = Session(counter, recorder, compiles=compiles)
         instrumentation = Instrumentation(scenario, session, renames)
         children = ChildWatch(tree.root)
-        status, cause, trace, ended_by_exit, swallowed = "ok", "", "", False, ""
+        settings = SettingsWatch()
+        status, cause, trace, ended_by_exit, swallowed, passed = "ok", "", "", False, "", ""
         exits: list[tuple[int, str]] = []  # bound by `_exit_caught`, unless an instrument fails before it
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
@@ -223,6 +226,7 @@ def record(
                     counter,
                     children,
                     _exit_caught(tree.root) as exits,
+                    settings,
                     _frozen_heap(),
                 ):
                     _run_entry(scenario, tree, argv, instrumentation)
@@ -238,7 +242,7 @@ def record(
                 if exit_.code != 0:
                     status, cause, trace = "crash", f"os._exit({exit_.code!r})", traceback.format_exc()
             except Exception as error:
-                status, cause, trace = "crash", one_line(error, tree.root), traceback.format_exc()
+                status, cause, trace, passed = _crash(error, tree.root)
             if exits and not ended_by_exit:  # the loop took its own os._exit's exit and ran on
                 ended_by_exit = True
                 code, where = exits[0]
@@ -266,6 +270,13 @@ def record(
     result.ended_by_exit = ended_by_exit
     if swallowed:
         result.notes.append(swallowed)
+    if settings.changes:  # each with its line: a CPU no-op such as cudnn.benchmark still breaks a GPU run
+        result.notes.append("the loop changed determinism settings: " + settings.format())
+    if passed:
+        result.notes.append(
+            f"the failing call went through tripwire's stand-in at {passed}: if the loop runs without tripwire, the "
+            "stand-in is at fault (report it)"
+        )
     if changed:
         result.notes.append(
             "the loop changed "
@@ -312,6 +323,20 @@ def warm() -> None:
     _owners()
 
 
+def _crash(error: Exception, root: Path) -> tuple[str, str, str, str]:
+    """`(status, cause, traceback, stand-in passed)` of an exception the run raised: the loop's (`crash`), or
+    tripwire's own (`fault`, naming tripwire's frame: the loop may be fine; `tripwire.outside.blame`)."""
+    whose = blame(error)
+    trace = traceback.format_exc()
+    if whose.whose == "tripwire":
+        cause = (
+            f"tripwire failed inside {whose.frame}: {one_line(error)}; the loop may be fine: run it without tripwire "
+            "to check, and report this with the result's traceback.txt"
+        )
+        return "fault", cause, trace, ""
+    return "crash", one_line(error, root), trace, whose.frame if whose.whose == "through" else ""
+
+
 def _changed_by_loop(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
     """The determinism settings the loop itself changed while it ran (`torch.set_num_threads(os.cpu_count())`,
     `torch.use_deterministic_algorithms`, the matmul precision): `{setting: [at the start, at the end]}`. A loop that
@@ -349,7 +374,7 @@ def _frozen_heap() -> Iterator[None]:
     collector's full passes while it runs (`gc.freeze`), and put back after. A full pass walks every tracked object:
     with torch imported that is about 150 ms, and the few thousand objects a recording adds (tripwire's modules,
     its events and kept values) are enough to bring one into the loop that the plain run does not have (CleanRL's
-    `ppo.py`: one more full pass, 1.9 times the loop's own time instead of 1.3). The loop's own objects are collected
+    `ppo.py`: one more full pass; docs/measurements.md, "The cost of recording"). The loop's own objects are collected
     as always. An object from before that becomes cyclic garbage during the run (one a caller of `record` made and
     the entry drops) is collected after it instead; a plain run of a script has none of those but torch's own.
 

@@ -2,8 +2,8 @@
 
 A result folder holds:
 
-    result.json       status (ok, crash, n/a or error, with a one-line cause), the determinism context, the source
-                      root and commit, syncs per region, per iteration and per call site (with each site's source
+    result.json       status (ok, crash, n/a, error or fault, with a one-line cause), the determinism context, the
+                      source root and commit, syncs per region, per iteration and per call site (with each site's source
                       line and the project lines that called its function, `tripwire.sync.sites.Caller`), what
                       torch.compile did (graph breaks, recompiles, frames, graphs, eager fallbacks: `compile`, kept
                       the same way), telemetry counts, and what was not measured
@@ -33,7 +33,7 @@ from tripwire.common.errors import GoldenFileError, read_golden_json
 from tripwire.sync.sites import SiteRecord, site_key, via_label
 
 FORMAT = "tripwire-result/1"
-STATUSES = ("ok", "crash", "n/a", "error")
+STATUSES = ("ok", "crash", "n/a", "error", "fault")  # fault: tripwire failed, not the loop (`outside.blame`)
 
 
 @dataclass

@@ -36,7 +36,7 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
 
     def stand(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         return call(original, args, kwargs)
 
     functools.update_wrapper(stand, original)

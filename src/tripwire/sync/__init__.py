@@ -1,11 +1,25 @@
-"""Sync-point accounting. A trainer imports only the regions (`from tripwire.sync import hot_path, carried`);
-the gates import the rest by module:
+"""Sync-point accounting. A trainer imports only the regions (`from tripwire.sync import hot_path, carried`); the
+rest is tripwire's own (internal: import the public names from `tripwire`).
 
-- `tripwire.sync.regions`: `hot_path`, `carried`, `ignore_syncs`, `sync_kind`, `record_sync` (no torch);
-- `tripwire.sync.counter`: `SyncCounter`, which records every host sync per region, with call sites;
-- `tripwire.sync.hooks`: the torch modes and patches the counter installs while it is active;
-- `tripwire.sync.budget`: per-region budgets keyed by call site, and the scaling check;
-- `tripwire.sync.state`: the region stacks and active counters they share (no torch).
+- `regions`: `hot_path`, `carried`, `ignore_syncs`, `sync_kind`, `record_sync` (no torch);
+- `kinds`: every kind of event, what it means, whether it stalls a GPU and who reports it (no torch; public, as the
+  package's regions are: `record_sync(kinds.CUDA_SYNCHRONIZE)` reports a sync a CPU run cannot make);
+- `counter`: `SyncCounter`, which records every host sync per region, with call sites;
+- `crosscheck`: torch's own sync warnings, named at their lines, against the counter's events (on CUDA);
+- `hooks`: installs and removes the counter's mechanisms, on the counting thread and the threads it carries;
+- `installation`: what one counter installed, and how it is put back;
+- `explicit`: `.item()`, `.cpu()`, `bool(t)`, host-bound copies: stand-ins on the watched methods and functions;
+- `implicit`: data-dependent aten ops, by kernels over those ops or a dispatch mode;
+- `patches`: the synchronize entry points and `torch.distributed`'s collectives;
+- `watched`: the stand-ins themselves (small, so dynamo traces through them);
+- `copies`: which copies are host-bound, and which host-to-device copies block the host;
+- `spelling`: what a line of source says about the host (no torch);
+- `swaps`: a function's code swapped, so references taken before a counter started count too;
+- `threads`: the threads and pool tasks the counted code starts, counted like the thread that started them;
+- `dynamo`: tripwire's frames kept out of what torch.compile traces;
+- `state`: the region stacks and active counters they share, and where a call site is found (no torch);
+- `sites`: a site identified across edits; `log`: a counter's events, per region, site and iteration;
+- `budget`: per-region budgets keyed by call site, and the scaling check; `rows`: the NEW, GREW, GONE and MOVED rows.
 
 Importing this package loads the regions and the shared state only: no torch, no counter, no budget.
 """

@@ -23,18 +23,17 @@ the pinned one it is written for, so a dropped `pin_memory()` alone is seen on a
 
 from __future__ import annotations
 
-import ast
 import functools
-import linecache
 import sys
 import weakref
-from dataclasses import dataclass
-from types import CodeType, FrameType
+from types import CodeType
 from typing import Any
 
 import torch
 
+from tripwire.sync import kinds
 from tripwire.sync import state as sync
+from tripwire.sync.spelling import forget_sources, module_move, spelling
 
 __all__ = [
     "copy_kind",
@@ -61,16 +60,6 @@ def _device_type(value: object) -> str | None:
     return None
 
 
-_HOST_WORDS = ("cpu", "host", "pinned")
-
-
-# Calls that build a tensor in host memory when no `device=` is given: from host data, or a host factory
-_BUILDERS = {"tensor", "as_tensor", "from_numpy", "Tensor", "FloatTensor", "LongTensor", "IntTensor", "BoolTensor"}
-_BUILDERS |= {"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "randint"}
-_KEEPS_PLACE = {"float", "long", "int", "double", "half", "bool", "view", "reshape", "contiguous", "unsqueeze"}
-_KEEPS_PLACE |= {"squeeze", "flatten", "t", "clone", "detach"}  # a host tensor stays a host tensor
-
-
 # Tensors built in host memory from host data or by a host factory (no `device=`) while a counter ran, by id: on a
 # CPU run every tensor is on the host, so this is what tells a later `.to(device)` of one of them is an upload.
 _host_born: dict[int, weakref.ref[torch.Tensor]] = {}
@@ -88,8 +77,11 @@ def _forget(key: int, _ref: object, table: dict[int, weakref.ref[torch.Tensor]] 
 
 
 def forget_host_born(tensor: object) -> None:
-    """`tensor` now stands for a device tensor (a CPU run's `.to(device)` returns the tensor itself)."""
+    """`tensor` now stands for a device tensor (a CPU run's `.to(device)` returns the tensor itself): not host memory
+    from here on, nor when it is a view of host memory (`_resident` outranks its `_base`)."""
     _host_born.pop(id(tensor), None)
+    if isinstance(tensor, torch.Tensor):
+        _make_resident(tensor)
 
 
 def made_by_user(depth: int) -> bool:
@@ -99,137 +91,37 @@ def made_by_user(depth: int) -> bool:
 
 
 def host_born(tensor: object) -> bool:
-    """Whether `tensor` was marked by `mark_host_born` (the same object, still alive)."""
+    """Whether `tensor` was marked by `mark_host_born` (the same object, still alive), or is a view of one (`t[i]`,
+    `t.split(...)`: a view's `_base` is the tensor it views)."""
     ref = _host_born.get(id(tensor))
-    return ref is not None and ref() is tensor
-
-
-@dataclass(frozen=True)
-class _Spelling:
-    """What the user's call says of a copy, read from its source."""
-
-    target_is_host: bool = False  # `.to(X)` with X the host / `dst.copy_(...)` into a host buffer
-    device_named: bool = False  # a device target that is not the host: `.to(self.device)`, `device=device`
-    built_on_host: bool = False  # the receiver of `.to()` is built from host data right there (`torch.tensor(...)`)
-    pinned: bool = False  # ... in pinned memory (`.pin_memory()`, or a name with `pinned` in it)
-
-
-# Keyed by the code object's id, the entry holding the code so the id is not reused: hashing a code object hashes its
-# bytecode and constants, tens of microseconds for a script's module code, on every call of a watched `.to`
-_spelling_cache: dict[tuple[int, int, str], tuple[CodeType, _Spelling]] = {}
-
-
-def _names_host(node: ast.expr) -> bool:
-    """Whether an expression spells the host: a CPU device string, `torch.device("cpu"...)`, or a name (its last
-    part: `self.cpu_buffer`, `host[i]`) with `cpu`, `host` or `pinned` in it."""
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, str) and node.value.split(":")[0] == "cpu"
-    if isinstance(node, ast.Call):
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        first = node.args[0] if node.args else next((kw.value for kw in node.keywords if kw.arg == "type"), None)
-        return name == "device" and first is not None and _names_host(first)
-    if isinstance(node, ast.Subscript):
-        return _names_host(node.value)
-    return any(word in _name(node).lower() for word in _HOST_WORDS)
-
-
-def _name(node: ast.expr) -> str:
-    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
-
-
-def _receiver(node: ast.expr) -> tuple[bool, bool]:
-    """`(built on the host, pinned)` of the tensor a `.to()` is called on, as far as its expression says."""
-    if isinstance(node, ast.Call):
-        method = _name(node.func)
-        if method == "pin_memory" and isinstance(node.func, ast.Attribute):
-            return True, True  # pinned memory is host memory
-        if method in _KEEPS_PLACE and isinstance(node.func, ast.Attribute):
-            return _receiver(node.func.value)
-        if method in _BUILDERS:
-            return not any(kw.arg == "device" for kw in node.keywords), False
-        return False, False
-    if isinstance(node, ast.Subscript):
-        return _receiver(node.value)
-    name = _name(node).lower()
-    return any(word in name for word in _HOST_WORDS), "pinned" in name
-
-
-_Positions = list[tuple[int | None, int | None, int | None, int | None]]
-_positions_cache: dict[int, tuple[CodeType, _Positions]] = {}  # by the code's id, as `_spelling_cache`
-
-
-def forget_sources() -> None:
-    """Drop the decoded instruction positions (the last counter stopped; a long process need not keep them)."""
-    _positions_cache.clear()
-
-
-def _call_source(frame: FrameType) -> str:
-    """The source of the call the frame is executing now (its instruction's position), or ""."""
-    code = frame.f_code
-    cached = _positions_cache.get(id(code))
-    if cached is None:  # decoded once per code object: a script's module code takes milliseconds
-        cached = _positions_cache[id(code)] = (code, list(code.co_positions()))
-    positions = cached[1]
-    index = frame.f_lasti // 2
-    if index >= len(positions):
-        return ""
-    start, end, first_col, last_col = positions[index]
-    if start is None or end is None or first_col is None or last_col is None:
-        return ""
-    lines = [linecache.getline(frame.f_code.co_filename, n).encode() for n in range(start, end + 1)]
-    if start == end:
-        return lines[0][first_col:last_col].decode(errors="replace")
-    return b"".join([lines[0][first_col:], *lines[1:-1], lines[-1][:last_col]]).decode(errors="replace")
-
-
-def _spelled(frame: FrameType, method: str) -> _Spelling:
-    """Read the call `method(...)` (`.to`, `.copy_`, or a builder such as `torch.tensor`) the frame is making."""
-    try:
-        tree = ast.parse(_call_source(frame).strip(), mode="eval")
-    except (SyntaxError, ValueError):
-        return _Spelling()
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _name(node.func) == method):
-            continue
-        if method == "copy_" and isinstance(node.func, ast.Attribute):
-            return _Spelling(target_is_host=_names_host(node.func.value))
-        if method in ("tensor", "as_tensor"):
-            device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
-            return _Spelling(device_named=device is not None and not _names_host(device))
-        targets = [*node.args[:1], *(kw.value for kw in node.keywords if kw.arg == "device")]
-        host = any(_names_host(target) for target in targets)
-        built, pinned = _receiver(node.func.value) if isinstance(node.func, ast.Attribute) else (False, False)
-        return _Spelling(host, bool(targets) and not host, built, pinned)
-    return _Spelling()
-
-
-def _spelling(method: str) -> _Spelling:
-    """How the user's line running now spells its `method(...)` call (cached per call site and instruction)."""
-    frame = sync.user_frame()
-    if frame is None:
-        return _Spelling()
-    key = (id(frame.f_code), frame.f_lasti, method)
-    cached = _spelling_cache.get(key)
-    if cached is None:
-        cached = _spelling_cache[key] = (frame.f_code, _spelled(frame, method))
-    known = cached[1]
-    return known
+    if ref is not None and ref() is tensor:
+        return True
+    if not (_host_born and isinstance(tensor, torch.Tensor)):
+        return False
+    base = tensor._base
+    if base is None or _resident(tensor):  # not a view, or one the run moved to the device (the same object on CPU)
+        return False
+    ref = _host_born.get(id(base))
+    return ref is not None and ref() is base
 
 
 def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """Kind of a `Tensor.to(...)` call: `to_cpu`/`to_cpu_nonblocking` for a host-bound copy, `to_device` for a
     host-to-device copy that blocks the host, else None.
 
-    Host-bound: a copy counts when it really leaves an accelerator (source not on the CPU), or when the call names
-    the host as its target (module docstring: a deliberate move to the host, which would sync on CUDA; counted on
-    CPU too so CPU-only CI sees it). A move to a device the tensor is already on by another name (an env's device
-    on a CPU run, or torch's own `.to(device)` calls inside e.g. `clip_grad_norm_`) is a no-op and does not count.
+    Host-bound: a copy counts when it really leaves an accelerator (source not on the CPU), or, on a CPU run, when
+    the call names the host as its target (module docstring: a deliberate move to the host, which would sync on
+    CUDA; counted on CPU too so CPU-only CI sees it) and the tensor is not host memory already. A move to a device the
+    tensor is already on by another name (an env's device on a CPU run, or torch's own `.to(device)` calls inside e.g.
+    `clip_grad_norm_`) is a no-op and does not count; on a run that uses an accelerator, a host tensor's move to the
+    host is nothing either, whatever the line says.
 
     Host-to-device: a copy from host memory that is not both pinned and `non_blocking` blocks the host until it
     lands. On an accelerator that is read from the tensors; on a CPU run, where the target is the CPU too, from the
     call's source: a tensor built from host data on that line (`torch.tensor(values).to(self.device)`) and moved to
-    a named device counts, unless it is pinned there (`.pin_memory()`) and the move is `non_blocking=True`.
+    a named device counts, unless it is pinned there (`.pin_memory()`) and the move is `non_blocking=True`; so does
+    a host-built one (or a view of one), and each parameter and buffer of a module the user's line moves
+    (`model.to(device)`: torch moves them one by one) that is not on the device yet.
     """
     raw_target: object = kwargs.get("device")
     non_blocking = bool(kwargs.get("non_blocking", False))
@@ -245,25 +137,76 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     on_host = place == "cpu"
     if target not in (None, "cpu", "meta"):  # a real device: read the tensors
         pinned = on_host and non_blocking and source.is_pinned()
-        return "to_device" if on_host and not pinned else None
+        return kinds.TO_DEVICE if on_host and not pinned else None
     if target != "cpu":
         return None
-    leaves_device = place not in (None, "cpu", "meta")
-    if leaves_device or isinstance(raw_target, str):
-        return "to_cpu_nonblocking" if non_blocking else "to_cpu"
-    spelling = _spelling("to")
-    if spelling.target_is_host:
-        return "to_cpu_nonblocking" if non_blocking else "to_cpu"
-    if not (on_host and spelling.device_named):
+    host_bound = kinds.TO_CPU_NONBLOCKING if non_blocking else kinds.TO_CPU
+    if place not in (None, "cpu", "meta"):  # it leaves an accelerator
+        return host_bound
+    if accelerator_in_use():  # the tensors say where they are: a host tensor moved to the host moves nothing
         return None
-    if spelling.built_on_host:  # built right there: pageable unless the line pins it
-        uploaded = not (non_blocking and spelling.pinned)
+    born = host_born(source)
+    if isinstance(raw_target, str):
+        return None if born else host_bound
+    if sys._getframe(3).f_code is _MODULE_CONVERT:  # torch's `Module.to` moving one of the module's tensors
+        return _module_move_kind(source)
+    spelled = spelling("to")
+    if spelled.target_is_host:
+        return None if born else host_bound
+    if not (on_host and spelled.device_named):
+        return None
+    if spelled.built_on_host:  # built right there: pageable unless the line pins it
+        uploaded = not (non_blocking and spelled.pinned)
     else:
         # built earlier in host memory: whether it was pinned is decided on the accelerator (`pin_memory()` needs
         # one), so a `non_blocking=True` copy is taken as the pinned one it is written for; without it, it counts
-        uploaded = not non_blocking and host_born(source) and made_by_user(3)
+        uploaded = not non_blocking and born and made_by_user(3)
     forget_host_born(source)  # what `.to` returns (on a CPU run, the tensor itself) is a device tensor from here on
-    return "to_device" if uploaded else None
+    return kinds.TO_DEVICE if uploaded else None
+
+
+def _module_move_kind(tensor: torch.Tensor) -> str | None:
+    """One tensor of a module the user's line moves (`model.to(device)`), on a CPU run: an upload of pageable memory
+    (a module's tensors are never pinned) unless the line names the host or the tensor was moved to the device
+    before; from here on it is there."""
+    spelled = module_move()
+    if not spelled.device_named or spelled.target_is_host:
+        return None
+    if _resident(tensor) and not host_born(tensor):
+        return None
+    _make_resident(tensor)
+    forget_host_born(tensor)
+    return kinds.TO_DEVICE
+
+
+# torch's own `Module.to` moves each parameter and buffer through this nested function: a call made there is the
+# module's move, on the user's behalf
+_MODULE_CONVERT: CodeType | None = next(
+    (
+        const
+        for const in torch.nn.Module.to.__code__.co_consts
+        if isinstance(const, CodeType) and const.co_name == "convert"
+    ),
+    None,
+)
+# Tensors a module move put on the device, by id (a CPU run's move leaves the same object): moved again, not counted
+_device_resident: dict[int, weakref.ref[torch.Tensor]] = {}
+
+
+def _resident(tensor: torch.Tensor) -> bool:
+    ref = _device_resident.get(id(tensor))
+    return ref is not None and ref() is tensor
+
+
+def _make_resident(tensor: torch.Tensor) -> None:
+    key = id(tensor)
+    if key not in _device_resident:
+        _device_resident[key] = weakref.ref(tensor, functools.partial(_forget, key, table=_device_resident))
+
+
+def accelerator_in_use() -> bool:
+    """Whether this process runs on an accelerator (CUDA started): then where a tensor is tells a copy, not a line."""
+    return bool(torch.cuda.is_initialized())
 
 
 def tensor_kind(args: tuple[Any, ...], kwargs: dict[str, Any], builder: str) -> str | None:
@@ -275,8 +218,10 @@ def tensor_kind(args: tuple[Any, ...], kwargs: dict[str, Any], builder: str) -> 
         return None
     target = _device_type(device)
     if target not in (None, "cpu", "meta"):
-        return "tensor_to_device"
-    return "tensor_to_device" if target == "cpu" and _spelling(builder).device_named else None
+        return kinds.TENSOR_TO_DEVICE
+    if target != "cpu" or accelerator_in_use():
+        return None
+    return kinds.TENSOR_TO_DEVICE if spelling(builder).device_named else None
 
 
 def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -291,9 +236,11 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
     if destination.device.type not in ("cpu", "meta"):
         pinned = non_blocking and source.device.type == "cpu" and source.is_pinned()
-        return "copy_to_device" if source.device.type == "cpu" and not pinned else None
+        return kinds.COPY_TO_DEVICE if source.device.type == "cpu" and not pinned else None
     if destination.device.type != "cpu":
         return None
-    if source.device.type != "cpu" or _spelling("copy_").target_is_host:
-        return "copy_to_cpu_nonblocking" if non_blocking else "copy_to_cpu"
-    return "copy_to_device" if not non_blocking and host_born(source) and made_by_user(3) else None
+    if source.device.type == "cpu" and accelerator_in_use():  # host to host
+        return None
+    if source.device.type != "cpu" or spelling("copy_").target_is_host:
+        return kinds.COPY_TO_CPU_NONBLOCKING if non_blocking else kinds.COPY_TO_CPU
+    return kinds.COPY_TO_DEVICE if not non_blocking and host_born(source) and made_by_user(3) else None

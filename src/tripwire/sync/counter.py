@@ -10,14 +10,8 @@ active, every host synchronization is recorded as a `SyncEvent(kind, region, sit
   default the working directory, when under it; else to the `sys.path` entry it is imported from) and
   `function` that frame's qualified name; `SyncEvent.text` is that line's source, which identifies a site
   across edits that move its line.
-- `kind` says what synced: `item`, `cpu`, `tolist`, `numpy`, `bool`, `float`, `int`, `index`,
-  `complex`, `format` (printing a tensor), `contains`, `to_cpu`, `to_cpu_nonblocking`,
-  `copy_to_cpu`, `cuda_synchronize`, `accelerator_synchronize`, `stream_synchronize`,
-  `event_synchronize`, `timer_sync` (a `tripwire.timing.CUDATimer` reading its end event; it counts,
-  because it is a real sync), `implicit:<op>` for ops whose output size or value depends on data
-  (`nonzero`, boolean-mask indexing, `unique`, `_local_scalar_dense`, ...; see `tripwire.sync.hooks`), and
-  `collective:<op>` for a `torch.distributed` collective or point-to-point call (`collective:all_gather`):
-  every rank waits there for the others.
+- `kind` says what synced: one of `tripwire.sync.kinds` (`item`, `to_cpu`, `to_device`, `cuda_synchronize`,
+  `timer_sync`, `implicit:<op>`, `collective:<op>`, ...; `python -m tripwire.sync.kinds` prints the table).
 
 Counts are device-independent: on CPU these are "would-sync" sites (`.item()` on a CPU tensor counts
 the same as on CUDA), so one budget serves CPU CI and GPU runs. With no counter active, entering a
@@ -37,16 +31,16 @@ how to read a budget failure.
 from __future__ import annotations
 
 import os
-import warnings
 from collections import Counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from tripwire.sync.log import EventLog
 from tripwire.sync.sites import via_label
-from tripwire.sync.state import _STATE, clear_caches, relative_path, set_root
+from tripwire.sync.state import _STATE, clear_caches, set_root
 
 if TYPE_CHECKING:
+    from tripwire.sync.crosscheck import CrossCheck, WarningSites
     from tripwire.sync.hooks import Installation
 
 __all__ = ["SyncCounter"]
@@ -55,12 +49,12 @@ __all__ = ["SyncCounter"]
 class SyncCounter(EventLog):
     """Record every host sync while active (`with SyncCounter() as counter:`); counters may nest.
 
-    `implicit` (default on) also records data-dependent ops found by dispatch tags (`nonzero`, mask
-    indexing, ...). `cuda_cross_check` additionally runs under `torch.cuda.set_sync_debug_mode("warn")`
-    and counts torch's own sync warnings into `cuda_sync_warnings`; without CUDA it is skipped and
-    `cross_check_note` says why. `threads` (default on) counts what the threads and thread-pool tasks started
-    while it is active do, under their starter's regions (`tripwire.sync.threads.ThreadWatch`); off, only this
-    thread and `carried` work count.
+    `implicit` (default on) also records data-dependent ops found by dispatch tags (`nonzero`, mask indexing, ...).
+    `cuda_cross_check` additionally runs under `torch.cuda.set_sync_debug_mode("warn")` and counts torch's own sync
+    warnings by the line that made each (`cuda_warning_sites`, `cross_check()`: `tripwire.sync.crosscheck`); without
+    CUDA it is skipped and `cross_check_note` says why. `threads` (default on) counts what the threads and thread-
+    pool tasks started while it is active do, under their starter's regions (`tripwire.sync.threads.ThreadWatch`);
+    off, only this thread and `carried` work count.
     """
 
     def __init__(
@@ -81,9 +75,7 @@ class SyncCounter(EventLog):
         self.cuda_warning_sites: Counter[str] = Counter()
         self.cross_check_note = ""
         self._installation: Installation | None = None
-        self._warning_log: list[warnings.WarningMessage] | None = None
-        self._warning_guard: warnings.catch_warnings | None = None
-        self._previous_debug_mode: int | None = None
+        self._warnings: WarningSites | None = None
 
     def __enter__(self) -> SyncCounter:
         from tripwire.sync import hooks as _sync_hooks
@@ -132,27 +124,26 @@ class SyncCounter(EventLog):
         if not torch.cuda.is_available():
             self.cross_check_note = "cuda_cross_check skipped: torch.cuda.is_available() is False"
             return
-        self._previous_debug_mode = torch.cuda.get_sync_debug_mode()
-        self._warning_guard = warnings.catch_warnings(record=True)
-        self._warning_log = self._warning_guard.__enter__()
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
+        from tripwire.sync.crosscheck import WarningSites
+
+        self._warnings = WarningSites().__enter__()
 
     def _stop_cross_check(self) -> None:
-        if self._warning_guard is None or self._warning_log is None:
+        watched, self._warnings = self._warnings, None
+        if watched is None:
             return
-        import torch
+        watched.__exit__(None, None, None)
+        self.cuda_sync_warnings = watched.total
+        self.cuda_warning_sites = Counter(watched.sites)
 
-        torch.cuda.set_sync_debug_mode(self._previous_debug_mode or 0)
-        self._warning_guard.__exit__(None, None, None)
-        recorded, self._warning_log, self._warning_guard = self._warning_log, None, None
-        self.cuda_sync_warnings = 0
-        for message in recorded:
-            if "synchronizing CUDA operation" in str(message.message):
-                self.cuda_sync_warnings += 1
-                self.cuda_warning_sites[f"{relative_path(message.filename)}:{message.lineno}"] += 1
-            else:
-                warnings.warn_explicit(message.message, message.category, message.filename, message.lineno)
+    def cross_check(self) -> CrossCheck | None:
+        """tripwire's count against torch's sync warnings, line by line (`tripwire.sync.crosscheck`); None when the
+        cross-check did not run."""
+        if self.cuda_sync_warnings is None:
+            return None
+        from tripwire.sync.crosscheck import compare
+
+        return compare(self.events, self.cuda_warning_sites)
 
     def format(self) -> str:
         """A per-region table of counts and call sites, for logs and failure messages."""
@@ -164,8 +155,9 @@ class SyncCounter(EventLog):
             for record in sorted(self.site_records(region), key=lambda r: (r.file, r.line, r.kind, r.via)):
                 inside = f"  ({via_label(record.kind)}: {record.via})" if record.via else ""
                 lines.append(f"    {record.site} in {record.function}  [{record.kind}×{record.count}]{inside}")
-        if self.cuda_sync_warnings is not None:
-            lines.append(f"  cuda sync-debug warnings: {self.cuda_sync_warnings}")
+        check = self.cross_check()
+        if check is not None:
+            lines.append("  " + check.format().replace("\n", "\n  "))
         if self.cross_check_note:
             lines.append(f"  {self.cross_check_note}")
         return "\n".join(lines)

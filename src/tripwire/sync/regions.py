@@ -115,7 +115,7 @@ def carried(fn: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> T:
         if not _STATE.active or given not in (None, _STATE.generation):
-            return fn(*args, **kwargs)
+            return fn(*args, **kwargs)  # pass-through
         from tripwire.sync import hooks as _sync_hooks
 
         local = _LOCAL
@@ -123,7 +123,7 @@ def carried(fn: Callable[..., T]) -> Callable[..., T]:
         local.regions, local.suppress, local.label, local.generation = list(regions), suppress, label, _STATE.generation
         try:
             with _sync_hooks.thread_modes(implicit=any(c.implicit for c in _STATE.counters)):
-                return fn(*args, **kwargs)
+                return fn(*args, **kwargs)  # pass-through
         finally:
             local.regions, local.suppress, local.label, local.generation = saved
 

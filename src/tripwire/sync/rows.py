@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+from tripwire.sync import kinds
 from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, site_key, via_label
 
 __all__ = [
@@ -122,8 +123,8 @@ def site_lines(problem: RegionProblem, sites_known: bool) -> list[str]:
 
 # Among new and grown rows, the compilation events that say what changed come before the frames and graphs
 # that follow from them (a graph break also compiles a frame after it); every other kind sits between.
-_TELLING = ("compile:graph_break", "compile:disable", "compile:recompile", "compile:eager")
-_FOLLOWING = ("compile:frame", "compile:graph")
+_TELLING = (kinds.GRAPH_BREAK, kinds.DISABLE, kinds.RECOMPILE, kinds.EAGER)
+_FOLLOWING = (kinds.FRAME, kinds.GRAPH)
 
 
 def _kind_rank(site: SiteCount) -> int:
@@ -254,9 +255,9 @@ def _pair_moves(sites: list[SiteCount], gone: list[SiteCount]) -> list[SiteCount
 def _key_rows(source: CountSource, region: str, recorded: Mapping[str, int] | None) -> tuple[SiteCount, ...]:
     """One row per (file, function, kind) from a source without line records."""
     rows: dict[str, tuple[str, list[str], int, str]] = {}
-    for site, (function, kinds) in source.site_details(region).items():
+    for site, (function, site_kinds) in source.site_details(region).items():
         line = site.rsplit(":", 1)[-1]
-        for kind, count in kinds.items():
+        for kind, count in site_kinds.items():
             key = site_key(site, function, kind)
             file, lines, total, _ = rows.get(key, (key.split("::", 1)[0], [], 0, kind))
             rows[key] = (file, sorted({*lines, line}, key=lambda x: (len(x), x)), total + count, kind)

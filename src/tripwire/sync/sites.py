@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tripwire.sync import kinds
 from tripwire.sync.state import SyncEvent, machinery_via, site_text
 
 
@@ -43,13 +44,13 @@ def stored_via(via: str, kind: str) -> str:
     (`torch/_compile.py:_disable_dynamo.<locals>.inner`) at every sync counted inside `inference_mode`; the same
     sites recorded now have no `via`, and must match them (`compare` tells sites apart by `via`; a budget does not).
     A compilation event's `via` (its reason) is kept."""
-    return "" if via and not kind.startswith("compile:") and machinery_via(via) else via
+    return "" if via and not kinds.COMPILE.holds(kind) and machinery_via(via) else via
 
 
 def via_label(kind: str) -> str:
     """What an event's `via` says: the torch code that synced on a line's behalf, or, for a compilation event
     (`compile:...`), why dynamo did what it did."""
-    return "reason" if kind.startswith("compile:") else "inside torch"
+    return "reason" if kinds.COMPILE.holds(kind) else "inside torch"
 
 
 @dataclass(frozen=True, order=True)

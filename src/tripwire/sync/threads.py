@@ -73,19 +73,19 @@ class ThreadWatch:
             if _the_loops(sys._getframe(1), thread_start=True):
                 watch.threads += 1
                 setattr(thread, _MARK, carried(lambda: bootstrap_original(thread)))
-            start_original(thread)
+            start_original(thread)  # pass-through
 
         def bootstrap_inner(thread: threading.Thread) -> None:
             run = thread.__dict__.pop(_MARK, None)
             if run is None:
-                bootstrap_original(thread)
+                bootstrap_original(thread)  # pass-through
             else:
                 run()
 
         def submit(executor: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
             if _the_loops(sys._getframe(1)):
                 fn = carried(fn)
-            return submit_original(executor, fn, *args, **kwargs)
+            return submit_original(executor, fn, *args, **kwargs)  # pass-through
 
         self._patches.enter_context(mock.patch.object(threading.Thread, "start", start))
         self._patches.enter_context(mock.patch.object(threading.Thread, "_bootstrap_inner", bootstrap_inner))
@@ -108,7 +108,7 @@ def _carried_in_thread_pools(original: Callable[..., Any]) -> Callable[..., Any]
     def submit(pool: Any, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         if isinstance(pool, ThreadPool) and _the_loops(sys._getframe(1)):
             func = carried(func)
-        return original(pool, func, *args, **kwargs)
+        return original(pool, func, *args, **kwargs)  # pass-through
 
     return submit
 

@@ -5,7 +5,7 @@ factories, the place-keeping methods, ...) is replaced on `torch.Tensor` or in `
 thread that does not count, or inside bookkeeping that is not counted (`ignore_syncs`, the body of a call already
 counted), a stand-in calls the original at once; on a counting thread it hands the call to the counter's handler.
 Every other torch call runs as it does without tripwire: a function mode, the earlier design, cost every torch call
-of the loop a trip through Python (CleanRL's `ppo.py` ran 1.6 to 1.8 times slower under a mode that did nothing).
+of the loop a trip through Python (docs/measurements.md, "The cost of recording", item 9).
 
 Dynamo traces through the stand-ins (this file is on its inline-when-called list) and, as it traces,
 `is_compiling()` is true, so what it puts in the graph is the original call: watching a compiled loop adds no graph
@@ -15,6 +15,7 @@ break. This module is kept small, importing nothing of tripwire but the inline l
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import MethodType
 from typing import Any
 
 import torch
@@ -35,9 +36,9 @@ def stand_in(key: Any, original: Any, handle: Handler, local: Any, elsewhere: Ca
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         return handle(key, original, args, kwargs)
 
     return _named(watched, original)
@@ -58,16 +59,16 @@ def counted_stand_in(
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         deliver(kind)
         local.suppress += 1
         try:
             if scalar and args and type(args[0]) in _PLAIN:
                 with _BELOW_AUTOGRAD():
-                    return original(*args, **kwargs)
-            return original(*args, **kwargs)
+                    return original(*args, **kwargs)  # pass-through
+            return original(*args, **kwargs)  # pass-through
         finally:
             local.suppress -= 1
 
@@ -77,22 +78,42 @@ def counted_stand_in(
 def keeping_stand_in(
     original: Any, mark: Callable[[Any, Any], None], marked: Any, local: Any, elsewhere: Callable[[], bool]
 ) -> Callable[..., Any]:
-    """A stand-in for a method whose result stays where its input is (`.view`, `.float()`, `__getitem__`, ...): on a
+    """A stand-in for a method whose result stays where its input is (`.view`, `.float()`, `.detach()`, ...): on a
     counting thread outside suppressed code, the original, then `mark(input, result)` (a host-built input's result
     is host-built too), what the counter's handler does for these calls, a frame and a classification shorter.
     `marked` is the table of host-built tensors: while it is empty no input can be one, and nothing is asked."""
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
-            return original(*args, **kwargs)
-        result = original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
+        result = original(*args, **kwargs)  # pass-through
         if marked and args:
             mark(args[0], result)
         return result
 
     return _named(watched, original)
+
+
+class WatchedMethod:
+    """What stands on `torch.Tensor` for a watched method while a counter is active: the class's attribute
+    (`torch.Tensor.item`: what code compares with `is`, keys a table by, or what torch hands a `__torch_function__`
+    handler) is torch's own object, so no one can capture or meet a stand-in there; an instance's (`t.item`, what a
+    call runs, and what Python's slots call for `bool(t)`) is the counting stand-in, bound to the tensor. A method
+    reached through the class (`torch.Tensor.item(t)`) therefore runs torch's own, uncounted, as a reference taken
+    before the counter started does."""
+
+    __slots__ = ("own", "watched")
+
+    def __init__(self, own: Any, watched: Callable[..., Any]) -> None:
+        self.own = own
+        self.watched = watched
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:
+            return self.own
+        return MethodType(self.watched, instance)
 
 
 def _named(watched: Callable[..., Any], original: Any) -> Callable[..., Any]:

@@ -4,4 +4,6 @@
 - `schema`: per event label, every field's dotted path and the JSON types seen there;
 - `payloads`: a digest of every field of every event, compared with a context-bound golden;
 - `snapshot`: the syrupy extension storing counts and schemas under the baselines folder.
+
+Internal, as every module outside `tripwire.PUBLIC_MODULES`: import the public names from `tripwire`.
 """

@@ -120,6 +120,14 @@ class TrainingConfig:
         ppo_only=True,
     )
     gpu_preload: bool = option(False, "keep the whole dataset on the device", "hardware", flag="--gpu-preload")
+    deterministic: bool = option(
+        True,
+        "on CUDA, deterministic kernels (torch.use_deterministic_algorithms, cuDNN deterministic, cuBLAS workspace "
+        ":4096:8), so the same seed gives the same weights; --no-deterministic: faster, autotuned kernels whose "
+        "results differ run to run (no effect on CPU)",
+        "hardware",
+        flag="--deterministic",
+    )
     env_workers: int = option(
         1,
         "train and validate CPU envs on N threads at once; pins one torch thread, so results equal a one-thread "

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline import SeedStage
-from esper.tolaria.engine import FusedPlan
-from esper.tolaria.epoch import ValidationStats
+from esper.tolaria.epoch import FusedPlan, ValidationStats
 
 MAX_INTERACTION_SLOTS = 4
 

@@ -55,7 +55,8 @@ class EnvFactory:
             model = MorphogeneticModel(
                 host, self.slot_config.slot_ids, permissive_gates=self.permissive_gates, on_event=lifecycle
             )
-        # channels_last on every device: on CPU it makes the host's conv/pool/BN step ~1.7x faster
+        # channels_last on every device: a faster conv/pool/BN step on CPU
+        # (docs/measurements.md#why-the-code-is-as-it-is)
         model = model.to(device).to(memory_format=torch.channels_last)
         host_optimizer = torch.optim.SGD(
             model.host_parameters(),

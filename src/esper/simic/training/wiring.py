@@ -45,6 +45,7 @@ from esper.simic.training.trainer import (
 from esper.tamiyo.features import state_dim
 from esper.tamiyo.policy import FactoredRecurrentActorCritic
 from esper.tolaria.batches import SharedBatchIterator
+from esper.tolaria.determinism import make_reproducible
 from esper.tolaria.devices import resolve_devices
 from esper.tolaria.engine import EngineConfig, VectorizedEngine
 
@@ -68,6 +69,7 @@ class RunSetup:
     resumed_state: dict[str, Any] | None = None
     data_signature: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()  # one-line notes for the user (e.g. a checkpoint too old to check its data)
+    determinism: dict[str, Any] = dataclasses.field(default_factory=dict)  # what makes a CUDA run repeat bitwise
 
 
 class UserCodeError(ValueError):
@@ -84,6 +86,7 @@ def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None 
     task = get_task_spec(config.task)
     slot_config = SlotConfig(tuple(config.slots))
     devices = [shard.device] if shard.device is not None else resolve_devices(config.device, config.devices)
+    determinism = make_reproducible(devices, config.deterministic)  # before any CUDA kernel runs
     check_memory(config, controller, task, slot_config, devices[0], len(shard.env_ids))
     client = build_policy_client(config, controller, slot_config.num_slots, devices[0])
     layout = CheckpointLayout(config.n_envs, slot_config.slot_ids, task.name, controller)
@@ -130,6 +133,7 @@ def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None 
         resumed_state=resumed_state,
         data_signature=signature,
         notes=notes,
+        determinism=determinism,
     )
 
 
@@ -172,7 +176,8 @@ def build_engine(setup: RunSetup) -> VectorizedEngine:
 def announce(hub: TelemetryHub, setup: RunSetup) -> None:
     """The run's first events: TRAINING_STARTED, then CHECKPOINT_LOADED when resuming."""
     config = setup.config
-    emitters.emit_training_started(hub, _run_settings(config, setup.task, setup.slot_config, setup.controller))
+    settings = _run_settings(config, setup.task, setup.slot_config, setup.controller)
+    emitters.emit_training_started(hub, {**settings, "determinism": dict(setup.determinism)})
     if config.resume_path is not None:
         trainer_state = (setup.resumed_state or {}).get("trainer", {})
         previous = trainer_state.get("events") if isinstance(trainer_state, dict) else None

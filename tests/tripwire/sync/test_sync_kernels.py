@@ -1,5 +1,5 @@
-"""Implicit syncs counted by kernels over the data-dependent ops (`hooks._ImplicitKernels`) are the syncs the dispatch
-mode counts (`hooks._ImplicitSyncMode`): the same kinds at the same lines, call by call, in every autograd state."""
+"""Implicit syncs counted by kernels over the data-dependent ops (`implicit.ImplicitKernels`) are the syncs the dispatch
+mode counts (`implicit.ImplicitSyncMode`): the same kinds at the same lines, call by call, in every autograd state."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import ClassVar
 import pytest
 import torch
 
-from tripwire.sync import hooks
+from tripwire.sync import explicit, implicit
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.regions import carried
 
-pytestmark = pytest.mark.skipif(not hooks.kernels_available(), reason="torch.library.get_kernel needs torch 2.9+")
+pytestmark = pytest.mark.skipif(not implicit.kernels_available(), reason="torch.library.get_kernel needs torch 2.9+")
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def both(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Callable[[], Non
     def run(body: Callable[[], None], *, threads: bool = True) -> list[tuple[str, str]]:
         seen = {}
         for use_kernels in (True, False):
-            monkeypatch.setattr(hooks, "use_kernels", use_kernels)
+            monkeypatch.setattr(implicit, "use_kernels", use_kernels)
             with SyncCounter(threads=threads) as counter:
                 body()
             seen[use_kernels] = [(event.kind, event.site.rsplit(":", 1)[-1]) for event in counter.events]
@@ -133,7 +133,7 @@ def test_threads_count_as_the_mode_did(both: Callable[..., list[tuple[str, str]]
 
 def test_each_ops_own_kernel_is_back_after_the_counter(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing is left registered: the ops run their own kernels, and inference mode is torch's again."""
-    monkeypatch.setattr(hooks, "use_kernels", True)
+    monkeypatch.setattr(implicit, "use_kernels", True)
     x = torch.tensor([0.0, 1.0])
     enter = torch.autograd.grad_mode.inference_mode.__enter__
     with SyncCounter() as counter:
@@ -144,7 +144,7 @@ def test_each_ops_own_kernel_is_back_after_the_counter(monkeypatch: pytest.Monke
     assert [event.kind for event in counter.events] == ["implicit:nonzero"]
     assert explicit_only.events == []
     assert torch.autograd.grad_mode.inference_mode.__enter__ is enter
-    ours = {f"{namespace}/{name}/{key}" for namespace, name, _, keys in hooks._implicit_targets() for key in keys}
+    ours = {f"{namespace}/{name}/{key}" for namespace, name, _, keys in implicit._implicit_targets() for key in keys}
     assert ours and not ours & torch.library._impls  # every registration is gone
     assert torch.nonzero(x).tolist() == [[1]]
 
@@ -155,11 +155,11 @@ def test_a_thread_counts_where_torch_carried_a_counting_mode_to_it() -> None:
     seen: dict[str, bool] = {}
 
     def probe() -> None:
-        seen["bare"] = hooks._counting_here()
-        with hooks._ExplicitSyncMode():
-            seen["carried mode"] = hooks._counting_here()
+        seen["bare"] = implicit.counting_here()
+        with explicit.ExplicitSyncMode():
+            seen["carried mode"] = implicit.counting_here()
         with torch.overrides.TorchFunctionMode():
-            seen["another mode"] = hooks._counting_here()
+            seen["another mode"] = implicit.counting_here()
 
     thread = threading.Thread(target=probe)
     thread.start()
@@ -171,14 +171,14 @@ def test_a_thread_running_part_of_a_counting_threads_backward_counts(monkeypatch
     """With stand-ins no mode travels to autograd's device threads: a thread counts while it runs part of a graph task
     (`torch._C._current_graph_task_id`, faked here as a device thread would see it) and a counting thread's backward
     is running, and not otherwise. A CPU backward runs on its caller's thread: a CPU run starts no device thread."""
-    monkeypatch.setattr(hooks, "use_patches", True)
+    monkeypatch.setattr(explicit, "use_patches", True)
     value = torch.ones(2)
     x = torch.ones(2, requires_grad=True)
     seen: dict[str, bool] = {}
 
     def on_a_device_thread(name: str, task: int) -> None:
         def probe() -> None:
-            seen[name] = hooks._counting_here()
+            seen[name] = implicit.counting_here()
             value.sum().item()
 
         monkeypatch.setattr(torch._C, "_current_graph_task_id", lambda: task)
@@ -186,7 +186,7 @@ def test_a_thread_running_part_of_a_counting_threads_backward_counts(monkeypatch
         thread.start()
         thread.join()
         monkeypatch.undo()
-        monkeypatch.setattr(hooks, "use_patches", True)
+        monkeypatch.setattr(explicit, "use_patches", True)
 
     def hook(grad: torch.Tensor) -> torch.Tensor:
         on_a_device_thread("in the backward", 7)
@@ -242,7 +242,7 @@ def test_a_counted_scalar_read_is_counted_once_and_keeps_autograd_where_a_subcla
     """A stand-in counts `item`, `bool`, `float`, `int`, `index` itself and runs the read below autograd, past the
     counting kernel at the autograd key: counted once as itself, never again as `_local_scalar_dense`. A subclass's
     own `__torch_function__` runs as it did: its ops still record their graph."""
-    monkeypatch.setattr(hooks, "use_kernels", True)
+    monkeypatch.setattr(implicit, "use_kernels", True)
     x = torch.tensor([1.5], requires_grad=True)
     weight = torch.nn.Parameter(torch.tensor(2.0))
     index = torch.tensor(3)

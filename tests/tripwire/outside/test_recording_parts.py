@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "recording_parts.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "recording_parts.py"
 
 
 def test_each_variant_records_what_it_says_it_keeps(tmp_path: Path) -> None:

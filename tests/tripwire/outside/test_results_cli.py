@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-LOOPS = Path(__file__).parent / "loops"
+LOOPS = Path(__file__).parents[1] / "loops"
 SCENARIO = LOOPS / "ppo_script_scenario.py"
 BEFORE = "                entropy_loss = entropy.mean()\n"
 INJECTED = (BEFORE, BEFORE + "                kl_seen = approx_kl.item()\n")

@@ -24,7 +24,7 @@ from tripwire.outside.record import record
 from tripwire.outside.result import Result
 from tripwire.scenario import load_scenario
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PUBLISHED = HERE / "third_party" / "cleanrl"
 SAC = PUBLISHED / "sac_continuous_action.py"
 SCENARIO_FILE = HERE / "third_party" / "cleanrl_sac_scenario.py"

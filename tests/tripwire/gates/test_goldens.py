@@ -136,7 +136,7 @@ def test_over_budget_names_region_and_new_call_site(tmp_path: Path) -> None:
         GoldenStore(tmp_path).check_sync_budget("a", syncs(3), {})
     message = str(failure.value)
     assert "region 'epoch_transfer': 3 syncs, budget 0 (+3)" in message
-    assert "NEW tests/tripwire/test_tripwire_goldens.py:" in message and "in syncs  ×3  [item×3]" in message
+    assert "NEW tests/tripwire/gates/test_goldens.py:" in message and "in syncs  ×3  [item×3]" in message
 
 
 def test_under_budget_passes_and_says_it_can_be_tightened(tmp_path: Path) -> None:

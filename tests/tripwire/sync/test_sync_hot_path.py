@@ -9,7 +9,7 @@ import torch
 from torch.utils._python_dispatch import _len_torch_dispatch_stack
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
-from tripwire.sync import hooks, hot_path, ignore_syncs
+from tripwire.sync import explicit, hot_path, ignore_syncs, implicit
 from tripwire.sync.copies import _host_born
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.regions import _current_regions
@@ -28,13 +28,15 @@ def test_counter_installs_modes_only_while_active(
 ) -> None:
     """With kernels counting implicit syncs no dispatch mode is pushed, except inside inference mode; with stand-ins
     seeing explicit syncs no function mode is pushed, and the watched functions are torch's own again after."""
-    monkeypatch.setattr(hooks, "use_kernels", kernels and hooks.kernels_available())
+    monkeypatch.setattr(implicit, "use_kernels", kernels and implicit.kernels_available())
     item, zeros, getitem = torch.Tensor.item, torch.zeros, torch.Tensor.__getitem__
     with SyncCounter():
-        dispatch = 0 if hooks.use_kernels else 1
+        dispatch = 0 if implicit.use_kernels else 1
         function = 0 if explicit_hooks else 1
         assert torch._C._len_torch_function_stack() == function and _len_torch_dispatch_stack() == dispatch
-        assert (torch.Tensor.item is not item and torch.zeros is not zeros) == explicit_hooks
+        # the class's attribute stays torch's own (a `WatchedMethod` binds the stand-in for an instance only)
+        assert torch.Tensor.item is item and (torch.zeros is not zeros) == explicit_hooks
+        assert (type(vars(torch.Tensor).get("item")).__name__ == "WatchedMethod") == explicit_hooks
         with torch.inference_mode():
             assert _len_torch_dispatch_stack() == 1
         assert _len_torch_dispatch_stack() == dispatch
@@ -56,8 +58,8 @@ def test_the_place_keeping_stand_ins_wait_for_the_first_host_built_tensor() -> N
             value.view(2, 1)[0].sum().item()
             assert "view" not in vars(torch.Tensor) and "__getitem__" not in vars(torch.Tensor)
             rows = torch.tensor([1.0, 2.0])  # host-built: from here on its views and casts are marked
-            assert "view" in vars(torch.Tensor) and "__getitem__" in vars(torch.Tensor)
-            rows[1:].to(device)  # the run's device, by name, of a host-built slice: an upload
+            assert "view" in vars(torch.Tensor) and "__getitem__" not in vars(torch.Tensor)  # `[...]` is a view
+            rows[1:].to(device)  # the run's device, by name, of a host-built slice (its `_base`): an upload
     finally:
         _host_born.update(earlier)
     assert "view" not in vars(torch.Tensor) and "__getitem__" not in vars(torch.Tensor)
@@ -95,7 +97,7 @@ def test_ignore_syncs_takes_the_counting_modes_off_and_puts_them_back(
 ) -> None:
     """Bookkeeping under `ignore_syncs` runs with no counting mode on the stacks (it pays nothing per torch call);
     leaving, even by an exception, puts back exactly the stacks that were there, so counting goes on after it."""
-    monkeypatch.setattr(hooks, "use_kernels", kernels and hooks.kernels_available())
+    monkeypatch.setattr(implicit, "use_kernels", kernels and implicit.kernels_available())
     value = torch.ones(2)
     function = 0 if explicit_hooks else 1
     with SyncCounter() as counter:
@@ -120,12 +122,12 @@ def test_ignore_syncs_takes_the_counting_modes_off_and_puts_them_back(
 def test_ignore_syncs_leaves_a_mode_pushed_above_the_counters_and_the_counters_beneath_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hooks, "use_patches", False)  # the function mode, which `ignore_syncs` takes off
+    monkeypatch.setattr(explicit, "use_patches", False)  # the function mode, which `ignore_syncs` takes off
     value = torch.ones(2)
     with SyncCounter() as counter, _Passing() as passing:
         with ignore_syncs():
             stack = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
-            assert stack[-1] is passing and isinstance(stack[0], hooks._ExplicitSyncMode)
+            assert stack[-1] is passing and isinstance(stack[0], explicit.ExplicitSyncMode)
             value.sum().item()
         assert torch._C._len_torch_function_stack() == 2
         value.sum().item()
@@ -138,13 +140,13 @@ def test_recording_a_checkpoint_under_a_counter_makes_no_trip_through_the_counti
     """The probe's digests, specs and state reads run uncounted and unclassified: recording a module, an optimizer's
     state and plain values hands not one call to the counter's handler (before, every tensor cost dozens)."""
     calls = []
-    watched = hooks._watched_call
+    watched = explicit.watched_call
 
     def counting(func, call, args, kwargs):  # type: ignore[no-untyped-def]
         calls.append(func)
         return watched(func, call, args, kwargs)
 
-    monkeypatch.setattr(hooks, "_watched_call", counting)
+    monkeypatch.setattr(explicit, "watched_call", counting)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     optimizer = torch.optim.Adam(model.parameters())
     recorder = TrajectoryRecorder(keep_values=True)
@@ -171,7 +173,7 @@ def test_sync_inside_a_region_is_attributed_to_it_and_its_call_site() -> None:
         value.tolist()
     assert counter.counts_by_region() == {"<outside>": 1, "epoch_transfer": 1}
     (site,) = counter.sites("epoch_transfer")
-    assert site.startswith("tests/tripwire/test_tripwire_sync_hot_path.py:")
+    assert site.startswith("tests/tripwire/sync/test_sync_hot_path.py:")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only note; this machine has CUDA")

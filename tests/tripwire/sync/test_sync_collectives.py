@@ -44,7 +44,7 @@ def test_each_collective_is_one_sync_of_kind_collective_op_in_its_region(one_ran
     # all_gather_object's own size exchange and .item() inside torch are not counted a second time
     assert kinds == ["collective:all_gather_object", "collective:all_reduce", "tolist"], counter.format()
     sites = {event.kind: event for event in in_region}
-    assert sites["collective:all_reduce"].site.startswith("tests/tripwire/test_sync_collectives.py:")
+    assert sites["collective:all_reduce"].site.startswith("tests/tripwire/sync/test_sync_collectives.py:")
     assert sites["collective:all_reduce"].function == "exchange"
 
 

@@ -24,7 +24,7 @@ from tripwire.outside.record import record
 from tripwire.outside.result import Result
 from tripwire.scenario import load_scenario
 
-LOOPS = Path(__file__).parent / "loops"
+LOOPS = Path(__file__).parents[1] / "loops"
 SCRIPT = LOOPS / "compiled_script.py"
 SCENARIO = load_scenario(LOOPS / "compiled_script_scenario.py")
 

@@ -34,7 +34,9 @@ def pull(t, stream, event):
     e = t.to("cuda")
     f = t.to(device=t.device)
     g = t.cuda()
-    return a, b, c, d, e, f, g
+    h = t.to("cpu")
+    torch.accelerator.synchronize()
+    return a, b, c, d, e, f, g, h
 """
 
 NOT_SYNCS = """
@@ -87,12 +89,24 @@ def test_every_sync_kind_is_counted_in_its_function(tmp_path: Path) -> None:
         "pull [cpu]": 1,
         "pull [tolist]": 1,
         "pull [numpy]": 1,
-        "pull [synchronize]": 3,
+        "pull [cuda_synchronize]": 1,
+        "pull [accelerator_synchronize]": 1,
+        "pull [stream_synchronize]": 1,
+        "pull [event_synchronize]": 1,
         "pull [wait_stream]": 1,
         "pull [wait_event]": 1,
-        "pull [to]": 2,
-        "pull [cuda]": 1,
+        "pull [to_device]": 3,
+        "pull [to_cpu]": 1,
     }
+
+
+def test_every_kind_the_audit_names_is_a_kind_of_the_registry(tmp_path: Path) -> None:
+    """The audit speaks the counter's language: a budget key and a static key name a call alike."""
+    from tripwire.sync import kinds
+
+    named = {key.rsplit(" [", 1)[1].rstrip("]") for key in counts(tmp_path, EVERY_KIND)}
+    assert named <= set(kinds.KINDS)
+    assert {row.name for row in kinds.KINDS.values() if row.seen_by != kinds.COUNTER} <= named
 
 
 def test_dtype_only_memory_format_and_non_blocking_moves_are_not_counted(tmp_path: Path) -> None:
@@ -100,7 +114,7 @@ def test_dtype_only_memory_format_and_non_blocking_moves_are_not_counted(tmp_pat
 
 
 def test_a_synchronize_behind_is_cuda_is_found_on_a_cpu_machine(tmp_path: Path) -> None:
-    assert counts(tmp_path, GPU_ONLY) == {"Engine.train_pass [synchronize]": 1}
+    assert counts(tmp_path, GPU_ONLY) == {"Engine.train_pass [cuda_synchronize]": 1}
 
 
 def test_a_nested_function_gets_its_qualified_name(tmp_path: Path) -> None:
@@ -128,7 +142,7 @@ def test_a_new_gpu_only_sync_fails_naming_the_new_site_first(tmp_path: Path) -> 
         check_against([name], budget, tmp_path)
     lines = str(failure.value).splitlines()
     assert lines[0] == "static sync audit over budget in 2 function(s):"
-    assert lines[1].strip() == "NEW hot.py:9 in Engine.train_pass [synchronize] 0 -> 1"
+    assert lines[1].strip() == "NEW hot.py:9 in Engine.train_pass [cuda_synchronize] 0 -> 1"
     assert lines[2].strip() == "NEW hot.py:14 in helper [item] 0 -> 1"
 
 
@@ -211,7 +225,7 @@ def test_a_module_that_joins_the_loop_is_audited_without_being_listed(tmp_path: 
     make_package(tmp_path / "src", {"app/policy.py": "from app.buffers import rollout, staging\n"})
     make_package(tmp_path / "src", {"app/buffers/staging.py": STAGING})
     report = check(audit(reachable_modules(["app.loop"], tmp_path / "src"), tmp_path), budget)
-    assert report.over == ("NEW src/app/buffers/staging.py:6 in Staging.pull [to] 0 -> 1",)
+    assert report.over == ("NEW src/app/buffers/staging.py:6 in Staging.pull [to_cpu] 0 -> 1",)
 
 
 STAGING = """import torch

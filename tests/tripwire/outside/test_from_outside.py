@@ -19,7 +19,7 @@ from tripwire.outside.record import record
 from tripwire.outside.result import Result
 from tripwire.scenario import Region, Scenario, load_scenario
 
-LOOPS = Path(__file__).parent / "loops"
+LOOPS = Path(__file__).parents[1] / "loops"
 SCRIPT = LOOPS / "ppo_script.py"
 SCENARIO = load_scenario(LOOPS / "ppo_script_scenario.py")
 SHIPPED = SCRIPT.read_bytes()

@@ -145,9 +145,9 @@ def test_carried_work_in_a_counted_thread_is_counted_once(monkeypatch: pytest.Mo
 
     import torch
 
-    from tripwire.sync import carried, hooks
+    from tripwire.sync import carried, explicit
 
-    monkeypatch.setattr(hooks, "use_patches", stand_ins)
+    monkeypatch.setattr(explicit, "use_patches", stand_ins)
     with SyncCounter() as counter, ThreadWatch():  # a second watch inside the counter's own: nothing twice
         worker = threading.Thread(target=carried(lambda: torch.ones(2).sum().item()))
         worker.start()
@@ -251,11 +251,11 @@ def test_a_pool_started_while_counting_runs_its_later_tasks_uncounted_and_at_ful
 
     import torch
 
-    from tripwire.sync import hooks
+    from tripwire.sync import implicit
 
     def task() -> bool:
         torch.ones(1).item()
-        return hooks._counting_here() or torch._C._len_torch_function_stack() > 0
+        return implicit.counting_here() or torch._C._len_torch_function_stack() > 0
 
     with ThreadPoolExecutor(1) as pool:
         with SyncCounter() as counter:

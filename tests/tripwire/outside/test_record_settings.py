@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tripwire.outside.record import _FROZEN_BY_INTERPRETER, _torch_settings, record
-from tripwire.scenario import Scenario
+from tripwire.scenario import Region, Scenario
 
 
 @pytest.mark.parametrize("before", [False, True])
@@ -123,4 +123,22 @@ def test_settings_the_loop_changes_itself_are_recorded_and_compared(tmp_path: Pa
     assert context.status == "note"
     assert context.details == (
         "changed_by_loop.threads: [1, 2] -> [1, 3] (another thread count splits reductions differently)",
+    )
+
+
+def test_a_cudnn_flag_the_loop_sets_is_named_at_its_line(tmp_path: Path) -> None:
+    """`torch.backends.cudnn.benchmark = True` changes nothing on a CPU, and breaks the reproducibility of every GPU
+    run: the recording names the setting and its line, on CPU."""
+    (tmp_path / "loop.py").write_text(
+        "import torch\n\n\ndef main():\n    torch.backends.cudnn.benchmark = True\n    return torch.ones(2).sum()\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    try:
+        result = record(Scenario(name="flags", script="loop.py", regions=[Region("__main__:main", "main")]), tmp_path)
+    finally:
+        torch.backends.cudnn.benchmark = False
+    assert result.ok
+    assert (
+        "the loop changed determinism settings: torch.backends.cudnn.benchmark False -> True at loop.py:5 in main"
+        in (result.notes)
     )

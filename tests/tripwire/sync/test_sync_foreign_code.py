@@ -62,4 +62,4 @@ def test_a_sync_on_the_users_own_line_under_the_working_directory_stays_relative
     with SyncCounter() as counter, hot_path("r"):
         torch.ones(1).item()
     [event] = counter.events
-    assert event.site.startswith("tests/tripwire/test_sync_foreign_code.py:") and event.via == ""
+    assert event.site.startswith("tests/tripwire/sync/test_sync_foreign_code.py:") and event.via == ""

@@ -1,0 +1,148 @@
+"""What a checkpoint digests of what it captures: the numbers inside an object, found by descending into it.
+
+A capture (`return`, `self`, `self.NAME`, `arg:NAME`, `arg:NAME.attr`) is reduced to a digestible state: a module's or
+optimizer's state, any `state_dict()`, tensors, NumPy arrays, plain values and containers of them as they are, and
+any other object by its fields (`__dict__` and `__slots__`), descended into until its numbers are found: a replay
+buffer's `_meta` batch, a space's bounds, a dataclass of arrays. The descent stops at `MAX_DEPTH` objects deep and
+after `MAX_LEAVES` values (a capture of a whole simulator would digest everything it holds), and what it could not
+digest (a callable, a module, a lock, an object deeper than the bound) is named in `skipped`, said once in the
+result's notes.
+
+A capture that digested no value is an error, not a pass (`no_value`): a name that binds nothing (`arg:weigths`, a
+typo), a state of only None, or one of only plain ints and strings (indexes and sizes) while a field it left out holds
+the data. Two runs of such a capture compare identical whatever the loop computed.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from tripwire.bitwise.digest import plain_leaf
+
+__all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "no_value", "object_state"]
+
+MAX_DEPTH = 6  # objects inside objects, below the captured one
+MAX_LEAVES = 20_000  # values digested of one capture
+# Objects never descended into: code, classes, modules, and what only a running process has (threads, locks, files)
+_OPAQUE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType, type)
+_OPAQUE_NAMES = ("lock", "thread", "event", "condition", "semaphore", "textiowrapper", "bufferedwriter", "logger")
+
+
+class Descent:
+    """One capture's walk: the objects on the way (no cycle is walked twice), the values counted, what was left out."""
+
+    def __init__(self, skipped: list[str]) -> None:
+        self.skipped = skipped
+        self.leaves = 0
+        self.on_path: set[int] = set()
+
+    def state(self, value: Any, path: str, depth: int) -> Any:
+        """The digestible state of `value`, found at `path` inside the capture."""
+        if isinstance(value, torch.nn.Module):
+            return value.state_dict()
+        if isinstance(value, torch.optim.Optimizer):
+            params = [param for group in value.param_groups for param in group["params"]]
+            return {"params": params, "state_dict": value.state_dict()}
+        state_dict = getattr(value, "state_dict", None)
+        if callable(state_dict) and not isinstance(value, type):
+            return state_dict()
+        if _digestible(value):
+            return self._contents(value, path, depth)
+        return self._fields(value, path, depth)
+
+    def _fields(self, value: Any, path: str, depth: int) -> Any:
+        kind = type(value).__name__
+        if _opaque(value):
+            return self._skip(path, kind, "")
+        if depth > MAX_DEPTH:
+            return self._skip(path, kind, f"deeper than {MAX_DEPTH} objects")
+        if id(value) in self.on_path:
+            return self._skip(path, kind, "a cycle")
+        self.on_path.add(id(value))
+        try:
+            return {name: self.state(item, _join(path, name), depth + 1) for name, item in _own_fields(value)}
+        finally:
+            self.on_path.discard(id(value))
+
+    def _contents(self, value: Any, path: str, depth: int) -> Any:
+        if isinstance(value, (torch.device, torch.dtype)):
+            return str(value)
+        if isinstance(value, Mapping):
+            return {key: self._item(item, f"{path}[{key!r}]", depth) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._item(item, f"{path}[{index}]", depth) for index, item in enumerate(value)]
+        self.leaves += 1
+        return value
+
+    def _item(self, value: Any, path: str, depth: int) -> Any:
+        if self.leaves >= MAX_LEAVES:
+            return self._skip(path, type(value).__name__, f"past {MAX_LEAVES} values")
+        if _digestible(value):
+            return self._contents(value, path, depth)
+        return self.state(value, path, depth + 1)
+
+    def _skip(self, path: str, kind: str, why: str) -> str:
+        self.skipped.append(f"{path.lstrip('.') or 'it'} ({kind}{': ' + why if why else ''})")
+        return f"<skipped {kind}>"
+
+
+def object_state(value: Any, skipped: list[str] | None = None) -> Any:
+    """What a checkpoint digests of an object (the module docstring); what is left out is named in `skipped`."""
+    return Descent([] if skipped is None else skipped).state(value, "", 0)
+
+
+def _digestible(value: Any) -> bool:
+    """A tensor, a NumPy array or scalar, a plain value, a device or dtype, or a container (kept, its items judged
+    one by one)."""
+    return (
+        value is None
+        or isinstance(value, (torch.Tensor, Mapping, list, tuple, int, float, str, bool, torch.device, torch.dtype))
+        or (type(value).__module__.startswith("numpy") and plain_leaf(value) is not value)
+    )
+
+
+def _opaque(value: Any) -> bool:
+    return isinstance(value, _OPAQUE) or callable(value) or type(value).__name__.lower() in _OPAQUE_NAMES
+
+
+def _own_fields(value: Any) -> list[tuple[str, Any]]:
+    """An object's fields: its `__dict__` entries and the `__slots__` of its classes that are set, dunders left out."""
+    fields = [(name, item) for name, item in getattr(value, "__dict__", {}).items() if not name.startswith("__")]
+    for cls in type(value).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if isinstance(name, str) and not name.startswith("__") and hasattr(value, name):
+                fields.append((name, getattr(value, name)))
+    return fields
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _values(state: Any) -> tuple[int, int]:
+    """`(numbers, leaves)` of a digestible state: tensors, arrays, floats and complex numbers among all its leaves."""
+    if isinstance(state, Mapping):
+        parts = [_values(item) for item in state.values()]
+    elif isinstance(state, (list, tuple)):
+        parts = [_values(item) for item in state]
+    else:
+        leaf = plain_leaf(state)
+        if leaf is None or (isinstance(leaf, str) and leaf.startswith("<skipped ")):
+            return 0, 0
+        return int(isinstance(leaf, (torch.Tensor, float, complex))), 1
+    return sum(part[0] for part in parts), sum(part[1] for part in parts)
+
+
+def no_value(state: Any, skipped: list[str]) -> str:
+    """Why a capture's state digests no value ("" when it does): only None, or only plain ints and strings while a
+    field it left out may hold the data."""
+    numbers, leaves = _values(state)
+    if leaves == 0:
+        return "it digested nothing (only None)" + (f", and left out {', '.join(skipped)}" if skipped else "")
+    if numbers == 0 and skipped:
+        return f"it digested only plain ints and strings (indexes, sizes) and left out {', '.join(skipped)}"
+    return ""

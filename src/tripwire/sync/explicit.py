@@ -1,0 +1,326 @@
+"""Explicit host syncs: the stand-ins on the watched tensor methods and torch functions, or the function mode.
+
+What is explicit: `.item()`, `.cpu()`, `.tolist()`, `.numpy()`, `np.asarray(t)`, `bool/float/int/complex/
+operator.index(t)`, printing a tensor, `x in t`, and host-bound copies (`.to(...)`, `copy_`), which
+`tripwire.sync.copies` classifies (with the host-to-device copies that block the host). While a counter is active
+each watched method and function is replaced on `torch.Tensor` or in `torch` by a stand-in (`tripwire.sync.watched`)
+that hands the call to `watched_call` on a counting thread; no other torch call pays anything.
+
+`ExplicitSyncMode` (a `TorchFunctionMode`: every torch call a trip through Python; docs/measurements.md, "The cost of
+recording", item 9, measures it on CleanRL's `ppo.py`) does the same and is kept behind `use_patches = False`, for
+tests that compare the two call by call. Two differences: a stand-in replaces a name on `torch.Tensor` or in `torch`,
+so a reference taken before the counter started (`from torch import zeros` at import, `torch._C.TensorBase.item(t)`)
+is not watched, where the mode saw every call; and a sync inside a Python-level torch function with a torch-function
+check (`torch.nn.functional.*`) is seen as what it is (`item`, `bool`), where the mode, switched off while its handler
+ran that function, saw it only as a kernel's `implicit:_local_scalar_dense`, if at all. Autograd's device threads
+count while a counting thread's backward runs (`installation.in_counted_backward`).
+
+Host-built tensors (a host factory or `torch.tensor` without `device=`, and their place-keeping views and casts) are
+marked as they are made, so that a CPU run can tell a later `.to(device)` of one is an upload
+(`tripwire.sync.copies`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib._bootstrap as _bootstrap
+import operator
+import threading
+from collections.abc import Callable
+from typing import Any, TypeGuard
+
+import torch
+from torch.compiler import is_compiling
+from torch.overrides import TorchFunctionMode
+
+from tripwire.sync import kinds
+from tripwire.sync import state as sync
+from tripwire.sync.copies import _host_born, copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
+from tripwire.sync.installation import Installation, call_counted, in_counted_backward, patch, tracked_backward
+from tripwire.sync.watched import WatchedMethod, counted_stand_in, keeping_stand_in, stand_in
+
+__all__ = ["DUNDER_KINDS", "ExplicitSyncMode", "install_stand_ins", "routed_dunders", "use_patches", "watched_call"]
+
+# The watched tensor methods that always sync, by name, with the kind each counts as
+METHOD_KINDS: dict[str, str] = {
+    "item": kinds.ITEM,
+    "cpu": kinds.CPU,
+    "tolist": kinds.TOLIST,
+    "numpy": kinds.NUMPY,
+    "__array__": kinds.NUMPY,
+    "is_nonzero": kinds.BOOL,
+    "__bool__": kinds.BOOL,
+    "__float__": kinds.FLOAT,
+    "__int__": kinds.INT,
+    "__index__": kinds.INDEX,
+    "__complex__": kinds.COMPLEX,
+    "__format__": kinds.FORMAT,
+    "__repr__": kinds.FORMAT,
+    "__contains__": kinds.CONTAINS,
+}
+# The scalar conversions Python calls a dunder for, each with a call that reaches it (`routed_dunders` probes them)
+_CONVERSIONS: dict[str, Callable[[torch.Tensor], object]] = {
+    "__bool__": bool,
+    "__float__": float,
+    "__int__": int,
+    "__index__": operator.index,
+    "__complex__": complex,
+}
+DUNDER_KINDS = {name: METHOD_KINDS[name] for name in _CONVERSIONS}
+# Methods whose only op is `_local_scalar_dense` (no autograd formula): a counted one runs below autograd
+_SCALAR_NAMES = ("item", "is_nonzero", *_CONVERSIONS)
+_SIMPLE_KINDS: dict[Any, str] = {getattr(torch.Tensor, name): kind for name, kind in METHOD_KINDS.items()}
+_SIMPLE_KINDS[torch.is_nonzero] = kinds.BOOL
+_SCALAR_READS = frozenset({getattr(torch.Tensor, name) for name in _SCALAR_NAMES} | {torch.is_nonzero})
+
+_BUILDERS: dict[Any, str] = {torch.tensor: "tensor", torch.as_tensor: "as_tensor"}  # host data to a device
+# Calls whose result, built without `device=`, is in host memory (marked: a later `.to(device)` of it is an upload)
+_HOST_BUILDER_NAMES: tuple[str, ...] = ("tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full")
+_HOST_BUILDER_NAMES += ("arange", "linspace", "eye", "rand", "randn", "randint", "stack", "cat")
+_HOST_BUILDERS = frozenset(getattr(torch, name) for name in _HOST_BUILDER_NAMES)
+# Tensor methods whose result stays where their input is (a host tensor's `.float()` is a host tensor)
+_PLACE_KEEPING: tuple[str, ...] = ("float", "long", "int", "double", "half", "bool", "view", "reshape", "contiguous")
+_PLACE_KEEPING += ("unsqueeze", "squeeze", "flatten", "t", "clone", "detach")
+# (Indexing, `split` and the other view ops are not watched: a view's `_base` is the tensor it views, which
+# `copies.host_born` reads. `__getitem__` must not be: see `_SLOT_WRAPPERS`.)
+_KEEPS_PLACE = frozenset(getattr(torch.Tensor, name) for name in _PLACE_KEEPING)
+# torch's own functions, for identity checks that must not meet the stand-ins put in their place
+_TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
+# Where the watched functions live, for the stand-ins that replace them while a counter is active (`use_patches`)
+_WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", *_PLACE_KEEPING)
+_WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", *_HOST_BUILDER_NAMES)
+_CANONICAL = {("Tensor", name): getattr(torch.Tensor, name) for name in _WATCHED_METHODS}
+# Only methods whose slot on `torch.Tensor` is CPython's generic one (the base's attribute is a method or the class's
+# own function) may be watched: replacing and deleting a name whose base attribute is a slot wrapper
+# (`TensorBase.__getitem__`) leaves the class a slot it never had (a sequence slot: `torch.tensor([t0, t1])` then
+# calls `len()` of a 0-d tensor), for the rest of the process.
+_SLOT_WRAPPERS = {
+    name for name in _WATCHED_METHODS if isinstance(vars(torch._C.TensorBase).get(name), type(object.__init__))
+}
+assert not _SLOT_WRAPPERS, f"watching {sorted(_SLOT_WRAPPERS)} would change torch.Tensor's type slots"
+_CANONICAL |= {("torch", name): getattr(torch, name) for name in _WATCHED_FUNCTIONS}
+# Every function the explicit mode does more with than call it (outside torch.compile); others pass straight through
+_WATCHED = frozenset(_CANONICAL.values())
+# Place-keeping methods that are nothing else: `watched_call` only marks their results (`_mark_kept`)
+_ONLY_KEEPS_PLACE = _KEEPS_PLACE - frozenset(_SIMPLE_KINDS) - frozenset(_BUILDERS) - _HOST_BUILDERS - {_TO, _COPY}
+# Explicit syncs are seen by stand-ins on the watched functions alone (True), or by a function mode that every torch
+# call goes through (False: the earlier design, kept as a switch for tests that compare the two call by call)
+use_patches = True
+_LOCAL = sync._LOCAL
+_routed_dunders: frozenset[str] | None = None
+
+
+class ExplicitSyncMode(TorchFunctionMode):
+    """Function mode recording explicit host pulls (see the module docstring)."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        if is_compiling():  # dynamo is tracing this call into a graph: the op as it is (a sync breaks the graph)
+            method = getattr(func, "__module__", None) == "torch._tensor"
+            if method and getattr(torch.Tensor, func.__name__, None) is func:
+                # a tensor method written in Python (`backward`): called as the user called it, so dynamo handles
+                # it as it does without a mode, not by tracing the method's body
+                return getattr(args[0], func.__name__)(*args[1:], **kwargs)
+            return func(*args, **kwargs)  # pass-through
+        if func not in _WATCHED:  # nearly every call: nothing to count or mark
+            return func(*args, **kwargs)  # pass-through
+        return watched_call(func, func, args, kwargs)
+
+
+def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One call of the watched function `func` (run as `call`) on a counting thread, from the function mode or a
+    stand-in (`tripwire.sync.watched`), either one frame below the code that made it: counted if it syncs, else run,
+    and its result marked when it is a tensor built in host memory."""
+    kind = _SIMPLE_KINDS.get(func)
+    if kind is None:
+        if func is _TO:
+            kind = to_kind(args, kwargs)
+        elif func is _COPY:
+            kind = copy_kind(args, kwargs)
+        elif func in _BUILDERS:
+            kind = tensor_kind(args, kwargs, _BUILDERS[func])
+        if kind is None:
+            result = call(*args, **kwargs)  # pass-through
+            if _host_built(func, args, kwargs, result):
+                _mark(result)
+            return result
+    return call_counted(kind, call, args, kwargs)
+
+
+def _mark_kept(source: object, result: object) -> None:
+    """Mark a place-keeping method's result when it is host-built (`_kept_on_host`): the keeping stand-ins' step."""
+    if _kept_on_host(result, source):
+        _mark(result)
+
+
+# Installations whose place-keeping stand-ins wait for the first host-built tensor (`_mark`). Until a tensor is marked
+# no input of a place-keeping method can be host-built, so those stand-ins would only call through, a Python frame
+# each (SB3's PPO builds none: docs/measurements.md#why-the-code-is-as-it-is).
+_WAITING: list[Installation] = []
+_WAITING_LOCK = threading.Lock()
+
+
+def _mark(tensor: torch.Tensor) -> None:
+    """`mark_host_born`, first putting the waiting place-keeping stand-ins in place: from here on a place-keeping
+    method's result of this tensor, or of one derived from it, is marked too."""
+    if _WAITING:
+        with _WAITING_LOCK:
+            for installation in _WAITING:
+                _put_keeping_in_place(installation)
+            _WAITING.clear()
+    mark_host_born(tensor)
+
+
+def _put_keeping_in_place(installation: Installation) -> None:
+    """Patch the installation's waiting place-keeping stand-ins onto `torch.Tensor` (under `_WAITING_LOCK`)."""
+    for name, replacement in installation.keeping:
+        patch(installation, torch.Tensor, name, replacement)
+    installation.keeping.clear()
+
+
+def _kept_on_host(result: object, source: object) -> TypeGuard[torch.Tensor]:
+    """Whether a place-keeping method's result is host-built: its input is, and it is a CPU tensor."""
+    return host_born(source) and _on_host(result)
+
+
+def _on_host(result: object) -> TypeGuard[torch.Tensor]:
+    return isinstance(result, torch.Tensor) and result.device.type == "cpu"
+
+
+def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> bool:
+    """Whether a call built a tensor in host memory: a host builder given no `device=` (`torch.stack`/`cat` of host
+    tensors), or a place-keeping method of a host-built tensor; seen on CPU runs only (`copies.host_born`)."""
+    if func in _HOST_BUILDERS:
+        if "device" in kwargs or not made_by_user(3):  # 3 frames up (past `watched_call` and the mode or stand-in)
+            return False
+        if func is _STACK or func is _CAT:
+            parts = args[0] if args else kwargs.get("tensors", ())
+            if not (parts and all(host_born(part) for part in parts)):
+                return False
+        return _on_host(result)
+    return func in _KEEPS_PLACE and bool(args) and _kept_on_host(result, args[0])
+
+
+def install_stand_ins(installation: Installation) -> None:
+    """Replace every watched method and function by a stand-in (`tripwire.sync.watched`) and track backward passes.
+    A method gets a `WatchedMethod`: the class's attribute stays torch's own object, an instance's is the stand-in.
+    A call that always syncs and a place-keeping method get a stand-in of their own that does what `watched_call`
+    would, without classifying the call on every use. The place-keeping ones are put in place at the first host-built
+    tensor (`_mark`), or at once when one marked under an earlier counter is still alive. The functions replaced in
+    `torch` are torch's own again while a module is being imported (`hidden_from_imports`)."""
+    for (owner_name, name), key in _CANONICAL.items():
+        owner = torch.Tensor if owner_name == "Tensor" else torch
+        original = getattr(owner, name)
+        if key in _SIMPLE_KINDS:
+            scalar = key in _SCALAR_READS
+            replacement = counted_stand_in(
+                _SIMPLE_KINDS[key], original, sync.deliver, _LOCAL, in_counted_backward, scalar
+            )
+        elif key in _ONLY_KEEPS_PLACE:
+            keeping = keeping_stand_in(original, _mark_kept, _host_born, _LOCAL, in_counted_backward)
+            installation.keeping.append((name, WatchedMethod(original, keeping)))
+            continue
+        else:
+            replacement = stand_in(key, original, watched_call, _LOCAL, in_counted_backward)
+        if owner is torch.Tensor:
+            patch(installation, owner, name, WatchedMethod(original, replacement))
+        else:
+            patch(installation, owner, name, replacement)
+            installation.namespace.append((name, original, replacement))
+    with _WAITING_LOCK:
+        if _host_born:  # tensors marked under an earlier counter are still alive: their views must be marked now
+            _put_keeping_in_place(installation)
+        else:
+            _WAITING.append(installation)
+    engine = getattr(torch.autograd, "_engine_run_backward", None)
+    if engine is not None:
+        patch(installation, torch.autograd, "_engine_run_backward", tracked_backward(engine))
+    shield_imports(installation)
+
+
+class _RoutingProbe(TorchFunctionMode):
+    """Records which tensor dunders reach function modes in this torch build."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        self.seen.add(getattr(func, "__name__", ""))
+        return func(*args, **(kwargs or {}))
+
+
+def routed_dunders() -> frozenset[str]:
+    """Names of the scalar-conversion dunders that route through function modes (probed once)."""
+    global _routed_dunders
+    if _routed_dunders is None:
+        probe = _RoutingProbe()
+        value = torch.ones((), dtype=torch.int64)
+        with probe:
+            for convert in _CONVERSIONS.values():
+                convert(value)
+        _routed_dunders = frozenset(name for name in _CONVERSIONS if name in probe.seen)
+    return _routed_dunders
+
+
+def patch_unrouted_dunders(installation: Installation) -> None:
+    """With the function mode (`use_patches = False`): wrap on `torch.Tensor` the scalar-conversion dunders that do
+    not route through function modes in the running torch (in torch 2.14 all of them do)."""
+    from tripwire.sync.patches import counted_method
+
+    for name in sorted(set(DUNDER_KINDS) - routed_dunders()):
+        method = functools.partialmethod(counted_method, DUNDER_KINDS[name], getattr(torch.Tensor, name))
+        patch(installation, torch.Tensor, name, method)
+
+
+def forget_waiting(installation: Installation) -> None:
+    """Drop an installation's place-keeping stand-ins that never went in place (it is being removed)."""
+    with _WAITING_LOCK:
+        _WAITING[:] = [waiting for waiting in _WAITING if waiting is not installation]
+        installation.keeping.clear()
+
+
+def shield_imports(installation: Installation) -> None:
+    """While the installation's stand-ins are in place, every module an import executes sees torch's own functions in
+    `torch` (`hidden_from_imports`): a library imported during a recording that keys a table by `torch.stack`, or
+    keeps `cat = torch.cat`, keeps torch's own object, as it would without tripwire. Put aside with the other
+    patches when the installation is removed."""
+    load = getattr(_bootstrap, "_load_unlocked", None)
+    if load is None or not installation.namespace:  # an interpreter that loads modules some other way
+        return
+    patch(installation, _bootstrap, "_load_unlocked", functools.partial(_load_hidden, load, installation.namespace))
+
+
+_IMPORTS = [0]  # imports running now, on any thread, with the stand-ins put aside
+_IMPORTS_LOCK = threading.Lock()
+
+
+def _load_hidden(load: Callable[[Any], Any], namespace: list[tuple[str, Any, Any]], spec: Any) -> Any:
+    """`importlib._bootstrap._load_unlocked`, run with torch's own functions in `torch` (the outermost import on any
+    thread puts the stand-ins aside and the last to finish puts them back)."""
+    with _IMPORTS_LOCK:
+        _IMPORTS[0] += 1
+        if _IMPORTS[0] == 1:
+            for name, own, _ in namespace:
+                setattr(torch, name, own)
+    try:
+        return load(spec)  # pass-through
+    finally:
+        with _IMPORTS_LOCK:
+            _IMPORTS[0] -= 1
+            if _IMPORTS[0] == 0:
+                for name, _, stand_in_for in namespace:
+                    setattr(torch, name, stand_in_for)

@@ -1,0 +1,339 @@
+"""Implicit host syncs: aten ops that must read device data to size or produce their output, by kernel or mode.
+
+They are the ops tagged `data_dependent_output` or `dynamic_output_shape` (`nonzero`, `unique`, `masked_select`,
+`bincount`, `equal`, `_local_scalar_dense` reached from inside torch, boolean-mask `index`, `repeat_interleave`
+without `output_size`, `one_hot` without `num_classes`), counted as a dispatch mode sees them: called from Python,
+from autograd or from an op that decomposes above autograd, never an op another op's kernel runs inside itself (a CPU
+`var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel over each such op at
+its autograd keys (and at its backend keys for inference tensors), so only those ops pay; inside
+`torch.inference_mode`, where autograd is off, in a process with a running process group, and on older torch,
+`ImplicitSyncMode` (a `TorchDispatchMode`) counts, costing every op a trip through Python. The two are compared call
+by call in tests/tripwire/sync/test_sync_kernels.py. Syncs already counted explicitly are not counted twice: the
+explicit hook suppresses recording while the call it counted runs.
+
+The dispatch mode also sees `torch.distributed`'s c10d ops, and counts one issued past the patched Python functions
+(`tripwire.sync.patches`) as the collective it is (`collective:all_reduce`). Each kind is named in the
+`implicit:`/`collective:` families of `tripwire.sync.kinds`.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.compiler import is_compiling
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tripwire.sync import kinds
+from tripwire.sync import state as sync
+from tripwire.sync.explicit import ExplicitSyncMode
+from tripwire.sync.installation import Installation, in_counted_backward, patch
+
+__all__ = ["ImplicitKernels", "ImplicitSyncMode", "counting_here", "kernels_available", "kernels_here", "use_kernels"]
+
+_LOCAL = sync._LOCAL
+
+_MASK_DTYPES = (torch.bool, torch.uint8)
+_NO_IMPLICIT = "-"
+_implicit_cache: dict[Any, str] = {}
+
+# c10d's ops as the dispatcher sees them -> the `torch.distributed` name a collective is counted under
+_C10D_NAMES = {
+    "allreduce_": "all_reduce",
+    "allreduce_coalesced_": "all_reduce_coalesced",
+    "allgather_": "all_gather",
+    "_allgather_base_": "all_gather_into_tensor",
+    "allgather_coalesced_": "all_gather_coalesced",
+    "allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_": "reduce_scatter",
+    "_reduce_scatter_base_": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced",
+    "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all_single",
+    "broadcast_": "broadcast",
+    "reduce_": "reduce",
+    "gather_": "gather",
+    "scatter_": "scatter",
+    "barrier": "barrier",
+    "monitored_barrier_": "monitored_barrier",
+    "send": "send",
+    "recv_": "recv",
+    "recv_any_source_": "recv",
+}
+
+
+def _static_implicit_kind(func: Any) -> str:
+    """Per-op part of the implicit classification (cached): a kind, `mask`, `rep`, `onehot` or `-`. A c10d op is a
+    collective (`collective:all_reduce`): seen at the dispatcher, it is counted however the Python function that
+    issued it was referenced (`from torch.distributed import all_reduce` at import); one issued inside a counted
+    `torch.distributed` call is not counted again."""
+    schema = getattr(func, "_schema", None)
+    name = schema.name.split("::", 1)[-1] if schema is not None else ""
+    return _static_kind(getattr(func, "namespace", ""), name, getattr(func, "tags", ()))
+
+
+def _static_kind(namespace: str, name: str, tags: Any) -> str:
+    """`_static_implicit_kind` from an op's namespace, name (no overload) and tags."""
+    if namespace == "c10d":
+        return kinds.COLLECTIVE.of(_C10D_NAMES.get(name, name.strip("_")))
+    if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
+        return _NO_IMPLICIT
+    if name == "index":
+        return "mask"
+    if name == "repeat_interleave":
+        return "rep"
+    if name == "one_hot":
+        return "onehot"
+    return kinds.IMPLICIT.of(name)
+
+
+def _implicit_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Kind of an aten call that must read device data to size or produce its output, else None."""
+    static = _implicit_cache.get(func)
+    if static is None:
+        static = _implicit_cache[func] = _static_implicit_kind(func)
+    return _call_kind(static, args, kwargs)
+
+
+def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """An op's kind for one call's arguments, from its static kind (a boolean mask, a missing output size)."""
+    if static == _NO_IMPLICIT:
+        return None
+    if static == "mask":
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        masked = any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
+        return kinds.MASK_INDEX if masked else None
+    if static == "rep":
+        return None if kwargs.get("output_size") is not None else kinds.REPEAT_INTERLEAVE
+    if static == "onehot":
+        classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+        return kinds.ONE_HOT if classes == -1 else None
+    return static
+
+
+class ImplicitSyncMode(TorchDispatchMode):
+    """Dispatch mode recording data-dependent aten ops (see the module docstring)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """Keep torch from wrapping `__torch_dispatch__` in `torch._disable_dynamo`: that wrapper imports dynamo on
+        its first call (about 1.3 s, in a loop that never compiles) and adds a frame to every op. Dynamo stays out
+        of this frame all the same: counting runs under `dynamo_skips_tripwire`, which puts tripwire's folder on
+        dynamo's skip list as soon as dynamo is imported, before anything can compile."""
+        return False
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let torch.compile compile while this mode is active: without it dynamo skips every frame under a dispatch
+        mode and runs it eagerly, so counting would change what is counted. The mode still sees the ops compiled
+        code dispatches at run time (all of them with the eager backends, inductor's fallbacks with inductor)."""
+        return True
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        kind = _implicit_kind(func, args, kwargs)
+        if kind is not None:
+            sync.deliver(kind, implicit=not kinds.COLLECTIVE.holds(kind))
+        return func(*args, **kwargs)  # pass-through
+
+
+# Where a data-dependent op gets a counting kernel, when this torch build gives the op one there. The autograd keys
+# see an op called from Python, from autograd's formulas or from an op that decomposes above autograd, and never one
+# that another op's kernel runs inside itself (autograd is switched off below it): the ops a dispatch mode sees. A
+# backend key is reached as well by an inference tensor's op outside inference mode (it has no autograd key).
+_AUTOGRAD_KEYS: tuple[str, ...] = (
+    "AutogradCPU",
+    "AutogradCUDA",
+    "AutogradHIP",
+    "AutogradXPU",
+    "AutogradMPS",
+    "AutogradHPU",
+)
+_AUTOGRAD_KEYS += ("AutogradMTIA", "AutogradPrivateUse1", "AutogradOther", "AutogradNestedTensor", "AutogradXLA")
+_BACKEND_KEYS = ("CPU", "CUDA", "HIP", "XPU", "MPS", "HPU", "MTIA", "PrivateUse1")
+_targets: tuple[int, list[tuple[str, str, str, tuple[str, ...]]]] = (-1, [])
+
+
+def kernels_available() -> bool:
+    """Whether this torch can hand back an op's own kernel (`torch.library.get_kernel`, torch 2.9 and later): then
+    implicit syncs are counted by kernels registered over the data-dependent ops alone (`ImplicitKernels`), else by a
+    dispatch mode that sees every op (`ImplicitSyncMode`)."""
+    return hasattr(torch.library, "get_kernel") and hasattr(torch._C, "_dispatch_get_all_op_names")
+
+
+use_kernels = kernels_available()  # a switch for tests: False counts through the dispatch mode on any torch
+
+
+def kernels_here() -> bool:
+    """Whether this counter counts implicit syncs with kernels: torch can, and no process group is running. A
+    collective's kernel blocks, and a kernel written in Python would hold the interpreter's lock through it while
+    other ranks' work needs it; so where collectives run, the dispatch mode counts, as it counts a c10d op issued past
+    the patched `torch.distributed` functions (a reference taken before the counter started)."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return use_kernels and not distributed
+
+
+def _has_kernel(op: str, key: str) -> bool:
+    try:
+        return bool(torch._C._dispatch_has_computed_kernel_for_dispatch_key(op, key))
+    except RuntimeError:  # a key this torch build does not know
+        return False
+
+
+def _implicit_targets() -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """`(namespace, name.overload, static kind, keys)` of every registered op an implicit sync can come from: those
+    tagged `data_dependent_output` or `dynamic_output_shape` (c10d's collectives are not: see `kernels_here`). An op
+    with a CompositeImplicitAutograd kernel is left out: it decomposes before the backends, and what it decomposes
+    into is counted (as a dispatch mode sees it). Listed again when ops have been registered since (a library
+    loaded)."""
+    global _targets
+    names = torch._C._dispatch_get_all_op_names()
+    if _targets[0] == len(names):
+        return _targets[1]
+    found = []
+    for full in sorted(names):
+        qualified, _, overload = full.partition(".")
+        namespace, _, name = qualified.partition("::")
+        try:
+            tags = torch._C._get_operation_overload(qualified, overload)[2]
+        except RuntimeError:  # an op whose schema cannot be read here: nothing to count it by
+            continue
+        static = _static_kind(namespace, name, tags)
+        if static == _NO_IMPLICIT or kinds.COLLECTIVE.holds(static):
+            continue
+        if torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd"):
+            continue
+        # `_local_scalar_dense` run at a backend key outside autograd is another op's own read (a CPU `var`), but a
+        # top-level one is `.item()`, already counted explicitly
+        wanted = _AUTOGRAD_KEYS + (() if name == "_local_scalar_dense" else _BACKEND_KEYS)
+        keys = tuple(key for key in wanted if _has_kernel(full, key))
+        if keys:
+            found.append((namespace, full.split("::", 1)[1], static, keys))
+    _targets = (len(names), found)
+    return found
+
+
+def counting_here() -> bool:
+    """Whether this thread counts implicit syncs: it entered a counter or runs carried work (`_LOCAL.implicit`), or
+    torch carried a counting thread's modes to it (autograd's device threads run a backward with its caller's
+    function modes, as they would a dispatch mode)."""
+    if _LOCAL.implicit or _LOCAL.counting > 0 or in_counted_backward():
+        return True
+    stack = torch._C._len_torch_function_stack()
+    return any(isinstance(torch._C._get_function_stack_at(index), ExplicitSyncMode) for index in range(stack))
+
+
+def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[..., Any]:
+    """A kernel for one op and key: counts the call where this thread counts, then runs the op's own kernel. At a
+    backend key it counts only an inference tensor's op outside inference mode (any other top-level call was counted
+    at its autograd key; inside inference mode the dispatch mode counts, see `_InferenceWatch`); nothing run inside a
+    counted op's kernel is counted."""
+    call = original.call_boxed
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        local = _LOCAL
+        if local.suppress or local.nested or local.by_mode or is_compiling() or not counting_here():
+            return call(keyset, *args, **kwargs)  # pass-through
+        if not autograd:
+            first = args[0] if args else None
+            if not isinstance(first, torch.Tensor) or not first.is_inference() or torch.is_inference_mode_enabled():
+                return call(keyset, *args, **kwargs)  # pass-through
+        kind = _call_kind(static, args, kwargs)
+        if kind is not None:
+            sync.deliver(kind, implicit=True)
+        local.nested += 1
+        try:
+            return call(keyset, *args, **kwargs)  # pass-through
+        finally:
+            local.nested -= 1
+
+    return kernel
+
+
+class _InferenceWatch:
+    """While counters run with kernels: inside `torch.inference_mode` autograd is off for every op, so the kernels at
+    the autograd keys never run and a backend kernel cannot tell an op from one another op runs inside itself. There
+    the dispatch mode counts, pushed on entering inference mode on a counting thread and popped on leaving it."""
+
+    def __init__(self, installation: Installation) -> None:
+        cls = torch.autograd.grad_mode.inference_mode
+        enter, leave = cls.__enter__, cls.__exit__
+        watch = self
+
+        def __enter__(self: Any) -> None:
+            enter(self)  # pass-through
+            watch.entered()
+
+        def __exit__(self: Any, *exc: Any) -> None:
+            try:
+                watch.left()
+            finally:
+                leave(self, *exc)  # pass-through
+
+        patch(installation, cls, "__enter__", __enter__)
+        patch(installation, cls, "__exit__", __exit__)
+        self.stack = threading.local()
+        self.entered()  # a counter started inside inference mode
+
+    def entered(self) -> None:
+        pushed: list[TorchDispatchMode | None] = self.stack.__dict__.setdefault("pushed", [])
+        mode = None
+        if torch.is_inference_mode_enabled() and counting_here() and not any(pushed):
+            mode = ImplicitSyncMode()
+            mode.__enter__()
+            _LOCAL.by_mode += 1
+        pushed.append(mode)
+
+    def left(self) -> None:
+        pushed: list[TorchDispatchMode | None] = self.stack.__dict__.get("pushed", [])
+        mode = pushed.pop() if pushed else None
+        if mode is not None:
+            _LOCAL.by_mode -= 1
+            mode.__exit__(None, None, None)
+
+    def close(self) -> None:
+        self.left()  # the mode pushed for a counter started inside inference mode
+
+
+class ImplicitKernels:
+    """Implicit syncs counted by kernels registered over the data-dependent ops' own (`torch.library`): only those ops
+    pay for counting, where a dispatch mode costs every op a trip through Python. Counted on the threads a dispatch
+    mode would be active on; `close` restores each op's own kernel."""
+
+    def __init__(self, installation: Installation) -> None:
+        self.libraries: dict[str, torch.library.Library] = {}
+        self.watch: _InferenceWatch | None = None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
+                for namespace, name, static, keys in _implicit_targets():
+                    library = self.libraries.get(namespace)
+                    if library is None:
+                        library = self.libraries[namespace] = torch.library.Library(namespace, "IMPL")
+                    for key in keys:
+                        original = torch.library.get_kernel(f"{namespace}::{name}", key)
+                        kernel = _counting_kernel(static, original, key.startswith("Autograd"))
+                        library.impl(name, kernel, key, with_keyset=True)
+            self.watch = _InferenceWatch(installation)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Restore every op's own kernel (the inference-mode patch is restored with the installation's others)."""
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+        for library in self.libraries.values():
+            library._destroy()
+        self.libraries.clear()

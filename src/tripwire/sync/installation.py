@@ -1,0 +1,106 @@
+"""What one counter installed and how it is put back: the record every hook module patches through.
+
+`Installation` holds what a `SyncCounter.__enter__` installed (modes, kernels, patched attributes, swapped code,
+place-keeping stand-ins not yet in place), so its `__exit__` removes exactly that (`tripwire.sync.hooks.uninstall`).
+`patch` replaces an attribute and remembers how to restore it; `call_counted` records one sync and runs the call
+with recording suppressed; the backward tracking lets autograd's device threads count while a counting thread's
+backward runs (`in_counted_backward`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tripwire.sync import state as sync
+from tripwire.sync.swaps import Swap
+
+__all__ = ["Installation", "call_counted", "in_counted_backward", "patch", "tracked_backward"]
+
+_BACKWARDS = [0]  # backward passes that counting threads are running now (`in_counted_backward`)
+_BACKWARDS_LOCK = threading.Lock()
+_LOCAL = sync._LOCAL  # this thread's region stack, suppression and implicit-counting depths
+
+
+class Closable(Protocol):
+    """What an installation keeps of the implicit kernels (`tripwire.sync.implicit.ImplicitKernels`): a close."""
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Installation:
+    """What one `SyncCounter.__enter__` installed, so its `__exit__` removes exactly that."""
+
+    function_mode: TorchFunctionMode | None = None
+    counting: bool = False  # stand-ins installed and this thread marked as counting (`_LOCAL.counting`)
+    dispatch_mode: TorchDispatchMode | None = None
+    kernels: Closable | None = None  # counting implicit syncs in place of `dispatch_mode`
+    restores: list[tuple[Any, str, bool, Any]] = field(default_factory=list)
+    skipping: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # `tripwire.sync.dynamo`
+    swaps: list[Swap] = field(default_factory=list)  # functions whose code counts their calls
+    keeping: list[tuple[str, Any]] = field(default_factory=list)  # place-keeping stand-ins not yet in place
+    # the functions replaced in `torch` (name, torch's own, the stand-in), torch's own again during an import
+    namespace: list[tuple[str, Any, Any]] = field(default_factory=list)
+
+
+def patch(installation: Installation, owner: Any, name: str, replacement: Any) -> None:
+    """Replace `owner.name`, remembering how to restore it."""
+    had_own = name in vars(owner)
+    installation.restores.append((owner, name, had_own, vars(owner).get(name)))
+    setattr(owner, name, replacement)
+
+
+def restore(installation: Installation) -> None:
+    """Put back every attribute `patch` replaced for this installation, newest first."""
+    for owner, name, had_own, original in reversed(installation.restores):
+        if had_own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+    installation.restores.clear()
+
+
+def call_counted(kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Record `kind`, then run `func` with recording suppressed so nothing inside counts twice."""
+    sync.deliver(kind)
+    local = sync._LOCAL
+    local.suppress += 1
+    try:
+        return func(*args, **kwargs)  # pass-through
+    finally:
+        local.suppress -= 1
+
+
+def in_counted_backward() -> bool:
+    """Whether this thread runs part of a backward pass while a counting thread runs one: autograd runs an
+    accelerator's part of the graph on a device thread of its own, where a function mode, carried there by torch,
+    counted; the stand-ins count there as the mode did. (Another thread's own backward, running at the same time,
+    is counted as well.)"""
+    return _BACKWARDS[0] > 0 and torch._C._current_graph_task_id() != -1
+
+
+def tracked_backward(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`torch.autograd._engine_run_backward`, noting a counting thread's backward in `_BACKWARDS` while it runs."""
+
+    @functools.wraps(original)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if _LOCAL.counting <= 0:
+            return original(*args, **kwargs)  # pass-through
+        with _BACKWARDS_LOCK:
+            _BACKWARDS[0] += 1
+        try:
+            return original(*args, **kwargs)  # pass-through
+        finally:
+            with _BACKWARDS_LOCK:
+                _BACKWARDS[0] -= 1
+
+    return run

@@ -1,0 +1,116 @@
+"""The synchronize entry points and `torch.distributed`'s collectives, counted while a counter is active.
+
+`torch.cuda.synchronize`, `torch.accelerator.synchronize`, `torch.cuda.Stream.synchronize` and
+`torch.cuda.Event.synchronize` count their calls, restored on exit (also when the body raised): their code is swapped
+(`tripwire.sync.swaps`), so a reference taken before the counter started (`sync = torch.cuda.synchronize`, a bound
+`stream.synchronize` kept aside) is counted too; one written in C is patched on its owner instead.
+
+`torch.distributed` collectives and point-to-point calls (`COLLECTIVES`: `all_reduce`, `all_gather`,
+`all_gather_object`, `broadcast`, `barrier`, `send`, `recv`, ...) are replaced, in `torch.distributed` and in
+`torch.distributed.distributed_c10d`: each call is one sync point of kind `collective:<op>` (every rank waits there
+for the others). What torch does inside one (the size exchange and `.item()` of `all_gather_object`) is not counted
+again. A collective issued any other way (a reference taken before the counter started, `from torch.distributed
+import all_reduce`; a `ProcessGroup` method called directly) is counted where it reaches the dispatcher, as a c10d
+op, by the dispatch mode (`tripwire.sync.implicit`), which counts wherever a process group was running when the
+counter started. One started before the group (a script that initialises it itself) counts collectives by the
+patched functions alone.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tripwire.sync import kinds
+from tripwire.sync.installation import Installation, call_counted, patch
+from tripwire.sync.swaps import swap_code
+
+__all__ = ["COLLECTIVES", "counted_method", "patch_sync_functions"]
+
+# torch.distributed entry points counted as `collective:<name>` while a counter is active (those the running torch
+# has; a build without torch.distributed has none).
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "monitored_barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "batch_isend_irecv",
+    "send_object_list",
+    "recv_object_list",
+)
+
+
+def _counted_call(kind: str, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Replacement body for a patched sync function."""
+    return call_counted(kind, original, args, kwargs)
+
+
+def counted_method(self: Any, kind: str, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Replacement body for a patched sync method (bound through `functools.partialmethod`)."""
+    return call_counted(kind, original, (self, *args), kwargs)
+
+
+def patch_sync_functions(installation: Installation) -> None:
+    """Count the explicit synchronize entry points (the function objects themselves, so a reference taken before the
+    counter started is counted too) and every `torch.distributed` collective."""
+    targets: list[tuple[Any, str, str]] = [(torch.cuda, "synchronize", kinds.CUDA_SYNCHRONIZE)]
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "synchronize"):
+        targets.append((accelerator, "synchronize", kinds.ACCELERATOR_SYNCHRONIZE))
+    targets.append((torch.cuda.Stream, "synchronize", kinds.STREAM_SYNCHRONIZE))
+    targets.append((torch.cuda.Event, "synchronize", kinds.EVENT_SYNCHRONIZE))
+    for owner, name, kind in targets:
+        function = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name)
+        swap = swap_code(function, functools.partial(_counted_swap, kind))
+        if swap is not None:
+            installation.swaps.append(swap)
+        elif isinstance(owner, type):  # a method written in C: patched on its class
+            patch(installation, owner, name, functools.partialmethod(counted_method, kind, getattr(owner, name)))
+        else:
+            patch(installation, owner, name, functools.partial(_counted_call, kind, getattr(owner, name)))
+    _patch_collectives(installation)
+
+
+def _counted_swap(kind: str, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A swapped function's call (`tripwire.sync.swaps`): recorded, then run with recording suppressed."""
+    return call_counted(kind, original, args, kwargs)
+
+
+def _patch_collectives(installation: Installation) -> None:
+    """Count every `torch.distributed` collective and point-to-point call as `collective:<name>`.
+
+    Both namespaces are patched: user code calls `torch.distributed.<name>`, and torch's own helpers call the
+    `distributed_c10d` module's globals (those nested calls are suppressed by the outer count, never doubled).
+    """
+    if not torch.distributed.is_available():
+        return
+    from torch.distributed import distributed_c10d
+
+    for name in COLLECTIVES:
+        original = getattr(distributed_c10d, name, None) or getattr(torch.distributed, name, None)
+        if original is None:
+            continue
+        replacement = functools.wraps(original)(functools.partial(_counted_call, kinds.COLLECTIVE.of(name), original))
+        for owner in (torch.distributed, distributed_c10d):
+            if getattr(owner, name, None) is original:
+                patch(installation, owner, name, replacement)

@@ -1,0 +1,229 @@
+"""What the user's line says about where data goes, read from its source (no torch).
+
+The copy rule (`tripwire.sync.copies`, on a run) and the static audit (`tripwire.gates.static_audit`, on the source)
+both ask whether a `.to(...)` target or a `copy_` receiver names the host; both ask it here, so a CPU run and the
+audit agree on what a line means. On a run, the call being made is read through the interpreter's instruction
+positions, once per call site (`spelling`), and a target that is a parameter of the function (`x.to(device)` in
+`def stack(rows, device)`) is read where the function was called (`stack(rows, torch.device("cpu"))`), up to
+`CALLERS_READ` calls out, so a helper that moves data to whatever device it is given is read as its caller meant it.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+from dataclasses import dataclass, replace
+from types import CodeType, FrameType
+
+from tripwire.sync import state as sync
+
+__all__ = ["HOST_WORDS", "Spelling", "forget_sources", "module_move", "name_of", "names_host", "spelling"]
+
+HOST_WORDS = ("cpu", "host", "pinned")
+CALLERS_READ = 3  # how many calls out a parameter target is followed
+# Calls that build a tensor in host memory when no `device=` is given: from host data, or a host factory
+BUILDERS = {"tensor", "as_tensor", "from_numpy", "Tensor", "FloatTensor", "LongTensor", "IntTensor", "BoolTensor"}
+BUILDERS |= {"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "randint"}
+KEEPS_PLACE = {"float", "long", "int", "double", "half", "bool", "view", "reshape", "contiguous", "unsqueeze"}
+KEEPS_PLACE |= {"squeeze", "flatten", "t", "clone", "detach"}  # a host tensor stays a host tensor
+
+
+def name_of(node: ast.expr) -> str:
+    """The last part of a name (`self.cpu_buffer` -> `cpu_buffer`, `device` -> `device`), "" for anything else."""
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def names_host(node: ast.expr) -> bool:
+    """Whether an expression spells the host: a CPU device string, `torch.device("cpu"...)`, or a name (its last
+    part: `self.cpu_buffer`, `host[i]`) with `cpu`, `host` or `pinned` in it."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value.split(":")[0] == "cpu"
+    if isinstance(node, ast.Call):
+        first = node.args[0] if node.args else next((kw.value for kw in node.keywords if kw.arg == "type"), None)
+        return name_of(node.func) == "device" and first is not None and names_host(first)
+    if isinstance(node, ast.Subscript):
+        return names_host(node.value)
+    return any(word in name_of(node).lower() for word in HOST_WORDS)
+
+
+def _receiver(node: ast.expr) -> tuple[bool, bool]:
+    """`(built on the host, pinned)` of the tensor a `.to()` is called on, as far as its expression says."""
+    if isinstance(node, ast.Call):
+        method = name_of(node.func)
+        if method == "pin_memory" and isinstance(node.func, ast.Attribute):
+            return True, True  # pinned memory is host memory
+        if method in KEEPS_PLACE and isinstance(node.func, ast.Attribute):
+            return _receiver(node.func.value)
+        if method in BUILDERS:
+            return not any(kw.arg == "device" for kw in node.keywords), False
+        return False, False
+    if isinstance(node, ast.Subscript):
+        return _receiver(node.value)
+    name = name_of(node).lower()
+    return any(word in name for word in HOST_WORDS), "pinned" in name
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """What the user's call says of a copy, read from its source."""
+
+    target_is_host: bool = False  # `.to(X)` with X the host / `dst.copy_(...)` into a host buffer
+    device_named: bool = False  # a device target that is not the host: `.to(self.device)`, `device=device`
+    built_on_host: bool = False  # the receiver of `.to()` is built from host data right there (`torch.tensor(...)`)
+    pinned: bool = False  # ... in pinned memory (`.pin_memory()`, or a name with `pinned` in it)
+    parameter: str = ""  # the target is this parameter of the calling function: its caller says what it is
+
+
+# Keyed by the code object's id, the entry holding the code so the id is not reused: hashing a code object hashes its
+# bytecode and constants, tens of microseconds for a script's module code, on every call of a watched `.to`
+_spelling_cache: dict[tuple[int, int, str], tuple[CodeType, Spelling]] = {}
+_Positions = list[tuple[int | None, int | None, int | None, int | None]]
+_positions_cache: dict[int, tuple[CodeType, _Positions]] = {}  # by the code's id, as `_spelling_cache`
+# what a call passes for one parameter of the function it calls: (caller's code id, lasti, parameter) -> expression
+_arguments_cache: dict[tuple[int, int, str], tuple[CodeType, ast.expr | None]] = {}
+
+
+def forget_sources() -> None:
+    """Drop the decoded instruction positions (the last counter stopped; a long process need not keep them)."""
+    _positions_cache.clear()
+    _arguments_cache.clear()
+
+
+def call_source(frame: FrameType) -> str:
+    """The source of the call the frame is executing now (its instruction's position), or ""."""
+    code = frame.f_code
+    cached = _positions_cache.get(id(code))
+    if cached is None:  # decoded once per code object: a script's module code takes milliseconds
+        cached = _positions_cache[id(code)] = (code, list(code.co_positions()))
+    positions = cached[1]
+    index = frame.f_lasti // 2
+    if index >= len(positions):
+        return ""
+    start, end, first_col, last_col = positions[index]
+    if start is None or end is None or first_col is None or last_col is None:
+        return ""
+    lines = [linecache.getline(frame.f_code.co_filename, n).encode() for n in range(start, end + 1)]
+    if start == end:
+        return lines[0][first_col:last_col].decode(errors="replace")
+    return b"".join([lines[0][first_col:], *lines[1:-1], lines[-1][:last_col]]).decode(errors="replace")
+
+
+def _parsed_call(frame: FrameType) -> ast.AST | None:
+    try:
+        return ast.parse(call_source(frame).strip(), mode="eval")
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _parameters(code: CodeType) -> tuple[str, ...]:
+    return code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+
+
+def _spelled(frame: FrameType, method: str) -> Spelling:
+    """Read the call `method(...)` (`.to`, `.copy_`, or a builder such as `torch.tensor`) the frame is making."""
+    tree = _parsed_call(frame)
+    for node in ast.walk(tree) if tree is not None else ():
+        if not (isinstance(node, ast.Call) and name_of(node.func) == method):
+            continue
+        if method == "copy_" and isinstance(node.func, ast.Attribute):
+            return Spelling(target_is_host=names_host(node.func.value))
+        if method in ("tensor", "as_tensor"):
+            device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
+            return Spelling(device_named=device is not None and not names_host(device))
+        targets = [*node.args[:1], *(kw.value for kw in node.keywords if kw.arg == "device")]
+        host = any(names_host(target) for target in targets)
+        built, pinned = _receiver(node.func.value) if isinstance(node.func, ast.Attribute) else (False, False)
+        parameter = ""
+        if len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id in _parameters(frame.f_code):
+            parameter = targets[0].id
+        return Spelling(host, bool(targets) and not host, built, pinned, parameter)
+    return Spelling()
+
+
+def _spelled_at(frame: FrameType, method: str) -> Spelling:
+    key = (id(frame.f_code), frame.f_lasti, method)
+    cached = _spelling_cache.get(key)
+    if cached is None:
+        cached = _spelling_cache[key] = (frame.f_code, _spelled(frame, method))
+    return cached[1]
+
+
+def spelling(method: str) -> Spelling:
+    """How the user's line running now spells its `method(...)` call (cached per call site and instruction); a target
+    that is a parameter of the function is read where the function was called."""
+    frame = sync.user_frame()
+    if frame is None:
+        return Spelling()
+    known = _spelled_at(frame, method)
+    if known.parameter:
+        return _through_callers(frame, known)
+    return known
+
+
+def _through_callers(frame: FrameType, known: Spelling) -> Spelling:
+    """`known` with its parameter target read at the calls that passed it (when one spells the host, the target is
+    the host); unchanged when no caller says."""
+    parameter, current = known.parameter, frame
+    for _ in range(CALLERS_READ):
+        caller = current.f_back
+        if caller is None:
+            break
+        argument = _argument(caller, current.f_code, parameter)
+        if argument is None:
+            break
+        if names_host(argument):
+            return replace(known, target_is_host=True, device_named=False, parameter="")
+        if not (isinstance(argument, ast.Name) and argument.id in _parameters(caller.f_code)):
+            break
+        parameter, current = argument.id, caller
+    return replace(known, parameter="")
+
+
+def _argument(caller: FrameType, callee: CodeType, parameter: str) -> ast.expr | None:
+    """The expression the call `caller` is making passes for `parameter` of `callee` (by keyword, or by position,
+    a method's `self` counted when the call is `obj.method(...)`), cached per call site; None when it cannot say."""
+    key = (id(caller.f_code), caller.f_lasti, f"{id(callee)}:{parameter}")
+    cached = _arguments_cache.get(key)
+    if cached is None:
+        cached = _arguments_cache[key] = (caller.f_code, _read_argument(caller, callee, parameter))
+    return cached[1]
+
+
+def _read_argument(caller: FrameType, callee: CodeType, parameter: str) -> ast.expr | None:
+    tree = _parsed_call(caller)
+    calls = [
+        node
+        for node in (ast.walk(tree) if tree is not None else ())
+        if isinstance(node, ast.Call) and name_of(node.func) == callee.co_name
+    ]
+    if len(calls) != 1:
+        return None
+    call, names = calls[0], _parameters(callee)
+    keyword = next((kw.value for kw in call.keywords if kw.arg == parameter), None)
+    if keyword is not None:
+        return keyword
+    index = names.index(parameter) if parameter in names else -1
+    if names[:1] in (("self",), ("cls",)) and isinstance(call.func, ast.Attribute):
+        index -= 1  # `obj.method(a)`: the first parameter is `obj`
+    positional = [arg for arg in call.args if not isinstance(arg, ast.Starred)]
+    if len(positional) != len(call.args) or not 0 <= index < len(positional):
+        return None
+    return positional[index]
+
+
+def module_move(frames: int = 12) -> Spelling:
+    """How the user's call that started a module's move spells it (`model.to(device)`): torch's `Module.to` moves
+    each parameter with a `.to` of its own, so the user's line is found outwards, past the frames of a class's own
+    `_apply` override, as the first that is making a `.to(...)` call."""
+    frame = sync.user_frame()
+    for _ in range(frames):
+        if frame is None:
+            break
+        if frame.f_code.co_filename.startswith(sync.skip_prefixes()):
+            frame = frame.f_back
+            continue
+        known = _spelled_at(frame, "to")
+        if known.device_named or known.target_is_host or known.parameter:
+            return _through_callers(frame, known) if known.parameter else known
+        frame = frame.f_back
+    return Spelling()

@@ -1,0 +1,114 @@
+"""The GPU check in one command: what the first device run did by hand, as a driver with a deadline.
+
+    python tests/device/check.py --device cuda --out build/gpu          # on the device machine (nox -s gpu)
+    python tests/device/check.py --device cpu --quick --out build/gpu   # the dry run CI makes
+
+Steps, in order of value, each in its own process with its own limit under one deadline (`--deadline`, default 480 s,
+inside the 8 minutes a device session allows):
+
+- `sync`: every eager scenario (and the compiled one) on the device under `SyncCounter(cuda_cross_check=True)`:
+  syncs per site, torch's warnings named at their lines and compared (`missed` must be 0), the GPU's sync budgets
+  (`baselines/sync_budgets/` under the device's context) and `device/<device>.json`, the recorded run the CPU
+  accounting is checked against (`tests/guardrails/test_device_accounting.py`);
+- `bitwise`: a_baseline twice, in two processes: identical (deterministic kernels are the default), and its
+  trajectory golden under the device's context;
+- `tests`: the tests that take a CUDA path when one exists;
+- `timer`: `CUDATimer` against the wall clock around `synchronize`, on work of four lengths;
+- `rate`: throughput, env-epochs/s: ours at 1 and 4 envs (eager, bf16, `--gpu-preload`, inductor), and the
+  original when `--original PATH` names a checkout (esper-lite 11ebe0f6's `src`);
+- `ab`: the paired A/B on the device: A/A, and a 5 % train-pass slowdown it must call a regression;
+- `bench`: the benchmark suite's `--save` (`baselines/bench/<device>.json`).
+
+Everything goes under `--out`: `summary.txt` (printed at the end), `summary.json`, a log per step, and `baselines/`
+laid out as the repository's, for review and copying. On a device machine whose image lacks the test tools, run it
+from the source tree with `PYTHONPATH=src` and the wheels it needs installed with `--target` (syrupy, gymnasium 0.29,
+tyro): nothing of the project is built there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = ("sync", "bitwise", "tests", "timer", "rate", "ab", "bench")
+LIMITS = {"sync": 150, "bitwise": 120, "tests": 90, "timer": 40, "rate": 150, "ab": 120, "bench": 150}
+QUICK_LIMITS = {"sync": 150, "bitwise": 120, "tests": 240, "timer": 30, "rate": 120, "ab": 150, "bench": 60}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tests/device/check.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda (the device run) or cpu (a dry run)")
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "gpu")
+    parser.add_argument("--steps", nargs="*", default=list(STEPS), choices=STEPS, help="which steps (default: all)")
+    parser.add_argument("--deadline", type=float, default=480.0, help="seconds for every step together")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a dry run that checks the check runs")
+    parser.add_argument("--original", type=Path, help="the original's source folder, for the rate step")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary: list[str] = [_environment(args.device)]
+    results: dict[str, dict[str, object]] = {}
+    started = time.monotonic()
+    for step in args.steps:
+        left = args.deadline - (time.monotonic() - started)
+        limit = min((QUICK_LIMITS if args.quick else LIMITS)[step], left)
+        if limit < 20:
+            results[step] = {"status": "skipped", "detail": f"{left:.0f} s left of the deadline"}
+            summary.append(f"{step:8s} skipped: {left:.0f} s left of the deadline")
+            continue
+        results[step] = _run_step(step, args, limit)
+        summary.append(
+            f"{step:8s} {results[step]['status']:7s} {results[step]['seconds']:5.0f} s  {results[step]['detail']}"
+        )
+    summary.append(f"all steps in {time.monotonic() - started:.0f} s (deadline {args.deadline:.0f} s)")
+    text = "\n".join(summary) + "\n"
+    (args.out / "summary.txt").write_text(text, encoding="utf-8")
+    (args.out / "summary.json").write_text(json.dumps(results, indent=1, sort_keys=True), encoding="utf-8")
+    sys.stdout.write(text)
+    return 0 if all(result["status"] in ("passed", "skipped") for result in results.values()) else 1
+
+
+def _environment(device: str) -> str:
+    import torch
+
+    name = torch.cuda.get_device_name(0) if device.startswith("cuda") and torch.cuda.is_available() else "cpu"
+    return (
+        f"device {device} ({name}), torch {torch.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+    )
+
+
+def _run_step(step: str, args: argparse.Namespace, limit: float) -> dict[str, object]:
+    """One step in its own process: its last stdout line is its one-line verdict (JSON)."""
+    log = args.out / f"{step}.log"
+    command = [sys.executable, str(Path(__file__).with_name("steps.py")), step, "--device", args.device]
+    command += ["--out", str(args.out)] + (["--quick"] if args.quick else [])
+    command += ["--original", str(args.original)] if args.original else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    env |= {"PYTHONHASHSEED": "0", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit, check=False)
+        output, code = done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as expired:
+        output, code = f"{expired.stdout or ''}{expired.stderr or ''}\nTIMEOUT after {limit:.0f} s", -1
+    log.write_text(output if isinstance(output, str) else str(output), encoding="utf-8")
+    seconds = time.monotonic() - start
+    verdict = next((line for line in reversed(output.splitlines()) if line.startswith("{")), "")
+    try:
+        result: dict[str, object] = json.loads(verdict)
+    except json.JSONDecodeError:
+        tail = output.strip().splitlines()[-1:] or ["no output"]
+        result = {"status": "failed", "detail": f"exit {code}: {tail[0][:160]} (see {log.name})"}
+    if code != 0 and result.get("status") == "passed":
+        result["status"] = "failed"
+    result["seconds"] = round(seconds, 1)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

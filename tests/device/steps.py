@@ -1,0 +1,304 @@
+"""The GPU check's steps (`check.py`), one per process: `python tests/device/steps.py STEP --device D --out DIR`.
+
+Each prints one JSON verdict line last: `{"status": "passed" | "failed", "detail": "..."}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tests" / "guardrails"), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+EAGER = ("a_baseline", "b_lifecycle", "c_rollback", "g_preset_and_flags", "h_escrow_workers", "a_baseline@envs_4")
+GPU_TESTS = (
+    "tests/tolaria/test_engine_validation.py",
+    "tests/tripwire/sync/test_sync_references_and_uploads.py",
+    "tests/tripwire/sync/test_sync_hot_path.py",
+    "tests/tripwire/sync/test_crosscheck.py",
+    "tests/tripwire/gates/test_static_audit.py",
+)
+
+
+def verdict(ok: bool, detail: str, **extra: Any) -> None:
+    print(json.dumps({"status": "passed" if ok else "failed", "detail": detail, **extra}))
+
+
+def _label_args(label: str) -> tuple[str, list[str]]:
+    name, _, extra = label.partition("@")
+    return name, (["--envs", extra.split("_")[1]] if extra.startswith("envs_") else [])
+
+
+def step_sync(args: argparse.Namespace) -> None:
+    """Every eager scenario (and the compiled one) on the device: syncs per site, the cross-check, the GPU's budgets."""
+    import torch
+    from guardrail_scenarios import HOT_REGIONS, SCENARIOS, scenario_config, single_threaded
+
+    from esper.nissa import InMemoryBackend, TelemetryHub
+    from esper.simic.training.vectorized import run_training
+    from tripwire.common.context import capture_context
+    from tripwire.compile.counter import CompileCounter
+    from tripwire.gates.goldens import GoldenStore
+    from tripwire.sync.counter import SyncCounter
+
+    labels = ["a_baseline"] if args.quick else [*EAGER, "f_compiled"]
+    store = GoldenStore(args.out / "baselines", update=True)
+    recorded: dict[str, Any] = {}
+    lines, missed = [], 0
+    for label in labels:
+        name, extra = _label_args(label)
+        work = args.out / "work" / label
+        work.mkdir(parents=True, exist_ok=True)
+        config, controller = scenario_config(SCENARIOS[name], work, "--device", args.device, *extra)
+        hub = TelemetryHub()
+        backend = InMemoryBackend()
+        hub.add_backend(backend)
+        torch._dynamo.reset()
+        with single_threaded(), CompileCounter() as compiles, SyncCounter(cuda_cross_check=True) as counter:
+            run_training(config, controller=controller, hub=hub)
+        hub.close()
+        sites: Counter[str] = Counter()
+        for counts in counter.site_keys_by_region().values():
+            sites.update(counts)
+        check = counter.cross_check()
+        missed += len(check.missed) if check is not None else 0
+        events = Counter(event.event_type.value for event in backend.events)
+        recorded[label] = {"args": extra, "total": counter.total, "sites": dict(sorted(sites.items()))}
+        recorded[label] |= {"events": dict(sorted(events.items())), "compile_events": compiles.total}
+        if check is not None:
+            recorded[label] |= {"torch_warnings": check.warned, "missed": check.missed, "unflagged": check.unflagged}
+        if not extra:
+            store.check_sync_budget(name, counter, capture_context(config.device), HOT_REGIONS)
+        cross = check.format().replace("\n", "; ") if check is not None else counter.cross_check_note
+        lines.append(f"{label}: {counter.total} syncs, {compiles.total} compilation events; {cross}")
+    device = capture_context(args.device)["device"]
+    out = args.out / "device" / f"{device.replace(':', '-').replace(' ', '_')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    body = {"format": "tripwire-device-syncs/1", "device": device, "torch": torch.__version__, "scenarios": recorded}
+    out.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    verdict(missed == 0, f"{len(labels)} scenarios; lines torch flagged and tripwire missed: {missed}; {out.name}")
+
+
+def step_trajectory(args: argparse.Namespace) -> None:
+    """(internal) One run of a scenario on the device in this process, its trajectory saved to `--save`."""
+    from guardrail_scenarios import SCENARIOS, run_scenario
+
+    run = run_scenario(SCENARIOS[args.scenario], args.save.parent, "--device", args.device)
+    run.trajectory.save(args.save)
+    print(f"saved {args.save}: {len(run.trajectory)} checkpoints")
+
+
+def step_bitwise(args: argparse.Namespace) -> None:
+    """a_baseline twice, in two processes: identical on the device; its trajectory golden under the device's key."""
+    from tripwire.bitwise.trajectory import Trajectory, compare_trajectories
+    from tripwire.gates.goldens import GoldenStore
+
+    saved = [args.out / "work" / "bitwise" / f"run{index}.json" for index in (1, 2)]
+    for path in saved:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, __file__, "trajectory", "--device", args.device, "--out", str(args.out)]
+        subprocess.run([*command, "--scenario", "a_baseline", "--save", str(path)], check=True, cwd=ROOT)
+    first, second = (Trajectory.load(path) for path in saved)
+    report = compare_trajectories(first, second, source="first process")
+    GoldenStore(args.out / "baselines", update=True).check_trajectory("a_baseline", first)
+    detail = f"two processes: {report.total} checkpoints identical" if report.ok else report.format().splitlines()[0]
+    verdict(report.ok, detail)
+
+
+def step_tests(args: argparse.Namespace) -> None:
+    """The tests that take a CUDA path when there is one (run on any device: they skip theirs without CUDA)."""
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *GPU_TESTS]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    print(done.stdout[-4000:], done.stderr[-2000:])
+    tail = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line][-1:]
+    verdict(done.returncode == 0, tail[0] if tail else f"pytest exit {done.returncode}")
+
+
+def step_timer(args: argparse.Namespace) -> None:
+    """CUDATimer against the wall clock around `synchronize`, on work of four lengths (on CPU: its stop reports the
+    sync the GPU run has)."""
+    import torch
+
+    from tripwire.sync.counter import SyncCounter
+    from tripwire.timing import CUDATimer
+
+    if not args.device.startswith("cuda"):
+        with SyncCounter() as counter:
+            timer = CUDATimer(args.device)
+            timer.start()
+            torch.ones(64, 64).sum()
+            timer.stop()
+        verdict(
+            counter.counts_by_kind() == {"timer_sync": 1},
+            f"perf_counter fallback; reported {dict(counter.counts_by_kind())}",
+        )
+        return
+    device = torch.device(args.device)
+    a = torch.randn(2048, 2048, device=device)
+    rows = []
+    for matmuls in (1, 10, 100, 1000):
+        pairs = []
+        for _ in range(7):
+            torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            timer = CUDATimer(device)
+            timer.start()
+            for _ in range(matmuls):
+                a @ a
+            timed = timer.stop()
+            torch.cuda.synchronize(device)
+            pairs.append((timed, (time.perf_counter() - start) * 1000))
+        timed_ms, wall_ms = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+        rows.append((matmuls, timed_ms, wall_ms, timed_ms / wall_ms))
+        print(f"{matmuls:5d} matmuls: CUDATimer {timed_ms:9.3f} ms, wall {wall_ms:9.3f} ms")
+    long_enough = [ratio for _, timed, _, ratio in rows if timed >= 3.0]
+    ok = bool(long_enough) and all(0.95 <= ratio <= 1.02 for ratio in long_enough)
+    verdict(ok, "CUDATimer/wall from 3 ms up: " + ", ".join(f"{r:.3f}" for r in long_enough))
+
+
+def _epochs_per_s(make: Any, n_envs: int, epochs: int, device: str) -> float:
+    """env-epochs/s of a workload's `run()` (one epoch of every env), its set-up and first epoch untimed."""
+    import torch
+
+    workload = make()
+    workload.prepare()
+    workload.run()
+    elapsed = 0.0
+    for _ in range(epochs):
+        workload.prepare()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        workload.run()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        elapsed += time.perf_counter() - start
+    return n_envs * epochs / elapsed
+
+
+def step_rate(args: argparse.Namespace) -> None:
+    """Throughput in env-epochs/s, ours (eager, bf16, preloaded, inductor; 1 and 4 envs), the plain loop, and the
+    original when `--original` names its source folder."""
+    import dataclasses
+
+    from esper.leyline.options import AmpMode, CompileBackend
+    from esper.nissa import TelemetryHub
+    from workloads import GATE, ORIGINAL, EpochWorkload, PlainLoopWorkload, bench_config
+
+    size, epochs = (GATE, 2) if args.quick else (ORIGINAL, 8)
+    variants: dict[str, tuple[int, dict[str, Any]]] = {"eager 1 env": (1, {}), "eager 4 envs": (4, {})}
+    if not args.quick:
+        variants |= {"bf16 4 envs": (4, {"amp": AmpMode.BFLOAT16}), "preload 4 envs": (4, {"gpu_preload": True})}
+        variants |= {"inductor 4 envs": (4, {"compile": CompileBackend.INDUCTOR})}
+    rates: dict[str, float] = {}
+    for label, (n_envs, options) in variants.items():
+        config = dataclasses.replace(bench_config(n_envs, size, device=args.device), **options)
+        rates[f"ours, {label}"] = _epochs_per_s(
+            lambda c=config: EpochWorkload(c, TelemetryHub(), episodes=True), n_envs, epochs, args.device
+        )
+    for n_envs in (1, 4):
+        config = bench_config(n_envs, size, device=args.device)
+        rates[f"plain loop, {n_envs} env(s)"] = _epochs_per_s(
+            lambda c=config: PlainLoopWorkload(c, TelemetryHub()), n_envs, epochs, args.device
+        )
+    if args.original is not None:
+        rates |= _original_rates(args, epochs)
+    for label, rate in rates.items():
+        print(f"{label}: {rate:.2f} env-epochs/s")
+    detail = "; ".join(f"{label} {rate:.1f}" for label, rate in rates.items())
+    verdict(True, detail, rates=rates)
+
+
+def _original_rates(args: argparse.Namespace, epochs: int) -> dict[str, float]:
+    """The original's epochs on the device, in a process that imports its `esper` (its own source first on the path)."""
+    rates = {}
+    for n_envs in (1, 4):
+        code = (
+            "import sys, json; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+            "from original_workloads import OriginalEpochWorkload\n"
+            f"make = lambda: OriginalEpochWorkload({n_envs}, device=sys.argv[3])\n"
+            f"import steps; print(json.dumps(steps._epochs_per_s(make, {n_envs}, {epochs}, sys.argv[3])))"
+        )
+        env = {**os.environ, "PYTHONPATH": ""}
+        command = [sys.executable, "-c", code, str(args.original), str(ROOT / "benchmarks"), args.device]
+        done = subprocess.run(command, cwd=Path(__file__).parent, env=env, capture_output=True, text=True, check=False)
+        if done.returncode:
+            print(done.stderr[-2000:])
+            continue
+        rates[f"original, {n_envs} env(s)"] = float(json.loads(done.stdout.strip().splitlines()[-1]))
+    return rates
+
+
+def step_ab(args: argparse.Namespace) -> None:
+    """The paired A/B on the device: an A/A (this tree against itself) must pass, a 5 % slowdown must not."""
+    outcomes = []
+    budget = "5" if args.quick else "20"
+    for label, extra in (("aa", []), ("slow", ["--head-env", "ESPER_BENCH_SLOWDOWN=train_pass:0.05"])):
+        command = [sys.executable, "-m", "tripwire", "bench-ab", "--base", str(ROOT), "--head", str(ROOT)]
+        command += [
+            "--device",
+            args.device,
+            "-k",
+            "train_pass",
+            "--budget-s",
+            budget,
+            "--out",
+            str(args.out / f"ab-{label}"),
+        ]
+        if args.quick:
+            command += ["--min-blocks", "4", "--max-blocks", "4"]
+        done = subprocess.run([*command, *extra], cwd=ROOT, capture_output=True, text=True, check=False)
+        print(done.stdout[-3000:], done.stderr[-1500:])
+        outcomes.append(
+            (label, done.returncode, next((row for row in done.stdout.splitlines() if "train_pass" in row), ""))
+        )
+    (_, aa_code, aa_line), (_, slow_code, slow_line) = outcomes
+    ok = aa_code == 0 and (slow_code == 1 or args.quick)  # the dry run's 4 blocks cannot resolve 5 %
+    verdict(ok, f"A/A exit {aa_code} ({aa_line.strip()[:90]}); 5 % slower exit {slow_code} ({slow_line.strip()[:90]})")
+
+
+def step_bench(args: argparse.Namespace) -> None:
+    """The benchmark suite's baseline on the device, `--save`d under the output folder (quick: its collection only)."""
+    if args.quick:
+        command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "benchmarks"]
+    else:
+        command = [sys.executable, "-m", "tripwire.bench", "--suite", "benchmarks", "--device", args.device]
+        command += ["--save", str(args.out / "baselines"), "--out", str(args.out / "bench-run")]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    print(done.stdout[-3000:], done.stderr[-1500:])
+    verdict(
+        done.returncode == 0,
+        f"exit {done.returncode}" + ("" if args.quick else f"; {args.out / 'baselines' / 'bench'}"),
+    )
+
+
+STEPS = {name.removeprefix("step_"): value for name, value in dict(globals()).items() if name.startswith("step_")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("step", choices=sorted(STEPS))
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--original", type=Path)
+    parser.add_argument("--scenario", default="a_baseline")
+    parser.add_argument("--save", type=Path)
+    args = parser.parse_args()
+    if args.device.startswith("cuda"):
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    STEPS[args.step](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""The GPU check's dry run, as CI makes it: every step on CPU at small sizes, one folder, one summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_gpu_check_runs_every_step_on_cpu_and_writes_one_folder(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(ROOT / "tests" / "device" / "check.py"), "--device", "cpu", "--quick"]
+    done = subprocess.run([*command, "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    results = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
+    assert sorted(results) == sorted(("sync", "bitwise", "tests", "timer", "rate", "ab", "bench"))
+    assert all(result["status"] == "passed" for result in results.values()), results
+    assert (tmp_path / "summary.txt").read_text(encoding="utf-8") in done.stdout
+    assert (tmp_path / "device" / "cpu.json").is_file()  # the recorded run the CPU accounting is checked against
+    assert (tmp_path / "baselines" / "sync_budgets" / "a_baseline.json").is_file()
+    assert "29 checkpoints identical" in results["bitwise"]["detail"]
+
+
+def test_a_step_past_the_deadline_is_skipped_and_said(tmp_path: Path) -> None:
+    command = [sys.executable, str(ROOT / "tests" / "device" / "check.py"), "--device", "cpu", "--quick"]
+    command += ["--steps", "timer", "--deadline", "5", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and "timer    skipped: 5 s left of the deadline" in done.stdout

@@ -1,0 +1,112 @@
+"""A CPU run reports the syncs the GPU run has, site by site, checked against a recorded GPU run.
+
+Users gate on CPU runners and train on GPUs. An upload from host memory, a module moved to the device, a CUDA
+timer's wait and a `synchronize` behind `if cuda:` are no-ops on a CPU; the CPU accounting counts each where the GPU
+run waits (`tripwire.sync.copies`, `tripwire.timing`, `tolaria.devices.synchronize`). The recorded run is
+`baselines/device/h200-2026-11-28.json`: every eager scenario on an NVIDIA H200 (torch 2.11, commit 8ac9cd8). Each
+site's CPU count must equal the GPU's, or its difference be one of `EXPLAINED` (docs/measurements.md, "The CPU
+gate and the GPU's syncs"): the GPU accounting fixed since, a site that moved, or what the actions decide (the GPU run
+samples other actions, so its seeds have other blueprints and lives). The heuristic scenario (b) decides without
+sampling on the device: there every site must agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from guardrail_scenarios import SCENARIOS, ScenarioRun, run_scenario
+
+from tripwire.gates.pytest_plugin import GateLog
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDED = ROOT / "baselines" / "device" / "h200-2026-11-28.json"
+FIXED_ON_DEVICE, MOVED, ACTIONS = "fixed on the device", "moved", "actions"
+EXPLAINED = {
+    # a host tensor moved to the host (its caller passes torch.device("cpu")) was read as an upload from its line on
+    # the GPU too; on an accelerator tripwire now reads where the tensors are, so the GPU counts 0 here
+    "src/esper/tamiyo/masks.py::stack_masks [to_device]": FIXED_ON_DEVICE,
+    # the rollback's synchronize moved into tolaria.devices.synchronize, which reports it on CPU (both name it there)
+    "src/esper/tolaria/governor.py::TolariaGovernor.execute_rollback [cuda_synchronize]": MOVED,
+    "src/esper/tolaria/devices.py::synchronize [cuda_synchronize]": MOVED,
+    # one upload per tensor of a germinated seed (its blueprint decides how many) and one copy per tensor of each
+    # weight snapshot (the seeds alive then decide): what the actions decide
+    "src/esper/kasmina/slot.py::SeedSlot.germinate [to_device]": ACTIONS,
+    "src/esper/simic/training/trainer.py::weights_copy [to_cpu]": ACTIONS,
+}
+SAMPLES_NOTHING_ON_THE_DEVICE = ("b_lifecycle",)  # the heuristic controller: the same actions on every device
+LABELS = ("a_baseline", "b_lifecycle", "c_rollback", "g_preset_and_flags", "h_escrow_workers", "a_baseline@envs_4")
+
+
+def _sites(run: ScenarioRun) -> Counter[str]:
+    sites: Counter[str] = Counter()
+    for counts in run.counter.site_keys_by_region().values():
+        sites.update(counts)
+    return sites
+
+
+def differences(cpu: Counter[str], device: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """`site -> (cpu count, device count)` of every site whose counts differ."""
+    return {
+        site: (cpu[site], device.get(site, 0))
+        for site in sorted(set(cpu) | set(device))
+        if cpu[site] != device.get(site, 0)
+    }
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict[str, dict[str, object]]:
+    data: dict[str, dict[str, object]] = json.loads(RECORDED.read_text(encoding="utf-8"))["scenarios"]
+    return data
+
+
+@pytest.mark.parametrize("label", LABELS)
+def test_the_cpu_run_counts_the_gpu_runs_syncs_site_by_site(
+    label: str,
+    recorded: dict[str, dict[str, object]],
+    request: pytest.FixtureRequest,
+    guardrail_dir: Path,
+    gate_log: GateLog,
+) -> None:
+    name, _, extra = label.partition("@")
+    if extra:
+        run = run_scenario(SCENARIOS[name], guardrail_dir / "device", "--envs", "4")
+    else:
+        run = _session_run(request, name)
+    device = recorded[label]
+    diff = differences(_sites(run), device["sites"])  # type: ignore[arg-type]
+    unexplained = {site: counts for site, counts in diff.items() if site not in EXPLAINED}
+    by_actions = {site: counts for site, counts in diff.items() if EXPLAINED.get(site) == ACTIONS}
+    explained = ", ".join(
+        f"{site.split('::')[1]} {cpu} vs {gpu} ({EXPLAINED[site]})"
+        for site, (cpu, gpu) in diff.items()
+        if site in EXPLAINED
+    )
+    detail = f"CPU {run.counter.total} vs H200 {device['total']}; equal at every other site" + (
+        f"; {explained}" if explained else ""
+    )
+    status = "failed" if unexplained or (name in SAMPLES_NOTHING_ON_THE_DEVICE and by_actions) else "passed"
+    gate_log.add(
+        "GPU syncs on CPU", label, status, detail if status == "passed" else f"unexplained: {unexplained or by_actions}"
+    )
+    assert not unexplained, f"{label}: the CPU accounting and the recorded GPU run differ at {unexplained}"
+    if name in SAMPLES_NOTHING_ON_THE_DEVICE:
+        assert not by_actions, f"{label}: the heuristic controller takes the same actions on any device: {by_actions}"
+
+
+def _session_run(request: pytest.FixtureRequest, name: str) -> ScenarioRun:
+    """The session's own run of scenario `name` (what every other guardrail of it reads)."""
+    plain_runs: dict[str, ScenarioRun] = request.getfixturevalue("plain_runs")
+    try:
+        return request.getfixturevalue(f"run_{name}")  # type: ignore[no-any-return]
+    except pytest.FixtureLookupError:
+        if name not in plain_runs:
+            plain_runs[name] = run_scenario(SCENARIOS[name], request.getfixturevalue("guardrail_dir"))
+        return plain_runs[name]
+
+
+def test_an_unexplained_difference_is_named() -> None:
+    cpu = Counter({"a.py::f [to_device]": 54, "a.py::g [item]": 1})
+    assert differences(cpu, {"a.py::g [item]": 1}) == {"a.py::f [to_device]": (54, 0)}

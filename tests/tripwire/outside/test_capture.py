@@ -1,0 +1,140 @@
+"""Nothing is passed that was not digested: a capture name that binds nothing is an error, objects inside objects
+are descended into until their numbers are digested (within a reported bound), and a capture of no value is an error
+that says what to capture instead.
+
+The cases are the ones that compared `identical` on loops nobody here wrote: `arg:weigths` (a typo) digested None,
+`arg:buffer._meta` digested None, and Tianshou's `VectorReplayBuffer` digested its 20 index fields and left out
+`_meta`, every observation, action and reward, so a learning-rate change compared identical."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tripwire.outside.capture import MAX_DEPTH, no_value, object_state
+from tripwire.outside.compare import compare_results
+from tripwire.outside.record import record
+from tripwire.outside.result import Result
+from tripwire.scenario import Checkpoint, Scenario
+
+LOOP = """
+import sys
+
+import numpy as np
+
+
+class Batch:  # Tianshou's Batch: fields set as attributes, arrays inside
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+class Buffer:  # Tianshou's ReplayBuffer: index fields beside `_meta`, which holds the data
+    def __init__(self, size):
+        self.maxsize, self._index, self._size, self.stack_num = size, 0, 0, 1
+        self._meta = Batch(obs=np.zeros((size, 3)), act=np.zeros(size, dtype=np.int64), rew=np.zeros(size))
+
+
+def update(buffer, weights, lr):
+    buffer._meta.rew[: buffer._size] *= 1.0 - lr
+    return weights * (1.0 - lr)
+
+
+if __name__ == "__main__":
+    lr = float(sys.argv[1])
+    buffer, weights = Buffer(8), np.ones(4)
+    for step in range(4):
+        buffer._meta.obs[step] = step * lr
+        buffer._meta.rew[step] = step + lr
+        buffer._index, buffer._size = step + 1, step + 1
+        weights = update(buffer, weights, lr)
+"""
+
+
+def _run(tmp_path: Path, capture: tuple[str, ...], lr: str = "0.1", name: str = "a") -> Result:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "loop.py").write_text(LOOP)
+    scenario = Scenario(
+        name="capture", script="loop.py", argv=[lr], checkpoints=[Checkpoint("__main__:update", capture)]
+    )
+    return record(scenario, folder)
+
+
+def test_a_capture_name_that_binds_nothing_is_an_error_naming_the_arguments(tmp_path: Path) -> None:
+    result = _run(tmp_path, ("arg:weigths",))
+    assert result.status == "error"
+    assert "capture 'arg:weigths' binds nothing: the call's arguments are buffer, weights, lr" in result.cause
+
+
+def test_an_attribute_path_that_names_nothing_is_an_error(tmp_path: Path) -> None:
+    result = _run(tmp_path, ("arg:buffer._mta",))
+    assert result.status == "error" and "Buffer has no attribute '_mta' (it has _index, _meta, _size" in result.cause
+
+
+def test_an_object_inside_an_object_is_descended_into_until_its_numbers_are_digested(tmp_path: Path) -> None:
+    """Tianshou's buffer: `_meta`'s arrays are digested now, so a learning-rate change is seen."""
+    base = _run(tmp_path, ("arg:buffer",))
+    assert base.ok, base.cause
+    specs = base.trajectory.specs["update#1"]
+    assert specs["arg:buffer._meta.obs"] == "float64[8,3]" and specs["arg:buffer._index"] == "int"
+    assert base.notes == []
+    changed = _run(tmp_path, ("arg:buffer",), lr="0.11", name="b")
+    assert not compare_results(base, changed).ok
+
+
+def test_arg_with_an_attribute_path_digests_that_attribute(tmp_path: Path) -> None:
+    result = _run(tmp_path, ("arg:buffer._meta",))
+    assert result.ok and "arg:buffer._meta.rew" in result.trajectory.specs["update#1"]
+
+
+def test_a_capture_of_no_value_is_an_error_that_says_what_to_capture(tmp_path: Path) -> None:
+    """The loop's `update` returns an array, but a capture of the lock it holds digests nothing."""
+    result = _run(tmp_path, ("arg:lr",))
+    assert result.ok  # a float is a value
+    state = object_state(type("Holder", (), {"__init__": lambda self: setattr(self, "f", print)})())
+    assert no_value(state, ["f (builtin_function_or_method)"]).startswith("it digested nothing (only None)")
+    only_sizes = {"_index": 3, "_size": 3, "name": "buffer"}
+    assert no_value(only_sizes, ["_meta (Batch: deeper than 6 objects)"]).startswith("it digested only plain ints")
+    assert no_value(only_sizes, []) == ""  # ints alone are values (an action), when nothing was left out
+
+
+def test_the_descent_stops_at_its_depth_and_says_so() -> None:
+    class Node:
+        def __init__(self, child: object) -> None:
+            self.child = child
+
+    chain: object = np.ones(2)
+    for _ in range(MAX_DEPTH + 3):
+        chain = Node(chain)
+    skipped: list[str] = []
+    object_state(chain, skipped)
+    assert skipped and f"deeper than {MAX_DEPTH} objects" in skipped[0]
+
+
+def test_a_cycle_is_walked_once() -> None:
+    class Ring:
+        pass
+
+    ring = Ring()
+    ring.next = ring  # type: ignore[attr-defined]
+    ring.value = torch.ones(1)  # type: ignore[attr-defined]
+    skipped: list[str] = []
+    state = object_state(ring, skipped)
+    assert isinstance(state["value"], torch.Tensor) and skipped == ["next (Ring: a cycle)"]
+
+
+@pytest.mark.parametrize("capture", [("return",), ("arg:weights",), ("args",)])
+def test_captures_of_values_pass(tmp_path: Path, capture: tuple[str, ...]) -> None:
+    assert _run(tmp_path, capture).ok
+
+
+def test_a_checkpoint_that_digests_only_none_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text(LOOP)
+    checkpoint = Checkpoint("__main__:Buffer.__init__", ("return",))  # __init__ returns None
+    result = record(Scenario(name="none", script="loop.py", argv=["0.1"], checkpoints=[checkpoint]), tmp_path)
+    assert result.status == "error"
+    assert "capture 'return' digests no value: it digested nothing (only None)" in result.cause
+    assert "capture the field that holds the data by name" in result.cause

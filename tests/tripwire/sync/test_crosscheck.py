@@ -1,0 +1,63 @@
+"""The device cross-check reads site by site: each of torch's sync warnings is named at the loop's line, not at the
+tripwire stand-in it was raised under (on the H200 every warning was named at `hooks.py:215` or `watched.py:69,70`,
+so only totals compared). Proven on CPU by raising the warning from inside a stand-in, as torch's C++ does."""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tripwire.sync import explicit
+from tripwire.sync.counter import SyncCounter
+from tripwire.sync.crosscheck import WarningSites, compare, reason
+from tripwire.sync.state import _TRIPWIRE_DIR
+
+HERE = Path(__file__).resolve().relative_to(Path.cwd()).as_posix() if Path.cwd() in Path(__file__).parents else ""
+WARNS = "import warnings\n\ndef to_kind(args, kwargs):\n    warnings.warn('called a synchronizing CUDA operation')\n"
+
+
+def _inside_tripwire(source: str, name: str) -> object:
+    """A function whose frames are tripwire's: torch's warning raised from inside the counter's stand-in path."""
+    namespace: dict[str, object] = {}
+    exec(compile(source, _TRIPWIRE_DIR + "sync/injected_warning.py", "exec"), namespace)
+    return namespace[name]
+
+
+def test_a_warning_raised_inside_a_stand_in_is_named_at_the_loops_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(explicit, "to_kind", _inside_tripwire(WARNS, "to_kind"))
+    value = torch.ones(2)
+    with SyncCounter(), WarningSites(debug_mode=False) as warned:
+        line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        value.to(torch.float64)  # the stand-in's handler warns here, from tripwire's frames
+    assert list(warned.sites) == [f"{HERE}:{line}"] and warned.total == 1
+
+
+def test_other_warnings_are_shown_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.warns(UserWarning, match="something else"), WarningSites(debug_mode=False) as warned:
+        import warnings
+
+        warnings.warn("something else", UserWarning, stacklevel=1)
+    assert warned.total == 0
+
+
+def test_the_comparison_names_a_missed_line_and_explains_the_unflagged_kinds() -> None:
+    events = [SimpleNamespace(kind="item", site="loop.py:3")] * 2 + [
+        SimpleNamespace(kind="to_device", site="loop.py:5")
+    ]
+    events += [SimpleNamespace(kind="timer_sync", site="loop.py:9")]
+    check = compare(events, Counter({"loop.py:3": 2, "loop.py:7": 1}))
+    assert check.missed == {"loop.py:7": (0, 1)} and not check.ok
+    assert check.unflagged == {"to_device": 1, "timer_sync": 1}
+    text = check.format()
+    assert "MISSED by tripwire (1):" in text and "loop.py:7: tripwire 0, torch 1" in text
+    assert f"to_device x1 ({reason('to_device')})" in text
+
+
+def test_every_counted_kind_that_torch_may_not_flag_has_a_reason() -> None:
+    assert reason("timer_sync").startswith("an explicit wait") and reason("collective:all_reduce")
+    assert reason("to_cpu") == ""  # a host-bound copy of device data: torch flags it

@@ -1,0 +1,198 @@
+"""The watcher is invisible: a counter leaves torch as it found it (attributes, type slots, dispatcher kernels), and no
+stand-in can be met by code that runs or is imported while one counts, as a table key, an `is` test or a dispatch
+key. Each case was a real loop's crash under tripwire alone: skrl's scheduler (`torch.tensor` of 0-d tensors after a
+recording) and tensordict's `torch.stack` handler (imported during one)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from tripwire.sync import explicit
+from tripwire.sync.counter import SyncCounter
+
+FINGERPRINT = """
+import collections.abc, ctypes, importlib, importlib._bootstrap, json, sys, threading, concurrent.futures
+import multiprocessing.pool
+import torch
+
+api = ctypes.pythonapi
+api.PyType_GetSlot.restype = ctypes.c_void_p
+api.PyType_GetSlot.argtypes = [ctypes.py_object, ctypes.c_int]
+
+
+def slots(cls):
+    found = {}
+    for number in range(1, 83):
+        try:
+            found[number] = api.PyType_GetSlot(cls, number)
+        except SystemError:
+            pass
+    return found
+
+
+def owners():
+    import torch.distributed.distributed_c10d as c10d
+    return {
+        "torch": torch, "torch.Tensor": torch.Tensor, "TensorBase": torch._C.TensorBase,
+        "torch.autograd": torch.autograd,
+        "torch.cuda": torch.cuda, "Stream": torch.cuda.Stream, "Event": torch.cuda.Event,
+        "torch.distributed": torch.distributed, "c10d": c10d, "bootstrap": importlib._bootstrap,
+        "threading": threading, "Thread": threading.Thread, "Executor": concurrent.futures.ThreadPoolExecutor,
+        "ThreadPool": multiprocessing.pool.ThreadPool, "inference_mode": torch.autograd.grad_mode.inference_mode,
+    }
+
+
+def fingerprint():
+    state = {f"{label}.{name}": id(value) for label, owner in owners().items() for name, value in vars(owner).items()}
+    state["slots.Tensor"] = slots(torch.Tensor)
+    state["slots.TensorBase"] = slots(torch._C.TensorBase)
+    state["meta_path"] = [id(finder) for finder in sys.meta_path]
+    for op in ("aten::nonzero", "aten::_local_scalar_dense", "aten::unique_consecutive"):
+        state["dispatch." + op] = torch._C._dispatch_dump(op)
+    state["behaviour"] = [
+        torch.tensor([torch.tensor(0.5), torch.tensor(1.5)]).tolist(),
+        isinstance(torch.ones(2), collections.abc.Sequence),
+        torch.ones(3)[1:].sum().item(),
+    ]
+    return state
+
+
+def work():
+    from tripwire.sync.counter import SyncCounter
+    with SyncCounter():
+        rows = torch.tensor([1.0, 2.0, 3.0])
+        rows[1:].to(torch.device("cpu"))
+        (rows > 1).nonzero()
+        float(rows.sum()), bool(rows[0]), rows.tolist(), rows.cpu().numpy()
+        print(rows, file=open("/dev/null", "w"))
+        threading.Thread(target=lambda: rows.sum().item()).start()
+
+
+before = fingerprint()
+work()
+work()
+after = fingerprint()
+changed = sorted(key for key in before if key in after and before[key] != after[key])
+# attributes that appeared (torch imports submodules lazily): none may be tripwire's
+def _value(key):
+    label, name = key.split(".", 1)
+    return getattr(owners().get(label), name, "")
+
+
+new = [key for key in after if key not in before and "tripwire" in repr(_value(key))]
+print(json.dumps({"changed": changed, "after": after["behaviour"], "new": new}))
+"""
+
+
+def _fingerprint_run() -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-c", FINGERPRINT], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_process_that_recorded_twice_is_the_process_that_never_recorded() -> None:
+    """Every attribute of what a counter patches, both type slots of torch's tensor, the data-dependent ops' kernels
+    and the meta path: the same objects after two recordings as before them, and torch behaves the same."""
+    result = _fingerprint_run()
+    assert result["changed"] == []
+    assert result["new"] == []
+    assert result["after"] == [[0.5, 1.5], False, 2.0]
+
+
+def test_the_fingerprint_sees_a_slot_left_behind() -> None:
+    """The old place-keeping stand-in on `__getitem__`, put on and taken off: `torch.Tensor` keeps a sequence slot."""
+    leaves_a_slot = "    torch.Tensor.__getitem__ = lambda self, i: 0\n    del torch.Tensor.__getitem__\n"
+    script = FINGERPRINT.replace("def work():\n", "def work():\n" + leaves_a_slot)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert "len() of a 0-d tensor" in done.stderr  # torch.tensor([t0, t1]) in the second fingerprint
+
+
+def test_zero_d_tensors_in_a_list_become_a_tensor_while_counting() -> None:
+    """skrl's KL-adaptive scheduler: `torch.tensor([kl_a, kl_b])` of 0-d tensors, inside and after a recording."""
+    with SyncCounter():
+        inside = torch.tensor([torch.tensor(0.5), torch.tensor(1.5)])
+    after = torch.tensor([torch.tensor(0.5), torch.tensor(1.5)])
+    assert inside.tolist() == after.tolist() == [0.5, 1.5]
+
+
+@pytest.mark.parametrize("name", explicit._WATCHED_METHODS)
+def test_a_watched_method_taken_from_the_class_while_counting_is_torchs_own(name: str) -> None:
+    own = getattr(torch.Tensor, name)
+    with SyncCounter():
+        taken = getattr(torch.Tensor, name)
+        table = {taken: name}
+    assert taken is own and table[getattr(torch.Tensor, name)] == name
+
+
+LIBRARY = """
+import torch
+
+HANDLED = {}
+NAMES = {NAMES}
+TAKEN = {name: getattr(torch, name) for name in NAMES}
+
+
+class Box:
+    def __init__(self, value):
+        self.value = value
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func not in HANDLED:
+            raise TypeError(f"Multiple dispatch failed for {func!r}")
+        return HANDLED[func](*args, **(kwargs or {}))
+
+
+def _stack(boxes, dim=0):
+    return Box(torch.stack([box.value for box in boxes], dim))
+
+
+HANDLED[torch.stack] = _stack
+HANDLED[torch.cat] = lambda boxes, dim=0: Box(torch.cat([box.value for box in boxes], dim))
+"""
+
+
+def test_a_library_imported_while_counting_keeps_torchs_own_functions(tmp_path: Path) -> None:
+    """tensordict's case, and the same for every function the counter replaces in `torch`: a module imported during a
+    recording keys its handlers by, and keeps, torch's own objects; its dispatch works during the recording and
+    after it."""
+    names = list(explicit._WATCHED_FUNCTIONS)
+    (tmp_path / "boxlib.py").write_text(textwrap.dedent(LIBRARY).replace("{NAMES}", repr(names)))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with SyncCounter():
+            import boxlib  # type: ignore[import-not-found]
+
+            inside = torch.stack([boxlib.Box(torch.ones(2)), boxlib.Box(torch.zeros(2))])
+        after = torch.cat([boxlib.Box(torch.ones(2)), boxlib.Box(torch.zeros(2))])
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("boxlib", None)
+    assert inside.value.tolist() == [[1.0, 1.0], [0.0, 0.0]] and after.value.tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert {name: boxlib.TAKEN[name] is getattr(torch, name) for name in names} == {name: True for name in names}
+
+
+def test_a_subclass_handler_is_handed_torchs_own_method() -> None:
+    """A tensor subclass's `__torch_function__` is handed what `torch.Tensor.<name>` is: torch's own, so a handler
+    comparing with a method it took at import still matches while a counter counts."""
+    seen = []
+    item = torch.Tensor.item
+
+    class Tagged(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(func is item)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    value = torch.ones(()).as_subclass(Tagged)
+    with SyncCounter() as counter:
+        value.item()
+    assert seen and all(seen)
+    assert counter.counts_by_kind() == {"item": 1}
