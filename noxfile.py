@@ -1,4 +1,4 @@
-"""nox sessions: tests, lint, train, guardrails, bench, baselines, hazards, learning, gpu.
+"""nox sessions: tests, lint, train, guardrails, bench, baselines, hazards, learning, gpu, torch_versions.
 
 Every session runs inside ONE shared project environment, `.venv`, built on first use with
 `pip install -e src/tripwire -e .[dev]` (the harness's own distribution, then the trainer and its tools) and updated
@@ -268,6 +268,37 @@ def baselines(session: nox.Session) -> None:
     session.run("git", "status", "--short", "--", "baselines/", external=True)
     session.run("git", "diff", "--stat", "--", "baselines/", external=True)
     session.run("git", "--no-pager", "diff", "--", "baselines/", external=True)
+
+
+# The torch versions tripwire declares and is tested on (src/tripwire/pyproject.toml: torch>=2.11): the oldest, which
+# the GPU machines' image has, and the newest, the project environment's own. CI runs both (.ci/run).
+TORCH_VERSIONS = ("2.11.0", "2.14.1")
+
+
+@nox.session(default=False, tags=["ci"])
+def torch_versions(session: nox.Session) -> None:
+    """tripwire's own tests (tests/tripwire) on each torch version it declares (`-- 2.11.0` for some): a version
+    other than the environment's is installed beside it once, `pip install --no-deps --target build/torch-<v>`,
+    reusing its CUDA libraries, and put first on the path."""
+    env = project_env(session)
+    installed = subprocess.run(
+        [str(BIN / "python"), "-c", "import torch; print(torch.__version__.split('+')[0])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    for version in session.posargs or TORCH_VERSIONS:
+        extra: dict[str, str] = {}
+        if version != installed:
+            target = ROOT / "build" / f"torch-{version}"
+            if not (target / "torch" / "__init__.py").exists():
+                session.log(f"installing torch {version} beside the environment's {installed} into {target}")
+                session.run(
+                    str(BIN / "python"), "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                    f"torch=={version}", env=env, external=True,
+                )  # fmt: skip
+            extra["PYTHONPATH"] = str(target)
+        session.log(f"tripwire's tests on torch {version}")
+        run_in_env(session, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/tripwire",
+                   env={**GATE_ENV, **extra})  # fmt: skip
 
 
 @nox.session(default=False)

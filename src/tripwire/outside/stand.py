@@ -24,6 +24,7 @@ from typing import Any
 from torch.compiler import is_compiling
 
 from tripwire.sync.dynamo import inline_when_called
+from tripwire.sync.state import compiler_at_work
 
 __all__ = ["stand_in"]
 
@@ -32,10 +33,11 @@ Call = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 
 def stand_in(original: Any, call: Call) -> Callable[..., Any]:
     """A function standing in for `original` that runs `call(original, args, kwargs)`; inside a graph dynamo traces,
-    `original` itself. (A closure: only a real function binds and compiles like the function it replaces.)"""
+    and while torch.compile runs it for itself (on torch 2.11 AOT Autograd calls a compiled method again as it
+    compiles), `original` itself. (A closure: only a real function binds and compiles like the function it replaces.)"""
 
     def stand(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
+        if is_compiling() or compiler_at_work():  # traced into a graph, or run by the compiler for itself
             return original(*args, **kwargs)  # pass-through
         return call(original, args, kwargs)
 

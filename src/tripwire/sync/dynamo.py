@@ -52,9 +52,25 @@ def _register_inlined(rules: Any) -> None:
     inline = getattr(rules, "BUILTIN_INLINE_WHEN_CALLED", None)
     if isinstance(inline, set):
         inline.update(_INLINED)
+    elif callable(getattr(rules, "check_file", None)) and not hasattr(rules.check_file, "_tripwire_inlines"):
+        # torch before 2.12 has no inline-when-called list: its file check is asked first, for a call dynamo traces
+        rules.check_file = _inlining_check(rules.check_file, rules.SkipResult)
     unwrapped = getattr(sys.modules.get(f"{_DYNAMO}.eval_frame"), "DONT_WRAP_FILES", None)
     if isinstance(unwrapped, set):
         unwrapped.update(_INLINED)
+
+
+def _inlining_check(check_file: Any, skip_result: Any) -> Any:
+    """Dynamo's `check_file` with the registered stand-ins inlined when traced code calls them (what
+    `BUILTIN_INLINE_WHEN_CALLED` does from torch 2.12 on); every other file as dynamo decides."""
+
+    def check(filename: str | None, is_inlined_call: bool = False) -> Any:
+        if is_inlined_call and filename is not None and filename.replace("\\", "/") in _INLINED:
+            return skip_result(False, "tripwire's stand-ins: inlined when called")
+        return check_file(filename, is_inlined_call)
+
+    check._tripwire_inlines = True  # type: ignore[attr-defined]
+    return check
 
 
 class _SkipTripwireOnImport(importlib.abc.MetaPathFinder):

@@ -127,9 +127,13 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
     local = _LOCAL
     if local.suppress or (local.generation is not None and local.generation != _STATE.generation):
         return
+    if compiler_at_work():
+        return
     if local.label is not None:
         kind = local.label
     frame, via = _outside(sys._getframe(1))
+    if via is _COMPILER:
+        return
     callers: tuple[str, ...] = ()
     caller_text = ""
     if frame is None:
@@ -236,11 +240,28 @@ def _site(frame: FrameType) -> tuple[CodeType | None, str, str, str]:
     return _STATE.sites.setdefault((id(code), frame.f_lasti), site)
 
 
+# What torch.compile runs on its own behalf is not the loop's: a sync made while it compiles (dynamo's tracing, AOT
+# Autograd logging its graphs with a tensor's repr, inductor autotuning a kernel) or by the guard functions dynamo
+# generates (`___make_guard_fn.<locals>.guard`, which read a 0-d tensor's value on torch 2.11) is not delivered, so a
+# compiled loop counts what its eager twin counts, whatever torch version compiles it.
+_COMPILER = "<torch.compile>"
+_GUARD_FUNCTIONS = "___make_guard_fn"
+
+
+def compiler_at_work() -> bool:
+    """Whether dynamo is compiling on this thread now (its compile context is set: tracing and the backend)."""
+    guards = sys.modules.get("torch._guards")
+    return guards is not None and guards.CompileContext.try_get() is not None
+
+
 def _role(code: CodeType) -> tuple[CodeType, bool, str]:
     """`(code, skipped, via)`: whether frames of `code` are passed over when a site is looked up (torch's and
     tripwire's), and the `torch/<file>:<function>` a torch frame names as the code behind a sync ("" for tripwire's
-    frames and torch's dispatch machinery). The entry holds the code, so its id is not reused while cached."""
+    frames and torch's dispatch machinery; `_COMPILER` for the guards dynamo generates, whose syncs are not the
+    loop's). The entry holds the code, so its id is not reused while cached."""
     filename = code.co_filename
+    if filename.startswith("<") and code.co_qualname.startswith(_GUARD_FUNCTIONS):
+        return code, True, _COMPILER
     if not filename.startswith(_STATE.skip_prefixes):
         return code, False, ""
     if filename.startswith(_TRIPWIRE_DIR):
@@ -365,6 +386,8 @@ def _outside(frame: FrameType | None) -> tuple[FrameType | None, str]:
             role = roles[id(code)] = _role(code)
         if not role[1]:
             return frame, via
+        if role[2] is _COMPILER:
+            return None, _COMPILER
         if not via:
             via = role[2]
         frame = frame.f_back
