@@ -3,6 +3,8 @@
 - `errors`: the exceptions, each naming the file, region, checkpoint or flag at fault, and the golden-file reader;
 - `numerics`: the CPU kernel pin that makes bitwise goldens verify on other x86-64 machines;
 - `context`: the settings a bitwise golden depends on, captured, keyed and compared;
+- `files`: paths tripwire reads and writes, checked before use (inputs are regular files, outputs can be written);
+- `git`: every git command tripwire runs, built so that no argument from outside reaches git as an option;
 - `closure`: what of a source tree one run read (the files, folder listings and questions a history walk reuses a
   result by).
 
