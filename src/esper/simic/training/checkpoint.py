@@ -23,6 +23,7 @@ from esper.files import replace_atomically
 from esper.messages import first_line
 from esper.simic.training.checkpoint_digest import DIGEST_KEY, content_digest
 from esper.simic.training.checkpoint_schema import (
+    BOOL,
     COUNT,
     INT,
     NON_NEGATIVE,
@@ -134,7 +135,9 @@ def state_spec(client: Any) -> Fields:
     in checkpoints from before it was recorded)."""
     trainer = Fields({"round_accuracies": ListOf(NON_NEGATIVE), "events": OneOf((STR, NONE))}, partial=True)
     data = Fields({"dataset": STR, "channels": COUNT, "image_size": COUNT, "classes": COUNT})
-    return Fields({"client": client, "trainer": trainer, "data": data}, optional=frozenset({"data"}))
+    determinism = Fields({name: BOOL for name in DETERMINISM_FLAGS} | {"cublas_workspace_config": STR})
+    fields = {"client": client, "trainer": trainer, "data": data, "determinism": determinism}
+    return Fields(fields, optional=frozenset({"data", "determinism"}))
 
 
 def _refuse_shape(source: Path, found: str) -> CheckpointError:
@@ -144,6 +147,8 @@ def _refuse_shape(source: Path, found: str) -> CheckpointError:
     )
 
 
+# what decides whether a CUDA run repeats (`esper.tolaria.determinism`), recorded with the checkpoint since stop 52
+DETERMINISM_FLAGS = ("requested", "algorithms", "cudnn_deterministic", "cudnn_benchmark")
 DATA_FIELDS = {"dataset": "dataset", "channels": "image channels", "image_size": "image size", "classes": "classes"}
 # What a checkpoint from an older esper lacks, and what resuming it therefore does not check (`unchecked_note`).
 NO_DATA_SIGNATURE = ("data signature", "that it was trained on this dataset, image shape and class count")
@@ -290,3 +295,23 @@ def _read_payload(source: Path) -> dict[str, Any]:
     if found is not None:
         raise _refuse_shape(source, found)
     return payload
+
+
+def determinism_note(path: str | Path, saved: Any, current: dict[str, Any]) -> str | None:
+    """One line when the checkpoint was trained with other deterministic-kernel settings than this run has (the
+    resumed run then does not repeat the unbroken one bitwise on CUDA), else None; a checkpoint from before the
+    settings were recorded says nothing."""
+    if not isinstance(saved, dict):
+        return None
+    differ = [
+        f"{name} {saved.get(name)!r} -> {current.get(name)!r}"
+        for name in DETERMINISM_FLAGS
+        if saved.get(name) != current.get(name)
+    ]
+    if not differ:
+        return None
+    return (
+        f"checkpoint {path} was trained with other determinism settings ({', '.join(differ)}): resuming, but on "
+        "CUDA the resumed run does not repeat an unbroken one bitwise; resume with the --deterministic setting it was "
+        "saved with"
+    )

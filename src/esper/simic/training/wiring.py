@@ -26,6 +26,7 @@ from esper.simic.training.checkpoint import (
     CheckpointError,
     CheckpointLayout,
     check_data_signature,
+    determinism_note,
     load_checkpoint,
     save_checkpoint,
     state_spec,
@@ -117,6 +118,8 @@ def prepare_run(config: TrainingConfig, controller: str, shard: EnvShard | None 
         if check_data_signature(config.resume_path, resumed_state.get("data"), signature) is not None:
             unchecked.append(NO_DATA_SIGNATURE)
         notes = (unchecked_note(config.resume_path, unchecked),) if unchecked else ()
+        settings = determinism_note(config.resume_path, resumed_state.get("determinism"), determinism)
+        notes += (settings,) if settings is not None else ()
     return RunSetup(
         config=config,
         controller=controller,
@@ -224,7 +227,14 @@ def trainer_parts(
         reward_mode=setup.reward_mode,
         reward_config=setup.reward_config,
         save_checkpoint=RunCheckpointer(
-            config, setup.layout, setup.client, hub, events_path, shard, data=setup.data_signature
+            config,
+            setup.layout,
+            setup.client,
+            hub,
+            events_path,
+            shard,
+            data=setup.data_signature,
+            determinism=setup.determinism,
         ),
         start_round=setup.start_round,
         trainer_state={} if setup.resumed_state is None else dict(setup.resumed_state.get("trainer", {})),
@@ -381,9 +391,11 @@ class RunCheckpointer:
         shard: EnvShard | None = None,
         *,
         data: dict[str, Any] | None = None,
+        determinism: dict[str, Any] | None = None,
     ) -> None:
         self.path = config.save_path
         self.data = data  # the data signature: a resume on other data is refused
+        self.determinism = determinism  # the deterministic-kernel settings in force: a resume under others is noted
         self.shard = shard or LocalShard(config.n_envs)
         self.layout = layout
         self.client = client
@@ -400,4 +412,6 @@ class RunCheckpointer:
             state: dict[str, Any] = {"client": self.client.state_dict(), "trainer": trainer}
             if self.data is not None:
                 state["data"] = dict(self.data)
+            if self.determinism is not None:
+                state["determinism"] = dict(self.determinism)
             save_checkpoint(self.path, layout=self.layout, rounds_completed=rounds_completed, state=state)
