@@ -20,6 +20,7 @@ a later commit undoes within one segment is not found (`git bisect`'s assumption
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -51,6 +52,7 @@ class Finding:
     range: tuple[Commit, Commit] | None = None
     probes: list[str] = field(default_factory=list)  # the shas probed, in order
     rounds: int = 0  # rounds of probes run at once (`--jobs` of them a round)
+    more_after: bool = False  # plain bisection: the check changed again between this first commit and B
 
 
 def _verdict(check: str, base: Result, probe: Result, *, measured: bool = False) -> Verdict:
@@ -224,9 +226,26 @@ def bisect(runner: Runner, commits: Sequence[Commit]) -> tuple[list[Finding], Re
         if check != "run" and not head.ok:
             continue  # a crashed B says nothing of the other checks; the run finding names where it broke
         if _differs(check, "", base, head):
-            findings.append(bisect_check(runner, commits, check, base))
+            findings.append(_with_more(runner, bisect_check(runner, commits, check, base), head))
         if check == "trajectory" and head.ok:
             kind = _kind(_verdict(check, base, head, measured=True))
             if kind in ("value change", "structure"):
-                findings.append(bisect_check(runner, commits, check, base, kind))
+                findings.append(_with_more(runner, bisect_check(runner, commits, check, base, kind), head))
     return findings, base, head
+
+
+def _with_more(runner: Runner, finding: Finding, head: Result) -> Finding:
+    """`finding`, marked when its check changed again between its first commit and B (so `--bisect all` would name
+    more change points than the first): the first commit's result differs from B's in that check."""
+    if finding.first is None:
+        return finding
+    first = runner.result(finding.first)
+    check = finding.check.split(" (", 1)[0]
+    if (
+        first.ok
+        and head.ok
+        and first.source.get("commit") != head.source.get("commit")
+        and _differs(check, "", first, head)
+    ):
+        return dataclasses.replace(finding, more_after=True)
+    return finding

@@ -29,9 +29,9 @@ from typing import Any
 from tripwire.common.errors import TripwireError
 from tripwire.common.files import output_folder
 from tripwire.history.bisect import Finding, bisect, bisect_all
-from tripwire.history.commits import Commit, commits_between, list_commits
+from tripwire.history.commits import Commit, commits_between, list_commits, merged_in
 from tripwire.history.report import write_report
-from tripwire.history.rows import walk_rows
+from tripwire.history.rows import Row, walk_rows
 from tripwire.history.runner import Runner, WalkSettings
 from tripwire.outside.result import Result
 
@@ -155,6 +155,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         for row in rows:
             if row.against:
                 row.between = commits_between(repo, row.against, row.commit.sha, first_parent=args.first_parent)
+                row.merged = merged_in(repo, row.commit.sha) if args.first_parent else []
     except KeyboardInterrupt:
         runner.stop()
         progress.close()
@@ -192,7 +193,39 @@ def _main(argv: Sequence[str] | None = None) -> int:
     title = f"tripwire history: {settings.scenario.name} over {span}{what}"
     files = write_report(out, rows, findings, meta, title, "bisect" if args.bisect else "history")
     _print_summary(rows, findings, progress, elapsed, files, "" if args.bisect == "all" else "first ")
+    if args.bisect == "first":
+        more = more_with_all(findings)
+        if more:
+            print(more)
+    if rows and all(row.status in FAILED_RUNS for row in rows):
+        print(
+            f"error: no commit of the walk ran the scenario to the end ({_statuses(rows)}): the scenario does not "
+            f"fit this history; read the first row's cause in {files[0] if files else out}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+FAILED_RUNS = ("crash", "error", "fault")
+
+
+def _statuses(rows: list[Row]) -> str:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
+
+
+def more_with_all(findings: Sequence[Finding]) -> str:
+    """A plain `--bisect` finds the first commit of each check that differs between A and B; a check can change more
+    than once (a drift, then a value change), and `--bisect all` finds every change point. One line when a finding's
+    check changed again after its first change point, or when its kind at B is not the kind it first showed."""
+    hinted = [finding for finding in findings if finding.more_after]
+    if not hinted:
+        return ""
+    names = ", ".join(f"{finding.check} (first at {finding.first.short})" for finding in hinted if finding.first)
+    return f"note: {names} changed again later in the range: --bisect all finds every change point"
 
 
 def _loads(scenario: Path) -> None:
@@ -212,7 +245,7 @@ def _print_summary(
     first: str = "first ",
 ) -> None:
     for row in rows if not findings else ():
-        compared = f"  ({row.compared})" if row.between else ""
+        compared = f"  ({row.compared})" if row.between or row.merged else ""
         print(f"{row.commit.short}  {row.step:<17} {row.commit.subject[:70]}{compared}")
     for finding in findings:
         where = f"{finding.first.short} {finding.first.subject[:60]}" if finding.first else "a range"

@@ -86,6 +86,16 @@ def commits_between(repo: Path, older: str, newer: str, *, first_parent: bool = 
     return max(0, int(counted or 0) - 1)
 
 
+def merged_in(repo: Path, sha: str) -> list[str]:
+    """The commits a merge brings in from its other parents (reachable from it, not from its first parent, the merge
+    itself left out), newest first; empty for a commit with one parent. A `--first-parent` walk steps over them in
+    one row, which says so."""
+    parents = git(repo, "rev-list", "--parents", "-1", operands=(sha,)).split()[1:]
+    if len(parents) < 2:
+        return []
+    return [found for found in git(repo, "rev-list", operands=(sha, f"^{parents[0]}")).split() if found != sha]
+
+
 def _subjects(repo: Path, shas: Sequence[str]) -> dict[str, str]:
     if not shas:
         return {}

@@ -103,6 +103,7 @@ def to_json(rows: Sequence[Row], findings: Sequence[Finding], meta: dict[str, An
                 "kinds": row.kinds,
                 "compared_with": row.against,
                 "commits_between": row.between,
+                "merged": row.merged,
                 "reused_from": row.reused_from,
                 "seconds": round(row.seconds, 2),
                 "cells": {

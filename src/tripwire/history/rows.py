@@ -71,6 +71,7 @@ class Row:
     kinds: list[str] = field(default_factory=list)
     between: int = 0  # commits between `against` and this one that the walk did not run: their changes count here
     reused_from: str = ""  # the commit whose result stands for this one (`tripwire.history.reuse`), when not run
+    merged: list[str] = field(default_factory=list)  # the side-branch commits a merge brings in (a first-parent walk)
 
     @property
     def compared(self) -> str:
@@ -78,6 +79,11 @@ class Row:
         if not self.against:
             return ""
         between = f", +{self.between} commit{'s' if self.between != 1 else ''} not run" if self.between else ""
+        if self.merged:
+            shown = ", ".join(sha[:8] for sha in self.merged[:3]) + (", ..." if len(self.merged) > 3 else "")
+            between += (
+                f", merging {len(self.merged)} side-branch commit{'s' if len(self.merged) != 1 else ''} ({shown})"
+            )
         return f"vs {self.against[:8]}{between}"
 
     @property
