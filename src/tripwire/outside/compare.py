@@ -26,13 +26,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tripwire.bitwise.magnitude import AMPLIFIED, DRIFT, VALUE_CHANGE
 from tripwire.bitwise.trajectory import TrajectoryReport, compare_trajectories
 from tripwire.common.context import mismatches
 from tripwire.outside.result import Result, SyncSummary
 from tripwire.sync import kinds
 from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, merge_callers, via_label
 from tripwire.telemetry.counts import diff_counts
-from tripwire.telemetry.payloads import format_payload_report
+from tripwire.telemetry.payloads import format_payload_report, payload_magnitude
 
 SAME, DIFFERS, NOTE, NOT_COMPARED, FAILED = "same", "differs", "note", "n/a", "failed"
 
@@ -301,11 +302,14 @@ def compare_payloads_verdict(a: Result, b: Result) -> Verdict:
     if report.ok:
         return Verdict("payloads", SAME, f"identical ({len(b.payloads)} events)")
     lines = format_payload_report(report, a.payloads, b.payloads, labels=("A", "B")).splitlines()
+    lines.append(f"  events that differ: {differing_labels(a.payloads, b.payloads)}")
     if report.structure:
         return Verdict("payloads", DIFFERS, lines[0], tuple(lines), "events")
     if "<absent>" in (report.expected_digest, report.actual_digest):
         return Verdict("payloads", DIFFERS, lines[0], tuple(lines), "field")
     magnitude = report.magnitude
+    if magnitude is not None and magnitude.deltas:
+        magnitude = payload_magnitude(magnitude, report.first_name, a.payload_values, b.payload_values)
     if magnitude is None or not magnitude.deltas:
         kept = a.payload_values is not None and b.payload_values is not None
         why = "the field is not a number" if kept else "values not kept on both sides (recorded with --no-values)"
@@ -313,6 +317,34 @@ def compare_payloads_verdict(a: Result, b: Result) -> Verdict:
         return Verdict("payloads", DIFFERS, lines[0], tuple(lines), "values")
     where = f"at event {report.first_index} of {report.total} {report.first_name.split(' ', 1)[-1]!r}"
     return Verdict("payloads", DIFFERS, f"{magnitude.summary()} {where}", (*lines, *magnitude.format()), magnitude.kind)
+
+
+def differing_labels(a: Any, b: Any) -> str:
+    """Every event label whose payload differs between two payload trajectories, with how often (in run order)."""
+    counts: dict[str, int] = {}
+    for (name, digests_a), (_, digests_b) in zip(a.checkpoints, b.checkpoints):
+        if digests_a != digests_b:
+            label = name.split(" ", 1)[-1]
+            counts[label] = counts.get(label, 0) + 1
+    return ", ".join(f"{label} x{count}" if count > 1 else label for label, count in counts.items()) or "none"
+
+
+_MEASURED = (DRIFT, AMPLIFIED, VALUE_CHANGE)
+
+
+def one_kind(trajectory: Verdict, telemetry: list[Verdict]) -> list[Verdict]:
+    """`telemetry`'s verdicts, the payload's told which kind stands when it and the trajectory's disagree: the
+    trajectory's, which measures the state itself, where a payload is a number the loop logged from it."""
+    fixed = []
+    for verdict in telemetry:
+        disagree = verdict.check == "payloads" and trajectory.kind in _MEASURED and verdict.kind in _MEASURED
+        if disagree and verdict.kind != trajectory.kind:
+            stands = f"the trajectory's verdict stands: {trajectory.kind} (it measures the state; a payload logs it)"
+            verdict = Verdict(
+                verdict.check, verdict.status, f"{verdict.summary}; {stands}", verdict.details, verdict.kind
+            )
+        fixed.append(verdict)
+    return fixed
 
 
 def compare_results(a: Result, b: Result, *, a_label: str = "", b_label: str = "") -> Comparison:
@@ -323,7 +355,7 @@ def compare_results(a: Result, b: Result, *, a_label: str = "", b_label: str = "
     verdicts = [run, Verdict("context", NOTE if context else SAME, "; ".join(context) or "same", tuple(context))]
     if a.ok and b.ok:
         verdicts += [compare_trajectory(a, b), compare_syncs(a.syncs, b.syncs), compare_compile(a.compile, b.compile)]
-        verdicts += compare_telemetry(a, b)
+        verdicts += one_kind(verdicts[-3], compare_telemetry(a, b))
     else:
         verdicts += [
             Verdict(check, NOT_COMPARED, "not compared: a side did not run to the end")

@@ -24,6 +24,7 @@ reordered up to that position (the telemetry counts and order say which).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import torch
 
 from tripwire.bitwise.digest import leaf_value, short, value_digest
+from tripwire.bitwise.magnitude import Magnitude, classify, spacing
 from tripwire.bitwise.trajectory import Trajectory, TrajectoryReport, compare_trajectories
 from tripwire.common.errors import GuardrailFailure
 from tripwire.telemetry.counts import DEFAULT_DETAIL_KEYS, event_label
@@ -195,3 +197,39 @@ def check_payloads(golden: Trajectory, current: Trajectory, *, source: str = "")
     message = compare_payloads(golden, current, source=source)
     if message is not None:
         raise PayloadDivergence(message)
+
+
+def _field(checkpoint: str, name: str) -> tuple[str, str]:
+    """A payload field across the run: its event type (`EPOCH_COMPLETED` of `0007 EPOCH_COMPLETED@env0`) and name."""
+    return _label(checkpoint).split("@", 1)[0], name
+
+
+def field_scales(*sides: Mapping[str, Mapping[str, torch.Tensor]]) -> dict[tuple[str, str], float]:
+    """Each numeric payload field's largest finite magnitude over every event of the run, on either side."""
+    scales: dict[tuple[str, str], float] = {}
+    for values in sides:
+        for checkpoint, kept in values.items():
+            for name in kept:
+                value = kept[name]
+                if value.is_floating_point() and value.numel():
+                    finite = value.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+                    key = _field(checkpoint, name)
+                    scales[key] = max(scales.get(key, 0.0), float(finite.max()))
+    return scales
+
+
+def payload_magnitude(
+    magnitude: Magnitude, checkpoint: str, a: Mapping[str, Mapping[str, torch.Tensor]], b: Mapping[str, Any]
+) -> Magnitude:
+    """The first differing event's magnitude with the trajectory's rule applied as to a tensor: a field's values
+    over the run are its elements, so a difference is measured against the field's scale (its largest magnitude in
+    any event), not against the one logged number, which may sit near zero where a regrouped sum moves it by many of
+    its own ULPs (a reward or an advantage mean). Kind and size then agree with the trajectory's on the same change."""
+    scales = field_scales(a, b)
+    deltas = []
+    for delta in magnitude.deltas:
+        scale = scales.get(_field(checkpoint, delta.name), 0.0)
+        if delta.floating and scale > 0.0:
+            delta = dataclasses.replace(delta, scale_ulps=delta.max_abs / spacing(scale, torch.float32))
+        deltas.append(delta)
+    return dataclasses.replace(magnitude, deltas=tuple(deltas), kind=classify(deltas))
