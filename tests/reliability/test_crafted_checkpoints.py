@@ -56,6 +56,7 @@ ACCEPTED = {
     r"state\.trainer\.round_accuracies": "an empty or other history of accuracies is valid",
     r"state\.trainer\.events": "a path or None",
     r"state\.data\.dataset": "a name; compared with this run's data afterwards",
+    r"state\.determinism\..*": "recorded; a resume under other settings is noted, never refused",
     r"(format|version|slot_ids\[0\]|task|controller)": "checked by value after the schema (not an esper checkpoint, "
     "another version, another layout)",
     r"digest": "any string; compared with the content after the schema (test_checkpoint_digest.py)",
