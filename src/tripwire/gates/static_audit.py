@@ -360,8 +360,8 @@ def _moves(
     sites: StaticSites, budget: Mapping[str, Mapping[str, int]], lines: Mapping[str, Mapping[str, Mapping[str, int]]]
 ) -> tuple[Counter[tuple[str, str, str]], list[str]]:
     """Calls that only moved: a call line a (file, key) has more of than recorded, paired with the same line gone from
-    a (file, key) of the same kind in a function of the same name. Returns the moved calls per (file, key, line
-    text), to subtract from the counts, and one row per move for the report."""
+    a (file, key) of the same kind in a function of the same name, or in the same file (a renamed function). Returns
+    the moved calls per (file, key, line text), to subtract from the counts, and one row per move for the report."""
     added: list[tuple[str, str, str]] = []
     removed: Counter[tuple[str, str, str]] = Counter()
     for file in set(sites.counts) | set(budget):
@@ -377,7 +377,11 @@ def _moves(
             (
                 (old_file, old_key)
                 for (old_file, old_key, old_text), n in removed.items()
-                if n > 0 and old_text == text and _short(old_key) == _short(key)
+                if n > 0
+                and old_text == text
+                and _short(old_key)[1] == _short(key)[1]
+                # in a function of the same name (moved to another file), or in the same file (renamed)
+                and (_short(old_key) == _short(key) or old_file == file)
             ),
             None,
         )

@@ -227,9 +227,16 @@ def _short_name(function: str) -> str:
     return function.rsplit(".", 1)[-1]
 
 
+def _same_place(gone: SiteCount, site: SiteCount) -> bool:
+    """Whether a GONE line and a NEW one are one line that moved: in a function of the same name (moved to another
+    file, or into or out of a class), or in the same file (its function renamed, or the line moved between two of
+    the file's functions). A line moved to another file under another name at once is a change."""
+    return _short_name(gone.function) == _short_name(site.function) or gone.site == site.site.rsplit(":", 1)[0]
+
+
 def _pair_moves(sites: list[SiteCount], gone: list[SiteCount]) -> list[SiteCount]:
-    """A NEW line with the same text, kind and torch code as a GONE one, in a function of the same name, moved (to
-    another file, or within one): reported MOVED, not new, and the GONE row is dropped. Anything else stays."""
+    """A NEW line with the same text, kind and torch code as a GONE one, in the same place (`_same_place`), moved:
+    reported MOVED, not new, and the GONE row is dropped. Anything else stays."""
     left = list(gone)
     out = []
     for site in sites:
@@ -239,8 +246,8 @@ def _pair_moves(sites: list[SiteCount], gone: list[SiteCount]) -> list[SiteCount
                 (
                     g
                     for g in left
-                    if (g.text, g.kinds.keys(), g.via, _short_name(g.function))
-                    == (site.text, site.kinds.keys(), site.via, _short_name(site.function))
+                    if (g.text, g.kinds.keys(), g.via) == (site.text, site.kinds.keys(), site.via)
+                    and _same_place(g, site)
                 ),
                 None,
             )

@@ -302,6 +302,30 @@ def test_a_moved_function_whose_call_changed_is_a_change(tmp_path: Path) -> None
     assert "MOVED rows.py in gather_rows [tolist] `return rows.tolist()`" in text  # ... the unchanged one moved
 
 
+def test_a_renamed_function_is_a_move_not_a_new_site(tmp_path: Path) -> None:
+    engine = write(tmp_path, ENGINE, "engine.py")
+    budget = tmp_path / "budget.json"
+    check_against([engine], budget, tmp_path, update=True)
+    write(tmp_path, ENGINE.replace("gather_rows", "_rows_of"), "engine.py")  # renamed, its one caller updated
+    _, report = check_against([engine], budget, tmp_path)
+    assert report.ok, report.format()
+    assert report.moved == (
+        "engine.py in _rows_of [cpu] `rows = values.cpu()` (moved from engine.py in gather_rows [cpu])",
+        "engine.py in _rows_of [tolist] `return rows.tolist()` (moved from engine.py in gather_rows [tolist])",
+    )
+
+
+def test_a_function_renamed_and_moved_to_another_file_at_once_is_a_change(tmp_path: Path) -> None:
+    engine = write(tmp_path, ENGINE, "engine.py")
+    budget = tmp_path / "budget.json"
+    check_against([engine], budget, tmp_path, update=True)
+    write(tmp_path, ENGINE_AFTER_MOVE.replace("gather_rows", "_rows_of"), "engine.py")
+    rows = write(tmp_path, ROWS.replace("gather_rows", "_rows_of"), "rows.py")
+    with pytest.raises(StaticSyncExceeded) as failure:
+        check_against([engine, rows], budget, tmp_path)
+    assert "NEW rows.py:3 in _rows_of [cpu] 0 -> 1" in str(failure.value)
+
+
 def test_a_budget_without_recorded_lines_still_checks_counts(tmp_path: Path) -> None:
     engine = write(tmp_path, ENGINE, "engine.py")
     sites = audit([engine], tmp_path)

@@ -49,6 +49,19 @@ MOVED = {
     "reporting.py": BASE["helpers.py"],
 }
 
+# `report` renamed, its one caller updated (`checkpoint_schema._values` -> `_value_problem` in issue 57): the line is
+# unchanged, in the same file, under another function's name.
+RENAMED = {
+    "loop.py": BASE["loop.py"].replace("report", "summarize"),
+    "helpers.py": BASE["helpers.py"].replace("def report", "def summarize"),
+}
+
+# Renamed and moved to another file at once: two edits, and a change.
+RENAMED_AND_MOVED = {
+    "loop.py": RENAMED["loop.py"].replace("from helpers", "from reporting"),
+    "reporting.py": RENAMED["helpers.py"],
+}
+
 # Moved and changed: the moved function's line is not the same line any more.
 MOVED_AND_CHANGED = {**MOVED, "reporting.py": BASE["helpers.py"].replace("t.sum().item()", "t.mean().item()")}
 
@@ -109,3 +122,15 @@ def test_a_move_that_also_changed_the_line_is_a_change(store: GoldenStore, tmp_p
     text = str(raised.value)
     assert "NEW reporting.py:3 in report  ×1  [item×1]  `return t.mean().item()`" in text
     assert "GONE helpers.py in report  ×0 (was 1)  [item×1]  `return t.sum().item()`" in text
+
+
+def test_a_renamed_function_is_a_move_not_a_new_line(store: GoldenStore, tmp_path: Path) -> None:
+    counter = run(tmp_path / "tree", RENAMED)
+    assert counter.counts_by_region() == {"epoch": 3}
+    assert store.check_sync_budget("s", counter, {}).status == "passed"
+
+
+def test_a_function_renamed_and_moved_to_another_file_at_once_is_a_change(store: GoldenStore, tmp_path: Path) -> None:
+    with pytest.raises(SyncBudgetExceeded) as raised:
+        store.check_sync_budget("s", run(tmp_path / "tree", RENAMED_AND_MOVED), {})
+    assert "NEW reporting.py:3 in summarize  ×1  [item×1]  `return t.sum().item()`" in str(raised.value)
