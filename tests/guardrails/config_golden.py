@@ -1,12 +1,15 @@
-"""The configuration golden: the effective value of every TrainingConfig field, for the defaults and every preset.
+"""The configuration golden: the effective value of every TrainingConfig field, for the defaults and every preset,
+and every field of each built-in task spec.
 
-A refactor that changes a default is invisible to the scenario goldens when every scenario's preset overrides
-that field; this golden is not. `effective_configs()` builds the snapshot (`"defaults"`: `TrainingConfig()`,
-`"preset:<name>"`: `preset_config(name)` for each name in `PRESETS`, every field as the config module's own JSON
-spelling, `json_value`), `config_differences(golden, current)` names what changed, one line each, and
-`check_config_golden(path, update=...)` is the gate's check (or, with `update`, rewrites the golden).
+A refactor that changes a default is invisible to the scenario goldens when every scenario's preset overrides that
+field; this golden is not. A built-in task's spec (`esper.leyline.tasks.TASKS`) is a literal that runs at import, so
+changed-line coverage sees an edit to it as run, and no scenario uses every task: it is golden here too (`"tasks"`,
+`task_specs()`, named `task:<name>` in the differences). `effective_configs()` builds the snapshot (`"defaults"`:
+`TrainingConfig()`, `"preset:<name>"`: `preset_config(name)` for each name in `PRESETS`, every field as the config
+module's own JSON spelling, `json_value`), `config_differences(golden, current)` names what changed, one line each,
+and `check_config_golden(path, update=...)` is the gate's check (or, with `update`, rewrites the golden).
 
-Run as a script, it prints the snapshot as JSON (the hazard test runs it on a patched copy of `src/esper`).
+Run as a script, it prints `snapshot()` as JSON (the hazard test runs it on a patched copy of `src/esper`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ FORMAT = "esper-config/1"
 GOLDEN = Path("config") / "training_config.json"  # under the baselines directory
 DEFAULTS = "defaults"
 PRESET = "preset:"
+TASK = "task:"
 
 # Fields left out of the golden, each with why its value may differ between machines. None today: every default
 # and preset value is a literal (device "cpu", env_workers 1, every path None), never read from the machine (CPU
@@ -56,18 +60,40 @@ def effective_configs() -> dict[str, dict[str, Any]]:
     return loaded
 
 
-def golden_payload(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    return {"configs": configs, "format": FORMAT}
+def task_specs() -> dict[str, dict[str, Any]]:
+    """Every built-in task's spec: {name: {field: JSON value}} (tasks a user registers are not built in)."""
+    from esper.leyline.tasks import TASKS, VALID_TASKS
+
+    specs = {name: dataclasses.asdict(TASKS[name]) for name in sorted(VALID_TASKS)}
+    loaded: dict[str, dict[str, Any]] = json.loads(json.dumps(specs, sort_keys=True, allow_nan=False))
+    return loaded
 
 
-def write_golden(path: Path, configs: Mapping[str, Mapping[str, Any]]) -> None:
+def golden_payload(
+    configs: Mapping[str, Mapping[str, Any]], tasks: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {"configs": configs, "format": FORMAT, "tasks": task_specs() if tasks is None else tasks}
+
+
+def write_golden(
+    path: Path, configs: Mapping[str, Mapping[str, Any]], tasks: Mapping[str, Mapping[str, Any]] | None = None
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(golden_payload(configs), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    text = json.dumps(golden_payload(configs, tasks), indent=2, sort_keys=True, allow_nan=False) + "\n"
     path.write_text(text, encoding="utf-8")
 
 
 def load_golden(path: Path) -> dict[str, dict[str, Any]]:
     """The golden's configs; a missing or malformed file raises a one-line `GoldenFileError` naming it."""
+    return _load(path)[0]
+
+
+def load_golden_tasks(path: Path) -> dict[str, dict[str, Any]]:
+    """The golden's task specs ({} in a golden written before they were golden: every task then reads added)."""
+    return _load(path)[1]
+
+
+def _load(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     regenerate = f"regenerate it with `{update_command()}` and review the diff"
     try:
         data = read_golden_json(path, f"config golden does not exist (record it with `{update_command()}`)")
@@ -84,7 +110,10 @@ def load_golden(path: Path) -> dict[str, dict[str, Any]]:
         raise GoldenFileError(
             f'{path}: not a config golden (expected "format": "{FORMAT}" and "configs" with "{DEFAULTS}"); {regenerate}'
         )
-    return configs
+    tasks = data.get("tasks", {})
+    if not isinstance(tasks, dict) or not all(isinstance(spec, dict) for spec in tasks.values()):
+        raise GoldenFileError(f'{path}: "tasks" is not an object of task specs; {regenerate}')
+    return configs, tasks
 
 
 def _shown(value: Any) -> str:
@@ -138,6 +167,22 @@ def config_differences(golden: Mapping[str, Mapping[str, Any]], current: Mapping
     return lines
 
 
+def task_differences(golden: Mapping[str, Mapping[str, Any]], current: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Every difference between two sets of task specs, one line each: `task:cifar_minimal: pool_layers 0 -> 1`."""
+    lines = []
+    for name in sorted(set(golden) | set(current)):
+        key = f"{TASK}{name}"
+        if name not in current:
+            lines.append(f"{key}: removed (in the golden, not among the built-in tasks)")
+        elif name not in golden:
+            lines.append(f"{key}: added (not in the golden)")
+        else:
+            lines.extend(
+                f"{key}: {_change(field, *change)}" for field, change in _changes(golden[name], current[name]).items()
+            )
+    return lines
+
+
 def describe(configs: Mapping[str, Mapping[str, Any]]) -> str:
     """`defaults and 4 presets, 41 fields each` (or `..., 40-41 fields` when their field sets differ)."""
     presets = sum(key.startswith(PRESET) for key in configs)
@@ -158,15 +203,28 @@ def format_differences(shown_path: str, lines: list[str]) -> str:
 def check_config_golden(path: Path, *, update: bool = False, shown_path: str | None = None) -> tuple[str, str]:
     """Compare the effective configs with the golden at `path` (status "passed"), or rewrite it when `update`
     (status "updated"); returns (status, detail). Differences raise `ConfigGoldenDiffers` naming all of them."""
-    current = effective_configs()
+    current, tasks = effective_configs(), task_specs()
+    shown = f"{describe(current)}; {len(tasks)} built-in tasks"
     if update:
-        write_golden(path, current)
-        return "updated", f"wrote {shown_path or path} ({describe(current)})"
-    lines = config_differences(load_golden(path), current)
+        write_golden(path, current, tasks)
+        return "updated", f"wrote {shown_path or path} ({shown})"
+    golden, golden_tasks = _load(path)
+    lines = config_differences(golden, current) + task_differences(golden_tasks, tasks)
     if lines:
         raise ConfigGoldenDiffers(format_differences(shown_path or str(path), lines))
-    return "passed", describe(current)
+    return "passed", shown
+
+
+def snapshot() -> dict[str, Any]:
+    """What the golden holds: {"configs": effective_configs(), "tasks": task_specs()}."""
+    return {"configs": effective_configs(), "tasks": task_specs()}
+
+
+def snapshot_differences(golden: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Every difference between two `snapshot()`s, configs first, then tasks."""
+    configs = config_differences(golden["configs"], current["configs"])
+    return configs + task_differences(golden["tasks"], current["tasks"])
 
 
 if __name__ == "__main__":
-    sys.stdout.write(json.dumps(effective_configs(), indent=2, sort_keys=True) + "\n")
+    sys.stdout.write(json.dumps(snapshot(), indent=2, sort_keys=True) + "\n")

@@ -25,6 +25,7 @@ from config_golden import (
     effective_configs,
     format_differences,
     load_golden,
+    task_specs,
     write_golden,
 )
 
@@ -41,12 +42,12 @@ def golden() -> dict[str, dict[str, Any]]:
     return effective_configs()
 
 
-def snapshot_in_subprocess(tmp_path: Path, env: dict[str, str]) -> dict[str, dict[str, Any]]:
+def snapshot_in_subprocess(tmp_path: Path, env: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, str(SCRIPT)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
-    result: dict[str, dict[str, Any]] = json.loads(done.stdout)
+    result: dict[str, Any] = json.loads(done.stdout)
     return result
 
 
@@ -144,12 +145,12 @@ def test_update_writes_a_sorted_golden_with_its_format_tag_that_then_passes(tmp_
     path = tmp_path / "config" / "training_config.json"
     status, detail = check_config_golden(path, update=True)
     fields = len(dataclasses.fields(TrainingConfig))
-    assert status == "updated" and detail.endswith(f"(defaults and 4 presets, {fields} fields each)")
+    assert status == "updated" and detail.endswith(f"(defaults and 4 presets, {fields} fields each; 4 built-in tasks)")
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert data["format"] == FORMAT and list(data) == ["configs", "format"]
+    assert data["format"] == FORMAT and list(data) == ["configs", "format", "tasks"]
     assert path.read_text(encoding="utf-8") == json.dumps(data, indent=2, sort_keys=True) + "\n"
     assert load_golden(path) == effective_configs()
-    assert check_config_golden(path) == ("passed", f"defaults and 4 presets, {fields} fields each")
+    assert check_config_golden(path) == ("passed", f"defaults and 4 presets, {fields} fields each; 4 built-in tasks")
 
 
 @pytest.mark.parametrize(
@@ -190,7 +191,8 @@ def test_a_default_changed_in_the_source_is_caught_with_the_presets_that_inherit
     config_py.write_text(source.replace(declared, declared.replace("3e-4", "1e-3")), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     patched = snapshot_in_subprocess(tmp_path, env)
-    lines = config_differences(golden, patched)
+    assert patched["tasks"] == task_specs()
+    lines = config_differences(golden, patched["configs"])
     message = format_differences("baselines/config/training_config.json", lines)
     print(message)  # shown with -s: the failure the gate reports
     assert lines == [f"defaults: lr 0.0003 -> 0.001 (also {', '.join(PRESETS)})"]
@@ -205,4 +207,34 @@ def test_the_snapshot_depends_on_no_environment_variable_or_working_directory(
         if not key.startswith(("OMP_", "MKL_", "CUDA", "CUBLAS", "PYTHONHASHSEED", "ATEN_", "TORCH"))
     }
     env |= {"OMP_NUM_THREADS": "7", "PYTHONHASHSEED": "12345", "CUDA_VISIBLE_DEVICES": "", "HOME": str(tmp_path)}
-    assert snapshot_in_subprocess(tmp_path, env) == golden
+    assert snapshot_in_subprocess(tmp_path, env) == {"configs": golden, "tasks": task_specs()}
+
+
+def test_a_changed_built_in_task_spec_fails_naming_the_task_and_field(tmp_path: Path) -> None:
+    # the spec is a module-level literal: coverage sees the edited line run at import, and no scenario uses the task
+    path = tmp_path / "config" / "training_config.json"
+    tasks = task_specs()
+    assert set(tasks) == {"cifar_baseline", "cifar_impaired", "cifar_minimal", "cifar_scale"}
+    stale = copy.deepcopy(tasks)
+    stale["cifar_minimal"]["pool_layers"] = 1  # the golden's; the tree's reads 0
+    del stale["cifar_scale"]
+    write_golden(path, effective_configs(), stale)
+    with pytest.raises(ConfigGoldenDiffers) as raised:
+        check_config_golden(path)
+    lines = str(raised.value).splitlines()
+    assert lines[1:3] == ["  task:cifar_minimal: pool_layers 1 -> 0", "  task:cifar_scale: added (not in the golden)"]
+
+
+def test_a_golden_written_before_tasks_were_golden_fails_until_recorded_again(tmp_path: Path) -> None:
+    path = tmp_path / "config" / "training_config.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"configs": effective_configs(), "format": FORMAT}), encoding="utf-8")
+    with pytest.raises(ConfigGoldenDiffers, match="task:cifar_baseline: added"):
+        check_config_golden(path)
+
+
+def test_a_task_registered_by_a_user_is_not_built_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    from esper.leyline import tasks
+
+    monkeypatch.setitem(tasks.TASKS, "mine", dataclasses.replace(tasks.TASKS["cifar_baseline"], name="mine"))
+    assert "mine" not in task_specs()

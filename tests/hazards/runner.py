@@ -119,8 +119,9 @@ def run_static(clean: Path, tree: Path) -> dict[str, str]:
 
 
 def run_config(clean: Path, tree: Path) -> dict[str, str]:
-    """The configuration golden: the clean copy's effective values (defaults and presets) against the patched one's."""
-    from config_golden import config_differences
+    """The configuration golden: the clean copy's effective values (defaults, presets and built-in task specs)
+    against the patched one's."""
+    from config_golden import snapshot_differences
 
     script = ROOT / "tests" / "guardrails" / "config_golden.py"
     snapshots = []
@@ -131,7 +132,7 @@ def run_config(clean: Path, tree: Path) -> dict[str, str]:
         if done.returncode:
             raise RuntimeError(f"config snapshot of {copy} failed:\n{done.stderr[-2000:]}")
         snapshots.append(json.loads(done.stdout))
-    differences = config_differences(snapshots[0], snapshots[1])
+    differences = snapshot_differences(snapshots[0], snapshots[1])
     return {CONFIG: "; ".join(differences)} if differences else {}
 
 
