@@ -21,6 +21,7 @@ sys.path[:0] = [str(ROOT / "tests" / "guardrails"), str(ROOT / "tests"), str(ROO
 
 EAGER = ("a_baseline", "b_lifecycle", "c_rollback", "g_preset_and_flags", "h_escrow_workers", "a_baseline@envs_4")
 GPU_TESTS = (
+    "tests/kasmina/test_building.py",
     "tests/tolaria/test_engine_validation.py",
     "tests/tripwire/sync/test_sync_references_and_uploads.py",
     "tests/tripwire/sync/test_sync_hot_path.py",

@@ -5,6 +5,7 @@ Imports only esper.leyline and torch.
 
 from esper.kasmina.alpha import AlphaController, curve_value
 from esper.kasmina.blueprints import blueprint_param_count, create_blueprint
+from esper.kasmina.building import built_on
 from esper.kasmina.gates import GateResult
 from esper.kasmina.host import CNNHost
 from esper.kasmina.model import MorphogeneticModel
@@ -21,6 +22,7 @@ __all__ = [
     "SeedSlot",
     "SeedState",
     "blueprint_param_count",
+    "built_on",
     "create_blueprint",
     "curve_value",
 ]

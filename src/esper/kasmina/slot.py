@@ -27,6 +27,7 @@ from esper.kasmina.blending import (
     straight_through,
 )
 from esper.kasmina.blueprints import create_blueprint
+from esper.kasmina.building import built_on
 from esper.kasmina.events import (
     fossilized_payload,
     gate_payload,
@@ -180,14 +181,12 @@ class SeedSlot(nn.Module):
             raise ValueError(f"alpha_target must be in (0, 1], got {alpha_target}")
         blueprint = BlueprintAction(blueprint)
         algorithm = STYLE_ALGORITHM[GerminationStyle(style)]
-        device = self._device_anchor.device
-        # Module init draws from the global RNG: fork it, seed it explicitly, build on CPU, then move.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(init_seed)
+        # built on the slot's device from an explicitly seeded RNG: a germination uploads nothing (kasmina.building)
+        with built_on(self._device_anchor.device, init_seed):
             seed = create_blueprint(blueprint, self.channels)
             gate = AlphaGate(self.channels) if algorithm == AlphaAlgorithm.GATE else None
-        self.seed = seed.to(device).train(self.training)
-        self.gate = gate.to(device).train(self.training) if gate is not None else None
+        self.seed = seed.train(self.training)
+        self.gate = gate.train(self.training) if gate is not None else None
         self.alpha_controller = AlphaController(0.0)
         self._optimizer = None
         self.state = SeedState(

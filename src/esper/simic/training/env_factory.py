@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from esper.kasmina.building import built_on
 from esper.kasmina.host import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline import SlotConfig, TaskSpec
@@ -49,15 +50,15 @@ class EnvFactory:
     def create_env(self, round_idx: int, env_id: int) -> ParallelEnvState:
         device = self.device_for(env_id)
         lifecycle = LifecycleForwarder(self.hub, env_id, self.clock)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(self.run_seed, "host", round_idx, env_id))
+        # built on its device from a seeded RNG: the host's tensors are not uploaded one by one (kasmina.building)
+        with built_on(device, derive_seed(self.run_seed, "host", round_idx, env_id)):
             host = CNNHost(self.task)
             model = MorphogeneticModel(
                 host, self.slot_config.slot_ids, permissive_gates=self.permissive_gates, on_event=lifecycle
             )
         # channels_last on every device: a faster conv/pool/BN step on CPU
         # (docs/measurements.md#why-the-code-is-as-it-is)
-        model = model.to(device).to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)
         host_optimizer = torch.optim.SGD(
             model.host_parameters(),
             lr=self.task.host_lr,
