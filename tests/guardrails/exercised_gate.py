@@ -39,6 +39,8 @@ SHOWN = 12  # modules of the report, least run first
 NOT_IN_SCENARIOS: dict[str, str] = {
     "amp": "mixed precision runs on CUDA only; the gate's machine has no GPU (CPU runs always fp32)",
     "compile_mode": "a mode of inductor only; the gate compiles with aot_eager (portable numerics, scenario f)",
+    "deterministic": "switches deterministic kernels on CUDA only (a CPU run is deterministic either way); the GPU "
+    "check runs with it, and the settings guardrail fails a run that changes one",
     "device": "the gate runs on the CPU; GPU runs are checked by the GPU tests when a GPU is lent",
     "devices": "several devices need GPUs",
     "gpu_preload": "keeps data on a GPU",
