@@ -6,9 +6,10 @@ observations, the policy call and the action transfer, lifecycle operations and 
 The first epoch's syncs include the round's set-up before it (its envs are built, one host model each): built on
 their device, they upload nothing, so that too must not grow with the envs (built on the host and moved, each env's
 host and each germinated seed were uploaded one tensor at a time: 22 more syncs per env on a GPU). Syncs after the
-last mark (PPO update, final weight copies) are not per-epoch and are left out. The heuristic run germinates, advances, blends and prunes seeds in every env
-(checked), so per-env lifecycle paths run 1, 2 and 4 times per epoch. The PPO run adds the policy's
-`action_transfer` region. Measured on CPU: 4 syncs per epoch (heuristic), 6 (PPO), at every env count.
+last mark (PPO update, final weight copies) are not per-epoch and are left out. The heuristic run germinates,
+advances, blends and prunes seeds in every env (checked), so per-env lifecycle paths run 1, 2 and 4 times per epoch.
+The PPO run adds the policy's `action_transfer` region. Measured on CPU: 4 syncs per epoch (heuristic), 6 (PPO), at
+every env count.
 """
 
 from __future__ import annotations
