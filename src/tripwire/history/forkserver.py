@@ -1,14 +1,15 @@
 """A fork server for the history walk: torch and tripwire imported once per job, a forked child per commit.
 
 A cold commit spends about 2 s of its 3 s importing torch and tripwire in a fresh `python -P -m tripwire run`, and a
-child forked after torch alone still spent about 1.7 s on what every recording imports and computes whatever its tree
-(dynamo, sympy, the map of installed distributions). A `ForkServer` is one process, started with the walk's
-environment (the CPU pin and the one-thread settings set before torch is imported, as a worker's are) in a scratch
-folder, that imports torch and tripwire's recording code, runs `tripwire.outside.record.warm` for the rest, and then,
-for each commit, forks: the child detaches from the server's pipes, sends its output to the commit's `worker.log`,
-moves to its own scratch folder and runs exactly what the worker runs (`tripwire.outside.commands.run_main`, with the
-same arguments), then exits with its code. Nothing of a tree is ever imported by the server, so every child starts
-from the same state: the tree's modules are imported by the child alone and die with it.
+child forked after torch alone still spent about 1.7 s on what every recording imports and computes whatever its
+tree (the map of installed distributions, the sync hooks) and what most loops import themselves (dynamo, sympy:
+`PRELOADED`). A `ForkServer` is one process, started with the walk's environment (the CPU pin and the one-thread
+settings set before torch is imported, as a worker's are) in a scratch folder, that imports torch and tripwire's
+recording code, runs `tripwire.outside.record.warm` and `preload` for the rest, and then, for each commit, forks:
+the child detaches from the server's pipes, sends its output to the commit's `worker.log`, moves to its own scratch
+folder and runs exactly what the worker runs (`tripwire.outside.commands.run_main`, with the same arguments), then
+exits with its code. Nothing of a tree is ever imported by the server, so every child starts from the same state:
+the tree's modules are imported by the child alone and die with it.
 
 The protocol is one JSON line each way on the server's stdin and stdout: `{"argv", "cwd", "log"}` in, then
 `{"pid": child}` and `{"code": exit code}` out. A child that runs past the walk's timeout is killed by its process
@@ -19,6 +20,7 @@ start, the walk runs each commit in a fresh process as before.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import select
@@ -140,6 +142,20 @@ def _child(request: Mapping[str, Any]) -> None:
         os._exit(code)
 
 
+# The heavy parts of torch a loop imports itself: `torch.compile`, a `@torch.compiler.disable` at a module's top and
+# `torch.use_deterministic_algorithms` import dynamo and inductor's config (with sympy and triton, about 2 s of a 3 s
+# commit on esper-lite). They are torch's, never a tree's: imported once here, as every walk did until a recording
+# stopped importing them itself (a walk then cost 1.5x the CPU: docs/measurements.md, "The cost of a history walk").
+PRELOADED = ("torch._dynamo", "torch._inductor.config")
+
+
+def preload() -> None:
+    """Import `PRELOADED` in the server; one that fails to import here is left to fail in a child, as it would."""
+    for name in PRELOADED:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
 def serve() -> None:
     """The server's loop (see the module docstring)."""
     if os.environ.get(PIN_VARIABLE, "avx2") == "avx2":
@@ -152,6 +168,7 @@ def serve() -> None:
     from tripwire.outside.record import warm
 
     warm()  # what every child would import and compute first, whatever its tree
+    preload()  # what most loops import themselves, whatever their commit
 
     answers = sys.stdout
     requests = sys.stdin

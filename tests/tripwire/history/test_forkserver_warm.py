@@ -19,8 +19,11 @@ apply_portable_cpu_env()
 import torch
 import tripwire.outside.commands
 from tripwire.outside.record import warm
-if sys.argv[1] == "warm":
+if sys.argv[1] in ("warm", "preload"):
     warm()
+if sys.argv[1] == "preload":
+    from tripwire.history.forkserver import preload
+    preload()
 before = set(sys.modules)
 from tripwire.outside.commands import run_main
 code = run_main([sys.argv[2], "--root", sys.argv[3], "--out", sys.argv[4], "--closure"])
@@ -45,9 +48,27 @@ scenario = Scenario(name="warm", call="loop:train", regions=[Region("loop:train"
 """
 
 
-def _new_modules(tmp_path: Path, mode: str) -> list[str]:
+# A loop like esper-lite's or LeanRL's: a `@torch.compiler.disable` at a module's top imports dynamo and sympy.
+COMPILER_LOOP = """import torch
+
+
+@torch.compiler.disable
+def mean(values):
+    return values.mean()
+
+
+def train():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    loss = mean(model(torch.ones(2, 3)))
+    loss.backward()
+    return float(loss)
+"""
+
+
+def _new_modules(tmp_path: Path, mode: str, loop: str = LOOP) -> list[str]:
     (tmp_path / "tree").mkdir(exist_ok=True)
-    (tmp_path / "tree" / "loop.py").write_text(LOOP)
+    (tmp_path / "tree" / "loop.py").write_text(loop)
     (tmp_path / "scenario.py").write_text(SCENARIO)
     arguments = [mode, str(tmp_path / "scenario.py"), str(tmp_path / "tree"), str(tmp_path / f"out-{mode}")]
     done = subprocess.run(
@@ -72,3 +93,14 @@ def test_without_warm_the_same_recording_imports_the_hooks_but_never_dynamo(tmp_
     new = _new_modules(tmp_path, "cold")
     assert "tripwire.sync.hooks" in new and "torch.utils.serialization.config" in new
     assert not [name for name in new if name.startswith(("torch._dynamo", "torch._inductor", "sympy"))]
+
+
+def test_after_preload_a_loop_that_imports_the_compiler_imports_nothing_heavy(tmp_path: Path) -> None:
+    """A loop that names `torch.compiler` imports dynamo, inductor's config and sympy (about 2 s a commit on
+    esper-lite); the server's `preload()` pays that once. Without it (the mode "warm") every child paid it again, and a
+    walk cost 1.5x the CPU: this pair fails on that hazard."""
+    heavy_prefixes = ("torch._dynamo", "torch._inductor", "sympy")
+    cold = _new_modules(tmp_path, "warm", COMPILER_LOOP)
+    assert [name for name in cold if name.startswith(heavy_prefixes)], "the loop no longer imports the compiler"
+    warm = _new_modules(tmp_path, "preload", COMPILER_LOOP)
+    assert not [name for name in warm if name.startswith(heavy_prefixes)], warm
