@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -249,6 +250,7 @@ class ScenarioRun:
     compiles: CompileCounter = field(default_factory=CompileCounter)  # what torch.compile did
     # the determinism settings the run changed, each at its line (None: not watched, a run on torchrun ranks)
     settings: list[SettingChange] | None = None
+    wall_s: float = 0.0  # the run's wall time (ranks: from launch to the last rank's exit), for the clock check
 
     def count(self, event_type: str) -> int:
         return sum(1 for event in self.events if event["event_type"] == event_type)
@@ -313,10 +315,12 @@ def run_scenario(
         torch._dynamo.reset()  # each scenario compiles afresh, whatever ran before it in the session
         with SettingsWatch() as settings, CompileCounter() as compiles, SyncCounter() as counter:
             observer = TrajectoryProbe(recorder) if probe else None
+            started = time.perf_counter()
             run_training(config, controller=controller, hub=hub, probe=observer)
+            wall_s = time.perf_counter() - started
     hub.close()
     events = [event.to_json_dict() for event in backend.events]
-    return ScenarioRun(scenario, events, recorder.trajectory, counter, compiles, settings.changes)
+    return ScenarioRun(scenario, events, recorder.trajectory, counter, compiles, settings.changes, wall_s)
 
 
 @dataclass
@@ -325,6 +329,7 @@ class RankedScenario:
 
     scenario: GateScenario
     launch: RankLaunch
+    started: float = field(default_factory=time.perf_counter)
 
 
 def start_ranked(scenario: GateScenario, workdir: Path, *extra: str) -> RankedScenario:
@@ -340,7 +345,8 @@ def finish_ranked(ranked: RankedScenario) -> ScenarioRun:
     run = collect_ranks(ranked.launch)
     counter = SyncCounter()
     counter.events = run.sync_events
-    return ScenarioRun(ranked.scenario, run.events, run.trajectory, counter)
+    wall_s = time.perf_counter() - ranked.started
+    return ScenarioRun(ranked.scenario, run.events, run.trajectory, counter, wall_s=wall_s)
 
 
 def main(argv: Sequence[str]) -> int:

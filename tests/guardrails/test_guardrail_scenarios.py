@@ -107,6 +107,19 @@ def test_telemetry_payloads_match_golden(
         pytest.skip(outcome.detail)
 
 
+@pytest.mark.parametrize("scenario_run", NAMES, indirect=True, ids=NAMES)
+def test_wall_clock_fields_keep_their_unit(
+    scenario_run: ScenarioRun, tripwire_goldens: GoldenStore, gate_log: GateLog
+) -> None:
+    """The durations and rates the payload golden leaves out, each against the run's own wall time: a unit changed
+    (milliseconds into a `_s` field) moves a field by 1,000 where a machine moves field and run together."""
+    scenario = scenario_run.scenario.name
+    outcome = tripwire_goldens.check_clock(scenario, scenario_run.events, scenario_run.wall_s, WALL_CLOCK_FIELDS)
+    gate_log.add("telemetry clock", scenario, outcome.status, outcome.detail)
+    if outcome.status == "skipped":
+        pytest.skip(outcome.detail)
+
+
 def payload_difference(first: ScenarioRun, second: ScenarioRun, exclude: tuple[str, ...]) -> str | None:
     """How two runs' payload digests differ (the first differing event and field), or None when they do not."""
     context = first.trajectory.context

@@ -20,13 +20,14 @@ IMPORTS = "import contracts"
 BENCH = "bench A/B"
 STATIC_AUDIT = "static sync audit"
 TELEMETRY_PAYLOAD = "telemetry payload"
+CLOCK = "telemetry clock"  # a wall-clock field (duration, rate) against the run's wall time: its unit
 CONFIG = "config golden"
 LOADS_WITHOUT = "loads without"
 COMPILE_BUDGET = "compile budget"
 DETERMINISM = "determinism settings"  # a setting the run changed outside the trainer's determinism module
 EXERCISED = "changed-line coverage"  # a changed line no scenario ran (`nox -s guardrails -- --against REF`)
 NOTHING = "(nothing)"  # a control: a change that changes nothing, which no guardrail may fail
-SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD, COMPILE_BUDGET, DETERMINISM)
+SCENARIO_GUARDRAILS = (TELEMETRY, SYNC_BUDGET, TRAJECTORY, TELEMETRY_PAYLOAD, COMPILE_BUDGET, DETERMINISM, CLOCK)
 # Guardrails that necessarily fire beside another: a changed event stream (counts, order, schema) or changed
 # numerics (trajectory) change the digests of the event payloads too, so the payload golden firing with them is
 # expected, never the wrong guardrail; beside a sync-budget hazard it is (an extra `.item()` changes no value).
@@ -178,6 +179,34 @@ HAZARDS: tuple[Hazard, ...] = (
             ),
         ),
         DETERMINISM,
+        "a_baseline",
+    ),
+    Hazard(
+        "round_time_in_milliseconds",
+        "the round's train time handed on in milliseconds, into `train_time_s` (the `/ 1000.0` lost when the timer "
+        "moved): the payload golden leaves wall-clock fields out, so nothing the gate kept changed",
+        (
+            Edit(
+                TRAINER,
+                "        summary = self.summarize(outcomes, round_idx, sum(epoch_ms) / 1000.0)\n",
+                "        summary = self.summarize(outcomes, round_idx, sum(epoch_ms))\n",
+            ),
+        ),
+        CLOCK,
+        "a_baseline",
+    ),
+    Hazard(
+        "update_time_in_seconds",
+        "the PPO update's duration written in seconds into `update_time_ms` (the `* 1000.0` dropped): a smaller "
+        "number no bound on the run's length can catch, only its scale against the run's wall time",
+        (
+            Edit(
+                "src/esper/simic/agent/ppo.py",
+                "            update_time_ms=(time.perf_counter() - start) * 1000.0,\n",
+                "            update_time_ms=time.perf_counter() - start,\n",
+            ),
+        ),
+        CLOCK,
         "a_baseline",
     ),
     Hazard(

@@ -8,8 +8,9 @@ own copy of tripwire are what runs):
 
 `check` writes `{"fired": {guardrail: first line of its failure}}` for the guardrails that failed, using the
 gate's own code: `GoldenStore.check_sync_budget`, `GoldenStore.check_compile_budget` (what torch.compile did),
-`GoldenStore.check_trajectory`, `GoldenStore.check_payloads`, `tripwire.telemetry.counts.diff_counts` (event counts,
-order and payload schema) and `guardrail_scenarios.stray_settings` (determinism settings the run changed).
+`GoldenStore.check_trajectory`, `GoldenStore.check_payloads`, `GoldenStore.check_clock` (the wall-clock fields'
+units), `tripwire.telemetry.counts.diff_counts` (event counts, order and payload schema) and
+`guardrail_scenarios.stray_settings` (determinism settings the run changed).
 Goldens are recorded from the clean copy on the same machine, so the catalogue holds in any determinism context.
 """
 
@@ -26,6 +27,7 @@ TRAJECTORY = "trajectory"
 TELEMETRY_PAYLOAD = "telemetry payload"
 COMPILE_BUDGET = "compile budget"
 DETERMINISM = "determinism settings"
+CLOCK = "telemetry clock"
 
 
 def load_scenario(tree: Path, name: str) -> Any:
@@ -45,6 +47,7 @@ def main(argv: list[str]) -> int:
     scenarios, scenario = load_scenario(tree_path, name)
     from tripwire.common.errors import CompileBudgetExceeded, SyncBudgetExceeded, TrajectoryDivergence
     from tripwire.gates.goldens import GoldenStore
+    from tripwire.telemetry.clock import ClockUnitChanged
     from tripwire.telemetry.counts import diff_counts, reduce_events
     from tripwire.telemetry.payloads import PayloadDivergence
 
@@ -61,6 +64,7 @@ def main(argv: list[str]) -> int:
         store.check_compile_budget(name, run.compiles, run.trajectory.context)
         store.check_trajectory(name, run.trajectory)
         store.check_payloads(name, run.events, run.trajectory.context, exclude=scenarios.PAYLOAD_EXCLUDED)
+        store.check_clock(name, run.events, run.wall_s, scenarios.WALL_CLOCK_FIELDS)
         return 0
     fired: dict[str, str] = {}
     changes = diff_counts(json.loads(counts_file.read_text(encoding="utf-8")), counts)
@@ -91,6 +95,10 @@ def main(argv: list[str]) -> int:
         store.check_payloads(name, run.events, run.trajectory.context, exclude=scenarios.PAYLOAD_EXCLUDED)
     except PayloadDivergence as error:
         fired[TELEMETRY_PAYLOAD] = str(error).splitlines()[0]
+    try:
+        store.check_clock(name, run.events, run.wall_s, scenarios.WALL_CLOCK_FIELDS)
+    except ClockUnitChanged as error:
+        fired[CLOCK] = str(error).splitlines()[0][:300]
     stray = scenarios.stray_settings(run)
     if stray:
         fired[DETERMINISM] = "; ".join(change.format() for change in stray)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from catalogue import (
     BENCH,
+    CLOCK,
     COMPILE_BUDGET,
     CONFIG,
     DETERMINISM,
@@ -58,7 +59,7 @@ def test_an_ambiguous_anchor_is_refused(tmp_path: Path) -> None:
 
 def test_the_catalogue_exercises_every_guardrail() -> None:
     expected = {TELEMETRY, SYNC_BUDGET, TRAJECTORY, IMPORTS, STATIC_AUDIT, CONFIG, LOADS_WITHOUT, BENCH, COMPILE_BUDGET}
-    expected |= {EXERCISED, NOTHING, DETERMINISM}  # a changed line no scenario ran; controls; a determinism setting
+    expected |= {EXERCISED, NOTHING, DETERMINISM, CLOCK}  # a changed line no scenario ran; controls; a setting; a unit
     assert {hazard.expected for hazard in HAZARDS} == expected
     assert len(set(IDS)) == len(IDS)
 

@@ -7,6 +7,7 @@ Layout (every file is reviewed in diffs):
     baselines/compile_budgets/<scenario>.json              what torch.compile may do, per region and line, alike
     baselines/trajectories/<scenario>/<context key>.json   trajectory digests, one file per determinism context
     baselines/payloads/<scenario>/<context key>.json       telemetry payload digests, one checkpoint per event
+    baselines/clock/<scenario>.json                        wall-clock fields' scales against the run's wall time
 
 Trajectory and payload goldens are keyed by determinism context (`tripwire.common.context`): a machine whose context
 has no golden SKIPS the comparison with the differing settings as the reason, instead of failing falsely. A store
@@ -17,6 +18,7 @@ Updating is explicit (`pytest --tripwire-update`, or the project's own command) 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +32,22 @@ from tripwire.common.errors import (
     NoGoldenApplies,
     SyncBudgetExceeded,
     against_command,
+    read_golden_json,
     update_command,
 )
+from tripwire.common.files import write_text
 from tripwire.sync.budget import BudgetReport, SyncBudget, check_budget, write_budget
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.log import EventLog
 from tripwire.sync.sites import callers_by_line, lines_by_key
+from tripwire.telemetry.clock import (
+    DEFAULT_BAND,
+    ClockUnitChanged,
+    clock_differences,
+    clock_fields,
+    clock_golden,
+    outlasting,
+)
 from tripwire.telemetry.payloads import DEFAULT_EXCLUDED, check_payloads, payload_trajectory
 
 
@@ -71,6 +83,9 @@ class GoldenStore:
 
     def payloads_dir(self, scenario: str) -> Path:
         return self.root / "payloads" / scenario
+
+    def clock_path(self, scenario: str) -> Path:
+        return self.root / "clock" / f"{scenario}.json"
 
     def _shown(self, path: Path) -> str:
         """`path` relative to the baselines directory's parent (the repository root), for messages."""
@@ -165,6 +180,38 @@ class GoldenStore:
             return self.no_golden("telemetry payload", scenario, self._missing_reason(folder, context, "payload"))
         check_payloads(Trajectory.load(path), recorded, source=self._shown(path))
         return GoldenOutcome("passed", f"{len(recorded)} events, every payload field bitwise equal")
+
+    def check_clock(
+        self,
+        scenario: str,
+        events: Iterable[Mapping[str, Any]],
+        wall_s: float,
+        fields: Sequence[str],
+        *,
+        band: float = DEFAULT_BAND,
+    ) -> GoldenOutcome:
+        """The wall-clock fields `fields` select (durations, rates) against the run's `wall_s`
+        (`tripwire.telemetry.clock`): a duration that outlasts the run fails with or without a golden (and is never
+        written into one), and a field whose scale moved by more than `band` either way fails against the golden.
+        Not keyed by determinism context: a field's unit does not depend on the machine's numerics."""
+        found = clock_fields(events, wall_s, fields)
+        path = self.clock_path(scenario)
+        problems = outlasting(found, wall_s)
+        if problems:
+            raise ClockUnitChanged(f"scenario {scenario!r}: " + "; ".join(problems))
+        if self.update:
+            write_text(path, json.dumps(clock_golden(found, wall_s, band), indent=2, sort_keys=True) + "\n")
+            return GoldenOutcome("updated", f"wrote {self._shown(path)}")
+        if not path.exists():
+            return self.no_golden("telemetry clock", scenario, f"no clock golden {self._shown(path)}: {_update()}")
+        golden = read_golden_json(path, f"clock golden does not exist ({_update()})")
+        if not isinstance(golden, Mapping) or not isinstance(golden.get("fields"), Mapping):
+            raise GoldenFileError(f"{self._shown(path)}: not a clock golden (no 'fields' object): {_update()}")
+        problems = clock_differences(golden, found, wall_s)
+        if problems:
+            raise ClockUnitChanged(f"scenario {scenario!r} ({self._shown(path)}): " + "; ".join(problems))
+        within = f"x/{golden.get('band', band):g}"
+        return GoldenOutcome("passed", f"{len(found)} wall-clock fields within {within} of their scale")
 
     def no_golden(self, check: str, scenario: str, reason: str) -> GoldenOutcome:
         """A `skipped` outcome with `reason`; with `require`, a one-line `NoGoldenApplies` failure instead."""

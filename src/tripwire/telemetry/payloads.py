@@ -61,7 +61,7 @@ def _leaves(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def _event_fields(event: Mapping[str, Any]) -> dict[str, Any]:
+def event_fields(event: Mapping[str, Any]) -> dict[str, Any]:
     """An event's leaves by dotted path (see `_leaves`): what digests, values and exclude patterns read."""
     fields: dict[str, Any] = {}
     for key, value in event.items():
@@ -83,7 +83,7 @@ def payload_digests(
     detail_keys: Sequence[str] = DEFAULT_DETAIL_KEYS,
 ) -> dict[str, str]:
     """`{dotted field path: digest}` of one event's values, excluded fields left out."""
-    fields = _event_fields(event)
+    fields = event_fields(event)
     patterns = patterns_for(event_label(event, detail_keys), exclude)
     return {path: value_digest(value) for path, value in fields.items() if not excluded(path, patterns)}
 
@@ -121,7 +121,7 @@ def payload_values(
     a logged Python float is counted in float32 ULPs, the precision of the tensor it usually came from)."""
     values: dict[str, dict[str, torch.Tensor]] = {}
     for position, event in enumerate(events, start=1):
-        fields = _event_fields(event)
+        fields = event_fields(event)
         patterns = patterns_for(event_label(event, detail_keys), exclude)
         kept = {
             path: tensor
@@ -140,7 +140,7 @@ def unmatched_patterns(events: Iterable[Mapping[str, Any]], exclude: Sequence[st
     for event in events:
         if not waiting:
             break
-        fields = _event_fields(event)
+        fields = event_fields(event)
         label = event_label(event)
         waiting = [
             pattern for pattern in waiting if not any(excluded(path, patterns_for(label, [pattern])) for path in fields)

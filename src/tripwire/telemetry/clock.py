@@ -1,0 +1,158 @@
+"""Wall-clock fields of telemetry (durations, rates) checked against the wall clock the run really took.
+
+Payload goldens leave a loop's durations and rates out: they differ between two runs of the same seed. So a unit
+written wrong (milliseconds into a `train_time_s`, `perf_counter_ns()` where milliseconds were, a rate per
+millisecond) changed no digest, no count and no schema, and passed. Such a field is checked on another scale instead:
+
+- **Its scale against the run's wall clock is golden.** A field's scale is the log10 of its median value over the run
+  divided by the run's wall time in seconds (a duration), or multiplied by it (a rate: its name ends in `_per_s`,
+  `fps`, `sps`, `_hz`: `RATE_NAMES`). A slower or faster machine moves a field and the wall clock together, a unit
+  error moves the field alone, by 60 (minutes), 1,000 (milli) or more. A later run passes when every field is within
+  a factor `band` (default 30) of its golden scale, either way.
+- **A duration whose name says its unit is never longer than the run** (`_s`, `_ms`, `_us`, `_ns`, `_seconds`,
+  `_min`: `UNITS`), with or without a golden: seconds written into a `_ms` field pass it, milliseconds into a `_s`
+  field do not.
+
+Fields are chosen by the same patterns as a payload's exclusions (`tripwire.telemetry.payloads.excluded`, with
+`LABEL::PATH`), and named `LABEL::PATH` (`BATCH_EPOCH_COMPLETED::data.train_time_s`); only numbers count (a bool, a
+string or a list is not a clock reading). A failure (`ClockUnitChanged`) names the field, how far it moved and its
+median in a run of so many seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from tripwire.common.errors import GuardrailFailure
+from tripwire.telemetry.counts import DEFAULT_DETAIL_KEYS, event_label
+from tripwire.telemetry.payloads import event_fields, excluded, patterns_for
+
+DEFAULT_BAND = 30.0  # a factor either way: a day's or a machine's drift is far inside it, milli- is far outside
+RATE_NAMES = ("*_per_s", "*_per_sec", "*_per_second", "*fps", "*sps", "*_hz")  # the field name's last part
+# A duration's unit by the end of its name: seconds per unit
+UNITS = {
+    "_ns": 1e-9,
+    "_us": 1e-6,
+    "_ms": 1e-3,
+    "_s": 1.0,
+    "_sec": 1.0,
+    "_secs": 1.0,
+    "_seconds": 1.0,
+    "_min": 60.0,
+    "_mins": 60.0,
+    "_minutes": 60.0,
+}
+
+
+class ClockUnitChanged(GuardrailFailure):
+    """A wall-clock field moved against the run's wall clock by more than the band, or outlasted the run."""
+
+
+@dataclass(frozen=True)
+class ClockField:
+    """One wall-clock field over a run: its kind, how many readings, their median and its scale (module docstring)."""
+
+    key: str  # LABEL::PATH
+    kind: str  # "duration" or "rate"
+    count: int
+    median: float
+    scale: float | None  # log10; None when no reading was positive
+    longest_s: float | None  # the longest reading in seconds, for a duration whose name says its unit
+
+    def to_json(self) -> dict[str, Any]:
+        """Rounded for reading in a diff: a scale to 0.001 (0.2 %), a median to 4 significant digits."""
+        scale = None if self.scale is None else round(self.scale, 3)
+        return {"kind": self.kind, "count": self.count, "median": float(f"{self.median:.4g}"), "scale": scale}
+
+
+def kind_of(path: str) -> str:
+    """`rate` when the field's last name part reads as a rate (`RATE_NAMES`), else `duration`."""
+    name = path.rsplit(".", 1)[-1].lower()
+    return "rate" if any(fnmatchcase(name, pattern) for pattern in RATE_NAMES) else "duration"
+
+
+def seconds_per_unit(path: str) -> float | None:
+    """Seconds per unit of a duration whose name says its unit (`step_time_ms` -> 0.001), None when it does not."""
+    name = path.rsplit(".", 1)[-1].lower()
+    found = [suffix for suffix in UNITS if name.endswith(suffix)]
+    return UNITS[max(found, key=len)] if found else None
+
+
+def clock_fields(
+    events: Iterable[Mapping[str, Any]],
+    wall_s: float,
+    fields: Sequence[str],
+    *,
+    detail_keys: Sequence[str] = DEFAULT_DETAIL_KEYS,
+) -> dict[str, ClockField]:
+    """Every numeric field the `fields` patterns select, over the whole run of `wall_s` seconds, by `LABEL::PATH`."""
+    if not (wall_s > 0 and math.isfinite(wall_s)):
+        raise ValueError(f"the run's wall time must be a positive number of seconds, not {wall_s!r}")
+    readings: dict[str, list[float]] = {}
+    for event in events:
+        label = event_label(event, detail_keys)
+        patterns = patterns_for(label, fields)
+        for path, value in event_fields(event).items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not excluded(path, patterns):
+                continue
+            if math.isfinite(value):
+                readings.setdefault(f"{label}::{path}", []).append(float(value))
+    found = {}
+    for key, values in sorted(readings.items()):
+        path = key.split("::", 1)[1]
+        kind = kind_of(path)
+        median = statistics.median(values)
+        scale = None
+        if median > 0:
+            scale = math.log10(median / wall_s if kind == "duration" else median * wall_s)
+        unit = seconds_per_unit(path) if kind == "duration" else None
+        longest = max(values) * unit if unit is not None else None
+        found[key] = ClockField(key, kind, len(values), median, scale, longest)
+    return found
+
+
+def outlasting(found: Mapping[str, ClockField], wall_s: float) -> list[str]:
+    """One line per duration, its unit read from its name, longer than the whole run."""
+    return [
+        f"{field.key}: {field.longest_s:.4g} s read in its name's unit, in a run of {wall_s:.3g} s: a duration cannot "
+        "outlast the run; is the value in another unit than its name says?"
+        for field in found.values()
+        if field.longest_s is not None and field.longest_s > wall_s * 1.05 + 0.05
+    ]
+
+
+def clock_golden(found: Mapping[str, ClockField], wall_s: float, band: float = DEFAULT_BAND) -> dict[str, Any]:
+    """The golden form: the run's wall time, the band and each field's kind, count, median and scale."""
+    fields = {key: field.to_json() for key, field in found.items()}
+    return {"wall_s": round(wall_s, 2), "band": band, "fields": fields}
+
+
+def clock_differences(golden: Mapping[str, Any], found: Mapping[str, ClockField], wall_s: float) -> list[str]:
+    """One line per field whose scale moved by more than the golden's band (module docstring); a field the golden
+    lacks or that is gone is left to the schema golden, which names it."""
+    band = float(golden.get("band", DEFAULT_BAND))
+    lines = []
+    for key, recorded in dict(golden.get("fields", {})).items():
+        field = found.get(key)
+        if field is None:
+            continue
+        before = recorded.get("scale")
+        if (before is None) != (field.scale is None):
+            was = "never positive" if before is None else "positive"
+            lines.append(f"{key}: was {was} in its golden, now its median is {field.median:.4g}")
+            continue
+        if before is None or field.scale is None or abs(field.scale - before) <= math.log10(band):
+            continue
+        factor = 10 ** abs(field.scale - before)
+        way = "larger" if field.scale > before else "smaller"
+        lines.append(
+            f"{key}: {factor:.3g}x {way} against the run's wall clock than its golden ({field.kind}, median "
+            f"{field.median:.4g} in a run of {wall_s:.3g} s; golden median {recorded.get('median', float('nan')):.4g} "
+            f"in {golden.get('wall_s', float('nan')):.3g} s; band x/{band:g}): was its unit changed?"
+        )
+    return lines

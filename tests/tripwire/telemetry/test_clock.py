@@ -1,0 +1,95 @@
+"""Wall-clock fields against the run's wall time (`tripwire.telemetry.clock`, `GoldenStore.check_clock`): a unit
+changed in either direction fails, a machine twice as slow does not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tripwire.common.errors import GoldenFileError, NoGoldenApplies
+from tripwire.gates.goldens import GoldenStore
+from tripwire.telemetry.clock import (
+    ClockUnitChanged,
+    clock_differences,
+    clock_fields,
+    clock_golden,
+    kind_of,
+    outlasting,
+    seconds_per_unit,
+)
+
+FIELDS = ("data.step_time_ms", "data.train_time_s", "data.fps", "STATS::data.elapsed")
+
+
+def run(step_ms: float = 50.0, train_s: float = 0.25, fps: float = 20.0, elapsed: float = 0.3) -> list[dict[str, Any]]:
+    """Five epochs of a small loop's events, as a loop of `wall_s` 1 s reports them."""
+    epochs = [{"event_type": "EPOCH", "env_id": 0, "data": {"step_time_ms": step_ms, "fps": fps}} for _ in range(5)]
+    end = {"event_type": "ROUND", "data": {"train_time_s": train_s, "flag": True, "name": "x", "steps": [1, 2]}}
+    stats = {"event_type": "STATS", "data": {"elapsed": elapsed}}
+    other = {"event_type": "OTHER", "data": {"elapsed": 1e9}}  # `STATS::` scopes `elapsed` to STATS events
+    return [*epochs, end, stats, other]
+
+
+def test_fields_are_named_by_label_and_path_and_read_by_kind() -> None:
+    found = clock_fields(run(), 1.0, FIELDS)
+    assert sorted(found) == [
+        "EPOCH::data.fps",
+        "EPOCH::data.step_time_ms",
+        "ROUND::data.train_time_s",
+        "STATS::data.elapsed",
+    ]
+    step = found["EPOCH::data.step_time_ms"]
+    assert (step.kind, step.count, step.median) == ("duration", 5, 50.0)
+    assert step.scale == pytest.approx(1.69897, abs=1e-4)  # 50 / 1 s
+    assert step.longest_s == pytest.approx(0.05)
+    assert found["EPOCH::data.fps"].kind == "rate" and found["STATS::data.elapsed"].longest_s is None
+    assert kind_of("data.env_epochs_per_s") == kind_of("data.SPS") == "rate"
+    assert kind_of("data.update_time_ms") == "duration"
+    assert seconds_per_unit("data.update_time_ms") == 1e-3 and seconds_per_unit("data.elapsed_seconds") == 1.0
+    assert seconds_per_unit("data.round_min") == 60.0 and seconds_per_unit("data.elapsed") is None
+
+
+def test_a_slower_machine_passes_and_a_unit_changed_either_way_fails() -> None:
+    golden = clock_golden(clock_fields(run(), 1.0, FIELDS), 1.0)
+    slower = clock_fields(run(step_ms=100.0, train_s=0.5, fps=10.0, elapsed=0.6), 2.0, FIELDS)
+    assert clock_differences(golden, slower, 2.0) == []
+    milliseconds = clock_fields(run(train_s=250.0), 1.0, FIELDS)
+    (line,) = clock_differences(golden, milliseconds, 1.0)
+    assert line.startswith("ROUND::data.train_time_s: 1e+03x larger") and "was its unit changed?" in line
+    seconds = clock_fields(run(step_ms=0.05), 1.0, FIELDS)
+    (line,) = clock_differences(golden, seconds, 1.0)
+    assert line.startswith("EPOCH::data.step_time_ms: 1e+03x smaller")
+    per_ms = clock_fields(run(fps=0.02), 1.0, FIELDS)
+    assert [line.split(": ")[0] for line in clock_differences(golden, per_ms, 1.0)] == ["EPOCH::data.fps"]
+    zero = clock_fields(run(fps=0.0), 1.0, FIELDS)
+    assert clock_differences(golden, zero, 1.0) == ["EPOCH::data.fps: was positive in its golden, now its median is 0"]
+
+
+def test_a_duration_longer_than_the_run_fails_without_a_golden() -> None:
+    assert outlasting(clock_fields(run(), 1.0, FIELDS), 1.0) == []
+    (line,) = outlasting(clock_fields(run(train_s=250.0), 1.0, FIELDS), 1.0)
+    assert line.startswith("ROUND::data.train_time_s: 250 s read in its name's unit, in a run of 1 s")
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        clock_fields(run(), 0.0, FIELDS)
+
+
+def test_the_golden_store_records_checks_and_refuses(tmp_path: Path) -> None:
+    GoldenStore(tmp_path, update=True).check_clock("s", run(), 1.0, FIELDS)
+    written = json.loads((tmp_path / "clock" / "s.json").read_text(encoding="utf-8"))
+    assert written["band"] == 30.0 and written["fields"]["EPOCH::data.step_time_ms"]["scale"] == 1.699
+    outcome = GoldenStore(tmp_path).check_clock("s", run(step_ms=80.0), 1.3, FIELDS)
+    assert outcome.status == "passed" and outcome.detail == "4 wall-clock fields within x/30 of their scale"
+    with pytest.raises(ClockUnitChanged, match=r"clock/s.json\): EPOCH::data.step_time_ms: 1e\+03x smaller"):
+        GoldenStore(tmp_path).check_clock("s", run(step_ms=0.05), 1.0, FIELDS)
+    with pytest.raises(ClockUnitChanged, match="cannot outlast the run"):  # never written into a golden either
+        GoldenStore(tmp_path, update=True).check_clock("s", run(train_s=250.0), 1.0, FIELDS)
+    assert json.loads((tmp_path / "clock" / "s.json").read_text(encoding="utf-8")) == written
+    assert GoldenStore(tmp_path).check_clock("other", run(), 1.0, FIELDS).status == "skipped"
+    with pytest.raises(NoGoldenApplies, match="telemetry clock golden for 'other'"):
+        GoldenStore(tmp_path, require=True).check_clock("other", run(), 1.0, FIELDS)
+    (tmp_path / "clock" / "bad.json").write_text("[]", encoding="utf-8")
+    with pytest.raises(GoldenFileError, match="not a clock golden"):
+        GoldenStore(tmp_path).check_clock("bad", run(), 1.0, FIELDS)
