@@ -23,7 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from tripwire.common.errors import GoldenFileError
+from tripwire.common.errors import GoldenFileError, read_golden_json
+from tripwire.common.files import write_text
+from tripwire.gates.goldens import GoldenStore
+from tripwire.gates.loads_seen import check_seen, golden_of, golden_text, observe, read_golden, source_modules
 from tripwire.gates.loads_without import check_loads_without, declared_in, read_promises
 from tripwire.gates.pytest_plugin import GateLog
 
@@ -208,6 +211,33 @@ def test_every_declared_module_loads_without_its_packages(
     gate_log.add("loads without", f"{len(declared)} modules", "FAILED" if broken else "passed", detail)
     assert not broken, f"{len(broken)} broken promise(s):\n" + "\n".join(broken)
     assert {"esper.simic.training.config", "esper.leyline", "esper.nissa", "esper.scripts.train"} <= set(declared)
+
+
+SEEN_GOLDEN = "loads_seen.json"  # under the baselines folder
+
+
+def test_every_module_loads_without_what_it_was_seen_to(
+    tripwire_goldens: GoldenStore, gate_log: GateLog, pytestconfig: pytest.Config
+) -> None:
+    """A promise kept by behaviour, however it is worded (or not worded): every module that loaded without torch,
+    torchvision or numpy when the golden was recorded still does (`tripwire.gates.loads_seen`). A refactor that adds
+    `import torch` to a module whose docstring says "needs nothing of the tensor library" fails here, at that line."""
+    path = tripwire_goldens.root / SEEN_GOLDEN
+    start = time.perf_counter()
+    if tripwire_goldens.update:
+        seen = observe(source_modules(SRC, SOURCE_PACKAGES), HEAVY, SRC)
+        write_text(path, golden_text(golden_of(seen, HEAVY)))
+        gate_log.add("loads seen", f"{len(seen)} modules", "updated", f"wrote {path.name}")
+        return
+    if pytestconfig.getoption("tripwire_against", "") and not path.exists():
+        path = ROOT / "baselines" / SEEN_GOLDEN  # the base recorded none: what the committed golden saw applies
+    golden = read_golden(read_golden_json(path, "no loads-seen golden: record it with `nox -s baselines`"), str(path))
+    failures, notes = check_seen(golden, SRC, source=f"baselines/{SEEN_GOLDEN}")
+    seconds = time.perf_counter() - start
+    detail = failures[0] if failures else f"{len(golden)} modules, {seconds:.1f} s" + "".join(f"; {n}" for n in notes)
+    gate_log.add("loads seen", f"{len(golden)} modules", "FAILED" if failures else "passed", detail)
+    assert not failures, f"{len(failures)} module(s) load what they loaded without:\n" + "\n".join(failures)
+    assert "esper.leyline.tasks" in golden and "tripwire.sync.budget" in golden  # light today, declared or not
 
 
 def test_every_promise_in_a_docstring_or_comment_is_declared(declared: dict[str, tuple[str, ...]]) -> None:

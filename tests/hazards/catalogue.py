@@ -417,6 +417,26 @@ HAZARDS: tuple[Hazard, ...] = (
         "config",
     ),
     Hazard(
+        "torch_free_promise_worded_otherwise",
+        '`import torch` added to the sync-budget reader, whose docstring words its promise as no check reads it ("it '
+        'needs nothing of the tensor library") and which no declared module imports: every declared promise holds',
+        (
+            Edit(
+                "src/tripwire/sync/budget.py",
+                '"""Sync budgets: committed per-region sync counts, checked against a `SyncCounter`\'s counts.\n',
+                '"""Sync budgets: committed per-region sync counts, checked against a `SyncCounter`\'s counts '
+                "(it needs nothing of the tensor library).\n",
+            ),
+            Edit(
+                "src/tripwire/sync/budget.py",
+                "from __future__ import annotations\n\nimport json\n",
+                "from __future__ import annotations\n\nimport json\n\nimport torch  # noqa: F401\n",
+            ),
+        ),
+        LOADS_WITHOUT,
+        "loads-without",
+    ),
+    Hazard(
         "torch_imported_by_config",
         "`import torch` at the top of the training config module, whose docstring promises it loads without torch",
         (

@@ -137,10 +137,16 @@ def run_config(clean: Path, tree: Path) -> dict[str, str]:
 
 
 def run_loads_without(tree: Path) -> dict[str, str]:
-    """The declared "loads without" promises (the copy's pyproject.toml), each imported from the copy's src/."""
+    """The declared "loads without" promises (the copy's pyproject.toml), then what each module was seen to load
+    without (the copy's baselines/loads_seen.json), each imported from the copy's src/."""
+    from tripwire.common.errors import read_golden_json
+    from tripwire.gates.loads_seen import check_seen, read_golden
     from tripwire.gates.loads_without import check_loads_without, read_promises
 
     broken = check_loads_without(read_promises(tree / "pyproject.toml"), tree / "src")
+    if not broken:
+        path = tree / "baselines" / "loads_seen.json"
+        broken, _ = check_seen(read_golden(read_golden_json(path, f"{path} is missing"), str(path)), tree / "src")
     return {LOADS_WITHOUT: broken[0]} if broken else {}
 
 

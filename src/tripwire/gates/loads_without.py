@@ -177,33 +177,46 @@ def check_loads_without(
     return [line for line in lines if line]
 
 
+def probe_module(
+    module: str, packages: Sequence[str], root: Path | None, env: Mapping[str, str], timeout: float
+) -> dict[str, Any] | str:
+    """Import `module` in a fresh interpreter that refuses `packages` (`PROBE`): its report, `{}` when it loaded
+    without them, `{"loaded": package, "where": frame}` or `{"error": ...}`; a string when it could not be checked."""
+    command = [sys.executable, "-P", "-c", PROBE, module, ",".join(packages), str(root or "")]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=dict(env), cwd=root, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"importing it took over {timeout:g} s"
+    reports = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
+    if not reports:
+        last = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        return f"its interpreter exited with {done.returncode} ({last[0]})"
+    result: dict[str, Any] = json.loads(reports[-1].removeprefix(MARKER))
+    return result
+
+
 def _probe(
     module: str, packages: tuple[str, ...], root: Path | None, env: dict[str, str], timeout: float, source: str
 ) -> str | None:
     suffix = f"; its promise is declared in {source}"
-    command = [sys.executable, "-P", "-c", PROBE, module, ",".join(packages), str(root or "")]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return f"{module} could not be checked: importing it took over {timeout:g} s{suffix}"
-    reports = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
-    if not reports:
-        last = done.stderr.strip().splitlines()[-1:] or ["no output"]
-        return f"{module} could not be checked: its interpreter exited with {done.returncode} ({last[0]}){suffix}"
-    result: dict[str, Any] = json.loads(reports[-1].removeprefix(MARKER))
+    result = probe_module(module, packages, root, env, timeout)
+    if isinstance(result, str):
+        return f"{module} could not be checked: {result}{suffix}"
     if "loaded" in result:
         if result.get("early"):
             at = "already loaded when the interpreter started, before the import"
         else:
-            at = _frame(result["where"], root) or "no project frame on the import stack"
+            at = frame_text(result["where"], root) or "no project frame on the import stack"
         return f"{module} loads {result['loaded']} ({at}){suffix}"
     if "error" in result:
-        frame = _frame(result["where"], root)
+        frame = frame_text(result["where"], root)
         return f"{module} fails to import: {_one_line(result['error'])}{f' ({frame})' if frame else ''}{suffix}"
     return None
 
 
-def _frame(frame: list[Any] | None, root: Path | None) -> str | None:
+def frame_text(frame: list[Any] | None, root: Path | None) -> str | None:
     """`src/pkg/mod.py:12: import torch` for a probe's [filename, line, source]."""
     if not frame:
         return None
