@@ -138,6 +138,7 @@ AGAINST_RECORD_PATHS = (
     "tests/guardrails/test_guardrail_scenarios.py",
     "tests/guardrails/test_guardrail_static_audit.py",
     "tests/guardrails/test_guardrail_config.py",
+    "tests/guardrails/test_guardrail_loads_without.py",
 )
 
 
@@ -228,23 +229,26 @@ def _record_base(session: nox.Session, ref: str) -> list[str]:
         "CI": "",  # the base writes scratch goldens, never committed ones
         "TRIPWIRE_KEEP_VALUES": "1",  # values beside the scratch goldens: a divergence then says how big it is
     }
-    run_in_env(
-        session,
-        "python",
-        "-m",
-        "pytest",
-        "-q",
-        "--tb=short",
-        "-p",
-        "no:cacheprovider",
-        f"--rootdir={tree}",
-        "-o",
-        f"tripwire_baselines={goldens}",
-        "--snapshot-update",
-        "--tripwire-update",
-        *[str(tree / path) for path in paths],
-        env=env,
-    )
+    # From the base's own root: a sync site is named relative to the working folder, so recorded from here every base
+    # site would read `build/against/<sha>/src/...` and every unchanged line of the head MOVED from there.
+    with session.chdir(tree):
+        run_in_env(
+            session,
+            "python",
+            "-m",
+            "pytest",
+            "-q",
+            "--tb=short",
+            "-p",
+            "no:cacheprovider",
+            f"--rootdir={tree}",
+            "-o",
+            f"tripwire_baselines={goldens}",
+            "--snapshot-update",
+            "--tripwire-update",
+            *[str(tree / path) for path in paths],
+            env=env,
+        )
     return ["-o", f"tripwire_baselines={goldens}", f"--tripwire-against={ref}"]
 
 

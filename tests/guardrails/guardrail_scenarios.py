@@ -37,6 +37,9 @@ from tripwire.sync import ignore_syncs
 from tripwire.sync.counter import SyncCounter
 from tripwire.telemetry.payloads import DEFAULT_EXCLUDED
 
+# Call sites are named relative to the tree's root, wherever the run starts: a base tree recorded for `--against` from
+# another folder would otherwise name every site `build/against/<sha>/src/...`, and every unchanged line MOVED.
+TREE_ROOT = Path(__file__).resolve().parents[2]
 LIFECYCLE = ("heuristic", "--task", "cifar_baseline", "--envs", "4", "--slots", "r0c0", "r0c1", "r0c2")
 ROUND_END = "ANALYTICS_SNAPSHOT:throughput"  # esper's last per-round event (pyproject's tripwire_round_end too)
 HOT_REGIONS = ("train_pass", "fused_validation", "epoch_transfer", "action_transfer")  # budgeted even at 0
@@ -313,7 +316,11 @@ def run_scenario(
         if recorder is None:  # never `recorder or ...`: an empty recorder is falsy (it has a length)
             recorder = TrajectoryRecorder(context=capture_context(config.device))
         torch._dynamo.reset()  # each scenario compiles afresh, whatever ran before it in the session
-        with SettingsWatch() as settings, CompileCounter() as compiles, SyncCounter() as counter:
+        with (
+            SettingsWatch() as settings,
+            CompileCounter(root=TREE_ROOT) as compiles,
+            SyncCounter(root=TREE_ROOT) as counter,
+        ):
             observer = TrajectoryProbe(recorder) if probe else None
             started = time.perf_counter()
             run_training(config, controller=controller, hub=hub, probe=observer)
