@@ -8,9 +8,11 @@
 | context | the determinism contexts match (a note, not a failure) | `torch_build: 'cpu' -> 'cuda 13.0' (...)` |
 | trajectory | every checkpoint is bitwise equal | `low-bit drift at #5 'Adam.step#1': max |Δ| 2.4e-09 = 3 ULP` |
 | syncs | every region and call site syncs as often | `NEW update ppo.py:264 in main ×3 [item] `v.item()`` |
-| compile | torch.compile breaks, recompiles, compiles as often, at the same lines | `NEW 'update' ppo.py:88 ...
-[compile:graph_break]` | | telemetry | event counts, order and payload schema match | `SEED_PRUNED: 1 -> 0 (-1)` | |
-payloads | every event payload field is bitwise equal | `telemetry payload diverged at event 3 of 22 ...` |
+| compile | torch.compile breaks, recompiles, compiles as often, at the same lines | `NEW 'update' ppo.py:88 ...` |
+| telemetry | event counts, order and payload schema match | `SEED_PRUNED: 1 -> 0 (-1)` |
+| payloads | every event payload field is bitwise equal | `telemetry payload diverged at event 3 of 22 ...` |
+| clock | each wall-clock field the payloads left out is within x/30 of its scale against its run's seconds (only when
+both results hold such fields: `tripwire.telemetry.clock`) | `charts/SPS::data.scalar_value: 1e+03x smaller ...` |
 
 Sites are matched by file, function, kind and source line (`tripwire.sync.sites.match_lines`), never by line
 number, so two results of one tree recorded in two folders, or of two commits whose code only moved, show no site
@@ -319,6 +321,23 @@ def compare_payloads_verdict(a: Result, b: Result) -> Verdict:
     return Verdict("payloads", DIFFERS, f"{magnitude.summary()} {where}", (*lines, *magnitude.format()), magnitude.kind)
 
 
+def compare_clock(a: Result, b: Result) -> Verdict:
+    """The wall-clock fields the payloads left out, each by its scale against its own run's seconds
+    (`tripwire.telemetry.clock`): a unit changed moves one by 1,000 where a slower machine moves field and run
+    together."""
+    from tripwire.telemetry.clock import ClockField, clock_differences
+
+    fields = {
+        key: ClockField(key, str(row.get("kind")), int(row.get("count", 0)), float(row.get("median", 0.0)),
+                        row.get("scale"), None)
+        for key, row in dict(b.clock or {}).get("fields", {}).items()
+    }  # fmt: skip
+    lines = clock_differences(a.clock or {}, fields, float((b.clock or {}).get("wall_s", b.seconds)))
+    if not lines:
+        return Verdict("clock", SAME, f"{len(fields)} wall-clock fields on the same scale")
+    return Verdict("clock", DIFFERS, lines[0], tuple(lines), "unit")
+
+
 def differing_labels(a: Any, b: Any) -> str:
     """Every event label whose payload differs between two payload trajectories, with how often (in run order)."""
     counts: dict[str, int] = {}
@@ -356,6 +375,8 @@ def compare_results(a: Result, b: Result, *, a_label: str = "", b_label: str = "
     if a.ok and b.ok:
         verdicts += [compare_trajectory(a, b), compare_syncs(a.syncs, b.syncs), compare_compile(a.compile, b.compile)]
         verdicts += one_kind(verdicts[-3], compare_telemetry(a, b))
+        if a.clock is not None and b.clock is not None:  # both left wall-clock fields out of their payloads
+            verdicts.append(compare_clock(a, b))
     else:
         verdicts += [
             Verdict(check, NOT_COMPARED, "not compared: a side did not run to the end")

@@ -43,6 +43,7 @@ from tripwire.scenario import Adapter, NotApplicable, Scenario, ScenarioError, T
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.log import EventLog
 from tripwire.sync.sites import group_records
+from tripwire.telemetry.clock import clock_fields, clock_golden, outlasting
 from tripwire.telemetry.counts import load_events, reduce_events
 from tripwire.telemetry.payloads import DEFAULT_EXCLUDED, payload_trajectory, payload_values, unmatched_patterns
 
@@ -300,6 +301,11 @@ def record(
         exclude = tuple(scenario.exclude)
         result.payloads = payload_trajectory(events, context, exclude=exclude)
         result.payload_values = payload_values(events, exclude=exclude) if keep else None
+        wall_clock = [pattern for pattern in exclude if pattern not in DEFAULT_EXCLUDED]
+        if wall_clock and seconds > 0:  # the fields left out as wall-clock: their units, against the run's seconds
+            found = clock_fields(events, seconds, wall_clock)
+            result.clock = clock_golden(found, seconds) if found else None
+            result.notes.extend(outlasting(found, seconds))
         unmatched = unmatched_patterns(events, [p for p in exclude if p not in DEFAULT_EXCLUDED])
         if unmatched:  # one note for them all: a scenario written for many commits can carry several
             result.notes.append(

@@ -123,6 +123,8 @@ class Result:
     # what torch.compile did (`tripwire.compile`), kept like syncs; None: recorded before compilation was counted
     compile: SyncSummary | None = None
     telemetry: dict[str, Any] | None = None  # `TelemetryCounts.to_snapshot()` of the run's events
+    # the excluded wall-clock fields' scales against the run's seconds (`tripwire.telemetry.clock.clock_golden`)
+    clock: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)  # what was not measured, and why
     calls: dict[str, int] = field(default_factory=dict)  # how often each instrumented target was called
     # child processes the loop started, by kind (`tripwire.outside.children`); None: recorded before they were counted
@@ -180,6 +182,7 @@ class Result:
             "syncs": self.syncs.to_json(),
             "compile": None if self.compile is None else self.compile.to_json(),
             "telemetry": self.telemetry,
+            "clock": self.clock,
             "calls": dict(sorted(self.calls.items())),
             "children": self.children,
             "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
@@ -218,6 +221,7 @@ class Result:
                 syncs=SyncSummary.from_json(data.get("syncs", {})),
                 compile=SyncSummary.from_json(data["compile"]) if isinstance(data.get("compile"), Mapping) else None,
                 telemetry=data.get("telemetry"),
+                clock=dict(data["clock"]) if isinstance(data.get("clock"), Mapping) else None,
                 notes=[str(note) for note in data.get("notes", [])],
                 calls={str(target): int(count) for target, count in dict(data.get("calls", {})).items()},
                 children=(

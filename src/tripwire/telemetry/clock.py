@@ -70,10 +70,13 @@ class ClockField:
         return {"kind": self.kind, "count": self.count, "median": float(f"{self.median:.4g}"), "scale": scale}
 
 
-def kind_of(path: str) -> str:
-    """`rate` when the field's last name part reads as a rate (`RATE_NAMES`), else `duration`."""
-    name = path.rsplit(".", 1)[-1].lower()
-    return "rate" if any(fnmatchcase(name, pattern) for pattern in RATE_NAMES) else "duration"
+def kind_of(path: str, label: str = "") -> str:
+    """`rate` when the field's last name part, or the last part of its event's label, reads as a rate
+    (`RATE_NAMES`: a logged scalar such as CleanRL's `charts/SPS` holds its rate in `data.scalar_value`), else
+    `duration`."""
+    names = [path.rsplit(".", 1)[-1], label.replace(":", "/").rsplit("/", 1)[-1]]
+    rate = any(fnmatchcase(name.lower(), pattern) for name in names if name for pattern in RATE_NAMES)
+    return "rate" if rate else "duration"
 
 
 def seconds_per_unit(path: str) -> float | None:
@@ -104,8 +107,8 @@ def clock_fields(
                 readings.setdefault(f"{label}::{path}", []).append(float(value))
     found = {}
     for key, values in sorted(readings.items()):
-        path = key.split("::", 1)[1]
-        kind = kind_of(path)
+        label, path = key.split("::", 1)
+        kind = kind_of(path, label)
         median = statistics.median(values)
         scale = None
         if median > 0:

@@ -91,7 +91,7 @@ def test_two_runs_are_bitwise_equal_and_sites_match_across_checkout_folders(base
     other = run(checkout(tmp_path / "elsewhere" / "deeper" / "checkout"))
     comparison = compare_results(base, other)
     assert comparison.ok, comparison.format()
-    assert [v.status for v in comparison.verdicts] == ["same"] * 7  # run, context, trajectory, syncs, compile, ...
+    assert [v.status for v in comparison.verdicts] == ["same"] * 8  # run, context, trajectory, ..., clock
     assert {record.file for record in other.syncs.records} == {"ppo_script.py"}  # relative to the root, not the folder
 
 

@@ -147,6 +147,32 @@ def test_a_logged_value_that_changed_is_measured_and_classified(cleanrl: Result,
     assert any("data.scalar_value: max |Δ| 1e-05" in line for line in verdict.details)
 
 
+CLEANRL_SPS_PER_MS = (
+    'writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)',
+    'writer.add_scalar("charts/SPS", global_step / ((time.time() - start_time) * 1000), global_step)',
+)
+
+
+def test_a_wall_clock_field_in_another_unit_is_told_from_a_slower_run(cleanrl: Result, tmp_path: Path) -> None:
+    """CleanRL's steps per second leave the payloads (wall clock), so a rate logged per millisecond changed no
+    digest; its scale against the run's seconds did, by 1,000. The same loop recorded again (another wall time) is
+    on the same scale."""
+    assert cleanrl.clock is not None and list(cleanrl.clock["fields"]) == ["charts/SPS::data.scalar_value"]
+    assert cleanrl.clock["fields"]["charts/SPS::data.scalar_value"]["kind"] == "rate"  # by its label
+    again = ran(record(CLEANRL_SCENARIO, checkout(tmp_path / "again", CLEANRL)))
+    same = compare_results(cleanrl, again)
+    assert same.ok and same.verdict("clock").status == "same", same.format()
+    per_ms = ran(record(CLEANRL_SCENARIO, checkout(tmp_path / "per_ms", CLEANRL, CLEANRL_SPS_PER_MS)))
+    comparison = compare_results(cleanrl, per_ms)
+    clock = comparison.verdict("clock")
+    assert not comparison.ok and clock.status == "differs" and clock.kind == "unit", comparison.format()
+    assert (
+        clock.summary.startswith("charts/SPS::data.scalar_value: ")
+        and "smaller against the run's wall" in clock.summary
+    )
+    assert comparison.verdict("payloads").status == "same"  # what the payloads alone said before
+
+
 def test_an_exclude_pattern_that_matches_nothing_is_named(tmp_path: Path) -> None:
     wrong = dataclasses.replace(CLEANRL_SCENARIO, exclude=["charts/SPS::data.value"])
     result = ran(record(wrong, checkout(tmp_path / "checkout", CLEANRL)))

@@ -47,7 +47,7 @@ def test_fields_are_named_by_label_and_path_and_read_by_kind() -> None:
     assert step.longest_s == pytest.approx(0.05)
     assert found["EPOCH::data.fps"].kind == "rate" and found["STATS::data.elapsed"].longest_s is None
     assert kind_of("data.env_epochs_per_s") == kind_of("data.SPS") == "rate"
-    assert kind_of("data.update_time_ms") == "duration"
+    assert kind_of("data.update_time_ms") == "duration" and kind_of("data.scalar_value", "charts/SPS") == "rate"
     assert seconds_per_unit("data.update_time_ms") == 1e-3 and seconds_per_unit("data.elapsed_seconds") == 1.0
     assert seconds_per_unit("data.round_min") == 60.0 and seconds_per_unit("data.elapsed") is None
 
