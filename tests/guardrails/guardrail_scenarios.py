@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -253,7 +254,7 @@ class ScenarioRun:
     compiles: CompileCounter = field(default_factory=CompileCounter)  # what torch.compile did
     # the determinism settings the run changed, each at its line (None: not watched, a run on torchrun ranks)
     settings: list[SettingChange] | None = None
-    wall_s: float = 0.0  # the run's wall time (ranks: from launch to the last rank's exit), for the clock check
+    wall_s: float = 0.0  # the run's wall time (ranks: its events' span), for the clock check
 
     def count(self, event_type: str) -> int:
         return sum(1 for event in self.events if event["event_type"] == event_type)
@@ -336,7 +337,6 @@ class RankedScenario:
 
     scenario: GateScenario
     launch: RankLaunch
-    started: float = field(default_factory=time.perf_counter)
 
 
 def start_ranked(scenario: GateScenario, workdir: Path, *extra: str) -> RankedScenario:
@@ -352,8 +352,14 @@ def finish_ranked(ranked: RankedScenario) -> ScenarioRun:
     run = collect_ranks(ranked.launch)
     counter = SyncCounter()
     counter.events = run.sync_events
-    wall_s = time.perf_counter() - ranked.started
-    return ScenarioRun(ranked.scenario, run.events, run.trajectory, counter, wall_s=wall_s)
+    return ScenarioRun(ranked.scenario, run.events, run.trajectory, counter, wall_s=events_span(run.events))
+
+
+def events_span(events: Sequence[dict[str, Any]]) -> float:
+    """Seconds from the first event's timestamp to the last's: a ranked run's own wall time (its launch and the
+    moment it is collected depend on what ran beside it)."""
+    stamps = [datetime.fromisoformat(event["timestamp"]) for event in events if event.get("timestamp")]
+    return (max(stamps) - min(stamps)).total_seconds() if len(stamps) > 1 else 0.0
 
 
 def main(argv: Sequence[str]) -> int:
