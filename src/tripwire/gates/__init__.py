@@ -7,7 +7,8 @@
 - `loads_seen`: what each module was seen to load without, kept by behaviour however its promise is worded;
 - `exercised`: changed lines no scenario ran, from coverage.py's data (`python -m tripwire exercised`), with
   `coverage_data` (what the scenarios ran, read and checked before use), `layout` (the statement and function each
-  line belongs to) and `exclusions` (the reviewed list of code no scenario can run);
+  line belongs to), `import_time` (a statement that runs at import counts as seen only when what it defines was used)
+  and `exclusions` (the reviewed list of code no scenario can run);
 - `baselines_diff`: what a pull request changed under baselines/, as markdown.
 
 Internal, as every module outside `tripwire.PUBLIC_MODULES`: import the public names from `tripwire`.

@@ -6,13 +6,15 @@ runs, a CLI path) passes every behaviour check because nothing ran it. The gate 
 
 - with a base (`--against REF`): every line the change adds or edits under `--under` (`git diff REF`, plus files git
   does not track yet) that is part of an executable statement must have run, or the gate fails naming each unseen
-  line (file:line, its function, the line) and how to cover it. Lines that only moved (a block removed in one place
-  and added in another, `MOVED_BLOCK`) are no change. A changed line is judged by the statement it
-  belongs to (the continuation line of a call is that call), so comments, blank lines and docstrings are never
-  "unseen". An explicit exclusion list (TOML, `[[unexercised]]` entries of `where = "path::function"` or
-  `where = "path"`, and/or `pattern`, a regular expression the statement's first line matches, each with a
-  non-empty `reason`) names code that no scenario can run; an entry whose `where` names nothing in the tree is an
-  error, so the list does not outlive the code it excuses (`tripwire.gates.exclusions`).
+  line (file:line, its function, the line) and how to cover it. A statement that runs when its module is imported (a
+  constant, a `def` line with its defaults, a class attribute) ran for every scenario that imported it: it counts as
+  seen only when what it defines was used by code that ran (`tripwire.gates.import_time`). Lines that only moved (a
+  block removed in one place and added in another, `MOVED_BLOCK`) are no change. A changed line is judged by the
+  statement it belongs to (the continuation line of a call is that call), so comments, blank lines and docstrings
+  are never "unseen". An explicit exclusion list (TOML, `[[unexercised]]` entries of `where = "path::function"` or
+  `where = "path"`, and/or `pattern`, a regular expression the statement's first line matches, each with a non-empty
+  `reason`) names code that no scenario can run; an entry whose `where` names nothing in the tree is an error, so
+  the list does not outlive the code it excuses (`tripwire.gates.exclusions`).
 - without a base: a report, never a failure: the share of each named module's statements the scenarios ran and the
   functions they never entered (`coverage_rows`).
 
@@ -40,6 +42,7 @@ from tripwire.common.files import input_file, shown
 from tripwire.common.git import check_ref, git_output, git_run
 from tripwire.gates.coverage_data import ExercisedError, coverage_of, executed_lines, source_text, statements
 from tripwire.gates.exclusions import Exclusion, load_exclusions
+from tripwire.gates.import_time import import_time_statements, names_used_at_run_time
 from tripwire.gates.layout import layout
 
 __all__ = [
@@ -65,9 +68,11 @@ class Unseen:
     line: int
     function: str
     text: str
+    why: str = ""  # a statement that ran at import only: what nothing that ran used
 
     def format(self) -> str:
-        return f"{self.file}:{self.line} in {self.function or '<module>'}  `{self.text}`"
+        why = f"  ({self.why})" if self.why else ""
+        return f"{self.file}:{self.line} in {self.function or '<module>'}  `{self.text}`{why}"
 
 
 @dataclass(frozen=True)
@@ -218,10 +223,12 @@ def check_changed_lines(
     unseen: list[Unseen] = []
     excused: list[tuple[Unseen, Exclusion]] = []
     executable = 0
+    used: set[str] | None = None  # the names run-time code used, read once when first needed
     for name, lines in sorted(changed_lines(root, base, under).items()):
         source = source_text(root, name, "changed file")
         lines_of = layout(source)
         executable_lines = statements(cov, root, name, "changed file")
+        at_import = import_time_statements(source)
         text = source.splitlines()
         seen_statements: set[int] = set()
         for line in sorted(lines):
@@ -230,10 +237,18 @@ def check_changed_lines(
                 continue  # a comment, a blank line, a docstring, or a statement already judged
             seen_statements.add(first)
             executable += 1
+            why = ""
             if first in ran.get(name, set()):
-                continue
+                entry = at_import.get(first)
+                if entry is None:
+                    continue
+                if used is None:
+                    used = names_used_at_run_time({file: source_text(root, file, "run file") for file in ran}, ran)
+                if entry.used(ran.get(name, set()), used):
+                    continue
+                why = entry.why()
             row = Unseen(
-                name, line, lines_of.function.get(line, ""), text[line - 1].strip() if line <= len(text) else ""
+                name, line, lines_of.function.get(line, ""), text[line - 1].strip() if line <= len(text) else "", why
             )
             statement = text[first - 1].strip() if first <= len(text) else ""
             exclusion = next((e for e in exclusions if e.covers(name, row.function, statement)), None)

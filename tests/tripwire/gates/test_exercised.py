@@ -113,6 +113,31 @@ def test_a_continuation_line_is_judged_by_its_statement(repo: Path) -> None:
     assert [(u.line, u.text) for u in unseen] == [(14, "budget * 2,")]
 
 
+def test_a_default_changed_in_a_function_no_scenario_calls_is_unseen_though_its_def_ran(repo: Path) -> None:
+    """The `def` line runs at import, so coverage calls it run: its defaults are used only when the function is."""
+    change(repo, "def sparse_reward(acc, budget):", "def sparse_reward(acc, budget=0.5):")
+    report = check_changed_lines(repo, "HEAD", scenario(repo, "scale"), ["src"])
+    assert [u.format() for u in report.unseen] == [
+        "src/trainer/rewards.py:9 in sparse_reward  `def sparse_reward(acc, budget=0.5):`  (runs at import only: "
+        "sparse_reward was never called)"
+    ]
+    assert check_changed_lines(repo, "HEAD", scenario(repo, "sparse_reward"), ["src"]).ok
+
+
+def test_a_constant_only_unrun_code_reads_is_unseen_and_one_run_code_reads_is_seen(repo: Path) -> None:
+    change(repo, "def sparse_reward(acc, budget):\n", "CAP = 1.0\nFACTOR = 3\n\n\ndef sparse_reward(acc, budget):\n")
+    change(repo, "        budget,\n    )", "        budget,\n        CAP,\n    )")
+    change(repo, "    return x * factor\n", "    return x * factor * FACTOR\n")
+    report = check_changed_lines(repo, "HEAD", scenario(repo, "scale"), ["src"])
+    assert [(u.text, u.why) for u in report.unseen] == [
+        ("CAP = 1.0", "runs at import only: no code that ran inside a function names CAP"),
+        ("CAP,", ""),  # the body line itself: not run at all
+    ]
+    # run the other function: CAP is read by code that ran; scale's line and FACTOR (read only by scale) are not
+    unseen = check_changed_lines(repo, "HEAD", scenario(repo, "sparse_reward"), ["src"]).unseen
+    assert [u.text for u in unseen] == ["return x * factor * FACTOR", "FACTOR = 3"]
+
+
 def test_comments_docstrings_and_blank_lines_are_no_executable_change(repo: Path) -> None:
     change(repo, '    """Scaled."""\n', '    """Scaled by `factor`."""\n\n    # a note for the reader\n')
     change(repo, "    total = min(\n", "    # clipped to the budget\n    total = min(\n")
