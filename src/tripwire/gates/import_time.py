@@ -12,6 +12,9 @@ default changed in a function no scenario calls, a constant only an unrun path r
   that ran inside a function, in any measured file, names it (as a name, an attribute, or a string: `getattr`);
 - any other statement (an import, a call at import, an `if` at module level) is used when it ran, as before.
 
+What a used import-time statement reads is used in turn (`CONFIG = Config(**DEFAULTS)` with CONFIG read at run time
+uses DEFAULTS; a `def` that was called uses its defaults' names).
+
 Inside a function a statement runs when its function does: nothing changes there. Loads without torch.
 """
 
@@ -34,6 +37,7 @@ class ImportTime:
     what: str  # for the message: "def scale", "class Config", "RATE"
     body: frozenset[int] = frozenset()  # a def's body statements, or a class's methods' (first lines)
     names: frozenset[str] = frozenset()  # names whose run-time use proves it used
+    reads: frozenset[str] = frozenset()  # the names it reads itself (a value, defaults, decorators, bases)
 
     def used(self, ran: set[int], used_names: set[str]) -> bool:
         return bool(self.body & ran) or bool(self.names & used_names)
@@ -65,20 +69,38 @@ def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
     return {statement.lineno for item in node.body for statement in ast.walk(item) if isinstance(statement, ast.stmt)}
 
 
+def _read(nodes: list[ast.AST]) -> frozenset[str]:
+    """Every name and attribute the expressions `nodes` read."""
+    found = set()
+    for node in nodes:
+        for item in ast.walk(node):
+            if isinstance(item, ast.Name):
+                found.add(item.id)
+            elif isinstance(item, ast.Attribute):
+                found.add(item.attr)
+    return frozenset(found)
+
+
 def _entries(body: list[ast.stmt]) -> Iterator[ImportTime]:
     """The import-time statements of a module's or a class's body (nested classes included, never function bodies)."""
     for node in body:  # keyed by the statement's own line: `layout` maps its decorators' lines there
         first = node.lineno
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            yield ImportTime(first, f"def {node.name}", body=frozenset(_body_lines(node)))
+            arguments = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+            reads = _read([*arguments, *node.decorator_list])
+            yield ImportTime(first, f"def {node.name}", body=frozenset(_body_lines(node)), reads=reads)
         elif isinstance(node, ast.ClassDef):
             methods = [item for item in node.body if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)]
             lines = set().union(*(_body_lines(method) for method in methods)) if methods else set()
-            yield ImportTime(first, f"class {node.name}", body=frozenset(lines), names=frozenset({node.name}))
+            reads = _read([*node.bases, *node.decorator_list])
+            yield ImportTime(first, f"class {node.name}", frozenset(lines), frozenset({node.name}), reads)
             yield from _entries(node.body)
         elif _targets(node):
             names = _targets(node)
-            yield ImportTime(node.lineno, ", ".join(names), names=frozenset(names))
+            value = getattr(node, "value", None)
+            yield ImportTime(
+                node.lineno, ", ".join(names), names=frozenset(names), reads=_read([value] if value else [])
+            )
 
 
 def import_time_statements(source: str) -> dict[int, ImportTime]:
@@ -111,4 +133,18 @@ def names_used_at_run_time(sources: Mapping[str, str], ran: Mapping[str, set[int
                         used.add(node.attr)
                     elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
                         used.add(node.value)
+    # What a used import-time statement reads is used too: `DEFAULTS` read by `CONFIG = Config(**DEFAULTS)` when
+    # CONFIG is, a default read by a `def` whose body ran. To a fixed point, over every file that ran.
+    entries = [
+        (entry, ran.get(name, set()))
+        for name, source in sources.items()
+        for entry in import_time_statements(source).values()
+    ]
+    grown = True
+    while grown:
+        grown = False
+        for entry, lines in entries:
+            if entry.reads - used and entry.used(lines, used):
+                used |= entry.reads
+                grown = True
     return used

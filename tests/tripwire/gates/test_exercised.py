@@ -138,6 +138,18 @@ def test_a_constant_only_unrun_code_reads_is_unseen_and_one_run_code_reads_is_se
     assert [u.text for u in unseen] == ["return x * factor * FACTOR", "FACTOR = 3"]
 
 
+def test_what_a_used_import_time_statement_reads_is_used_too(repo: Path) -> None:
+    """`TABLE` is read by scale, which ran; `LIMIT` only by TABLE's value, at import: used through it."""
+    change(
+        repo,
+        "def sparse_reward(acc, budget):\n",
+        'LIMIT = 2\nTABLE = {"a": LIMIT}\n\n\ndef sparse_reward(acc, budget):\n',
+    )
+    change(repo, "    return x * factor\n", '    return x * factor * TABLE["a"]\n')
+    report = check_changed_lines(repo, "HEAD", scenario(repo, "scale"), ["src"])
+    assert report.ok and report.changed == 3, report.format()
+
+
 def test_comments_docstrings_and_blank_lines_are_no_executable_change(repo: Path) -> None:
     change(repo, '    """Scaled."""\n', '    """Scaled by `factor`."""\n\n    # a note for the reader\n')
     change(repo, "    total = min(\n", "    # clipped to the budget\n    total = min(\n")
