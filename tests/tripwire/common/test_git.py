@@ -48,11 +48,11 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "src").mkdir()
     git(root, "init", "-q")
     for index in range(2):
-        (root / "src" / "a.py").write_text(f"x = {index}\n")
+        (root / "src" / "a.py").write_text(f"x = {index}\n\n\ndef f():\n    return x\n")
         git(root, "add", "-A")
         git(root, "commit", "-q", "-m", f"c{index}")
     data = coverage.CoverageData(basename=str(root / ".coverage"))
-    data.add_lines({str(root / "src" / "a.py"): [1]})
+    data.add_lines({str(root / "src" / "a.py"): [1, 4, 5]})  # imported, and f called: the changed `x` is read
     data.write()
     return root
 
