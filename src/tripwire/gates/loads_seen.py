@@ -23,14 +23,12 @@ project it checks.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from tripwire.common.errors import GoldenFileError
-from tripwire.gates.loads_without import frame_text, probe_module
+from tripwire.gates.loads_without import frame_text, map_probes, probe_module
 
 SKIPPED_PARTS = frozenset({"__pycache__", "build"})
 
@@ -48,18 +46,6 @@ def source_modules(src: Path, packages: Iterable[str]) -> list[str]:
     return sorted(found)
 
 
-def _environment(src: Path | None) -> tuple[Path | None, dict[str, str]]:
-    env = dict(os.environ)
-    root = src.resolve() if src is not None else None
-    if root is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
-    return root, env
-
-
-def _workers(count: int, jobs: int | None) -> int:
-    return max(1, min(count, jobs or min(2 * (os.cpu_count() or 1), 8)))
-
-
 def observe(
     modules: Sequence[str],
     packages: Sequence[str],
@@ -71,9 +57,8 @@ def observe(
 ) -> dict[str, tuple[str, ...]]:
     """{module: the packages of `packages` it was seen to load without} (module docstring); a module that fails to
     import, or could not be probed, is seen to load without nothing."""
-    root, env = _environment(src)
 
-    def seen(module: str) -> tuple[str, ...]:
+    def seen(module: str, root: Path | None, env: Mapping[str, str]) -> tuple[str, ...]:
         refused = list(packages)
         while refused:
             result = probe_module(module, refused, root, env, timeout)
@@ -87,8 +72,7 @@ def observe(
                 return ()
         return ()
 
-    with ThreadPoolExecutor(max_workers=_workers(len(modules), jobs)) as pool:
-        results = list(pool.map(seen, modules))
+    results = map_probes(modules, seen, src, jobs)
     return {module: without for module, without in zip(modules, results, strict=True) if without}
 
 
@@ -123,10 +107,8 @@ def check_seen(
 ) -> tuple[list[str], list[str]]:
     """(failures, notes): one failure per module of `golden` that now loads a package it was seen to load without,
     one note per module that no longer exists."""
-    root, env = _environment(src)
-    modules = sorted(golden)
 
-    def check(module: str) -> tuple[str | None, str | None]:
+    def check(module: str, root: Path | None, env: Mapping[str, str]) -> tuple[str | None, str | None]:
         result = probe_module(module, golden[module], root, env, timeout)
         if isinstance(result, str):
             return f"{module} could not be checked: {result}", None
@@ -146,8 +128,7 @@ def check_seen(
             return f"{module} fails to import: {' '.join(error.split())[:300]}", None
         return None, None
 
-    with ThreadPoolExecutor(max_workers=_workers(len(modules), jobs)) as pool:
-        outcomes = list(pool.map(check, modules))
+    outcomes = map_probes(sorted(golden), check, src, jobs)
     failures = [failure for failure, _ in outcomes if failure]
     notes = [note for _, note in outcomes if note]
     return failures, notes

@@ -25,10 +25,10 @@ import re
 import subprocess
 import sys
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tripwire.common.errors import GoldenFileError
 
@@ -36,6 +36,7 @@ TABLE: tuple[str, ...] = ("tool", "tripwire", "loads-without")
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 PACKAGE_NAME = re.compile(r"[A-Za-z_]\w*")
 MARKER = "tripwire-loads-without:"
+T = TypeVar("T")
 
 
 def table_name(table: Sequence[str] = TABLE) -> str:
@@ -161,20 +162,30 @@ def check_loads_without(
     `jobs` how many interpreters run at once (default: twice the CPU count, at most 8: each spends part of its
     time starting up and reading files).
     """
+    source = declared or declared_in()
+
+    def probe(module: str, root: Path | None, env: Mapping[str, str]) -> str | None:
+        return _probe(module, tuple(promises[module]), root, env, timeout, source)
+
+    return [line for line in map_probes(sorted(promises), probe, src, jobs) if line]
+
+
+def map_probes(
+    modules: Sequence[str],
+    probe: Callable[[str, Path | None, Mapping[str, str]], T],
+    src: Path | None = None,
+    jobs: int | None = None,
+) -> list[T]:
+    """`probe(module, root, env)` for each module, a few at a time on a thread pool, in order: `root` is `src`
+    resolved and `env` the environment with it first on `PYTHONPATH` (each probe starts its own interpreter there).
+    `jobs` defaults to twice the CPU count, at most 8: each interpreter spends part of its time starting up."""
     env = dict(os.environ)
     root = src.resolve() if src is not None else None
     if root is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
-    source = declared or declared_in()
-    modules = sorted(promises)
     workers = max(1, min(len(modules), jobs or min(2 * (os.cpu_count() or 1), 8)))
-
-    def probe(module: str) -> str | None:
-        return _probe(module, tuple(promises[module]), root, env, timeout, source)
-
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        lines = list(pool.map(probe, modules))
-    return [line for line in lines if line]
+        return list(pool.map(lambda module: probe(module, root, env), modules))
 
 
 def probe_module(
@@ -198,7 +209,7 @@ def probe_module(
 
 
 def _probe(
-    module: str, packages: tuple[str, ...], root: Path | None, env: dict[str, str], timeout: float, source: str
+    module: str, packages: tuple[str, ...], root: Path | None, env: Mapping[str, str], timeout: float, source: str
 ) -> str | None:
     suffix = f"; its promise is declared in {source}"
     result = probe_module(module, packages, root, env, timeout)

@@ -327,11 +327,7 @@ def compare_clock(a: Result, b: Result) -> Verdict:
     together."""
     from tripwire.telemetry.clock import ClockField, clock_differences
 
-    fields = {
-        key: ClockField(key, str(row.get("kind")), int(row.get("count", 0)), float(row.get("median", 0.0)),
-                        row.get("scale"), None)
-        for key, row in dict(b.clock or {}).get("fields", {}).items()
-    }  # fmt: skip
+    fields = {key: ClockField.from_json(key, row) for key, row in dict(b.clock or {}).get("fields", {}).items()}
     lines = clock_differences(a.clock or {}, fields, float((b.clock or {}).get("wall_s", b.seconds)))
     if not lines:
         return Verdict("clock", SAME, f"{len(fields)} wall-clock fields on the same scale")

@@ -306,7 +306,7 @@ def record(
             found = clock_fields(events, seconds, wall_clock)
             result.clock = clock_golden(found, seconds) if found else None
             result.notes.extend(outlasting(found, seconds))
-        unmatched = unmatched_patterns(events, [p for p in exclude if p not in DEFAULT_EXCLUDED])
+        unmatched = unmatched_patterns(events, wall_clock)
         if unmatched:  # one note for them all: a scenario written for many commits can carry several
             result.notes.append(
                 f"exclude pattern{'s' if len(unmatched) > 1 else ''} {', '.join(map(repr, unmatched))} left out no "

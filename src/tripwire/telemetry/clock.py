@@ -64,6 +64,12 @@ class ClockField:
     scale: float | None  # log10; None when no reading was positive
     longest_s: float | None  # the longest reading in seconds, for a duration whose name says its unit
 
+    @classmethod
+    def from_json(cls, key: str, row: Mapping[str, Any]) -> ClockField:
+        """A field as `to_json` wrote it (a result's `clock`); the longest reading is not kept."""
+        scale = row.get("scale")
+        return cls(key, str(row.get("kind")), int(row.get("count", 0)), float(row.get("median", 0.0)), scale, None)
+
     def to_json(self) -> dict[str, Any]:
         """Rounded for reading in a diff: a scale to 0.001 (0.2 %), a median to 4 significant digits."""
         scale = None if self.scale is None else round(self.scale, 3)

@@ -266,10 +266,16 @@ def gather_rows(values):
 """
 
 
-def test_a_function_moved_verbatim_to_another_module_passes_as_moved(tmp_path: Path) -> None:
+def recorded_engine(tmp_path: Path) -> tuple[Path, Path]:
+    """engine.py (ENGINE) written and its static budget recorded: (the module, the budget file)."""
     engine = write(tmp_path, ENGINE, "engine.py")
     budget = tmp_path / "budget.json"
     check_against([engine], budget, tmp_path, update=True)
+    return engine, budget
+
+
+def test_a_function_moved_verbatim_to_another_module_passes_as_moved(tmp_path: Path) -> None:
+    engine, budget = recorded_engine(tmp_path)
     write(tmp_path, ENGINE_AFTER_MOVE, "engine.py")
     rows = write(tmp_path, ROWS, "rows.py")
     _, report = check_against([engine, rows], budget, tmp_path)
@@ -281,18 +287,14 @@ def test_a_function_moved_verbatim_to_another_module_passes_as_moved(tmp_path: P
 
 
 def test_a_module_gone_after_every_call_moved_out_passes(tmp_path: Path) -> None:
-    engine = write(tmp_path, ENGINE, "engine.py")
-    budget = tmp_path / "budget.json"
-    check_against([engine], budget, tmp_path, update=True)
+    _, budget = recorded_engine(tmp_path)
     rows = write(tmp_path, ROWS + "\n\ndef run(values):\n    return gather_rows(values)\n", "rows.py")
     _, report = check_against([rows], budget, tmp_path)  # engine.py no longer audited: it went away
     assert report.ok, report.format()
 
 
 def test_a_moved_function_whose_call_changed_is_a_change(tmp_path: Path) -> None:
-    engine = write(tmp_path, ENGINE, "engine.py")
-    budget = tmp_path / "budget.json"
-    check_against([engine], budget, tmp_path, update=True)
+    engine, budget = recorded_engine(tmp_path)
     write(tmp_path, ENGINE_AFTER_MOVE, "engine.py")
     rows = write(tmp_path, ROWS.replace("values.cpu()", "values.detach().cpu()"), "rows.py")
     with pytest.raises(StaticSyncExceeded) as failure:
@@ -303,9 +305,7 @@ def test_a_moved_function_whose_call_changed_is_a_change(tmp_path: Path) -> None
 
 
 def test_a_renamed_function_is_a_move_not_a_new_site(tmp_path: Path) -> None:
-    engine = write(tmp_path, ENGINE, "engine.py")
-    budget = tmp_path / "budget.json"
-    check_against([engine], budget, tmp_path, update=True)
+    engine, budget = recorded_engine(tmp_path)
     write(tmp_path, ENGINE.replace("gather_rows", "_rows_of"), "engine.py")  # renamed, its one caller updated
     _, report = check_against([engine], budget, tmp_path)
     assert report.ok, report.format()
@@ -316,9 +316,7 @@ def test_a_renamed_function_is_a_move_not_a_new_site(tmp_path: Path) -> None:
 
 
 def test_a_function_renamed_and_moved_to_another_file_at_once_is_a_change(tmp_path: Path) -> None:
-    engine = write(tmp_path, ENGINE, "engine.py")
-    budget = tmp_path / "budget.json"
-    check_against([engine], budget, tmp_path, update=True)
+    engine, budget = recorded_engine(tmp_path)
     write(tmp_path, ENGINE_AFTER_MOVE.replace("gather_rows", "_rows_of"), "engine.py")
     rows = write(tmp_path, ROWS.replace("gather_rows", "_rows_of"), "rows.py")
     with pytest.raises(StaticSyncExceeded) as failure:
