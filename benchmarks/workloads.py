@@ -21,7 +21,7 @@ from torch.nn import functional as F
 
 import slowdowns
 from esper.kasmina.slot import SeedSlot
-from esper.leyline import BlueprintAction, GerminationStyle, TempoAction, get_task_spec
+from esper.leyline import BlueprintAction, GerminationStyle, TaskSpec, TempoAction, get_task_spec
 from esper.leyline.options import CompileBackend
 from esper.nissa import TelemetryHub
 from esper.simic.training import vectorized
@@ -52,14 +52,26 @@ class Size:
 GATE = Size(train_samples=256, val_samples=64, batch_size=32)
 ORIGINAL = Size(train_samples=1000, val_samples=200, batch_size=50)
 EPISODE_LENGTH = 5
+# Where the host is the bottleneck: cifar_baseline's host on 8x8 images, batches of 4, the original's samples per env.
+# Compute is small, so an env-epoch's time is the host's cost of issuing its ops: the regime that bounds a GPU.
+HOST_BOUND_TASK = TaskSpec(
+    name="host_bound",
+    base_channels=8,
+    image_size=8,
+    description="cifar_baseline's host on 8x8 images: per-op host cost, not compute, sets the time",
+)
+HOST_BOUND = Size(train_samples=1000, val_samples=200, batch_size=4)
+HOST_BOUND_AIM = 1.10  # host cost per env-epoch over the plain loop's, at most (benchmarks/host_cost.py)
 
 
-def bench_config(n_envs: int, size: Size, *, device: str = "cpu", max_epochs: int = EPISODE_LENGTH) -> TrainingConfig:
+def bench_config(
+    n_envs: int, size: Size, *, device: str = "cpu", max_epochs: int = EPISODE_LENGTH, task: str = "cifar_baseline"
+) -> TrainingConfig:
     return TrainingConfig(
         n_episodes=1,
         n_envs=n_envs,
         max_epochs=max_epochs,
-        task="cifar_baseline",
+        task=task,
         train_samples=size.train_samples,
         val_samples=size.val_samples,
         batch_size=size.batch_size,
@@ -294,6 +306,8 @@ def paired_benchmarks() -> dict[str, PairedBench]:
         )
         for n in (1, 2, 4)
     }
+    # the host-bound epoch (benchmarks/host_cost.py's head): per-op host cost is what this unit times
+    suite["host_bound[1env]"] = host_trainer_side()["host_bound[1env]"]
     suite["train_pass"] = PairedBench(
         _gate_workload(TrainPassWorkload, 2), {"samples": 2.0 * GATE.train_samples}, threads=1, workers=1
     )
@@ -428,3 +442,34 @@ def _first_epoch(n_envs: int) -> Callable[[], EpochWorkload]:
         return EpochWorkload(bench_config(n_envs, ORIGINAL), TelemetryHub())
 
     return make
+
+
+def host_bound_config(n_envs: int) -> TrainingConfig:
+    """The host-bound workload's run (HOST_BOUND_TASK, by the `module:ATTRIBUTE` form a user's own task takes)."""
+    return bench_config(n_envs, HOST_BOUND, task="workloads:HOST_BOUND_TASK")
+
+
+def _host_bound(kind: type[_TrainerWorkload], n_envs: int) -> Callable[[], _TrainerWorkload]:
+    def make() -> _TrainerWorkload:
+        return kind(host_bound_config(n_envs), TelemetryHub())
+
+    return make
+
+
+def _host_bound_side(kind: type[_TrainerWorkload]) -> dict[str, PairedBench]:
+    return {
+        f"host_bound[{n}env]": PairedBench(
+            _host_bound(kind, n), {"env_epochs": float(n)}, threads=1, workers=1, tolerance=0.05
+        )
+        for n in (1, 4)
+    }
+
+
+def host_plain_side() -> dict[str, PairedBench]:
+    """The plain loop on the host-bound workload, one thread (the base of benchmarks/host_cost.py)."""
+    return _host_bound_side(PlainLoopWorkload)
+
+
+def host_trainer_side() -> dict[str, PairedBench]:
+    """Our trainer's first epoch of fresh envs on the host-bound workload, one thread, envs in turn (the head)."""
+    return _host_bound_side(EpochWorkload)

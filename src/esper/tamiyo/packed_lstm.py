@@ -60,19 +60,29 @@ _PACKED: weakref.WeakKeyDictionary[nn.LSTM, _Packed] = weakref.WeakKeyDictionary
 # Env worker threads step their hosts' optimizers, so the hook may run beside a policy call on another thread.
 _LOCK = threading.Lock()
 _hook_handle: Any = None
+# The ids of every packed copy's weights, replaced whole under _LOCK whenever _PACKED gains an entry and read without
+# it: the hook runs on every optimizer step in the process (each env's host, every batch), and almost none holds a
+# packed weight. It may still name the weights of an LSTM since collected; such a step only takes the slow path.
+_packed_ids: frozenset[int] = frozenset()
 
 
 def _drop_on_step(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
     """Global optimizer step hook: forget every packed copy whose weights this optimizer holds."""
-    with _LOCK:
-        entries = list(_PACKED.items())
-    if not entries:
+    packed_ids = _packed_ids
+    if not any(id(p) in packed_ids for group in optimizer.param_groups for p in group["params"]):
         return
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     with _LOCK:
-        for lstm, packed in entries:
-            if packed.weight_ids & held and _PACKED.get(lstm) is packed:
+        for lstm, packed in list(_PACKED.items()):
+            if packed.weight_ids & held:
                 del _PACKED[lstm]
+        _remember_ids()
+
+
+def _remember_ids() -> None:
+    """Recompute `_packed_ids` from `_PACKED` (hold _LOCK)."""
+    global _packed_ids
+    _packed_ids = frozenset().union(*(packed.weight_ids for packed in _PACKED.values()))
 
 
 def usable(lstm: nn.LSTM, features: torch.Tensor, hidden: Hidden) -> bool:
@@ -106,6 +116,7 @@ def _packed_weights(lstm: nn.LSTM) -> tuple[torch.Tensor, torch.Tensor]:
     packed = _Packed(key, (reordered[0], reordered[1]), frozenset((id(w_ih), id(w_hh))))
     with _LOCK:
         _PACKED[lstm] = packed
+        _remember_ids()
     return packed.weights
 
 

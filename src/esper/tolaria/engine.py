@@ -12,11 +12,13 @@ Synchronization rules (the hot path):
   all envs on a device come to the host in ONE transfer. The sync count per epoch therefore does not grow with
   the number of envs (the original synchronized each env stream separately).
 
-CPU envs have no streams; with `EngineConfig.env_workers > 1` they train and validate concurrently on that many
-threads instead (torch releases the GIL inside its kernels). Each env's work is the same sequence of ops in the
-same order either way, so results are bitwise identical for every worker count; the calling thread draws the
-batches, in order, a few steps ahead of the workers. Run one intra-op thread per worker
-(`torch.set_num_threads(1)`) or the workers oversubscribe the cores.
+With `EngineConfig.env_workers > 1` envs train and validate concurrently on that many threads. On CPU torch
+releases the GIL inside its kernels, so the threads compute at once; on CUDA each thread issues its envs' ops onto
+their own streams, so the host cost of issuing them (most of an epoch's time at small batches) is spread over the
+threads and the streams overlap on the device. Each env's work is the same sequence of ops in the same order either
+way, so results are bitwise identical for every worker count (on CUDA with deterministic algorithms); the calling
+thread draws the batches, in order, a few steps ahead of the workers. Run one intra-op thread per worker
+(`torch.set_num_threads(1)`) or CPU workers oversubscribe the cores.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from esper.tolaria.epoch import (
     STAT_COLUMNS,
     EnvEpochResult,
     FusedPlan,
+    StatSums,
     TrainAccumulators,
-    add_batch,
     gather_rows,
     pack_row,
     unpack_row,
@@ -79,7 +81,7 @@ class EngineConfig:
     seed_lr: float = 0.01
     seed_momentum: float = 0.9
     max_grad_norm: float = 1.0
-    env_workers: int = 1  # threads training / validating CPU envs concurrently (1: one after another)
+    env_workers: int = 1  # threads training / validating envs concurrently (1: one after another)
 
     def __post_init__(self) -> None:
         if self.env_workers < 1:
@@ -182,8 +184,8 @@ class VectorizedEngine:
             self._pool = None
 
     def _threaded(self, envs: Sequence[EnvRuntime]) -> bool:
-        """Whether to run these envs on worker threads: more than one worker and env, no CUDA streams."""
-        return self.config.env_workers > 1 and len(envs) > 1 and all(env.stream is None for env in envs)
+        """Whether to run these envs on worker threads: more than one worker and env (CPU, or CUDA with streams)."""
+        return self.config.env_workers > 1 and len(envs) > 1
 
     def _run_concurrently(
         self, n_envs: int, batches: Iterable[Sequence[EnvBatch]], step: Callable[[int, EnvBatch], None]
@@ -263,13 +265,14 @@ class VectorizedEngine:
                 env.scaler.unscale_(opt)
         else:
             loss.backward()
+        # The norms are of gradients, which carry no graph: no detach (an aten op per batch) is needed.
         host_norm = clip_grad_norm_(model.host_parameters(), self.config.max_grad_norm)
-        acc.host_grad_norm.add_(host_norm.detach().to(acc.host_grad_norm.dtype))
+        acc.host_grad_norm.add_(host_norm.to(acc.host_grad_norm.dtype))
         for seed in seeds:
             with_grad = [p for p in seed.parameters if p.grad is not None]
             if with_grad:
                 norm = clip_grad_norm_(with_grad, self.config.max_grad_norm)
-                acc.seed_grad_norms[seed.index].add_(norm.detach().to(acc.seed_grad_norms.dtype))
+                acc.seed_grad_norms[seed.index].add_(norm.to(acc.seed_grad_norms.dtype))
         if env.scaler is not None:
             env.scaler.step(env.host_optimizer)
             for opt in seed_optimizers:
@@ -280,9 +283,9 @@ class VectorizedEngine:
             for opt in seed_optimizers:
                 opt.step()
         batch_size = targets.shape[0]
-        with torch.no_grad():
+        with torch.no_grad():  # no graph is recorded here, so the loss needs no detach
             correct = (logits.argmax(dim=1) == targets).sum()
-            add_batch(acc.stats, loss.detach().float() * batch_size, correct, batch_size)
+            acc.sums.add(loss.float() * batch_size, correct, batch_size)
         acc.batches += 1
 
     def train_pass(self, envs: Sequence[EnvRuntime], batches: Iterable[Sequence[EnvBatch]]) -> list[TrainAccumulators]:
@@ -291,6 +294,7 @@ class VectorizedEngine:
         with hot_path("train_pass"):
             if self._threaded(envs):
                 self._run_concurrently(len(envs), batches, partial(self._train_step, envs, accs))
+                join_streams(envs)
             else:
                 self._train_in_turn(envs, accs, batches)
         return accs
@@ -309,14 +313,17 @@ class VectorizedEngine:
     def _train_step(
         self, envs: Sequence[EnvRuntime], accs: Sequence[TrainAccumulators], index: int, batch: EnvBatch
     ) -> None:
-        """Env `index`'s step on its batch (a worker-thread step of `_run_concurrently`)."""
-        self.train_batch(envs[index], accs[index], *batch)
+        """Env `index`'s step on its batch (a worker-thread step of `_run_concurrently`), on its own stream."""
+        env = envs[index]
+        wait_for_default_stream(env, batch)
+        with stream_context(env):
+            self.train_batch(env, accs[index], *batch)
 
     def validate_batch(
         self,
         env: EnvRuntime,
         plan: FusedPlan,
-        acc: Tensor,
+        acc: StatSums,
         inputs: Tensor,
         targets: Tensor,
         table: Tensor | None = None,
@@ -330,7 +337,7 @@ class VectorizedEngine:
         model = env.model
         with torch.inference_mode(), autocast_context(env):
             if not plan.slot_ids:
-                logits = model(inputs)
+                logits = model(inputs)  # one config: the targets need no repeat (a copy per batch)
             else:
                 alphas = (table if table is not None else _copy_alphas(plan, inputs.device)).to(dtype=inputs.dtype)
                 overrides = {
@@ -338,10 +345,10 @@ class VectorizedEngine:
                     for j, slot_id in enumerate(plan.slot_ids)
                 }
                 logits = model.fused_forward(inputs.repeat(n_cfg, 1, 1, 1), overrides)
-            repeated = targets.repeat(n_cfg)
-            losses = F.cross_entropy(logits.float(), repeated, reduction="none").view(n_cfg, batch)
-            correct = (logits.argmax(dim=1) == repeated).view(n_cfg, batch)
-            add_batch(acc, losses.sum(dim=1), correct.sum(dim=1), batch)
+                targets = targets.repeat(n_cfg)
+            losses = F.cross_entropy(logits.float(), targets, reduction="none").view(n_cfg, batch)
+            correct = (logits.argmax(dim=1) == targets).view(n_cfg, batch)
+            acc.add(losses.sum(dim=1), correct.sum(dim=1), batch)
 
     def validate(
         self,
@@ -350,7 +357,7 @@ class VectorizedEngine:
         plans: Sequence[FusedPlan],
     ) -> list[Tensor]:
         """Fused validation for every env; returns per env a [num_configs, 3] device tensor."""
-        accs = [torch.zeros(plan.num_configs, STAT_COLUMNS, device=env.device) for env, plan in zip(envs, plans)]
+        accs = [StatSums.zeros(plan.num_configs, device=env.device) for env, plan in zip(envs, plans)]
         tables = [alpha_table(plan, env.device) for env, plan in zip(envs, plans)]
         for env in envs:
             env.model.eval()
@@ -358,30 +365,33 @@ class VectorizedEngine:
             if self._threaded(envs):
                 step = partial(self._validate_step, envs, plans, accs, tables)
                 self._run_concurrently(len(envs), batches, step)
+                join_streams(envs)
             else:
                 self._validate_in_turn(envs, plans, accs, tables, batches)
         for env in envs:
             env.model.train()
-        return accs
+        return [acc.close() for acc in accs]
 
     def _validate_step(
         self,
         envs: Sequence[EnvRuntime],
         plans: Sequence[FusedPlan],
-        accs: Sequence[Tensor],
+        accs: Sequence[StatSums],
         tables: Sequence[Tensor | None],
         index: int,
         batch: EnvBatch,
     ) -> None:
-        """Env `index`'s fused validation of its batch (a worker-thread step of `_run_concurrently`)."""
-        inputs, targets = batch
-        self.validate_batch(envs[index], plans[index], accs[index], inputs, targets, tables[index])
+        """Env `index`'s fused validation of its batch (a worker-thread step of `_run_concurrently`), on its stream."""
+        env, (inputs, targets), table = envs[index], batch, tables[index]
+        wait_for_default_stream(env, batch if table is None else (inputs, targets, table))
+        with stream_context(env):
+            self.validate_batch(env, plans[index], accs[index], inputs, targets, table)
 
     def _validate_in_turn(
         self,
         envs: Sequence[EnvRuntime],
         plans: Sequence[FusedPlan],
-        accs: Sequence[Tensor],
+        accs: Sequence[StatSums],
         tables: Sequence[Tensor | None],
         batches: Iterable[Sequence[EnvBatch]],
     ) -> None:

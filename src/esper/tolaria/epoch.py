@@ -1,7 +1,7 @@
 """One epoch's results: what validation measures, the device-side row layout, the one batched transfer, and the
 typed host-side record.
 
-The engine accumulates each batch with `add_batch` (the stat columns: loss sum, correct, samples), packs each env's
+The engine accumulates each batch in a `StatSums` (the stat columns: loss sum, correct, samples), packs each env's
 accumulators into one flat device row (`pack_row`), brings every row of a device to the host in ONE transfer
 (`gather_rows`), and unpacks each row into an `EnvEpochResult` (`unpack_row`). The plan of fused validation (which
 counterfactual alpha configurations one forward pass measures) is `FusedPlan`. Every offset is `RowLayout`'s: the
@@ -14,7 +14,7 @@ an offset.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 import torch
@@ -34,12 +34,35 @@ class StatColumn(IntEnum):
 STAT_COLUMNS = len(StatColumn)
 
 
-def add_batch(stats: Tensor, loss_sum: Tensor, correct: Tensor, samples: int) -> None:
-    """Add one batch to device accumulators whose last dimension is the `StatColumn`s: `[3]` for a train pass,
-    `[configs, 3]` for fused validation (then each argument holds one value per configuration)."""
-    stats.select(-1, StatColumn.LOSS_SUM).add_(loss_sum)
-    stats.select(-1, StatColumn.CORRECT).add_(correct)
-    stats.select(-1, StatColumn.SAMPLES).add_(samples)
+class StatSums:
+    """Running sums of the `StatColumn`s on the device: `[3]` for a train pass, `[configs, 3]` for fused validation
+    (then each added value holds one entry per configuration).
+
+    Loss and correct are added through views made once (a `select` per column per batch was three aten ops of every
+    step); samples are counted on the host and written once by `close()`. The sums are those of adding every batch's
+    sample count in float32 as before, bit for bit: float32 holds every whole number up to 2**24 exactly.
+    """
+
+    def __init__(self, sums: Tensor) -> None:
+        self.sums = sums
+        self.samples = 0
+        self._loss = sums.select(-1, StatColumn.LOSS_SUM)
+        self._correct = sums.select(-1, StatColumn.CORRECT)
+
+    @classmethod
+    def zeros(cls, *leading: int, device: torch.device) -> StatSums:
+        return cls(torch.zeros(*leading, STAT_COLUMNS, device=device))
+
+    def add(self, loss_sum: Tensor, correct: Tensor, samples: int) -> None:
+        """Add one batch: its loss sum and correct count (device tensors), and its number of samples."""
+        self._loss.add_(loss_sum)
+        self._correct.add_(correct)
+        self.samples += samples
+
+    def close(self) -> Tensor:
+        """The sums with the samples column written in (call once, when the pass has ended)."""
+        self.sums.select(-1, StatColumn.SAMPLES).fill_(self.samples)
+        return self.sums
 
 
 @dataclass(frozen=True)
@@ -87,10 +110,14 @@ class RowLayout:
 class TrainAccumulators:
     """Device-side per-env accumulators of one train pass."""
 
-    stats: Tensor  # [3]: loss sum, correct, samples
+    stats: Tensor  # [3]: loss sum, correct, samples (added through `sums`)
     seed_grad_norms: Tensor  # [max(1, num_slots)]: sum of per-batch seed gradient norms
     host_grad_norm: Tensor  # [1]: sum of per-batch host gradient norms
     batches: int = 0
+    sums: StatSums = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sums = StatSums(self.stats)
 
 
 @dataclass(frozen=True)
@@ -125,7 +152,9 @@ class EnvEpochResult:
 def pack_row(train: TrainAccumulators, val: Tensor) -> Tensor:
     """Flatten one env's device accumulators into a single row for the batched transfer (`RowLayout`'s order)."""
     batches = max(train.batches, 1)
-    return torch.cat([train.stats, train.seed_grad_norms / batches, train.host_grad_norm / batches, val.reshape(-1)])
+    return torch.cat(
+        [train.sums.close(), train.seed_grad_norms / batches, train.host_grad_norm / batches, val.reshape(-1)]
+    )
 
 
 def unpack_row(row: Sequence[float], num_slots: int) -> EnvEpochResult:
