@@ -164,3 +164,20 @@ def test_hot_path_syncs_do_not_grow_with_the_number_of_envs(
     report = check_scaling(hot)
     gate_log.add("sync scaling", "a_baseline x envs", "passed" if report.ok else "FAILED", report.format())
     assert report.ok, report.format()
+
+
+def test_envs_on_worker_threads_reproduce_the_lifecycle_golden(
+    run_b_lifecycle: ScenarioRun, tripwire_goldens: GoldenStore, guardrail_dir: Path, gate_log: GateLog
+) -> None:
+    """(b) with its 4 envs trained and validated on 2 worker threads (`--env-workers 2`, the path that overlaps envs
+    on a GPU's streams): bitwise the in-turn (b) of this session and (b)'s golden, seeds germinating, blending and
+    fossilizing inside the workers."""
+    threaded = run_scenario(SCENARIOS["b_lifecycle"], guardrail_dir / "b_workers", "--env-workers", "2")
+    report = compare_trajectories(run_b_lifecycle.trajectory, threaded.trajectory, source="(b), envs in turn")
+    assert report.ok, report.format()
+    assert threaded.count("SEED_FOSSILIZED") == run_b_lifecycle.count("SEED_FOSSILIZED") > 0
+    if tripwire_goldens.update:  # the golden is (b)'s own, written by its in-turn run
+        detail = f"{report.total} checkpoints equal to (b) in turn"
+    else:
+        detail = tripwire_goldens.check_trajectory("b_lifecycle", threaded.trajectory).detail + " to (b)'s golden"
+    gate_log.add("env workers = in turn", "b_lifecycle --env-workers 2", "passed", detail)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -237,3 +237,80 @@ def test_a_failing_batch_iterator_stops_the_workers_and_raises() -> None:
             engine.train_pass(envs, broken())
     finally:
         engine.close()
+
+
+def test_envs_with_streams_run_on_worker_threads_each_on_its_own_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA path of the threaded engine, wired on CPU: with env_workers > 1, envs that have streams go to the
+    worker threads; each step first waits for the loader's copies and then runs inside its own env's stream, on a
+    worker thread; the default stream joins every env stream once per pass, after the last step. The stream calls
+    are stand-ins here (a CPU has no streams), so the sums must equal the in-turn pass bit for bit."""
+    import esper.tolaria.engine as engine_module
+
+    plain_envs, batches = _tiny_engine_setup(3)
+    expected = VectorizedEngine(EngineConfig(env_workers=1)).train_pass(plain_envs, batches)
+    calls: list[tuple[str, int, str]] = []
+    entered: list[tuple[int, int, str]] = []  # (env, stream env, thread) of every train_batch
+
+    class Stream:
+        def __init__(self, env_id: int) -> None:
+            self.env_id = env_id
+
+    current: dict[str, int] = {}
+
+    class Entered:
+        def __init__(self, env: EnvRuntime) -> None:
+            self.env = env
+
+        def __enter__(self) -> None:
+            current[threading.current_thread().name] = cast(Stream, self.env.stream).env_id
+
+        def __exit__(self, *exc: object) -> None:
+            current.pop(threading.current_thread().name)
+
+    monkeypatch.setattr(
+        engine_module,
+        "wait_for_default_stream",
+        lambda env, tensors: calls.append(("wait", env.env_id, threading.current_thread().name)),
+    )
+    monkeypatch.setattr(engine_module, "stream_context", Entered)
+    monkeypatch.setattr(
+        engine_module, "join_streams", lambda envs: calls.append(("join", len(envs), threading.current_thread().name))
+    )
+    original = VectorizedEngine.train_batch
+
+    def record(self: VectorizedEngine, env: EnvRuntime, acc: TrainAccumulators, *batch: torch.Tensor) -> None:
+        name = threading.current_thread().name
+        entered.append((env.env_id, current.get(name, -1), name))
+        original(self, env, acc, *batch)
+
+    monkeypatch.setattr(VectorizedEngine, "train_batch", record)
+    envs, _ = _tiny_engine_setup(3)
+    for env in envs:
+        env.stream = cast(torch.cuda.Stream, Stream(env.env_id))
+    engine = VectorizedEngine(EngineConfig(env_workers=2))
+    try:
+        accs = engine.train_pass(envs, batches)
+    finally:
+        engine.close()
+    assert len(entered) == 3 * len(batches)
+    assert all(env_id == stream_of and thread.startswith("esper-env") for env_id, stream_of, thread in entered)
+    waits = [call for call in calls if call[0] == "wait"]
+    assert len(waits) == 3 * len(batches) and all(thread.startswith("esper-env") for *_, thread in waits)
+    assert calls[-1] == ("join", 3, threading.current_thread().name)  # once, after every step, on the caller
+    for got, want in zip(accs, expected):
+        assert torch.equal(got.sums.close(), want.sums.close())
+        assert torch.equal(got.host_grad_norm, want.host_grad_norm)
+
+
+CUDA_RUN = {**RUN, "device": "cuda", "n_episodes": 1}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: env streams issued from worker threads")
+def test_cuda_envs_on_worker_threads_reproduce_the_in_turn_run_and_themselves() -> None:
+    """On CUDA (deterministic kernels, the default) each env's ops go onto its own stream from a worker thread: the
+    run equals the in-turn run and itself, events and weights bit for bit."""
+    runs = [recorded_run({**CUDA_RUN, "env_workers": workers}) for workers in (1, 2, 2)]
+    (in_turn, in_turn_events), *threaded = runs
+    for result, events in threaded:
+        assert first_event_difference(events, in_turn_events) is None
+        assert first_weight_difference(result.final_weights, in_turn.final_weights) is None

@@ -130,8 +130,8 @@ class TrainingConfig:
     )
     env_workers: int = option(
         1,
-        "train and validate CPU envs on N threads at once; pins one torch thread, so results equal a one-thread "
-        "run (OMP_NUM_THREADS=1) with envs in turn",
+        "train and validate envs on N threads at once (on CUDA each env issues onto its own stream, so envs "
+        "overlap); pins one torch thread, so results equal a one-thread run (OMP_NUM_THREADS=1) with envs in turn",
         "hardware",
         flag="--env-workers",
         minimum=1,
