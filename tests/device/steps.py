@@ -191,25 +191,36 @@ def _epochs_per_s(make: Any, n_envs: int, epochs: int, device: str) -> float:
 RATE_AIMS = {"4 envs / 1 env": 3.0, "1 env / one CPU core": 10.0}  # issue 55's targets on an H100/H200
 
 
+def rate_variants(quick: bool) -> dict[str, tuple[int, dict[str, Any]]]:
+    """The rate step's runs of ours: label -> (envs, TrainingConfig fields); the quick dry run keeps three."""
+    from esper.leyline.options import AmpMode, CompileBackend, CompileMode
+
+    variants: dict[str, tuple[int, dict[str, Any]]] = {"eager 1 env": (1, {}), "eager 4 envs": (4, {})}
+    variants |= {"4 envs on 4 worker threads": (4, {"env_workers": 4})}
+    if not quick:
+        variants |= {"bf16 4 envs": (4, {"amp": AmpMode.BF16}), "preload 4 envs": (4, {"gpu_preload": True})}
+        variants |= {"preload 4 envs on 4 worker threads": (4, {"gpu_preload": True, "env_workers": 4})}
+        variants |= {"inductor 4 envs": (4, {"compile": CompileBackend.INDUCTOR})}
+        # the train step compiled and recorded as CUDA graphs; the timed epochs include the captures of new structures
+        step = {"compile_step": CompileBackend.INDUCTOR, "compile_mode": CompileMode.REDUCE_OVERHEAD}
+        variants |= {f"compiled step (reduce-overhead) {n} env{'s' * (n > 1)}": (n, step) for n in (1, 4)}
+    return variants
+
+
 def step_rate(args: argparse.Namespace) -> None:
     """Throughput in env-epochs/s, side by side in one process: ours at 1 and 4 envs (eager, bf16, preloaded,
-    inductor, and 4 envs on 4 worker threads, each env on its own stream), the plain loop, ours on one CPU core of
-    this machine, and the original when `--original` names its source folder; then the two aims (RATE_AIMS)."""
+    inductor, 4 envs on 4 worker threads, each env on its own stream, and the train step compiled with inductor's
+    CUDA graphs), the plain loop, ours on one CPU core of this machine, and the original when `--original` names its
+    source folder; then the two aims (RATE_AIMS)."""
     import dataclasses
 
     import torch
 
-    from esper.leyline.options import AmpMode, CompileBackend
     from esper.nissa import TelemetryHub
     from workloads import GATE, ORIGINAL, EpochWorkload, PlainLoopWorkload, bench_config
 
     size, epochs = (GATE, 2) if args.quick else (ORIGINAL, 8)
-    variants: dict[str, tuple[int, dict[str, Any]]] = {"eager 1 env": (1, {}), "eager 4 envs": (4, {})}
-    variants |= {"4 envs on 4 worker threads": (4, {"env_workers": 4})}
-    if not args.quick:
-        variants |= {"bf16 4 envs": (4, {"amp": AmpMode.BFLOAT16}), "preload 4 envs": (4, {"gpu_preload": True})}
-        variants |= {"preload 4 envs on 4 worker threads": (4, {"gpu_preload": True, "env_workers": 4})}
-        variants |= {"inductor 4 envs": (4, {"compile": CompileBackend.INDUCTOR})}
+    variants = rate_variants(args.quick)
     rates: dict[str, float] = {}
     threads = torch.get_num_threads()
     for label, (n_envs, options) in variants.items():

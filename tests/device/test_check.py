@@ -30,3 +30,24 @@ def test_a_step_past_the_deadline_is_skipped_and_said(tmp_path: Path) -> None:
     command += ["--steps", "timer", "--deadline", "5", "--out", str(tmp_path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0 and "timer    skipped: 5 s left of the deadline" in done.stdout
+
+
+def test_every_run_of_the_device_rate_step_is_a_valid_config() -> None:
+    """The full rate step runs only on a device; each of its runs must at least build there (a misspelt option
+    value, `AmpMode.BFLOAT16`, once waited for the first GPU session to fail)."""
+    sys.path[:0] = [str(ROOT / "tests" / "device"), str(ROOT / "benchmarks")]
+    try:
+        import dataclasses
+
+        from steps import rate_variants
+
+        from workloads import ORIGINAL, bench_config
+
+        variants = rate_variants(quick=False)
+    finally:
+        del sys.path[:2]
+    assert len(variants) > len(rate_variants(quick=True))
+    for label, (n_envs, options) in variants.items():
+        config = dataclasses.replace(bench_config(n_envs, ORIGINAL, device="cuda"), **options)
+        config.validate()
+        assert config.n_envs == n_envs, label

@@ -73,6 +73,11 @@ def run_b_lifecycle(guardrail_dir: Path) -> ScenarioRun:
 
 
 @pytest.fixture(scope="session")
+def run_k_compiled_step(guardrail_dir: Path) -> ScenarioRun:
+    return run_scenario(SCENARIOS["k_compiled_step"], guardrail_dir)
+
+
+@pytest.fixture(scope="session")
 def run_c_rollback(guardrail_dir: Path) -> ScenarioRun:
     return run_scenario(SCENARIOS["c_rollback"], guardrail_dir)
 

@@ -88,6 +88,9 @@ class GateScenario:
         """The same scenario with more CLI arguments (later flags win)."""
         return replace(self, name=name or self.name, argv=(*self.argv, *extra), config_json=dict(self.config_json))
 
+    def with_purpose(self, purpose: str) -> GateScenario:
+        return replace(self, purpose=purpose)
+
     def command_line(self) -> str:
         """The `python -m esper.scripts.train` arguments as a user types them (the written data folder named)."""
         data = ("--data-dir", f"<a tiny {self.data} folder written for the run>") if self.data else ()
@@ -99,18 +102,19 @@ A_BASELINE = GateScenario(
     (*PPO_A, "--rounds", "1", *SIZES),
     "one PPO round on one env: the validation command of the refactor plans",
 )
+B_LIFECYCLE = GateScenario(
+    "b_lifecycle",
+    (*LIFECYCLE, "--rounds", "2", "--episode-length", "8", "--seed", "42", *SIZES),
+    "4 envs, 3 slots, 2 rounds: seeds germinate, fossilize and are pruned",
+    must_occur=("SEED_GERMINATED", "SEED_FOSSILIZED", "SEED_PRUNED"),
+)
 # (e): (a) with two envs sharded over 2 ranks (one env each), so it must equal the single-process a_two_envs bitwise.
 TWO_ENVS = A_BASELINE.with_args("--envs", "2", "--train-samples", "100", name="a_two_envs")
 # The canonical scenarios, in order, built once: `nox -s guardrails` runs each against its goldens. Adding one is one
 # entry here (docs/guardrails.md's table and the README follow it; tests/guardrails/test_scenario_list.py checks).
 ORDER: tuple[GateScenario, ...] = (
     A_BASELINE,
-    GateScenario(
-        "b_lifecycle",
-        (*LIFECYCLE, "--rounds", "2", "--episode-length", "8", "--seed", "42", *SIZES),
-        "4 envs, 3 slots, 2 rounds: seeds germinate, fossilize and are pruned",
-        must_occur=("SEED_GERMINATED", "SEED_FOSSILIZED", "SEED_PRUNED"),
-    ),
+    B_LIFECYCLE,
     GateScenario(
         "c_rollback",
         (*PPO_A, "--rounds", "1", *SIZES),
@@ -185,9 +189,14 @@ ORDER: tuple[GateScenario, ...] = (
         "your own images as a folder tree (torchvision's ImageFolder), the reader no other scenario runs",
         data="imagefolder",
     ),
+    # aot_eager for the reason (f) uses it: ATen's own kernels, so the golden travels under the AVX2 pin and (k) must
+    # equal (b) bitwise; its compile budget says when the step is captured again.
+    B_LIFECYCLE.with_args("--compile-step", "aot_eager", name="k_compiled_step").with_purpose(
+        "(b) with each env's train step compiled (aot_eager): captured again whenever a seed changes the model"
+    ),
 )
 SCENARIOS: dict[str, GateScenario] = {scenario.name: scenario for scenario in ORDER}
-COMPILED = ("f_compiled",)  # scenarios with a compile budget
+COMPILED = ("f_compiled", "k_compiled_step")  # scenarios with a compile budget
 
 
 def scenario_table() -> str:

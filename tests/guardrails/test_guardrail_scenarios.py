@@ -86,6 +86,19 @@ def test_the_compiled_policy_computes_what_the_eager_one_does(
     assert run_f_compiled.compiles.total > 0 and run_a_baseline.compiles.total == 0  # (f) compiled, (a) did not
 
 
+def test_the_compiled_train_step_computes_what_the_eager_one_does(
+    run_k_compiled_step: ScenarioRun, run_b_lifecycle: ScenarioRun, gate_log: GateLog
+) -> None:
+    """(k) is (b) with every env's train step compiled (aot_eager, ATen's own kernels): every checkpoint bitwise
+    (b)'s, through germination, blending, holding, fossilization and pruning, though its graphs were captured again
+    as the seeds changed the models (its compile budget names each capture)."""
+    report = compare_trajectories(run_b_lifecycle.trajectory, run_k_compiled_step.trajectory, source="(b), eager")
+    detail = f"{report.total} checkpoints bitwise equal to (b)" if report.ok else report.format().splitlines()[0]
+    gate_log.add("compiled step = eager", "k_compiled_step vs b", "passed" if report.ok else "failed", detail)
+    assert report.ok, report.format()
+    assert run_k_compiled_step.compiles.total > 0 and run_b_lifecycle.compiles.total == 0
+
+
 @pytest.mark.parametrize("scenario_run", NAMES, indirect=True, ids=NAMES)
 def test_trajectory_matches_golden(scenario_run: ScenarioRun, tripwire_goldens: GoldenStore, gate_log: GateLog) -> None:
     outcome = tripwire_goldens.check_trajectory(scenario_run.scenario.name, scenario_run.trajectory)

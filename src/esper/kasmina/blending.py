@@ -49,13 +49,21 @@ class ScalarAlphaCache:
     """A slot's scalar alpha as a [1,1,1,1] tensor, rebuilt only when alpha, device or dtype changes.
 
     Built with a fill kernel (`torch.full`), never a host-to-device copy, so it is not a sync point.
+
+    A compiled train step (`--compile-step`) reads `graph_input` instead, which `refresh` fills before each step,
+    outside the graph: the traced code then branches on nothing of alpha's value, so an alpha that ramps does not
+    re-capture the graph (a float read inside it would be a guarded constant, one graph per value).
     """
 
     def __init__(self) -> None:
         self._tensor: Tensor | None = None
         self._value = math.nan
+        self._input: Tensor | None = None
+        self._input_value = math.nan
 
     def get(self, alpha: float, like: Tensor) -> Tensor:
+        if torch.compiler.is_compiling():
+            return self.graph_input(like)
         cached = self._tensor
         if (
             cached is None
@@ -70,6 +78,23 @@ class ScalarAlphaCache:
             self._value = alpha
         return cached
 
+    def refresh(self, alpha: float, device: torch.device) -> None:
+        """Hold `alpha` in the float32 tensor a compiled step reads (call eagerly, before the step)."""
+        held = self._input
+        if held is None or held.device != device or held.is_inference():
+            self._input = torch.full((1, 1, 1, 1), alpha, device=device, dtype=torch.float32)
+        elif self._input_value != alpha:
+            held.fill_(alpha)
+        self._input_value = alpha
+
+    def graph_input(self, like: Tensor) -> Tensor:
+        """The refreshed alpha in `like`'s dtype (inside a compiled step)."""
+        if self._input is None:
+            raise RuntimeError("a compiled train step read a slot's alpha before refresh(): call prepare_compiled_step")
+        return self._input.to(dtype=like.dtype)
+
     def clear(self) -> None:
         self._tensor = None
         self._value = math.nan
+        self._input = None
+        self._input_value = math.nan

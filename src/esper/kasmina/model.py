@@ -121,6 +121,15 @@ class MorphogeneticModel(nn.Module):
         out: Tensor = self.seed_slots[slot_id](h, override)
         return out
 
+    def structure_key(self) -> tuple[object, ...]:
+        """What the training forward branches on, slot by slot (`SeedSlot.structure_key`), and the module's mode."""
+        return (self.training, *(slot.structure_key() for slot in self.seed_slots.values()))
+
+    def prepare_compiled_step(self) -> None:
+        """Before a compiled train step: every slot's alpha into the tensor the graph reads (see ScalarAlphaCache)."""
+        for slot in self.seed_slots.values():
+            slot.refresh_alpha_input()
+
     # ------------------------------------------------------------------ parameters
 
     def host_parameters(self) -> list[nn.Parameter]:

@@ -342,6 +342,25 @@ class SeedSlot(nn.Module):
 
     # ------------------------------------------------------------------ forward
 
+    def structure_key(self) -> tuple[object, ...]:
+        """Everything `forward` branches on in training, as plain values: equal keys, the same traced code.
+
+        A compiled train step keeps one graph cache per model key (`esper.tolaria.engine.CompiledStep`) instead of
+        trusting dynamo's guards on this state: on torch 2.14 they missed stage changes (`stage in <frozenset>` is
+        not guarded), so a graph captured at one stage ran at another (docs/measurements.md).
+        """
+        state, seed = self.state, self.seed
+        return (
+            None if seed is None else type(seed).__qualname__,
+            None if state is None else (int(state.stage), int(state.algorithm)),
+            self.gate is not None,
+            state is not None and state.stage == SeedStage.TRAINING and self.alpha_controller.alpha == 0.0,
+        )
+
+    def refresh_alpha_input(self) -> None:
+        """Fill the alpha tensor a compiled train step reads (`ScalarAlphaCache.refresh`), before the step."""
+        self._alpha_cache.refresh(self.alpha_controller.alpha, self._device_anchor.device)
+
     def forward(self, h: Tensor, alpha_override: Tensor | None = None) -> Tensor:
         """Blend the seed into `h`; `alpha_override` [N,1,1,1] replaces the scalar alpha (fused eval)."""
         seed, state = self.seed, self.state

@@ -24,6 +24,8 @@ thread draws the batches, in order, a few steps ahead of the workers. Run one in
 from __future__ import annotations
 
 import queue
+import threading
+import types
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -36,6 +38,7 @@ from torch import Tensor, nn
 
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline.options import AmpMode as AmpMode
+from esper.leyline.options import CompileBackend, CompileMode
 from esper.tolaria.batches import EnvBatch
 from esper.tolaria.epoch import (
     STAT_COLUMNS,
@@ -82,10 +85,68 @@ class EngineConfig:
     seed_momentum: float = 0.9
     max_grad_norm: float = 1.0
     env_workers: int = 1  # threads training / validating envs concurrently (1: one after another)
+    compile_step: CompileBackend = CompileBackend.OFF  # each env's forward, loss and backward (`forward_loss`)
+    compile_mode: CompileMode = CompileMode.DEFAULT  # inductor's; reduce-overhead captures CUDA graphs
 
     def __post_init__(self) -> None:
         if self.env_workers < 1:
             raise ValueError(f"env_workers must be a positive integer, got {self.env_workers}")
+
+
+def forward_loss(model: nn.Module, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """One env's forward and loss: what `--compile-step` compiles (AOTAutograd then compiles its backward too)."""
+    logits = model(inputs)
+    return logits, F.cross_entropy(logits, targets)
+
+
+StepFunction = Callable[[MorphogeneticModel, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+class CompiledStep:
+    """`forward_loss` compiled on a backend, with one dynamo cache per model structure.
+
+    Each distinct `MorphogeneticModel.structure_key()` (which seeds are where, at which stage, blending how; train or
+    eval mode) gets a copy of `forward_loss` under its own code object, so dynamo can never run a graph captured for
+    one structure on another: its own guards on the slots' Python state missed stage changes on torch 2.14
+    (`SeedSlot.structure_key`). A graph is therefore captured on the first step of each new structure: an env's
+    first step, a seed germinated, a stage changed, a seed removed, a TRAINING seed's alpha leaving 0; and by dynamo
+    within a structure for what it guards itself (another batch size, dtype or device). A slot's alpha is a graph
+    input, so its ramp captures nothing (`ScalarAlphaCache.refresh`). Envs of equal structure share their graphs
+    (parameters are inputs). With inductor's reduce-overhead mode on CUDA each graph is also recorded as a CUDA
+    graph and replayed.
+    """
+
+    def __init__(self, backend: CompileBackend, mode: CompileMode) -> None:
+        self.backend = backend
+        self.mode = str(mode) if backend is CompileBackend.INDUCTOR else None
+        self._by_key: dict[tuple[object, ...], StepFunction] = {}
+        self._lock = threading.Lock()  # env worker threads may meet a new structure at once
+
+    @property
+    def structures(self) -> int:
+        """Structures seen so far (each captured at least once)."""
+        return len(self._by_key)
+
+    def __call__(self, model: MorphogeneticModel, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        model.prepare_compiled_step()
+        key = model.structure_key()
+        step = self._by_key.get(key)
+        if step is None:
+            with self._lock:
+                step = self._by_key.get(key) or self._compiled_copy(len(self._by_key))
+                self._by_key[key] = step
+        return step(model, inputs, targets)
+
+    def _compiled_copy(self, index: int) -> StepFunction:
+        code = forward_loss.__code__.replace(co_name=f"forward_loss_{index}")
+        copy = types.FunctionType(code, forward_loss.__globals__, f"forward_loss_{index}")
+        compiled: StepFunction = torch.compile(copy, backend=str(self.backend), mode=self.mode, dynamic=False)
+        return compiled
+
+
+def compile_step(backend: CompileBackend, mode: CompileMode) -> StepFunction:
+    """`forward_loss` itself (off), or a `CompiledStep` on `backend` (inductor in `mode`)."""
+    return forward_loss if backend is CompileBackend.OFF else CompiledStep(backend, mode)
 
 
 def alpha_table(plan: FusedPlan, device: torch.device) -> Tensor | None:
@@ -176,6 +237,7 @@ class VectorizedEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self._pool: ThreadPoolExecutor | None = None
+        self._forward_loss = compile_step(config.compile_step, config.compile_mode)
 
     def close(self) -> None:
         """Stop the env worker threads, if any were started."""
@@ -253,8 +315,7 @@ class VectorizedEngine:
         for opt in seed_optimizers:
             opt.zero_grad(set_to_none=True)
         with autocast_context(env):
-            logits = model(inputs)
-            loss = F.cross_entropy(logits, targets)
+            logits, loss = self._forward_loss(model, inputs, targets)
         if env.poison_next_batch:
             loss = loss * float("nan")
             env.poison_next_batch = False

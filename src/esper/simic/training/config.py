@@ -114,10 +114,17 @@ class TrainingConfig:
     )
     compile_mode: CompileMode = option(
         CompileMode.DEFAULT,
-        "inductor's mode (--compile inductor only)",
+        "inductor's mode (--compile inductor or --compile-step inductor only)",
         "hardware",
         flag="--compile-mode",
-        ppo_only=True,
+    )
+    compile_step: CompileBackend = option(
+        CompileBackend.OFF,
+        "compile each env's train step (forward, loss and backward) with torch.compile on this backend; it is captured "
+        "again when a seed changes the model (germinated, a new stage, removed); with --compile-mode reduce-overhead "
+        "on CUDA, inductor also records CUDA graphs; aot_eager computes eager's bits (off: eager)",
+        "hardware",
+        flag="--compile-step",
     )
     gpu_preload: bool = option(False, "keep the whole dataset on the device", "hardware", flag="--gpu-preload")
     deterministic: bool = option(
@@ -275,9 +282,11 @@ class TrainingConfig:
             )
         if self.run_name is not None:
             _check_run_name(self.run_name)
-        if self.compile_mode is not CompileMode.DEFAULT and self.compile is not CompileBackend.INDUCTOR:
+        inductor = CompileBackend.INDUCTOR in (self.compile, self.compile_step)
+        if self.compile_mode is not CompileMode.DEFAULT and not inductor:
             raise ConfigError(
-                f"--compile-mode {self.compile_mode.value} is inductor's: add --compile inductor or drop --compile-mode"
+                f"--compile-mode {self.compile_mode.value} is inductor's: add --compile inductor or --compile-step "
+                "inductor, or drop --compile-mode"
             )
         fault = self.inject_rank_failure
         if fault is not None and (len(fault) != 2 or fault[0] < 0 or fault[1] < 1):

@@ -170,9 +170,15 @@ def reward_config(config: TrainingConfig) -> RewardConfig:
 
 
 def build_engine(setup: RunSetup) -> VectorizedEngine:
-    task = setup.task
+    task, config = setup.task, setup.config
     return VectorizedEngine(
-        EngineConfig(seed_lr=task.seed_lr, max_grad_norm=task.max_grad_norm, env_workers=setup.config.env_workers)
+        EngineConfig(
+            seed_lr=task.seed_lr,
+            max_grad_norm=task.max_grad_norm,
+            env_workers=config.env_workers,
+            compile_step=config.compile_step,
+            compile_mode=config.compile_mode,
+        )
     )
 
 
