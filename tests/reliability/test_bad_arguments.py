@@ -128,7 +128,13 @@ def test_a_non_finite_learning_rate_flag_exits_2(capsys: pytest.CaptureFixture[s
 def test_an_inductor_mode_without_inductor_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert_usage_error(
         *run_main(capsys, "ppo", "--compile", "aot_eager", "--compile-mode", "max-autotune"),
-        "--compile-mode max-autotune is inductor's: add --compile inductor or drop --compile-mode",
+        "--compile-mode max-autotune is inductor's: add --compile inductor or --compile-step inductor, or drop "
+        "--compile-mode",
+    )
+    assert_usage_error(
+        *run_main(capsys, "heuristic", "--compile-step", "aot_eager", "--compile-mode", "reduce-overhead"),
+        "--compile-mode reduce-overhead is inductor's: add --compile inductor or --compile-step inductor, or drop "
+        "--compile-mode",
     )
 
 
@@ -138,7 +144,7 @@ FLAGS = [
     "--task", "--slots", "--seed", "--device", "--devices", "--telemetry-dir", "--telemetry-level", "--run-name",
     "--rounds", "--envs", "--episode-length", "--max-seeds", "--train-samples", "--val-samples", "--batch-size",
     "--dataset", "--data-dir", "--gpu-preload", "--save", "--resume", "--reward-mode", "--quiet", "--preset",
-    "--config-json", "--amp", "--compile", "--compile-mode", "--ppo-epochs", "--memory-size",
+    "--config-json", "--amp", "--compile", "--compile-mode", "--compile-step", "--ppo-epochs", "--memory-size",
     "--entropy-anneal-episodes", "--lr", "--overwrite", "--no-gpu-preload", "--no-overwrite",
 ]  # fmt: skip
 PLAUSIBLE = [

@@ -114,7 +114,7 @@ class TrainingConfig:
     )
     compile_mode: CompileMode = option(
         CompileMode.DEFAULT,
-        "inductor's mode (--compile inductor or --compile-step inductor only)",
+        "inductor's mode, for --compile=inductor or --compile-step=inductor only",
         "hardware",
         flag="--compile-mode",
     )
