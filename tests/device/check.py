@@ -37,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ("sync", "bitwise", "tests", "timer", "rate", "ab", "bench")
-LIMITS = {"sync": 150, "bitwise": 120, "tests": 90, "timer": 40, "rate": 150, "ab": 120, "bench": 150}
+LIMITS = {"sync": 150, "bitwise": 120, "tests": 90, "timer": 40, "rate": 200, "ab": 120, "bench": 150}
 QUICK_LIMITS = {"sync": 150, "bitwise": 120, "tests": 240, "timer": 30, "rate": 120, "ab": 150, "bench": 60}
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -223,26 +224,33 @@ def step_rate(args: argparse.Namespace) -> None:
     variants = rate_variants(args.quick)
     rates: dict[str, float] = {}
     threads = torch.get_num_threads()
-    for label, (n_envs, options) in variants.items():
-        config = dataclasses.replace(bench_config(n_envs, size, device=args.device), **options)
-        torch.set_num_threads(1 if config.env_workers > 1 else threads)  # as the CLI sets it for env workers
-        rates[f"ours, {label}"] = _epochs_per_s(
-            lambda c=config: EpochWorkload(c, TelemetryHub(), episodes=True), n_envs, epochs, args.device
-        )
+
+    def record(label: str, rate: float) -> None:  # printed at once: a step past its limit keeps what it measured
+        rates[label] = rate
+        print(f"{label}: {rate:.2f} env-epochs/s", flush=True)
+
+    def ours(labels: list[str]) -> None:
+        for label in labels:
+            n_envs, options = variants[label]
+            config = dataclasses.replace(bench_config(n_envs, size, device=args.device), **options)
+            torch.set_num_threads(1 if config.env_workers > 1 else threads)  # as the CLI sets it for env workers
+            make = partial(EpochWorkload, config, TelemetryHub(), episodes=True)
+            record(f"ours, {label}", _epochs_per_s(make, n_envs, epochs, args.device))
+        torch.set_num_threads(threads)
+
+    quick = list(rate_variants(quick=True))
+    ours(quick)  # the figures the aims need first, the compiling variants last
     torch.set_num_threads(1)
-    rates["ours, 1 env on one CPU core"] = _epochs_per_s(
-        lambda: EpochWorkload(bench_config(1, size), TelemetryHub(), episodes=True), 1, epochs, "cpu"
-    )
+    one_core = partial(EpochWorkload, bench_config(1, size), TelemetryHub(), episodes=True)
+    record("ours, 1 env on one CPU core", _epochs_per_s(one_core, 1, epochs, "cpu"))
     torch.set_num_threads(threads)
     for n_envs in (1, 4):
-        config = bench_config(n_envs, size, device=args.device)
-        rates[f"plain loop, {n_envs} env(s)"] = _epochs_per_s(
-            lambda c=config: PlainLoopWorkload(c, TelemetryHub()), n_envs, epochs, args.device
-        )
+        plain = partial(PlainLoopWorkload, bench_config(n_envs, size, device=args.device), TelemetryHub())
+        record(f"plain loop, {n_envs} env(s)", _epochs_per_s(plain, n_envs, epochs, args.device))
+    ours([label for label in variants if label not in quick])
     if args.original is not None:
-        rates |= _original_rates(args, epochs)
-    for label, rate in rates.items():
-        print(f"{label}: {rate:.2f} env-epochs/s")
+        for label, rate in _original_rates(args, epochs).items():
+            record(label, rate)
     four = max(rate for label, rate in rates.items() if label.startswith("ours") and "4 envs" in label)
     achieved = {
         "4 envs / 1 env": four / rates["ours, eager 1 env"],
