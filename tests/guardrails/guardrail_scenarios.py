@@ -34,6 +34,7 @@ from tripwire.bitwise.settings import SettingChange, SettingsWatch
 from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder
 from tripwire.common.context import capture_context
 from tripwire.compile.counter import CompileCounter
+from tripwire.compile.traced import TracedLines, add_to_coverage
 from tripwire.sync import ignore_syncs
 from tripwire.sync.counter import SyncCounter
 from tripwire.telemetry.payloads import DEFAULT_EXCLUDED
@@ -330,11 +331,13 @@ def run_scenario(
             SettingsWatch() as settings,
             CompileCounter(root=TREE_ROOT) as compiles,
             SyncCounter(root=TREE_ROOT) as counter,
+            TracedLines() as traced,
         ):
             observer = TrajectoryProbe(recorder) if probe else None
             started = time.perf_counter()
             run_training(config, controller=controller, hub=hub, probe=observer)
             wall_s = time.perf_counter() - started
+        add_to_coverage(traced.lines, TREE_ROOT / "src")  # compiled code (f, k) ran, though coverage.py cannot see it
     hub.close()
     events = [event.to_json_dict() for event in backend.events]
     return ScenarioRun(scenario, events, recorder.trajectory, counter, compiles, settings.changes, wall_s)
