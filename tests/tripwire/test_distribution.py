@@ -31,6 +31,7 @@ EXTRA_OF |= {
     "tripwire.history": "history",
     "tripwire.gates.exercised": "coverage",
     "tripwire.gates.coverage_data": "coverage",
+    "tripwire.compile.traced": "coverage",
 }
 
 
