@@ -32,7 +32,15 @@ from tripwire.sync import state as sync
 from tripwire.sync.explicit import ExplicitSyncMode
 from tripwire.sync.installation import Installation, in_counted_backward, patch
 
-__all__ = ["ImplicitKernels", "ImplicitSyncMode", "counting_here", "kernels_available", "kernels_here", "use_kernels"]
+__all__ = [
+    "ImplicitKernels",
+    "ImplicitSyncMode",
+    "counting_here",
+    "kernels_available",
+    "kernels_here",
+    "read_op_schemas",
+    "use_kernels",
+]
 
 _LOCAL = sync._LOCAL
 
@@ -162,6 +170,10 @@ _AUTOGRAD_KEYS: tuple[str, ...] = (
 _AUTOGRAD_KEYS += ("AutogradMTIA", "AutogradPrivateUse1", "AutogradOther", "AutogradNestedTensor", "AutogradXLA")
 _BACKEND_KEYS = ("CPU", "CUDA", "HIP", "XPU", "MPS", "HPU", "MTIA", "PrivateUse1")
 _targets: tuple[int, list[tuple[str, str, str, tuple[str, ...]]]] = (-1, [])
+# op name -> its static kind: an op's tags never change once its schema is registered, so a listing after a library
+# registered more ops reads only the new ones' schemas (a history fork server lists once, in `warm`, and each child
+# then reads only what its tree registered: torchvision's ops). One whose schema could not be read is read again.
+_static_of: dict[str, str] = {}
 
 
 def kernels_available() -> bool:
@@ -202,15 +214,10 @@ def _implicit_targets() -> list[tuple[str, str, str, tuple[str, ...]]]:
         return _targets[1]
     found = []
     for full in sorted(names):
-        qualified, _, overload = full.partition(".")
-        namespace, _, name = qualified.partition("::")
-        try:
-            tags = torch._C._get_operation_overload(qualified, overload)[2]
-        except RuntimeError:  # an op whose schema cannot be read here: nothing to count it by
+        static = _static_of.get(full) or _read_static(full)
+        if static is None or static == _NO_IMPLICIT or kinds.COLLECTIVE.holds(static):
             continue
-        static = _static_kind(namespace, name, tags)
-        if static == _NO_IMPLICIT or kinds.COLLECTIVE.holds(static):
-            continue
+        namespace, _, name = full.partition(".")[0].partition("::")
         if torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd"):
             continue
         # `_local_scalar_dense` run at a backend key outside autograd is another op's own read (a CPU `var`), but a
@@ -221,6 +228,26 @@ def _implicit_targets() -> list[tuple[str, str, str, tuple[str, ...]]]:
             found.append((namespace, full.split("::", 1)[1], static, keys))
     _targets = (len(names), found)
     return found
+
+
+def read_op_schemas() -> None:
+    """Read the schema of every op registered so far, once (`_static_of`): a history fork server's `warm`."""
+    if kernels_available():
+        _implicit_targets()
+
+
+def _read_static(full: str) -> str | None:
+    """The static kind of the op named `full` (`namespace::name.overload`) from its schema's tags, remembered in
+    `_static_of`; None where the schema cannot be read here (nothing to count it by; not remembered: a library may
+    define it later)."""
+    qualified, _, overload = full.partition(".")
+    namespace, _, name = qualified.partition("::")
+    try:
+        tags = torch._C._get_operation_overload(qualified, overload)[2]
+    except RuntimeError:
+        return None
+    static = _static_of[full] = _static_kind(namespace, name, tags)
+    return static
 
 
 def counting_here() -> bool:

@@ -255,3 +255,34 @@ def test_a_counted_scalar_read_is_counted_once_and_keeps_autograd_where_a_subcla
     assert _Doubling.graphs == [True]
     (x * weight).sum().backward()  # the graph of the tensors read is intact
     assert x.grad is not None and weight.grad is not None and x.grad.item() == 2.0
+
+
+def test_ops_registered_later_are_listed_and_only_their_schemas_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing remembers each op's static kind (a history fork server reads every schema once, in `warm`): a
+    library loaded afterwards (a tree's torchvision) adds its data-dependent ops, and only their schemas are read.
+    The listing equals one made from nothing."""
+    implicit.read_op_schemas()
+    read: list[str] = []
+    original = implicit._read_static
+
+    def counting(full: str) -> str | None:
+        read.append(full)
+        return original(full)
+
+    monkeypatch.setattr(implicit, "_read_static", counting)
+    library = torch.library.Library("tripwire_later", "DEF")
+    try:
+        library.define("pick(Tensor x) -> Tensor", tags=(torch.Tag.data_dependent_output,))
+        library.define("plain(Tensor x) -> Tensor")
+        library.impl("pick", lambda x: x[x > 0], "CPU")
+        library.impl("plain", lambda x: x + 1, "CPU")
+        listed = implicit._implicit_targets()
+        assert sorted(read) == ["tripwire_later::pick", "tripwire_later::plain"]
+        later = [(namespace, name, static) for namespace, name, static, keys in listed if "CPU" in keys]
+        assert ("tripwire_later", "pick", "implicit:pick") in later
+        assert not [name for namespace, name, _, _ in listed if name == "plain"]
+        monkeypatch.setattr(implicit, "_static_of", {})
+        monkeypatch.setattr(implicit, "_targets", (-1, []))
+        assert implicit._implicit_targets() == listed
+    finally:
+        library._destroy()
