@@ -10,7 +10,9 @@ The walk runs over a repository the benchmark writes (`--commits` commits of a s
 its learning rate), or over one you name (`--repo`, `--range`, `--paths`, `--scenario`: esper-lite's own, for the
 figures of docs/measurements.md). The written loop imports `torch._dynamo` at its top, as `torch.compile` and
 `@torch.compiler.disable` do in most loops today: a fork server that stopped keeping what children import cost 1.5x
-on esper-lite before stop 52 (docs/measurements.md, "The cost of a history walk").
+on esper-lite before stop 52 (docs/measurements.md, "The cost of a history walk"). Its import builds 60,000 objects,
+as a project's does, and every fourth commit crashes on an import: a child of a server that had not collected its
+garbage then ran a full collection over the server's heap, 0.25 s a crashed commit (stop 60).
 
     python benchmarks/walk_cost.py [--base b4215d4] [--rounds 3] [--commits 16] [--jobs 2] [--max-ratio 1.05]
         [--repo PATH --range A..B [--paths P ...] --scenario FILE] [--json build/walk_cost.json]
@@ -34,8 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 LOOP = '''"""A small training loop; it imports dynamo at its top, as a loop with a compile-disabled part does."""
 
 import torch
-
+{missing}
 LR = {lr}
+
+# a project's import: tables, enums and dataclasses, tens of thousands of objects that live as long as the process
+REGISTRY = {{f"op{{index}}": (index, [index], {{"lr": index}}) for index in range(20_000)}}
 
 
 @torch.compiler.disable
@@ -81,7 +86,9 @@ def write_repo(folder: Path, commits: int) -> tuple[Path, str, Path]:
     repo.mkdir()
     _git(repo, "init", "-q", "-b", "main")
     for index in range(commits + 1):
-        (repo / "loop.py").write_text(LOOP.format(lr=0.01 + 0.001 * index), encoding="utf-8")
+        # every fourth commit crashes on an import, as much of a real history does where its environment is gone
+        missing = "import tripwire_walk_cost_gone  # noqa: F401\n" if index % 4 == 3 else ""
+        (repo / "loop.py").write_text(LOOP.format(lr=0.01 + 0.001 * index, missing=missing), encoding="utf-8")
         _git(repo, "add", "loop.py")
         env = ["-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
         _git(repo, *env, "commit", "-q", "-m", f"lr step {index}")
