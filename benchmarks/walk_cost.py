@@ -15,7 +15,7 @@ as a project's does, and every fourth commit crashes on an import: a child of a 
 garbage then ran a full collection over the server's heap, 0.25 s a crashed commit (stop 60).
 
     python benchmarks/walk_cost.py [--base b4215d4] [--rounds 3] [--commits 16] [--jobs 2] [--max-ratio 1.05]
-        [--repo PATH --range A..B [--paths P ...] --scenario FILE] [--json build/walk_cost.json]
+        [--repo PATH --range A..B [--paths P ...] --scenario FILE] [--pythonpath DIR ...] [--json FILE]
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def walk(src: Path, args: argparse.Namespace, repo: Path, span: str, scenario: P
     command += ["--paths", *args.paths] if args.paths else []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), *map(str, args.pythonpath)])}
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paths", nargs="+", default=[], help="with --repo: only commits touching these")
     parser.add_argument("--scenario", type=Path, help="with --repo: the scenario file")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--pythonpath", nargs="+", type=Path, default=[], help="folders of packages the walked history needs (pyyaml)"
+    )
     args = parser.parse_args(argv)
     if args.repo is not None and (args.span is None or args.scenario is None):
         parser.error("--repo needs --range and --scenario")
