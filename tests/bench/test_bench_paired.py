@@ -267,12 +267,21 @@ def test_a_benchmark_with_worker_threads_computes_on_every_cpu_under_pin_auto(tm
     (tmp_path / "tree" / "benchmarks").mkdir(parents=True)
     (tmp_path / "tree" / "benchmarks" / "workloads.py").write_text(PARALLEL_SUITE, encoding="utf-8")
     schedule = Schedule(warmup_units=1, fresh_every=0, min_blocks=3, max_blocks=3, budget_s=30.0)
-    comparison = compare_sides(sides(tmp_path / "tree"), schedule, tmp_path / "out", pin_cpu="auto")
-    outcomes = {outcome.name: outcome for outcome in comparison.outcomes}
-    for name in ("declared", "measured"):  # declared two workers, or measured to compute on two threads
-        for units in (outcomes[name].base, outcomes[name].head):
-            assert units.cpus == len(allowed), name
-            parallel = statistics.median(units.cpu_ms) / statistics.median(units.wall_ms)
-            assert parallel > 1.3, f"{name}: CPU time / wall time {parallel:.2f}: its threads shared one core"
+    # Threads pinned to one core can never compute more than one CPU-second a second, so a measurement is tried up to
+    # three times: a busy machine (another job on the second core) can lower the ratio, or make a two-thread benchmark
+    # measure as one, but nothing can raise a pinned benchmark's ratio past 1.
+    shared: list[str] = []
+    for attempt in range(3):
+        comparison = compare_sides(sides(tmp_path / "tree"), schedule, tmp_path / f"out{attempt}", pin_cpu="auto")
+        outcomes = {outcome.name: outcome for outcome in comparison.outcomes}
+        shared = []
+        for name in ("declared", "measured"):  # declared two workers, or measured to compute on two threads
+            for units in (outcomes[name].base, outcomes[name].head):
+                parallel = statistics.median(units.cpu_ms) / statistics.median(units.wall_ms)
+                if units.cpus != len(allowed) or parallel <= 1.3:
+                    shared.append(f"{name}: {units.cpus} of {len(allowed)} CPUs, CPU time / wall time {parallel:.2f}")
+        if not shared:
+            break
+    assert not shared, f"its threads shared one core: {shared}"
     alone = outcomes["alone"].head  # one thread in all, measured: on the shared CPU
     assert alone.cpus == 1 and statistics.median(alone.cpu_ms) / statistics.median(alone.wall_ms) < 1.15
