@@ -20,6 +20,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 import slowdowns
+from esper.data.records import ImageDataset
 from esper.kasmina.slot import SeedSlot
 from esper.leyline import BlueprintAction, GerminationStyle, TaskSpec, TempoAction, get_task_spec
 from esper.leyline.options import CompileBackend
@@ -58,8 +59,20 @@ HOST_BOUND_TASK = TaskSpec(
     name="host_bound",
     base_channels=8,
     image_size=8,
+    dataset="workloads:host_bound_images",
     description="cifar_baseline's host on 8x8 images: per-op host cost, not compute, sets the time",
 )
+
+
+def host_bound_images(split: str, n_samples: int | None, seed: int, data_dir: str | None) -> ImageDataset:
+    """The synthetic task's images averaged down to 8x8 (4x4 pixel blocks): HOST_BOUND_TASK's data."""
+    from esper.data.synthetic import SYNTHETIC_DEFAULT_SIZES, make_synthetic
+
+    full = make_synthetic(SYNTHETIC_DEFAULT_SIZES[split] if n_samples is None else n_samples, seed=seed, split=split)
+    images = F.avg_pool2d(full.images, 4).contiguous()
+    return replace(full, images=images)
+
+
 HOST_BOUND = Size(train_samples=1000, val_samples=200, batch_size=4)
 HOST_BOUND_AIM = 1.10  # host cost per env-epoch over the plain loop's, at most (benchmarks/host_cost.py)
 
