@@ -161,11 +161,12 @@ def preload() -> None:
 def settle() -> None:
     """One full garbage collection, the server's last step before it forks. Until then the collector had last run a
     full pass early in torch's import: the long-lived objects counted since (the whole preloaded heap, about 320,000)
-    were then far more than a quarter of those it had counted, so every child that built a few thousand objects of its
-    own ran a full pass over the server's heap, and that pass writes every object's header: about 14,000 pages
-    copied on write and 0.25 s of CPU a commit, paid by every commit that crashes or is `n/a` (a commit that trains
-    paid it anyway). Collected here once, a child runs a full pass only when it builds a quarter of the heap again,
-    as a process that had imported the same would. Nothing the child does changes: only when the collector runs."""
+    were then far more than a quarter of those it had counted, so every child that built a few tens of thousands of
+    objects of its own ran a full pass over the server's heap, and that pass writes every object's header: about
+    14,000 pages copied on write and 0.25 s of CPU a commit, paid by every commit that crashes or is `n/a` (a child
+    that trained esper-lite's PPO update ran no full pass either way). Collected here once, a child runs a full pass
+    only when it builds a quarter of the heap again, as a process that had imported the same would. Nothing the child
+    does changes: only when the collector runs."""
     gc.collect()
 
 
