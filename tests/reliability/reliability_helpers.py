@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -43,9 +44,17 @@ def ppo_argv(telemetry: Path, run_name: str, save: Path, rounds: int = 3, *extra
     ]
 
 
-def complete_lines(path: Path) -> list[dict[str, Any]]:
-    """Parse events.jsonl strictly: every line ends in a newline and is one JSON object with the wire keys."""
+def complete_lines(path: Path, *, killed: bool = False) -> list[dict[str, Any]]:
+    """Parse events.jsonl strictly: every line ends in a newline and is one JSON object with the wire keys.
+
+    `killed`: the writer died of SIGKILL, which may cut its last line short, but only where Linux stops a write
+    when a fatal signal is pending: at a page boundary (esper.nissa.backends). That fragment is dropped; one
+    anywhere else fails.
+    """
     raw = path.read_bytes() if path.exists() else b""
+    if killed and raw and not raw.endswith(b"\n"):
+        assert len(raw) % mmap.PAGESIZE == 0, f"{path}: the last line is cut at byte {len(raw)}, not a page boundary"
+        raw = raw[: raw.rfind(b"\n") + 1]
     assert raw == b"" or raw.endswith(b"\n"), f"{path}: the last line is partial: {raw[-80:]!r}"
     events = []
     for number, line in enumerate(raw.decode().splitlines(), start=1):

@@ -62,13 +62,33 @@ def _make_unique_run_dir(root: Path, run_name: str) -> Path:
             suffix += 1
 
 
+def _cut_to_last_line(fd: int, block: int = 1 << 16) -> int:
+    """Truncate an open file after its last newline (nothing when it is empty or ends with one); bytes cut."""
+    size = end = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return 0
+    while end > 0:
+        start = max(0, end - block)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    os.ftruncate(fd, end)
+    return size - end
+
+
 class DirectoryBackend:
     """Writes `root/<run-name>/events.jsonl`, one JSON object per line.
 
-    Each event is encoded in full and written with a single `os.write` on an O_APPEND descriptor, so a run
-    killed at any moment (SIGKILL included) leaves only complete lines: there is no user-space buffer to lose
-    and no line is ever written in two pieces. A write that fails part-way (disk full, the file-size limit) is
-    cut back to the last whole line and raises `TelemetryWriteError`, so every line in the file parses.
+    Each event is encoded in full and written with a single `os.write` on an O_APPEND descriptor: there is no
+    user-space buffer to lose, and a run killed at any moment leaves every event it finished writing. One `write`
+    is not atomic against SIGKILL, though: Linux copies a write into the page cache page by page and stops at a
+    page boundary when a fatal signal is pending, so a kill can leave the last line cut short at a 4 KiB
+    boundary (seen in about one kill in twenty of a tight append loop; `docs/reliability.md`). Such a tail is
+    the one fragment a kill can leave: opening the file again cuts it back to the last whole line, and readers
+    name it. A write that fails part-way (disk full, the file-size limit) is cut back to the last whole line
+    and raises `TelemetryWriteError`, so every line in the file parses.
     `flush()` and `close()` fsync the file. The events file is locked (flock) while the backend is open.
 
     A rank of a sharded run writes its own `events_file` (`events.rank<r>.jsonl`) into the run folder rank 0 made
@@ -88,8 +108,9 @@ class DirectoryBackend:
             root_path.mkdir(parents=True, exist_ok=True)
             self.run_dir = _make_unique_run_dir(root_path, run_name) if new_folder else root_path / run_name
             self.path = self.run_dir / events_file
-            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # this run's folder: no other writer
+            self.cut_on_open = _cut_to_last_line(self._fd)  # a killed writer's torn tail, never glued to our line
             self._size = os.fstat(self._fd).st_size  # the end of the last whole line
         except OSError as error:
             raise TelemetryPathError(

@@ -62,7 +62,10 @@ def load_events(source: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         if number == len(lines):
-            raise TelemetryParseError(f"{path}:{number}: partial last line (no newline): the writer was interrupted")
+            raise TelemetryParseError(
+                f"{path}:{number}: partial last line (no newline): the writer was killed mid-write; "
+                "delete that line or record the run again"
+            )
         try:
             event = json.loads(line)
         except json.JSONDecodeError as error:
