@@ -273,6 +273,38 @@ class PlainLoopWorkload(_TrainerWorkload):
         torch.cat(stats).cpu()
 
 
+class FaithfulPlainLoopWorkload(PlainLoopWorkload):
+    """The plain loop plus the per-step work the original's trainer does and a bare loop skips, written as a user
+    would write it: gradients clipped to norm 1 with `torch.nn.utils.clip_grad_norm_` (the norm summed on the
+    device), and the train loss and accuracy summed on the device. What our trainer costs beyond this is its own."""
+
+    def run(self) -> None:
+        stats: list[Tensor] = [torch.zeros(2, device=env.device) for env in self.runtimes]
+        sums: list[Tensor] = [torch.zeros(3, device=env.device) for env in self.runtimes]
+        for host in self.hosts:
+            host.train()
+        for per_env in self.parts.train_batches(0, 1):
+            for host, optimizer, total, (inputs, targets) in zip(self.hosts, self.optimizers, sums, per_env):
+                optimizer.zero_grad(set_to_none=True)
+                logits = host(inputs)
+                loss = F.cross_entropy(logits, targets)
+                loss.backward()
+                total[2] += torch.nn.utils.clip_grad_norm_(host.parameters(), 1.0)
+                optimizer.step()
+                with torch.no_grad():
+                    total[0] += loss * targets.shape[0]
+                    total[1] += (logits.argmax(dim=1) == targets).sum()
+        for host in self.hosts:
+            host.eval()
+        with torch.inference_mode():
+            for per_env in self.parts.val_batches(0, 1):
+                for host, stat, (inputs, targets) in zip(self.hosts, stats, per_env):
+                    logits = host(inputs)
+                    stat[0] += F.cross_entropy(logits, targets, reduction="sum")
+                    stat[1] += (logits.argmax(dim=1) == targets).sum()
+        torch.cat([*stats, *sums]).cpu()
+
+
 def measure_proxies(workload: Workload, counted: Workload, label: str) -> dict[str, int]:
     """Host syncs and aten ops of one `run()`, each on its own freshly built (hence identical) workload."""
     workload.prepare()
@@ -481,6 +513,12 @@ def _host_bound_side(kind: type[_TrainerWorkload]) -> dict[str, PairedBench]:
 def host_plain_side() -> dict[str, PairedBench]:
     """The plain loop on the host-bound workload, one thread (the base of benchmarks/host_cost.py)."""
     return _host_bound_side(PlainLoopWorkload)
+
+
+def host_faithful_plain_side() -> dict[str, PairedBench]:
+    """The plain loop with the original's per-step clipping and train sums, on the host-bound workload (the other
+    base of benchmarks/host_cost.py, `--base faithful`)."""
+    return _host_bound_side(FaithfulPlainLoopWorkload)
 
 
 def host_trainer_side() -> dict[str, PairedBench]:
