@@ -19,7 +19,7 @@ def _pair(seed: int) -> tuple[nn.Module, nn.Module]:
     return first, second
 
 
-@pytest.mark.parametrize("max_norm", [1e-3, 0.5, 1e6])
+@pytest.mark.parametrize("max_norm", [1e-3, 0.5, 1.0, 2.0, 1e6])  # 1.0: the trainer's, which skips a multiply
 def test_the_same_norm_and_gradients_as_torch(max_norm: float) -> None:
     for seed in range(20):
         reference, ours = _pair(seed)
@@ -31,6 +31,20 @@ def test_the_same_norm_and_gradients_as_torch(max_norm: float) -> None:
         assert torch.equal(found, expected)
         for a, b in zip(reference.parameters(), ours.parameters()):
             assert a.grad is not None and b.grad is not None and torch.equal(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+@pytest.mark.parametrize("max_norm", [1.0, 0.5])
+def test_non_finite_gradients_clip_as_torch_does(bad: float, max_norm: float) -> None:
+    reference, ours = _pair(0)
+    for model in (reference, ours):
+        model(torch.ones(2, 3, 6, 6)).sum().backward()
+        next(model.parameters()).grad.view(-1)[0] = bad  # type: ignore[union-attr]
+    expected = nn.utils.clip_grad_norm_(list(reference.parameters()), max_norm)
+    found = clip_grad_norm_(list(ours.parameters()), max_norm)
+    torch.testing.assert_close(found, expected, rtol=0, atol=0, equal_nan=True)
+    for a, b in zip(reference.parameters(), ours.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=0, atol=0, equal_nan=True)
 
 
 def test_mixed_dtypes_and_no_gradients_go_to_torch() -> None:
