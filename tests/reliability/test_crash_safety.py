@@ -1,4 +1,7 @@
-"""Crash safety: SIGKILL at ten points leaves complete events and a loadable (or no) checkpoint; SIGINT stops cleanly.
+"""Crash safety: SIGKILL at ten points leaves whole events and a loadable (or no) checkpoint; SIGINT stops cleanly.
+
+A kill may cut the last events line, but only at a page boundary, where Linux stops a write when a fatal signal
+is pending (esper.nissa.backends, docs/reliability.md); `complete_lines(..., killed=True)` drops that fragment.
 
 Every kill is a real SIGKILL of a separate CLI process (forked from a warm launcher, see fork_launcher.py). The
 kill points: a seeded random delay before any event, seven seeded line counts of events.jsonl spread over the
