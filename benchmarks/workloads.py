@@ -253,7 +253,6 @@ class PlainLoopWorkload(_TrainerWorkload):
         ]
 
     def run(self) -> None:
-        stats: list[Tensor] = [torch.zeros(2, device=env.device) for env in self.runtimes]
         for host in self.hosts:
             host.train()
         for per_env in self.parts.train_batches(0, 1):
@@ -262,6 +261,11 @@ class PlainLoopWorkload(_TrainerWorkload):
                 loss = F.cross_entropy(host(inputs), targets)
                 loss.backward()
                 optimizer.step()
+        torch.cat(self.validate()).cpu()
+
+    def validate(self) -> list[Tensor]:
+        """Every host's validation loss and correct count over the val batches, summed on the device."""
+        stats: list[Tensor] = [torch.zeros(2, device=env.device) for env in self.runtimes]
         for host in self.hosts:
             host.eval()
         with torch.inference_mode():
@@ -270,7 +274,7 @@ class PlainLoopWorkload(_TrainerWorkload):
                     logits = host(inputs)
                     stat[0] += F.cross_entropy(logits, targets, reduction="sum")
                     stat[1] += (logits.argmax(dim=1) == targets).sum()
-        torch.cat(stats).cpu()
+        return stats
 
 
 class FaithfulPlainLoopWorkload(PlainLoopWorkload):
@@ -279,7 +283,6 @@ class FaithfulPlainLoopWorkload(PlainLoopWorkload):
     device), and the train loss and accuracy summed on the device. What our trainer costs beyond this is its own."""
 
     def run(self) -> None:
-        stats: list[Tensor] = [torch.zeros(2, device=env.device) for env in self.runtimes]
         sums: list[Tensor] = [torch.zeros(3, device=env.device) for env in self.runtimes]
         for host in self.hosts:
             host.train()
@@ -294,15 +297,7 @@ class FaithfulPlainLoopWorkload(PlainLoopWorkload):
                 with torch.no_grad():
                     total[0] += loss * targets.shape[0]
                     total[1] += (logits.argmax(dim=1) == targets).sum()
-        for host in self.hosts:
-            host.eval()
-        with torch.inference_mode():
-            for per_env in self.parts.val_batches(0, 1):
-                for host, stat, (inputs, targets) in zip(self.hosts, stats, per_env):
-                    logits = host(inputs)
-                    stat[0] += F.cross_entropy(logits, targets, reduction="sum")
-                    stat[1] += (logits.argmax(dim=1) == targets).sum()
-        torch.cat([*stats, *sums]).cpu()
+        torch.cat([*self.validate(), *sums]).cpu()
 
 
 def measure_proxies(workload: Workload, counted: Workload, label: str) -> dict[str, int]:
