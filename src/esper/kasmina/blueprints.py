@@ -47,8 +47,36 @@ def group_count(channels: int) -> int:
     return 1
 
 
+class CpuSafeGroupNorm(nn.GroupNorm):
+    """`nn.GroupNorm` that gives torch before 2.14 an NCHW copy of a CPU input it would crash on.
+
+    torch 2.11 and 2.13 (not 2.14.0 on) kill the process with SIGSEGV in GroupNorm's channels-last CPU backward when
+    the input needs no gradient but the weight does (the kernel writes the input's gradient, which nobody asked for).
+    The host runs channels_last, and a norm seed reads the host's detached features in TRAINING and BLENDING, so its
+    first step crashed there (docs/portability.md). Only such inputs are copied, only while autograd records; the
+    forward's values are GroupNorm's, from its NCHW kernel. On torch 2.14 and later `_group_norm` never builds one.
+    """
+
+    def forward(self, input: Tensor) -> Tensor:
+        if (
+            input.device.type == "cpu"
+            and not input.requires_grad
+            and torch.is_grad_enabled()
+            and self.weight is not None
+            and self.weight.requires_grad
+            and not input.is_contiguous()
+        ):
+            input = input.contiguous()
+        return super().forward(input)
+
+
+# Whether this torch's CPU GroupNorm needs CpuSafeGroupNorm (see there): decided once, at import.
+GROUP_NORM_NEEDS_NCHW_COPY = torch.torch_version.TorchVersion(torch.__version__) < "2.14"
+
+
 def _group_norm(channels: int) -> nn.GroupNorm:
-    return nn.GroupNorm(group_count(channels), channels)
+    kind = CpuSafeGroupNorm if GROUP_NORM_NEEDS_NCHW_COPY else nn.GroupNorm
+    return kind(group_count(channels), channels)
 
 
 class NormSeed(nn.Module):
