@@ -277,13 +277,16 @@ def baselines(session: nox.Session) -> None:
 # The torch versions tripwire declares and is tested on (src/tripwire/pyproject.toml: torch>=2.11): the oldest, which
 # the GPU machines' image has, and the newest, the project environment's own. CI runs both (.ci/run).
 TORCH_VERSIONS = ("2.11.0", "2.14.1")
+# The trainer's own steps around a torch version's bugs, each shown to crash there without its workaround
+TORCH_WORKAROUND_TESTS = ("tests/kasmina/test_group_norm.py",)
 
 
 @nox.session(default=False, tags=["ci"])
 def torch_versions(session: nox.Session) -> None:
-    """tripwire's own tests (tests/tripwire) on each torch version it declares (`-- 2.11.0` for some): a version
-    other than the environment's is installed beside it once, `pip install --no-deps --target build/torch-<v>`,
-    reusing its CUDA libraries, and put first on the path."""
+    """tripwire's own tests (tests/tripwire) on each torch version it declares (`-- 2.11.0` for some), and the
+    trainer's torch-version workarounds (TORCH_WORKAROUND_TESTS): a version other than the environment's is installed
+    beside it once, `pip install --no-deps --target build/torch-<v>`, reusing its CUDA libraries, and put first on
+    the path."""
     env = project_env(session)
     installed = subprocess.run(
         [str(BIN / "python"), "-c", "import torch; print(torch.__version__.split('+')[0])"],
@@ -300,9 +303,9 @@ def torch_versions(session: nox.Session) -> None:
                     f"torch=={version}", env=env, external=True,
                 )  # fmt: skip
             extra["PYTHONPATH"] = str(target)
-        session.log(f"tripwire's tests on torch {version}")
+        session.log(f"tripwire's tests and the trainer's workarounds on torch {version}")
         run_in_env(session, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/tripwire",
-                   env={**GATE_ENV, **extra})  # fmt: skip
+                   *TORCH_WORKAROUND_TESTS, env={**GATE_ENV, **extra})  # fmt: skip
 
 
 @nox.session(default=False)
@@ -315,6 +318,20 @@ def gpu(session: nox.Session) -> None:
     if not any(arg.startswith("--device") for arg in args):
         args = ["--device", "cuda", *args]
     run_in_env(session, "python", "tests/device/check.py", *args)
+
+
+@nox.session(default=False)
+def gpu_pack(session: nox.Session) -> None:
+    """Before a device session: the wheels the device image lacks (tests/device/pack.txt) into build/device, and
+    the original's source with `-- --original GIT_DIR`; prints the one device call to make (tests/device/pack.py)."""
+    run_in_env(session, "python", "tests/device/pack.py", *session.posargs)
+
+
+@nox.session(default=False, tags=["ci"])
+def gpu_rehearsal(session: nox.Session) -> None:
+    """The device command's dry run here, in an environment of exactly the device image's packages (torch 2.11,
+    tests/device/image.txt) with the packed wheels: what a device session would hit, found before it starts."""
+    run_in_env(session, "python", "tests/device/rehearse.py", *session.posargs)
 
 
 @nox.session(default=False, tags=["perf"])
