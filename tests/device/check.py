@@ -20,24 +20,28 @@ inside the 8 minutes a device session allows):
 - `bench`: the benchmark suite's `--save` (`baselines/bench/<device>.json`).
 
 Everything goes under `--out`: `summary.txt` (printed at the end), `summary.json`, a log per step, and `baselines/`
-laid out as the repository's, for review and copying. On a device machine whose image lacks the test tools, run it
-from the source tree with `PYTHONPATH=src` and the wheels it needs installed with `--target` (syrupy, gymnasium 0.29,
-tyro): nothing of the project is built there.
+laid out as the repository's, for review and copying; with `--archive FILE`, also one .tar.gz of it, rewritten after
+every step. On the lent device machine, whose image lacks some of the test tools and where nothing of the project is
+built, `tests/device/on_device.sh` runs it from the source tree with the wheels `nox -s gpu_pack` made here
+(`tests/device/rehearse.py` dry-runs exactly that in an environment of the image's packages).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ("sync", "bitwise", "tests", "timer", "rate", "ab", "bench")
 LIMITS = {"sync": 150, "bitwise": 120, "tests": 90, "timer": 40, "rate": 200, "ab": 120, "bench": 150}
+ARCHIVE_FILE_LIMIT = 4 * 2**20  # a file in the archive at most (scenario work folders can hold large telemetry)
 QUICK_LIMITS = {"sync": 150, "bitwise": 120, "tests": 240, "timer": 30, "rate": 120, "ab": 150, "bench": 60}
 
 
@@ -49,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=480.0, help="seconds for every step together")
     parser.add_argument("--quick", action="store_true", help="small sizes: a dry run that checks the check runs")
     parser.add_argument("--original", type=Path, help="the original's source folder, for the rate step")
+    parser.add_argument("--archive", type=Path, help="also pack the folder into this .tar.gz after every step")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     summary: list[str] = [_environment(args.device)]
@@ -65,12 +70,49 @@ def main(argv: list[str] | None = None) -> int:
         summary.append(
             f"{step:8s} {results[step]['status']:7s} {results[step]['seconds']:5.0f} s  {results[step]['detail']}"
         )
+        _write_summary(args, summary, results)
     summary.append(f"all steps in {time.monotonic() - started:.0f} s (deadline {args.deadline:.0f} s)")
+    sys.stdout.write(_write_summary(args, summary, results))
+    return 0 if all(result["status"] in ("passed", "skipped") for result in results.values()) else 1
+
+
+def _write_summary(args: argparse.Namespace, summary: list[str], results: dict[str, dict[str, object]]) -> str:
+    """summary.txt and summary.json as they stand, and the archive: a step past the call's limit loses only itself."""
     text = "\n".join(summary) + "\n"
     (args.out / "summary.txt").write_text(text, encoding="utf-8")
     (args.out / "summary.json").write_text(json.dumps(results, indent=1, sort_keys=True), encoding="utf-8")
-    sys.stdout.write(text)
-    return 0 if all(result["status"] in ("passed", "skipped") for result in results.values()) else 1
+    if args.archive is not None:
+        pack_folder(args.out, args.archive)
+    return text
+
+
+def pack_folder(folder: Path, archive: Path, largest: int = ARCHIVE_FILE_LIMIT) -> list[str]:
+    """`folder` as one .tar.gz, whole or not at all (a device call brings back 8 files, 16 MiB each): files over
+    `largest` bytes stay out, and are named in the archive's `left_out.txt`; the archive never packs itself. Returns
+    what stayed out."""
+    left_out: list[str] = []
+    partial = archive.with_name(archive.name + ".partial")
+    itself = {f"{folder.name}/{path.resolve().relative_to(folder.resolve())}" for path in (archive, partial)
+              if path.resolve().is_relative_to(folder.resolve())}  # fmt: skip
+
+    def keep(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if member.name in itself:
+            return None
+        if member.isfile() and member.size > largest:
+            left_out.append(f"{member.name} ({member.size} bytes)")
+            return None
+        return member
+
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(partial, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name, filter=keep)
+        if left_out:
+            note = ("\n".join(left_out) + "\n").encode()
+            info = tarfile.TarInfo(f"{folder.name}/left_out.txt")
+            info.size = len(note)
+            tar.addfile(info, io.BytesIO(note))
+    os.replace(partial, archive)
+    return left_out
 
 
 def _environment(device: str) -> str:

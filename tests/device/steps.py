@@ -118,9 +118,18 @@ def step_bitwise(args: argparse.Namespace) -> None:
     verdict(report.ok, detail)
 
 
+def _tripwire_plugin() -> list[str]:
+    """`-p tripwire.gates.pytest_plugin` where tripwire runs from the source tree (the device image): nothing
+    installed there registers its pytest entry point, and the tests need its markers and fixtures."""
+    import importlib.metadata
+
+    registered = any(point.name == "tripwire" for point in importlib.metadata.entry_points(group="pytest11"))
+    return [] if registered else ["-p", "tripwire.gates.pytest_plugin"]
+
+
 def step_tests(args: argparse.Namespace) -> None:
     """The tests that take a CUDA path when there is one (run on any device: they skip theirs without CUDA)."""
-    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *GPU_TESTS]
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *_tripwire_plugin(), *GPU_TESTS]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     print(done.stdout[-4000:], done.stderr[-2000:])
     tail = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line][-1:]
@@ -248,8 +257,9 @@ def step_rate(args: argparse.Namespace) -> None:
         plain = partial(PlainLoopWorkload, bench_config(n_envs, size, device=args.device), TelemetryHub())
         record(f"plain loop, {n_envs} env(s)", _epochs_per_s(plain, n_envs, epochs, args.device))
     ours([label for label in variants if label not in quick])
+    failed: list[str] = []
     if args.original is not None:
-        for label, rate in _original_rates(args, epochs).items():
+        for label, rate in _original_rates(args, epochs, failed).items():
             record(label, rate)
     four = max(rate for label, rate in rates.items() if label.startswith("ours") and "4 envs" in label)
     achieved = {
@@ -261,11 +271,12 @@ def step_rate(args: argparse.Namespace) -> None:
         for name, value in achieved.items()
     )
     detail = "; ".join(f"{label} {rate:.1f}" for label, rate in rates.items())
-    verdict(True, f"{detail}. {aims}", rates=rates, aims=achieved)
+    verdict(not failed, "; ".join([*failed, f"{detail}. {aims}"]), rates=rates, aims=achieved)
 
 
-def _original_rates(args: argparse.Namespace, epochs: int) -> dict[str, float]:
-    """The original's epochs on the device, in a process that imports its `esper` (its own source first on the path)."""
+def _original_rates(args: argparse.Namespace, epochs: int, failed: list[str]) -> dict[str, float]:
+    """The original's epochs on the device, in a process that imports its `esper` (its own source first on the path);
+    a run that fails is said in `failed`."""
     rates = {}
     for n_envs in (1, 4):
         code = (
@@ -274,11 +285,13 @@ def _original_rates(args: argparse.Namespace, epochs: int) -> dict[str, float]:
             f"make = lambda: OriginalEpochWorkload({n_envs}, device=sys.argv[3])\n"
             f"import steps; print(json.dumps(steps._epochs_per_s(make, {n_envs}, {epochs}, sys.argv[3])))"
         )
-        env = {**os.environ, "PYTHONPATH": ""}
+        # The original's src/ goes first, so `import esper` is its own; the path keeps what the check runs from
+        # (tripwire's source and the packed wheels on the device image), which the workload's harness side needs.
         command = [sys.executable, "-c", code, str(args.original), str(ROOT / "benchmarks"), args.device]
-        done = subprocess.run(command, cwd=Path(__file__).parent, env=env, capture_output=True, text=True, check=False)
+        done = subprocess.run(command, cwd=Path(__file__).parent, capture_output=True, text=True, check=False)
         if done.returncode:
             print(done.stderr[-2000:])
+            failed.append(f"original, {n_envs} env(s): exit {done.returncode}, {done.stderr.strip()[-160:]}")
             continue
         rates[f"original, {n_envs} env(s)"] = float(json.loads(done.stdout.strip().splitlines()[-1]))
     return rates

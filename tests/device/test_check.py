@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -14,8 +15,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_gpu_check_runs_every_step_on_cpu_and_writes_one_folder(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(ROOT / "tests" / "device" / "check.py"), "--device", "cpu", "--quick"]
+    command += ["--archive", str(tmp_path / "back" / "gpu.tar.gz")]  # what a device call brings back
     done = subprocess.run([*command, "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    with tarfile.open(tmp_path / "back" / "gpu.tar.gz") as tar:
+        packed = tar.getnames()
+        summary = tar.extractfile(f"{tmp_path.name}/summary.json")
+        assert summary is not None and json.loads(summary.read()) == json.loads((tmp_path / "summary.json").read_text())
+    assert f"{tmp_path.name}/baselines/sync_budgets/a_baseline.json" in packed
+    assert not any(name.startswith(f"{tmp_path.name}/back/gpu.tar.gz") for name in packed)  # not itself
     results = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
     assert sorted(results) == sorted(("sync", "bitwise", "tests", "timer", "rate", "ab", "bench"))
     assert all(result["status"] == "passed" for result in results.values()), results
@@ -51,3 +59,23 @@ def test_every_run_of_the_device_rate_step_is_a_valid_config() -> None:
         config = dataclasses.replace(bench_config(n_envs, ORIGINAL, device="cuda"), **options)
         config.validate()
         assert config.n_envs == n_envs, label
+
+
+def test_the_archive_leaves_out_what_a_device_call_could_not_bring_back_and_says_so(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "device"))
+    try:
+        from check import pack_folder
+    finally:
+        sys.path.remove(str(ROOT / "tests" / "device"))
+    folder = tmp_path / "gpu"
+    (folder / "work").mkdir(parents=True)
+    (folder / "summary.txt").write_text("sync passed\n")
+    (folder / "work" / "events.jsonl").write_bytes(b"x" * 2048)
+    archive = folder / "gpu.tar.gz"  # inside the folder it packs: never packed into itself
+    archive.write_bytes(b"an earlier archive")
+    assert pack_folder(folder, archive, largest=1024) == ["gpu/work/events.jsonl (2048 bytes)"]
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == ["gpu", "gpu/left_out.txt", "gpu/summary.txt", "gpu/work"]
+        note = tar.extractfile("gpu/left_out.txt")
+        assert note is not None and note.read() == b"gpu/work/events.jsonl (2048 bytes)\n"
+    assert not (folder / "gpu.tar.gz.partial").exists()
