@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pack: git archive {args.commit} of {args.original} failed: {error.stderr.decode().strip()}")
             return 1
         print(f"the original's src/ at {args.commit}: {size / 2**20:.1f} MiB in {args.out / 'original'}")
+    elif (args.out / "original" / "src").is_dir():
+        print(f"the original packed before stays in {args.out / 'original'} (delete it to run without the original)")
     total = tree_bytes() + folder_bytes(args.out)
     print(f"a device call carries {total / 2**20:.1f} MiB of its {CARRY_LIMIT / 2**20:.0f} MiB")
     if total > CARRY_LIMIT:
