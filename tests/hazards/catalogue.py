@@ -701,8 +701,8 @@ HAZARDS: tuple[Hazard, ...] = (
             ),
             Edit(
                 ENGINE,
-                "                self._train_in_turn(envs, accs, batches)\n        return accs\n",
-                "                self._train_in_turn(envs, accs, batches)\n"
+                "            join_streams(envs)\n        return accs\n",
+                "            join_streams(envs)\n"
                 "        _deadline = time.process_time() + 0.1 * (time.process_time() - _start)\n"
                 "        while time.process_time() < _deadline:\n"
                 "            pass\n"

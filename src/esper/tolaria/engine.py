@@ -331,12 +331,12 @@ class VectorizedEngine:
             loss.backward()
         # The norms are of gradients, which carry no graph: no detach (an aten op per batch) is needed.
         host_norm = clip_grad_norm_(model.host_parameters(), self.config.max_grad_norm)
-        acc.host_grad_norm.add_(host_norm.to(acc.host_grad_norm.dtype))
+        acc.host_grad_norm.add_(host_norm)  # add_ casts, as `.to(dtype)` did, without a Python call per batch
         for seed in seeds:
             with_grad = [p for p in seed.parameters if p.grad is not None]
             if with_grad:
                 norm = clip_grad_norm_(with_grad, self.config.max_grad_norm)
-                acc.seed_grad_norms[seed.index].add_(norm.to(acc.seed_grad_norms.dtype))
+                acc.seed_grad_norms[seed.index].add_(norm)
         if env.scaler is not None:
             env.scaler.step(env.host_optimizer)
             for opt in seed_optimizers:
@@ -346,11 +346,8 @@ class VectorizedEngine:
             env.host_optimizer.step()
             for opt in seed_optimizers:
                 opt.step()
-        batch_size = targets.shape[0]
         with torch.no_grad():  # no graph is recorded here, so the loss needs no detach
-            correct = (logits.argmax(dim=1) == targets).sum()
-            acc.sums.add(loss.float() * batch_size, correct, batch_size)
-        acc.batches += 1
+            acc.add_batch(loss.float() * targets.shape[0], logits.argmax(dim=1), targets)
 
     def train_pass(self, envs: Sequence[EnvRuntime], batches: Iterable[Sequence[EnvBatch]]) -> list[TrainAccumulators]:
         """One full training epoch for every env over the shared batches (batch-first iteration)."""
@@ -358,9 +355,12 @@ class VectorizedEngine:
         with hot_path("train_pass"):
             if self._threaded(envs):
                 self._run_concurrently(len(envs), batches, partial(self._train_step, envs, accs))
-                join_streams(envs)
             else:
                 self._train_in_turn(envs, accs, batches)
+            for env, acc in zip(envs, accs):
+                with stream_context(env):
+                    acc.count_correct()
+            join_streams(envs)
         return accs
 
     def _train_in_turn(
@@ -372,7 +372,6 @@ class VectorizedEngine:
                 wait_for_default_stream(env, (inputs, targets))
                 with stream_context(env):
                     self.train_batch(env, acc, inputs, targets)
-        join_streams(envs)
 
     def _train_step(
         self, envs: Sequence[EnvRuntime], accs: Sequence[TrainAccumulators], index: int, batch: EnvBatch
