@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from esper.leyline import ACTION_HEAD_NAMES, head_sizes
-from esper.tamiyo import packed_lstm
+from esper.tamiyo import aten_lstm
 from esper.tamiyo.distributions import MaskedCategorical
 from esper.tamiyo.features import BLUEPRINT_EMBED_DIM, NUM_BLUEPRINT_EMBEDDINGS
 
@@ -146,12 +146,12 @@ class FactoredRecurrentActorCritic(nn.Module):
 
     @torch.compiler.disable  # type: ignore[untyped-decorator]  # torch's decorator is untyped
     def _recurrent(self, features: torch.Tensor, hidden: Hidden) -> tuple[torch.Tensor, Hidden]:
-        """The LSTM over [K, T] features from `hidden`, always eager: dynamo cannot trace an `nn.LSTM`, so a compiled
-        forward calls it across a stated boundary (one graph before, one after) instead of breaking wherever dynamo
-        meets the module. Without gradients on CPU it runs on weights kept in oneDNN's layout (`packed_lstm`),
-        bitwise the module's result without reordering the weights on every call."""
-        if packed_lstm.usable(self.lstm, features, hidden):
-            return packed_lstm.packed_step(self.lstm, features, hidden)
+        """The LSTM over [K, T] features from `hidden`, always eager: dynamo cannot trace an `nn.LSTM` (and would
+        unroll the CPU loop once per sequence length), so a compiled forward calls it across a stated boundary (one
+        graph before, one after) instead of breaking wherever dynamo meets the module. On CPU it runs on ATen's
+        kernels, not oneDNN's, whose bits change with the CPU model (`aten_lstm`)."""
+        if features.device.type == "cpu" and aten_lstm.supported(self.lstm):
+            return aten_lstm.lstm_on_aten(self.lstm, features, hidden)
         out, (h, c) = self.lstm(features, hidden)
         return out, (h, c)
 
