@@ -1,19 +1,18 @@
-"""The policy's LSTM on CPU, on ATen's own kernels instead of oneDNN's: the same bits on every x86 CPU.
+"""The policy's LSTM on CPU, on ATen's own kernels instead of oneDNN's: bits that travel between x86 CPUs.
 
-On CPU, `nn.LSTM` runs through oneDNN (`aten.mkldnn_rnn_layer`). Its RNN kernels (brgemm for inference, packed
-gemm for training) take their blocking from the CPU they find, not only from the ISA the gate pins
-(`ONEDNN_MAX_CPU_ISA=AVX2`), so their sums group differently from one CPU model to another. Seen 2026-12-02: under
-the pin, scenario (g)'s value estimate at its first step after a PPO update differed between the Sapphire Rapids
-that recorded the golden and another Intel Xeon (AMX, 2 MiB L2 per core), from identical weights and input, and
-this machine's own values moved with `ONEDNN_MAX_CPU_ISA`. A golden that holds on one CPU model gates nothing on
-the next.
+On CPU, `nn.LSTM` runs through oneDNN (`aten.mkldnn_rnn_layer`), and its bits did not travel between machines
+under the gate's pin (`ONEDNN_MAX_CPU_ISA=AVX2`). Seen 2026-12-02: scenario (g)'s value estimate at its first step
+after a PPO update, from identical weights and input, differed between the machine that recorded the golden and an
+Intel Xeon (AMX), while valgrind's emulated Haswell agreed with the Xeon; on the Xeon the same values also moved with
+`ONEDNN_MAX_CPU_ISA` alone. The pin fixes the instruction set, not which RNN kernel oneDNN picks. A golden that
+holds on one CPU gates nothing on the next (docs/portability.md).
 
 `lstm_on_aten` computes the same cell from ATen ops: the input projection of every step as one linear, then per
 step the hidden projection, the four gates and the state update, in `nn.LSTM`'s gate order (i, f, g, o). Linear
 layers run on MKL, which the gate pins to its reproducible branch (`MKL_CBWR=COMPATIBLE,STRICT`), the gates on
 ATen's vector kernels (`ATEN_CPU_CAPABILITY=avx2`): the two pins that already make every other layer travel.
-It is a float32 LSTM equal to `nn.LSTM` to rounding (`tests/tamiyo/test_aten_lstm.py`), not bitwise: no two LSTM
-implementations group their sums alike. On CUDA the policy keeps `nn.LSTM` (cuDNN).
+It is a float32 LSTM equal to `nn.LSTM` to rounding (`tests/tamiyo/test_aten_lstm.py`), not bitwise: its sums group
+differently from oneDNN's and from `nn.LSTM`'s own ATen path. On CUDA the policy keeps `nn.LSTM` (cuDNN).
 """
 
 from __future__ import annotations
