@@ -36,7 +36,7 @@ from esper.tamiyo import aten_lstm
 from esper.tamiyo.distributions import MaskedCategorical
 from esper.tamiyo.features import BLUEPRINT_EMBED_DIM, NUM_BLUEPRINT_EMBEDDINGS
 
-Hidden = tuple[torch.Tensor, torch.Tensor]
+Hidden = aten_lstm.Hidden
 # What `forward` returns: logits per head [K, T, n], values [K, T], the LSTM state after the last step
 NetworkOutput = tuple[dict[str, torch.Tensor], torch.Tensor, Hidden]
 Network = Callable[[torch.Tensor, torch.Tensor, Hidden], NetworkOutput]  # the policy, or its compiled form
@@ -150,7 +150,7 @@ class FactoredRecurrentActorCritic(nn.Module):
         unroll the CPU loop once per sequence length), so a compiled forward calls it across a stated boundary (one
         graph before, one after) instead of breaking wherever dynamo meets the module. On CPU it runs on ATen's
         kernels, not oneDNN's, whose bits change with the CPU model (`aten_lstm`)."""
-        if features.device.type == "cpu" and aten_lstm.supported(self.lstm):
+        if features.device.type == "cpu":  # the policy builds only an LSTM `lstm_on_aten` computes
             return aten_lstm.lstm_on_aten(self.lstm, features, hidden)
         out, (h, c) = self.lstm(features, hidden)
         return out, (h, c)

@@ -55,9 +55,8 @@ class StatSums:
 
     def add(self, loss_sum: Tensor, correct: Tensor, samples: int) -> None:
         """Add one batch: its loss sum and correct count (device tensors), and its number of samples."""
-        self._loss.add_(loss_sum)
-        self._correct.add_(correct)
-        self.samples += samples
+        self.add_loss(loss_sum, samples)
+        self.add_correct(correct)
 
     def add_loss(self, loss_sum: Tensor, samples: int) -> None:
         """Add one batch's loss sum and its number of samples; its correct count comes later (`add_correct`)."""
