@@ -25,6 +25,7 @@ GPU_TESTS = (
     "tests/kasmina/test_building.py",
     "tests/tolaria/test_engine_validation.py",
     "tests/tolaria/test_env_workers.py",
+    "tests/tolaria/test_train_accumulators.py",
     "tests/tripwire/sync/test_sync_references_and_uploads.py",
     "tests/tripwire/sync/test_sync_hot_path.py",
     "tests/tripwire/sync/test_crosscheck.py",

@@ -123,6 +123,18 @@ class CompiledStep:
         self._lock = threading.Lock()  # env worker threads may meet a new structure at once
 
     @property
+    def outputs_persist(self) -> bool:
+        """Whether a step's outputs stay valid after the next step: not when inductor records CUDA graphs (its
+        reduce-overhead and max-autotune modes, or its config set so), whose next replay overwrites them."""
+        if self.backend is not CompileBackend.INDUCTOR:
+            return True
+        from torch._inductor import config as inductor_config
+        from torch._inductor import list_mode_options
+
+        cudagraphs = list_mode_options(self.mode).get("triton.cudagraphs", inductor_config.triton.cudagraphs)
+        return not cudagraphs
+
+    @property
     def structures(self) -> int:
         """Structures seen so far (each captured at least once)."""
         return len(self._by_key)
@@ -241,6 +253,7 @@ class VectorizedEngine:
         self.config = config
         self._pool: ThreadPoolExecutor | None = None
         self._forward_loss = compile_step(config.compile_step, config.compile_mode)
+        self._outputs_persist = not isinstance(self._forward_loss, CompiledStep) or self._forward_loss.outputs_persist
 
     def close(self) -> None:
         """Stop the env worker threads, if any were started."""
@@ -330,13 +343,11 @@ class VectorizedEngine:
         else:
             loss.backward()
         # The norms are of gradients, which carry no graph: no detach (an aten op per batch) is needed.
-        host_norm = clip_grad_norm_(model.host_parameters(), self.config.max_grad_norm)
-        acc.host_grad_norm.add_(host_norm)  # add_ casts, as `.to(dtype)` did, without a Python call per batch
+        acc.add_host_norm(clip_grad_norm_(model.host_parameters(), self.config.max_grad_norm))
         for seed in seeds:
             with_grad = [p for p in seed.parameters if p.grad is not None]
             if with_grad:
-                norm = clip_grad_norm_(with_grad, self.config.max_grad_norm)
-                acc.seed_grad_norms[seed.index].add_(norm)
+                acc.add_seed_norm(seed.index, clip_grad_norm_(with_grad, self.config.max_grad_norm))
         if env.scaler is not None:
             env.scaler.step(env.host_optimizer)
             for opt in seed_optimizers:
@@ -346,8 +357,12 @@ class VectorizedEngine:
             env.host_optimizer.step()
             for opt in seed_optimizers:
                 opt.step()
-        with torch.no_grad():  # no graph is recorded here, so the loss needs no detach
-            acc.add_batch(loss.float() * targets.shape[0], logits.argmax(dim=1), targets)
+        # Kept, without their graph, until the pass folds them (`TrainAccumulators.fold`): a detach is a view, no
+        # kernel, where adding them now was four ops with kernels (docs/measurements.md#why-the-code-is-as-it-is).
+        if self._outputs_persist:
+            acc.add_batch(loss.detach(), targets, logits=logits.detach())
+        else:  # a CUDA graph's outputs, which its next replay overwrites
+            acc.add_batch(loss.detach().clone(), targets, predictions=logits.argmax(dim=1))
 
     def train_pass(self, envs: Sequence[EnvRuntime], batches: Iterable[Sequence[EnvBatch]]) -> list[TrainAccumulators]:
         """One full training epoch for every env over the shared batches (batch-first iteration)."""
@@ -359,7 +374,7 @@ class VectorizedEngine:
                 self._train_in_turn(envs, accs, batches)
             for env, acc in zip(envs, accs):
                 with stream_context(env):
-                    acc.count_correct()
+                    acc.fold()
             join_streams(envs)
         return accs
 

@@ -34,6 +34,22 @@ class StatColumn(IntEnum):
 STAT_COLUMNS = len(StatColumn)
 
 
+def add_in_order(total: Tensor, values: Sequence[Tensor]) -> None:
+    """`for value in values: total += value`, in a few aten ops however many values there are.
+
+    `total` is a one-element tensor and `values` one or more scalar tensors. On CPU this is `index_add_` with every
+    index 0, which adds the values one by one in index order (its documented order): the bits of adding them batch by
+    batch. On other devices `index_add_` adds with atomics, in an order that changes from run to run unless
+    deterministic algorithms are on, so there the values are summed by a reduction (deterministic, in its own order)
+    and added once.
+    """
+    stacked = torch.stack(list(values)).to(total.dtype)
+    if total.device.type == "cpu":
+        total.index_add_(0, torch.zeros(len(values), dtype=torch.long), stacked)
+    else:
+        total.add_(stacked.sum())
+
+
 class StatSums:
     """Running sums of the `StatColumn`s on the device: `[3]` for a train pass, `[configs, 3]` for fused validation
     (then each added value holds one entry per configuration).
@@ -55,12 +71,13 @@ class StatSums:
 
     def add(self, loss_sum: Tensor, correct: Tensor, samples: int) -> None:
         """Add one batch: its loss sum and correct count (device tensors), and its number of samples."""
-        self.add_loss(loss_sum, samples)
+        self._loss.add_(loss_sum)
+        self.samples += samples
         self.add_correct(correct)
 
-    def add_loss(self, loss_sum: Tensor, samples: int) -> None:
-        """Add one batch's loss sum and its number of samples; its correct count comes later (`add_correct`)."""
-        self._loss.add_(loss_sum)
+    def add_losses(self, loss_sums: Sequence[Tensor], samples: int) -> None:
+        """Add several batches' loss sums, in their order (`add_in_order`), and their samples (a pass's sums only)."""
+        add_in_order(self.sums.narrow(-1, StatColumn.LOSS_SUM, 1), loss_sums)
         self.samples += samples
 
     def add_correct(self, correct: Tensor) -> None:
@@ -113,14 +130,23 @@ class RowLayout:
         return self.host_norm + 1
 
 
+# A pass keeps at most this many logit elements (4 MiB of float32) before taking their argmax, so a long pass over
+# many classes holds its predictions, not its logits.
+KEPT_LOGIT_ELEMENTS = 1 << 20
+
+
 @dataclass
 class TrainAccumulators:
     """Device-side per-env accumulators of one train pass.
 
-    The loss and gradient-norm sums are added batch by batch, in order (float sums: their order is their bits). The
-    correct count is an integer, so it is counted once at the end of the pass (`count_correct`) from every batch's
-    predictions and targets: one aten op a batch (the argmax) instead of four (argmax, eq, sum, add), with the same
-    bits, since float32 holds every count up to 2**24 exactly.
+    A batch hands over what its step computed (its mean loss, logits, targets and gradient norms) and nothing is added
+    until the pass ends: `fold()` adds it all then, in a dozen aten ops a pass, where adding as it went cost four a
+    batch (the loss times its samples, two `add_`s, the argmax). The float sums (loss, gradient norms) are added in
+    batch order (`add_in_order`), the bits of adding them batch by batch. The correct count is an integer, so it is
+    taken once from every batch's predictions: float32 holds every count up to 2**24 exactly.
+
+    The kept tensors are the step's own outputs, held without their graph. A step whose outputs a later step
+    overwrites (a CUDA graph's) hands over copies and its predictions instead (`add_batch`'s `predictions`).
     """
 
     stats: Tensor  # [3]: loss sum, correct, samples (added through `sums`)
@@ -128,28 +154,72 @@ class TrainAccumulators:
     host_grad_norm: Tensor  # [1]: sum of per-batch host gradient norms
     batches: int = 0
     sums: StatSums = field(init=False)
-    predictions: list[Tensor] = field(default_factory=list)  # per batch: the argmax class of each sample
+    losses: list[Tensor] = field(default_factory=list)  # per batch: its mean loss
+    sizes: list[int] = field(default_factory=list)  # per batch: its number of samples
+    host_norms: list[Tensor] = field(default_factory=list)  # per batch: the host's gradient norm
+    seed_norms: dict[int, list[Tensor]] = field(default_factory=dict)  # per slot index: its seed's norms, in order
+    logits: list[Tensor] = field(default_factory=list)  # the latest batches' logits, their argmax not yet taken
+    predictions: list[Tensor] = field(default_factory=list)  # the earlier batches' predicted classes, in order
     targets: list[Tensor] = field(default_factory=list)  # per batch: its targets
+    _kept_logit_elements: int = 0
 
     def __post_init__(self) -> None:
         self.sums = StatSums(self.stats)
 
-    def add_batch(self, loss_sum: Tensor, predictions: Tensor, targets: Tensor) -> None:
-        """Add one batch: its loss sum (a device scalar), its predicted classes and its targets."""
-        samples = targets.shape[0]
-        self.sums.add_loss(loss_sum, samples)
-        self.predictions.append(predictions)
+    def add_batch(
+        self, loss: Tensor, targets: Tensor, *, logits: Tensor | None = None, predictions: Tensor | None = None
+    ) -> None:
+        """Keep one batch: its mean loss (a device scalar), its targets, and either its logits or, when they will
+        not outlive the step, its predicted classes."""
+        self.losses.append(loss)
+        self.sizes.append(targets.shape[0])
         self.targets.append(targets)
+        if logits is not None:
+            self.logits.append(logits)
+            self._kept_logit_elements += logits.numel()
+            if self._kept_logit_elements >= KEPT_LOGIT_ELEMENTS:
+                self._take_argmax()
+        elif predictions is not None:
+            self._take_argmax()  # the earlier batches' predictions go first
+            self.predictions.append(predictions)
+        else:
+            raise ValueError("add_batch needs the batch's logits or its predictions")
         self.batches += 1
 
-    def count_correct(self) -> None:
-        """Add the pass's correct predictions to the sums and drop the kept batches (call once, at the end of the
-        pass, on the stream that made them)."""
-        if self.predictions:
-            hits = torch.cat(self.predictions) == torch.cat(self.targets)
-            self.sums.add_correct(hits.sum())
-        self.predictions.clear()
-        self.targets.clear()
+    def add_host_norm(self, norm: Tensor) -> None:
+        self.host_norms.append(norm)
+
+    def add_seed_norm(self, slot_index: int, norm: Tensor) -> None:
+        self.seed_norms.setdefault(slot_index, []).append(norm)
+
+    def fold(self) -> None:
+        """Add every kept batch to the sums, in batch order, and drop them (call once, at the end of the pass, on the
+        stream that made them)."""
+        if not self.losses:
+            return
+        loss_sums = torch._foreach_mul([loss.float() for loss in self.losses], self.sizes)
+        self.sums.add_losses(loss_sums, sum(self.sizes))
+        add_in_order(self.host_grad_norm, self.host_norms)
+        for index, norms in sorted(self.seed_norms.items()):
+            add_in_order(self.seed_grad_norms[index : index + 1], norms)
+        self._take_argmax()
+        hits = _joined(self.predictions) == _joined(self.targets)
+        self.sums.add_correct(hits.sum())
+        for kept in (self.losses, self.sizes, self.host_norms, self.predictions, self.targets):
+            kept.clear()
+        self.seed_norms.clear()
+
+    def _take_argmax(self) -> None:
+        """Turn the kept logits into predictions, in order."""
+        if self.logits:
+            self.predictions.append(_joined(self.logits).argmax(dim=1))
+            self.logits.clear()
+            self._kept_logit_elements = 0
+
+
+def _joined(tensors: Sequence[Tensor]) -> Tensor:
+    """`torch.cat(tensors)`, without the copy when there is one."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(list(tensors))
 
 
 @dataclass(frozen=True)
