@@ -277,16 +277,17 @@ def baselines(session: nox.Session) -> None:
 # The torch versions tripwire declares and is tested on (src/tripwire/pyproject.toml: torch>=2.11): the oldest, which
 # the GPU machines' image has, and the newest, the project environment's own. CI runs both (.ci/run).
 TORCH_VERSIONS = ("2.11.0", "2.14.1")
-# The trainer's own steps around a torch version's bugs, each shown to crash there without its workaround
-TORCH_WORKAROUND_TESTS = ("tests/kasmina/test_group_norm.py",)
+# The trainer's own code that leans on a torch version: its steps around torch's bugs, each shown to crash there
+# without its workaround, and its direct SGD step, held to `SGD.step`'s bits and wrapper on each version
+TORCH_WORKAROUND_TESTS = ("tests/kasmina/test_group_norm.py", "tests/tolaria/test_optim_steps.py")
 
 
 @nox.session(default=False, tags=["ci"])
 def torch_versions(session: nox.Session) -> None:
     """tripwire's own tests (tests/tripwire) on each torch version it declares (`-- 2.11.0` for some), and the
-    trainer's torch-version workarounds (TORCH_WORKAROUND_TESTS): a version other than the environment's is installed
-    beside it once, `pip install --no-deps --target build/torch-<v>`, reusing its CUDA libraries, and put first on
-    the path."""
+    trainer's code that leans on a torch version (TORCH_WORKAROUND_TESTS): a version other than the environment's is
+    installed beside it once, `pip install --no-deps --target build/torch-<v>`, reusing its CUDA libraries, and put
+    first on the path."""
     env = project_env(session)
     installed = subprocess.run(
         [str(BIN / "python"), "-c", "import torch; print(torch.__version__.split('+')[0])"],

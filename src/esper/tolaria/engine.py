@@ -51,6 +51,7 @@ from esper.tolaria.epoch import (
     unpack_row,
 )
 from esper.tolaria.governor import TolariaGovernor
+from esper.tolaria.optim_steps import sgd_step, zero_grads
 from esper.tolaria.streams import autocast_context, join_streams, stream_context, wait_for_default_stream
 from tripwire.sync import carried, hot_path
 
@@ -327,9 +328,9 @@ class VectorizedEngine:
             model.train()
         seeds = _trainable_seeds(model, self.config.seed_lr, self.config.seed_momentum)
         seed_optimizers = [seed.optimizer for seed in seeds]
-        env.host_optimizer.zero_grad(set_to_none=True)
+        zero_grads(env.host_optimizer)
         for opt in seed_optimizers:
-            opt.zero_grad(set_to_none=True)
+            zero_grads(opt)
         with autocast_context(env):
             logits, loss = self._forward_loss(model, inputs, targets)
         if env.poison_next_batch:
@@ -354,9 +355,9 @@ class VectorizedEngine:
                 env.scaler.step(opt)
             env.scaler.update()
         else:
-            env.host_optimizer.step()
+            sgd_step(env.host_optimizer)
             for opt in seed_optimizers:
-                opt.step()
+                sgd_step(opt)
         # Kept, without their graph, until the pass folds them (`TrainAccumulators.fold`): a detach is a view, no
         # kernel, where adding them now was four ops with kernels (docs/measurements.md#why-the-code-is-as-it-is).
         if self._outputs_persist:
