@@ -2,7 +2,7 @@
 
 Around its arithmetic, `torch.optim.SGD.step` runs a profiler label, its hooks, a grad-mode switch and a rebuild of
 its lists of parameters, gradients and momentum buffers (`_init_group`); `zero_grad` runs a profiler label and a loop.
-On the host-bound workload that Python was about 6 % of a train pass, more than the ops it wraps
+On the host-bound workload that Python was about 6 % of a train pass
 (docs/measurements.md#why-the-code-is-as-it-is). `sgd_step` calls torch's functional `torch.optim.sgd.sgd` with each
 group's own settings and writes new momentum buffers into the optimizer's state, which is what `SGD.step` does, and
 `zero_grads` sets every gradient to None, which is what `zero_grad(set_to_none=True)` does.
