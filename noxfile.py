@@ -304,7 +304,7 @@ def torch_versions(session: nox.Session) -> None:
                     f"torch=={version}", env=env, external=True,
                 )  # fmt: skip
             extra["PYTHONPATH"] = str(target)
-        session.log(f"tripwire's tests and the trainer's workarounds on torch {version}")
+        session.log(f"tripwire's tests and the trainer's torch-version tests on torch {version}")
         run_in_env(session, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/tripwire",
                    *TORCH_WORKAROUND_TESTS, env={**GATE_ENV, **extra})  # fmt: skip
 
