@@ -97,7 +97,7 @@ def test_the_fold_drops_what_it_kept_and_a_second_fold_adds_nothing() -> None:
     batches = _batches(1)
     acc = _kept(batches)
     acc.fold()
-    kept = (acc.losses, acc.sizes, acc.host_norms, acc.seed_norms, acc.logits, acc.predictions, acc.targets)
+    kept = (acc.losses, acc.host_norms, acc.seed_norms, acc.logits, acc.predictions, acc.targets)
     assert all(len(each) == 0 for each in kept)
     acc.fold()
     _assert_same_bits(acc, _added_as_it_went(batches))

@@ -155,7 +155,6 @@ class TrainAccumulators:
     batches: int = 0
     sums: StatSums = field(init=False)
     losses: list[Tensor] = field(default_factory=list)  # per batch: its mean loss
-    sizes: list[int] = field(default_factory=list)  # per batch: its number of samples
     host_norms: list[Tensor] = field(default_factory=list)  # per batch: the host's gradient norm
     seed_norms: dict[int, list[Tensor]] = field(default_factory=dict)  # per slot index: its seed's norms, in order
     logits: list[Tensor] = field(default_factory=list)  # the latest batches' logits, their argmax not yet taken
@@ -172,7 +171,6 @@ class TrainAccumulators:
         """Keep one batch: its mean loss (a device scalar), its targets, and either its logits or, when they will
         not outlive the step, its predicted classes."""
         self.losses.append(loss)
-        self.sizes.append(targets.shape[0])
         self.targets.append(targets)
         if logits is not None:
             self.logits.append(logits)
@@ -197,15 +195,16 @@ class TrainAccumulators:
         stream that made them)."""
         if not self.losses:
             return
-        loss_sums = torch._foreach_mul([loss.float() for loss in self.losses], self.sizes)
-        self.sums.add_losses(loss_sums, sum(self.sizes))
+        sizes = [targets.shape[0] for targets in self.targets]
+        loss_sums = torch._foreach_mul([loss.float() for loss in self.losses], sizes)
+        self.sums.add_losses(loss_sums, sum(sizes))
         add_in_order(self.host_grad_norm, self.host_norms)
         for index, norms in sorted(self.seed_norms.items()):
             add_in_order(self.seed_grad_norms[index : index + 1], norms)
         self._take_argmax()
         hits = _joined(self.predictions) == _joined(self.targets)
         self.sums.add_correct(hits.sum())
-        for kept in (self.losses, self.sizes, self.host_norms, self.predictions, self.targets):
+        for kept in (self.losses, self.host_norms, self.predictions, self.targets):
             kept.clear()
         self.seed_norms.clear()
 

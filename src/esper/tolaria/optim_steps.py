@@ -15,6 +15,7 @@ fused group, or a sparse gradient.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -24,7 +25,6 @@ from torch.optim import optimizer as torch_optimizer
 from torch.optim.sgd import sgd
 
 _TORCH_FILES = ("torch/optim/optimizer.py", "torch/optim/sgd.py")
-_step_is_torchs: dict[object, bool] = {}  # SGD.step as found -> whether it is torch's own (wrapped by its hook)
 
 
 def zero_grads(optimizer: Optimizer) -> None:
@@ -87,11 +87,7 @@ def _direct(optimizer: Optimizer) -> bool:
         return False
     if any(group.get("differentiable") or group.get("fused") for group in optimizer.param_groups):
         return False
-    step = SGD.step
-    known = _step_is_torchs.get(step)
-    if known is None:
-        known = _step_is_torchs[step] = _is_torchs(step)
-    return known
+    return _is_torchs(SGD.step)
 
 
 def _hooks(optimizer: Optimizer) -> bool:
@@ -105,6 +101,7 @@ def _hooks(optimizer: Optimizer) -> bool:
     return any(table is None or len(table) > 0 for table in hook_tables)
 
 
+@functools.cache  # per `SGD.step` as found: torch's own, or a patch put over it
 def _is_torchs(step: object) -> bool:
     """Whether `step` is torch's `SGD.step` in torch's own wrappers (its profiler hook and grad-mode switch, in
     torch/optim/optimizer.py) and in nothing else's: every layer down to the step in torch/optim/sgd.py is torch's."""
