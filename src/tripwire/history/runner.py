@@ -264,9 +264,7 @@ class Runner:
         if self._stopping and (code < 0 or not (folder / "result.json").exists()):
             shutil.rmtree(folder, ignore_errors=True)  # killed by stop(): whatever it left is not a result
             raise KeyboardInterrupt
-        seconds = time.perf_counter() - start
-        (folder / "walk.json").write_text(json.dumps({"seconds": round(seconds, 3)}) + "\n", encoding="utf-8")
-        self.seconds[commit.sha] = seconds
+        self._keep_seconds(commit, folder, start)
         if not (folder / "result.json").exists():
             cause = f"the worker exited with code {code} before writing a result" + (f": {tail}" if tail else "")
             Result(self._scenario_name(), "crash", cause, source={"commit": commit.sha}).save(folder)
@@ -275,6 +273,13 @@ class Runner:
             self.reuse.learn(commit.sha, folder / "closure.json")
         self._report(commit, "ran", result)
         return result
+
+    def _keep_seconds(self, commit: Commit, folder: Path, start: float) -> None:
+        """The worker's wall time since `start`, into the cache (walk.json) and this walk's table as one number, to
+        the millisecond: a later walk over the cache reads and reports exactly what this walk reported."""
+        seconds = round(time.perf_counter() - start, 3)
+        (folder / "walk.json").write_text(json.dumps({"seconds": seconds}) + "\n", encoding="utf-8")
+        self.seconds[commit.sha] = seconds
 
     def _reusable(self, commit: Commit) -> str | None:
         """The commit whose result stands for `commit`'s, or None (reuse off, or no closure answers the same)."""
@@ -306,9 +311,7 @@ class Runner:
         partial = folder / "result.json.partial"
         partial.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         partial.replace(folder / "result.json")  # last: a copy cut short is not a result
-        seconds = time.perf_counter() - start
-        (folder / "walk.json").write_text(json.dumps({"seconds": round(seconds, 3)}) + "\n", encoding="utf-8")
-        self.seconds[commit.sha] = seconds
+        self._keep_seconds(commit, folder, start)
         result = Result.load(folder, values=False)
         self._report(commit, "reused", result)
         return result
