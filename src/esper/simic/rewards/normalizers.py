@@ -101,7 +101,7 @@ class RewardNormalizer:
 
 
 class RunningMeanStd:
-    """Observation normalizer: (x - mean) / sqrt(var + eps), clipped to +-clip, with statistics frozen
+    """Observation normalizer: (x - mean) * rsqrt(var + eps), clipped to +-clip, with statistics frozen
     during the rollout.
 
     `normalize` never changes the statistics. `update(batch)` is called once per round, before PPO, with
@@ -137,7 +137,10 @@ class RunningMeanStd:
         """Normalize `x` ([..., *shape]) with the frozen statistics (no host sync, no state change)."""
         mean = self.mean.to(device=x.device)
         var = self.var.to(device=x.device)
-        return torch.clamp((x - mean) / torch.sqrt(var + self.epsilon), -self.clip, self.clip)
+        # rsqrt, not `/ sqrt`: on CPU `torch.sqrt` runs MKL's vector math (VML), which refines the CPU's approximate
+        # `rsqrtps` and so rounds differently on Intel and AMD CPUs; `rsqrt` is ATen's IEEE sqrt and divide on every
+        # x86 CPU (docs/portability.md).
+        return torch.clamp((x - mean) * torch.rsqrt(var + self.epsilon), -self.clip, self.clip)
 
     @torch.no_grad()
     def update(self, x: Tensor) -> None:
