@@ -63,9 +63,10 @@ class VendorBoundOps(TorchDispatchMode):
     not a benchmark.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, root: str | Path | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch's __init__ is untyped
         self.calls: Counter[tuple[str, str, str]] = Counter()
+        self.root = None if root is None else Path(root).resolve()  # callers are shown relative to it (else the cwd)
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -85,7 +86,7 @@ class VendorBoundOps(TorchDispatchMode):
         if not (dtype.is_floating_point or dtype.is_complex):  # an integer input is computed in the default dtype
             dtype = torch.get_default_dtype()
         if vendor_bound(name, dtype, exponent):
-            self.calls[(str(func), str(dtype).removeprefix("torch."), _caller())] += 1
+            self.calls[(str(func), str(dtype).removeprefix("torch."), _caller(self.root or Path.cwd()))] += 1
 
     def lines(self) -> list[str]:
         """One line per (op, dtype, caller), most called first: `aten.sqrt.default float32 at FILE:LINE (N calls)`."""
@@ -95,15 +96,15 @@ class VendorBoundOps(TorchDispatchMode):
         ]
 
 
-def _caller() -> str:
-    """The innermost frame outside torch and tripwire, as `path:line` (relative to the working folder if inside)."""
+def _caller(root: Path) -> str:
+    """The innermost frame outside torch and tripwire, as `path:line` (relative to `root` if inside it)."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith((_OWN, _TORCH)) and not filename.startswith("<"):
             path = Path(filename)
             try:
-                shown = str(path.resolve().relative_to(Path.cwd()))
+                shown = str(path.resolve().relative_to(root))
             except ValueError:
                 shown = filename
             return f"{shown}:{frame.f_lineno}"

@@ -62,6 +62,12 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--closure", action="store_true", help="also write closure.json: what of the tree the run read (for reuse)"
     )
+    parser.add_argument(
+        "--vendor-ops",
+        action="store_true",
+        help="also note CPU ops whose bits differ between Intel and AMD under the pin (torch.sqrt, tan, log10, ...); "
+        "every op then costs a trip through Python",
+    )
     args = parser.parse_args(argv)
     if args.cpu_pin == "avx2":
         if "torch" in sys.modules:  # fine only when the pin was set before torch started (a history fork server)
@@ -97,7 +103,9 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     (args.out / "closure.json").unlink(missing_ok=True)  # an earlier run's, never this result's
     try:
         with reads:
-            result = record(scenario, root, commit=commit, keep_values=False if args.no_values else None)
+            result = record(
+                scenario, root, commit=commit, keep_values=False if args.no_values else None, vendor_ops=args.vendor_ops
+            )
     except TripwireError as error:  # refused before the loop ran (an adapter's `when` asked git about '--x')
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -30,6 +30,7 @@ import torch
 
 from tripwire.bitwise.settings import SettingsWatch
 from tripwire.bitwise.trajectory import TrajectoryRecorder
+from tripwire.bitwise.vendor_ops import VendorBoundOps
 from tripwire.common import closure
 from tripwire.common.context import capture_context, imported_distributions
 from tripwire.common.errors import TripwireError
@@ -189,8 +190,11 @@ def record(
     commit: str = "",
     workdir: Path | None = None,
     keep_values: bool | None = None,
+    vendor_ops: bool = False,
 ) -> Result:
-    """Run `scenario` on the tree at `root` in this process and return what it recorded (see the module docstring)."""
+    """Run `scenario` on the tree at `root` in this process and return what it recorded (see the module docstring).
+    `vendor_ops` also notes the CPU ops whose bits follow the CPU vendor (`tripwire.bitwise.vendor_ops`): a note
+    names each with its line, since a golden of such a run verifies only on CPUs of the recording one's vendor."""
     tree = Tree(Path(root).resolve(), commit)
     source = {"root": str(tree.root), "commit": commit, "scenario_file": scenario.source}
     try:
@@ -215,6 +219,7 @@ def record(
         instrumentation = Instrumentation(scenario, session, renames)
         children = ChildWatch(tree.root)
         settings = SettingsWatch()
+        census = VendorBoundOps(tree.root) if vendor_ops else None
         status, cause, trace, ended_by_exit, swallowed, passed = "ok", "", "", False, "", ""
         exits: list[tuple[int, str]] = []  # bound by `_exit_caught`, unless an instrument fails before it
         start = time.perf_counter()
@@ -229,6 +234,7 @@ def record(
                     _exit_caught(tree.root) as exits,
                     settings,
                     _frozen_heap(),
+                    census if census is not None else contextlib.nullcontext(),
                 ):
                     _run_entry(scenario, tree, argv, instrumentation)
             except NotApplicable as reason:
@@ -271,6 +277,13 @@ def record(
     result.ended_by_exit = ended_by_exit
     if swallowed:
         result.notes.append(swallowed)
+    if census is not None and census.calls:
+        result.notes.append(
+            "CPU ops whose bits follow the CPU's vendor even under the pin (MKL's vector math refines the CPU's "
+            "approximate rsqrtps/rcpps), so a golden of this run verifies only on CPUs of this one's vendor: "
+            + "; ".join(census.lines())
+            + " (write x * torch.rsqrt(v) for x / torch.sqrt(v))"
+        )
     if settings.changes:  # each with its line: a CPU no-op such as cudnn.benchmark still breaks a GPU run
         result.notes.append("the loop changed determinism settings: " + settings.format())
     if passed:
