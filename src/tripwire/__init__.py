@@ -4,10 +4,11 @@ Trainer-agnostic guardrails: sync-point accounting in named hot-path regions (`h
 `check_budget`), bitwise reproducibility trajectories that name the first diverging step
 (`TrajectoryRecorder`, `compare_trajectories`, `capture_context`), telemetry snapshots of counts and payload
 schemas (`reduce_events`), goldens under one baselines folder (`GoldenStore`), a static audit of sync-capable
-calls (`audit_sync_calls`), portable CPU numerics for bitwise goldens across x86-64 machines (`portable_cpu_env`),
-and CUDA-event timing (`CUDATimer`). tripwire never imports the trainer it guards: tests hand it what it checks, or a
-`Scenario` places its instruments on someone else's loop by name, `record` runs it into a `Result` (a folder of
-files) and `compare_results` says what changed between two results, where, what kind and how big.
+calls (`audit_sync_calls`), portable CPU numerics for bitwise goldens across x86-64 machines (`portable_cpu_env`;
+`VendorBoundOps` for the ops no pin fixes), and CUDA-event timing (`CUDATimer`). tripwire never imports the
+trainer it guards: tests hand it what it checks, or a `Scenario` places its instruments on someone else's loop by
+name, `record` runs it into a `Result` (a folder of files) and `compare_results` says what changed between two
+results, where, what kind and how big.
 
 The public names are below. `import tripwire` loads no torch and none of the gates: the errors, the CPU pin and
 `hot_path` are imported here, the rest on first use (so the pytest plugin, and a `conftest.py` that sets the CPU
@@ -25,6 +26,7 @@ from tripwire.sync import hot_path
 
 if TYPE_CHECKING:  # imported on first use, so `import tripwire.sync` (a trainer's import) loads none of the gates
     from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder, compare_trajectories
+    from tripwire.bitwise.vendor_ops import VendorBoundOps
     from tripwire.common.context import capture_context
     from tripwire.gates.goldens import GoldenStore
     from tripwire.gates.static_audit import audit as audit_sync_calls
@@ -60,6 +62,7 @@ _LAZY = {  # public name -> "module" or "module:attribute"
     "Trajectory": "tripwire.bitwise.trajectory",
     "TrajectoryRecorder": "tripwire.bitwise.trajectory",
     "compare_trajectories": "tripwire.bitwise.trajectory",
+    "VendorBoundOps": "tripwire.bitwise.vendor_ops",
 }
 
 __all__ = [
@@ -74,6 +77,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryRecorder",
     "TripwireError",
+    "VendorBoundOps",
     "apply_portable_cpu_env",
     "audit_sync_calls",
     "capture_context",

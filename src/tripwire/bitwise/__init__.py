@@ -5,7 +5,8 @@
 - `trajectory`: ordered, named checkpoints of digests, recorded during a run and compared to a golden;
 - `tensor_diff`: what changed inside one checkpoint, structure (added, removed, renamed, reshaped) apart from values;
 - `settings`: the determinism settings a run changes, each with the line that changed it;
-- `magnitude`: how big a value difference is (max |Δ|, ULPs, growth) and the one rule for low-bit drift.
+- `magnitude`: how big a value difference is (max |Δ|, ULPs, growth) and the one rule for low-bit drift;
+- `vendor_ops`: the CPU ops whose bits follow the CPU's vendor under the portable pin, noted with their lines.
 
 Internal, as every module outside `tripwire.PUBLIC_MODULES`: import the public names from `tripwire`.
 """
