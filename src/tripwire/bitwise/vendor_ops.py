@@ -42,6 +42,7 @@ VENDOR_BOUND: dict[str, tuple[torch.dtype, ...]] = {
     "log": (torch.float64,),  # the float32 kernel has them only on AVX-512 branches, which the pin excludes
 }
 _ROOT_EXPONENT = 0.5  # pow(x, 0.5) computes sqrt(x) through VML
+_WATCHED = frozenset((*VENDOR_BOUND, "pow"))  # the names worth a closer look, checked once per dispatched op
 
 _OWN = str(Path(__file__).resolve().parents[1])  # tripwire's own frames are not the caller
 _TORCH = str(Path(torch.__file__).resolve().parent)
@@ -49,10 +50,15 @@ _TORCH = str(Path(torch.__file__).resolve().parent)
 
 def vendor_bound(op_name: str, dtype: torch.dtype, exponent: object = None) -> bool:
     """Whether op `op_name` (an aten overload packet's name) on a CPU tensor of `dtype` has vendor-bound bits."""
-    name = op_name.removeprefix("_foreach_").rstrip("_")
+    name = _base_name(op_name)
     if name == "pow":
         return dtype in _FLOATS and exponent == _ROOT_EXPONENT
     return dtype in VENDOR_BOUND.get(name, ())
+
+
+def _base_name(op_name: str) -> str:
+    """`sqrt` for `sqrt`, `sqrt_` and `_foreach_sqrt(_)`: the table's key."""
+    return op_name.removeprefix("_foreach_").rstrip("_")
 
 
 class VendorBoundOps(TorchDispatchMode):
@@ -73,7 +79,7 @@ class VendorBoundOps(TorchDispatchMode):
     ) -> Any:
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
-        if name.removeprefix("_foreach_").rstrip("_") in (*VENDOR_BOUND, "pow"):
+        if _base_name(name) in _WATCHED:
             self._note(func, name, args)
         return func(*args, **kwargs)
 
