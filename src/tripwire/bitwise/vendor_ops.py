@@ -10,23 +10,32 @@ observation normalizer made a golden recorded on an Intel Xeon fail on that AMD 
 qemu. `VENDOR_BOUND` lists the ops whose VML kernels contain those instructions in torch 2.14.1's MKL 2024.2 (its
 `libtorch_cpu.so` disassembled: `mkl_vml_kernel_*` functions with `rcpps`/`rsqrtps`), on every ISA branch MKL has.
 
-`VendorBoundOps` is a dispatch mode that notes each such op a run calls on a CPU tensor, with the caller's line, so a
-gate can refuse a golden that cannot travel and name the line. The portable spellings: `torch.rsqrt(x)` (ATen's IEEE
-square root and divide) in place of `1 / torch.sqrt(x)`, or a correctly rounded root computed in float64 by another
-route. Ops the mode cannot see are those called from inside another kernel (`pow(x, 0.5)` is listed itself for that
-reason: it computes its root through VML).
+`VendorBoundOps` notes each such op a run calls on a CPU tensor, with the caller's line, so a gate can refuse a
+golden that cannot travel and name the line. It registers a kernel of its own over the CPU kernel of each listed op
+(`torch.library`, the op's own kernel kept with `torch.library.get_kernel` and called by it), process-wide: an op a
+loop's worker thread or thread pool calls is noted as well as one on the thread that entered it (a dispatch mode,
+the first form, is thread-local and missed them), the ops it does not list run untouched at no cost, and a listed
+op called from inside another (`_foreach_sqrt`'s per-tensor `sqrt`, `pow(x, 0.5)`'s root) is noted once, as the
+outer op. The portable spellings: `torch.rsqrt(x)` (ATen's IEEE square root and divide) in place of
+`1 / torch.sqrt(x)`, `torch.optim.Adam(..., fused=True)` in place of the default Adam on CPU (whose step calls
+`sqrt`; the fused kernel's root is the CPU's correctly rounded one), or a correctly rounded root computed in float64
+by another route.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+import sysconfig
+import threading
+import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 _FLOATS = (torch.float32, torch.float64)
 
@@ -42,10 +51,12 @@ VENDOR_BOUND: dict[str, tuple[torch.dtype, ...]] = {
     "log": (torch.float64,),  # the float32 kernel has them only on AVX-512 branches, which the pin excludes
 }
 _ROOT_EXPONENT = 0.5  # pow(x, 0.5) computes sqrt(x) through VML
-_WATCHED = frozenset((*VENDOR_BOUND, "pow"))  # the names worth a closer look, checked once per dispatched op
+_POW_OVERLOADS = ("aten::pow.Tensor_Scalar", "aten::pow.Tensor_Scalar_out", "aten::pow_.Scalar")  # a number exponent
 
 _OWN = str(Path(__file__).resolve().parents[1])  # tripwire's own frames are not the caller
 _TORCH = str(Path(torch.__file__).resolve().parent)
+_TORCH_PARENT = str(Path(_TORCH).parent)
+_OPTIM = str(Path(_TORCH) / "optim")
 
 
 def vendor_bound(op_name: str, dtype: torch.dtype, exponent: object = None) -> bool:
@@ -61,38 +72,127 @@ def _base_name(op_name: str) -> str:
     return op_name.removeprefix("_foreach_").rstrip("_")
 
 
-class VendorBoundOps(TorchDispatchMode):
-    """`with VendorBoundOps() as seen:` notes every vendor-bound op on a CPU tensor the block calls (`VENDOR_BOUND`).
+def _watched_overloads() -> list[str]:
+    """Every overload (`aten::sqrt`, `aten::sqrt_`, `aten::sqrt.out`, ...) of a listed op with a CPU kernel of its
+    own. The `_foreach_` forms have none on CPU: their per-tensor loop calls these, and is noted through them."""
+    wanted = {f"aten::{name}{suffix}" for name in VENDOR_BOUND for suffix in ("", "_")}
+    return sorted(
+        full
+        for full in torch._C._dispatch_get_all_op_names()
+        if (full.split(".")[0] in wanted or full in _POW_OVERLOADS)
+        and torch._C._dispatch_has_kernel_for_dispatch_key(full, "CPU")
+    )
 
-    `seen.calls` counts `(op, dtype, caller)`: the caller is the innermost line outside torch and tripwire. The
-    mode changes nothing the ops compute; it costs every op a trip through Python, so it is for a gate's own run,
-    not a benchmark.
+
+class _Watch:
+    """The kernels over the listed ops' CPU kernels, registered while any `VendorBoundOps` is active (one set for
+    all of them), and what each call tells the active ones."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: list[VendorBoundOps] = []
+        self.library: torch.library.Library | None = None
+        self.local = threading.local()  # `inside`: a noted op's kernel is running on this thread
+
+    def join(self, watcher: VendorBoundOps) -> None:
+        with self.lock:
+            if self.library is None:
+                self.library = self._register()
+            self.active.append(watcher)
+
+    def leave(self, watcher: VendorBoundOps) -> None:
+        with self.lock:
+            self.active = [other for other in self.active if other is not watcher]
+            if not self.active and self.library is not None:
+                library, self.library = self.library, None
+                library._destroy()  # every op's own CPU kernel is back
+
+    def _register(self) -> torch.library.Library:
+        library = torch.library.Library("aten", "IMPL")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
+                for full in _watched_overloads():
+                    original = torch.library.get_kernel(full, "CPU")
+                    library.impl(full.split("::", 1)[1], self._kernel(full, original), "CPU", with_keyset=True)
+        except BaseException:
+            library._destroy()
+            raise
+        return library
+
+    def _kernel(self, full: str, original: Any) -> Callable[..., Any]:
+        call = original.call_boxed
+        name, _, overload = full.split("::", 1)[1].partition(".")
+        shown = f"aten.{name}.{overload or 'default'}"  # as torch prints the op (`str(torch.ops.aten.sqrt.default)`)
+        base = _base_name(name)
+        bound = frozenset(_FLOATS if base == "pow" else VENDOR_BOUND[base])  # the dtypes worth a closer look
+        local = self.local
+
+        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            first = args[0] if args else None
+            dtype = first.dtype if isinstance(first, torch.Tensor) else None
+            if dtype is None or getattr(local, "inside", False) or not self.active:
+                return call(keyset, *args, **kwargs)  # pass-through
+            if dtype not in bound and (dtype.is_floating_point or dtype.is_complex):
+                return call(keyset, *args, **kwargs)  # pass-through: float32 `log`, a half-precision root
+            local.inside = True
+            try:
+                self._note(base, shown, dtype, args)
+                return call(keyset, *args, **kwargs)  # pass-through
+            finally:
+                local.inside = False
+
+        return kernel
+
+    def _note(self, base: str, shown: str, dtype: torch.dtype, args: tuple[Any, ...]) -> None:
+        try:
+            if not (dtype.is_floating_point or dtype.is_complex):  # an integer input is computed in the default dtype
+                dtype = torch.get_default_dtype()
+            exponent = args[1] if base == "pow" and len(args) > 1 and not isinstance(args[1], torch.Tensor) else None
+            if not vendor_bound(base, dtype, exponent):
+                return
+            shown_dtype = _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
+            callers: dict[str, str] = {}  # per root: the frames are walked once for all watchers of one root
+            with self.lock:
+                for watcher in self.active:
+                    caller = callers.get(watcher.root)
+                    if caller is None:
+                        caller = callers[watcher.root] = _caller(watcher.root)
+                    watcher.calls[(shown, shown_dtype, caller)] += 1
+        except Exception as error:  # tripwire's fault, never the loop's: the op runs, and each watcher keeps it
+            with self.lock:
+                for watcher in self.active:
+                    watcher.faults.append(f"{shown}: {type(error).__name__}: {error}")
+
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64"}
+_WATCH = _Watch()
+
+
+class VendorBoundOps:
+    """`with VendorBoundOps() as seen:` notes every vendor-bound op on a CPU tensor the block calls (`VENDOR_BOUND`),
+    on any thread of the process.
+
+    `seen.calls` counts `(op, dtype, caller)`: the caller is the innermost line outside torch and tripwire. `faults`
+    holds what went wrong in tripwire's own noting (the op still ran). The watch changes nothing the ops compute;
+    each listed op's call costs a trip through Python, every other op nothing.
     """
 
     def __init__(self, root: str | Path | None = None) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # torch's __init__ is untyped
         self.calls: Counter[tuple[str, str, str]] = Counter()
-        self.root = None if root is None else Path(root).resolve()  # callers are shown relative to it (else the cwd)
+        self.faults: list[str] = []
+        # callers are shown relative to it (else to the working folder when the watch starts)
+        self.root = str(Path(root).resolve()) if root is not None else ""
 
-    def __torch_dispatch__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        name = func.overloadpacket.__name__
-        if _base_name(name) in _WATCHED:
-            self._note(func, name, args)
-        return func(*args, **kwargs)
+    def __enter__(self) -> VendorBoundOps:
+        self.root = self.root or str(Path.cwd())
+        _WATCH.join(self)
+        return self
 
-    def _note(self, func: Any, name: str, args: tuple[Any, ...]) -> None:
-        tensors = [leaf for leaf in tree_leaves(args[:1]) if isinstance(leaf, torch.Tensor)]
-        if not tensors or tensors[0].device.type != "cpu":
-            return
-        exponent = args[1] if len(args) > 1 and not isinstance(args[1], torch.Tensor) else None
-        dtype = tensors[0].dtype
-        if not (dtype.is_floating_point or dtype.is_complex):  # an integer input is computed in the default dtype
-            dtype = torch.get_default_dtype()
-        if vendor_bound(name, dtype, exponent):
-            self.calls[(str(func), str(dtype).removeprefix("torch."), _caller(self.root or Path.cwd()))] += 1
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        _WATCH.leave(self)
 
     def lines(self) -> list[str]:
         """One line per (op, dtype, caller), most called first: `aten.sqrt.default float32 at FILE:LINE (N calls)`."""
@@ -102,17 +202,33 @@ class VendorBoundOps(TorchDispatchMode):
         ]
 
 
-def _caller(root: Path) -> str:
-    """The innermost frame outside torch and tripwire, as `path:line` (relative to `root` if inside it)."""
+def _caller(root: str) -> str:
+    """The innermost frame outside torch and tripwire, as `path:line` (relative to `root` if inside it), and the torch
+    file it called the op through where that is `torch.optim` (`train.py:88 via torch/optim/adam.py`): the line is
+    the loop's `optimizer.step()`, and the root is the optimizer's."""
     frame = sys._getframe(1)
+    via = ""
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith((_OWN, _TORCH)) and not filename.startswith("<"):
-            path = Path(filename)
-            try:
-                shown = str(path.resolve().relative_to(root))
-            except ValueError:
-                shown = filename
-            return f"{shown}:{frame.f_lineno}"
+        if filename.startswith(_OPTIM):
+            via = via or f" via {_shown(filename, _TORCH_PARENT)}"  # the innermost: adam.py, not optimizer.py
+        elif not filename.startswith((_OWN, _TORCH, "<")):
+            return f"{_shown(filename, root)}:{frame.f_lineno}{via}"
         frame = frame.f_back  # type: ignore[assignment]
     return "<unknown>"
+
+
+@functools.lru_cache(maxsize=1024)
+def _shown(filename: str, root: str) -> str:
+    """An installed library's `filename` relative to the packages' folder (`stable_baselines3/ppo/ppo.py`: the same
+    on every machine), else relative to `root` where it lies inside it; resolved once per file."""
+    path = Path(filename).resolve()
+    for folder in (*_PACKAGES, Path(root)):  # a library installed inside the tree (its .venv) is the library
+        if path.is_relative_to(folder):
+            return path.relative_to(folder).as_posix()
+    return filename
+
+
+_PACKAGES = tuple(
+    dict.fromkeys(Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib"))
+)  # where pip installs: a library's frames are shown from its package's name

@@ -1,13 +1,17 @@
-"""`VendorBoundOps`: which CPU ops it notes, where it says they were called, and that it changes no result."""
+"""`VendorBoundOps`: which CPU ops it notes, where it says they were called, on which threads, and that it changes no
+result and leaves torch's dispatch table as it found it."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from tripwire.bitwise import vendor_ops
 from tripwire.bitwise.vendor_ops import VENDOR_BOUND, VendorBoundOps, vendor_bound
 
 HERE = Path(__file__).name
@@ -24,11 +28,12 @@ def test_listed_ops_are_noted_with_the_callers_line() -> None:
         torch.log(x.double())
         torch.atan(x)
         torch.sqrt(torch.arange(64))  # an integer input: computed in float32, through the same kernel
+        torch.sqrt(x, out=torch.empty_like(x))
     ops = {op for op, _, _ in seen.calls}
     assert ops == {
         "aten.sqrt.default",
         "aten.sqrt_.default",
-        "aten._foreach_sqrt.default",
+        "aten.sqrt.out",
         "aten.pow.Tensor_Scalar",
         "aten.log10.default",
         "aten.log.default",
@@ -37,6 +42,9 @@ def test_listed_ops_are_noted_with_the_callers_line() -> None:
     assert all(caller.rsplit(":", 1)[0].endswith(HERE) for _, _, caller in seen.calls)
     first = test_listed_ops_are_noted_with_the_callers_line.__code__.co_firstlineno
     assert any(caller.endswith(f"{HERE}:{first + 3}") for op, _, caller in seen.calls if op == "aten.sqrt.default")
+    # `_foreach_sqrt` has no CPU kernel of its own: its per-tensor loop's roots are noted at the caller's line
+    foreach = [n for (op, _, at), n in seen.calls.items() if op == "aten.sqrt.default" and at.endswith(f":{first + 5}")]
+    assert foreach == [2]
     assert ("aten.sqrt.default", "float32") in {(op, dtype) for op, dtype, _ in seen.calls}
     assert seen.lines()[0].startswith("aten.")
 
@@ -68,3 +76,74 @@ def test_the_mode_changes_no_result() -> None:
     with VendorBoundOps():
         watched = [torch.sqrt(x), torch.tan(x), torch.log2(x + 1)]
     assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(plain, watched))
+
+
+def _one_root() -> None:
+    torch.sqrt(torch.rand(8) + 1)
+
+
+def test_ops_on_the_loops_threads_and_thread_pools_are_noted() -> None:
+    """A dispatch mode is thread-local: the first form of this watch missed a root taken on a worker thread."""
+    with VendorBoundOps(Path(__file__).parent) as seen:
+        worker = threading.Thread(target=_one_root)
+        worker.start()
+        worker.join()
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda _: _one_root(), range(3)))
+    line = f"{HERE}:{_one_root.__code__.co_firstlineno + 1}"
+    assert seen.calls == {("aten.sqrt.default", "float32", line): 4}, seen.lines()
+
+
+def test_a_pool_started_before_the_watch_is_watched_too() -> None:
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(torch.rand, 1).result()  # the pool's thread is running before the watch starts
+        with VendorBoundOps() as seen:
+            pool.submit(_one_root).result()
+    assert sum(seen.calls.values()) == 1, seen.lines()
+
+
+def test_an_op_called_from_inside_a_noted_op_is_noted_once_as_the_outer_op() -> None:
+    x = torch.rand(64) + 0.5
+    with VendorBoundOps() as seen:
+        x.pow(0.5)
+        torch._foreach_sqrt_([x.clone(), x.clone(), x.clone()])
+    assert sorted((op, count) for (op, _, _), count in seen.calls.items()) == [
+        ("aten.pow.Tensor_Scalar", 1),
+        ("aten.sqrt_.default", 3),
+    ]
+
+
+def test_watches_nest_and_the_dispatch_table_is_left_as_found() -> None:
+    before = {name: torch._C._dispatch_dump(name) for name in vendor_ops._watched_overloads()}
+    assert before and "aten::sqrt" in before and "aten::pow.Tensor_Scalar" in before
+    other = torch._C._dispatch_dump("aten::add.Tensor")
+    x = torch.rand(16) + 1
+    with VendorBoundOps() as outer:
+        assert torch._C._dispatch_dump("aten::sqrt") != before["aten::sqrt"]  # the watch's kernel is in place
+        assert torch._C._dispatch_dump("aten::add.Tensor") == other  # an op it does not list is untouched
+        with VendorBoundOps() as inner:
+            torch.sqrt(x)
+        torch.tan(x)
+    torch.sqrt(x)  # after both: noted by neither
+    assert sorted(op for op, _, _ in inner.calls) == ["aten.sqrt.default"]
+    assert sorted(op for op, _, _ in outer.calls) == ["aten.sqrt.default", "aten.tan.default"]
+    assert {name: torch._C._dispatch_dump(name) for name in before} == before
+
+
+def test_a_fault_in_the_watch_is_kept_as_its_own_and_the_op_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(root: Path) -> str:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(vendor_ops, "_caller", broken)
+    x = torch.rand(32) + 1
+    with VendorBoundOps() as seen:
+        root = torch.sqrt(x)
+    assert torch.equal(root, torch.sqrt(x)) and not seen.calls
+    assert seen.faults == ["aten.sqrt.default: RuntimeError: injected"]
+
+
+def test_the_watch_ends_even_when_the_block_raises() -> None:
+    before = torch._C._dispatch_dump("aten::sqrt")
+    with pytest.raises(ValueError), VendorBoundOps():
+        raise ValueError("the loop's own error")
+    assert torch._C._dispatch_dump("aten::sqrt") == before and not vendor_ops._WATCH.active
