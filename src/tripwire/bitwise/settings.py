@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -29,7 +30,7 @@ import torch
 from tripwire.sync import state
 from tripwire.sync.swaps import Swap, swap_code
 
-__all__ = ["SettingChange", "SettingsWatch", "determinism_settings"]
+__all__ = ["SettingChange", "SettingsWatch", "determinism_settings", "restore_settings"]
 
 _CUDNN = ("benchmark", "deterministic", "allow_tf32", "enabled", "benchmark_limit")
 _MATMUL = ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
@@ -52,6 +53,30 @@ def determinism_settings() -> dict[str, Any]:
         except (AttributeError, RuntimeError):  # a setting this torch build does not have
             continue
     return values
+
+
+def restore_settings(values: Mapping[str, Any]) -> None:
+    """Put back each setting `values` (an earlier `determinism_settings()`) holds where it now differs: a recording
+    leaves the process's settings as it found them, so what one loop set (`cudnn.deterministic = True`) is neither
+    in force during, nor missing from the changes seen by, the next recording in the process."""
+    now = determinism_settings()
+    if now["torch.use_deterministic_algorithms"] != values["torch.use_deterministic_algorithms"]:
+        mode, warn_only = values["torch.use_deterministic_algorithms"]
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    if now["torch.float32_matmul_precision"] != values["torch.float32_matmul_precision"]:
+        torch.set_float32_matmul_precision(values["torch.float32_matmul_precision"])  # sets matmul's allow_tf32 too
+    if now["torch.num_threads"] != values["torch.num_threads"]:
+        torch.set_num_threads(values["torch.num_threads"])
+    if now["CUBLAS_WORKSPACE_CONFIG"] != values["CUBLAS_WORKSPACE_CONFIG"]:
+        if values["CUBLAS_WORKSPACE_CONFIG"]:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = values["CUBLAS_WORKSPACE_CONFIG"]
+        else:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    now = determinism_settings()
+    for name, value in values.items():
+        owner, _, flag = name.rpartition(".")
+        if now.get(name) != value and owner in ("torch.backends.cudnn", "torch.backends.cuda.matmul"):
+            setattr(torch.backends.cudnn if owner.endswith("cudnn") else torch.backends.cuda.matmul, flag, value)
 
 
 @dataclass(frozen=True)

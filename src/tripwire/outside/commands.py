@@ -64,9 +64,10 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--vendor-ops",
-        action="store_true",
-        help="also note CPU ops whose bits differ between Intel and AMD under the pin (torch.sqrt, tan, log10, ...); "
-        "every op then costs a trip through Python",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="note CPU ops whose bits differ between Intel and AMD under the pin (torch.sqrt, tan, log10, the default "
+        "Adam's step, ...) with their lines (default: on; only those ops pay for it)",
     )
     args = parser.parse_args(argv)
     if args.cpu_pin == "avx2":

@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from tripwire.bitwise.settings import SettingsWatch
+from tripwire.bitwise.settings import SettingsWatch, determinism_settings, restore_settings
 from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.bitwise.vendor_ops import VendorBoundOps
 from tripwire.common import closure
@@ -190,11 +190,12 @@ def record(
     commit: str = "",
     workdir: Path | None = None,
     keep_values: bool | None = None,
-    vendor_ops: bool = False,
+    vendor_ops: bool = True,
 ) -> Result:
     """Run `scenario` on the tree at `root` in this process and return what it recorded (see the module docstring).
-    `vendor_ops` also notes the CPU ops whose bits follow the CPU vendor (`tripwire.bitwise.vendor_ops`): a note
-    names each with its line, since a golden of such a run verifies only on CPUs of the recording one's vendor."""
+    `vendor_ops` (the default) also notes the CPU ops whose bits follow the CPU vendor (`tripwire.bitwise.vendor_ops`,
+    on every thread, at no cost to the ops it does not list): a note names each with its line, since a golden of such
+    a run verifies only on CPUs of the recording one's vendor."""
     tree = Tree(Path(root).resolve(), commit)
     source = {"root": str(tree.root), "commit": commit, "scenario_file": scenario.source}
     try:
@@ -278,11 +279,12 @@ def record(
     if swallowed:
         result.notes.append(swallowed)
     if census is not None and census.calls:
+        result.notes.append(vendor_ops_note(census.lines()))
+    if census is not None and census.faults:
         result.notes.append(
-            "CPU ops whose bits follow the CPU's vendor even under the pin (MKL's vector math refines the CPU's "
-            "approximate rsqrtps/rcpps), so a golden of this run verifies only on CPUs of this one's vendor: "
-            + "; ".join(census.lines())
-            + " (write x * torch.rsqrt(v) for x / torch.sqrt(v))"
+            "tripwire's fault, not the loop's: its vendor-ops watch failed to note "
+            + "; ".join(sorted(set(census.faults))[:3])
+            + " (the ops ran as the loop called them; report this to tripwire)"
         )
     if settings.changes:  # each with its line: a CPU no-op such as cudnn.benchmark still breaks a GPU run
         result.notes.append("the loop changed determinism settings: " + settings.format())
@@ -457,17 +459,28 @@ def _exit_caught(root: Path) -> Iterator[list[tuple[int, str]]]:
         os._exit = original
 
 
+def vendor_ops_note(lines: Sequence[str]) -> str:
+    """The note of a recording whose loop called ops whose CPU bits follow the vendor: each `VendorBoundOps` line."""
+    return (
+        "CPU ops whose bits follow the CPU's vendor even under the pin (MKL's vector math refines the CPU's "
+        "approximate rsqrtps/rcpps), so a golden of this run verifies only on CPUs of this one's vendor: "
+        + "; ".join(lines)
+        + " (write x * torch.rsqrt(v) for x / torch.sqrt(v), and torch.optim.Adam(..., fused=True) for Adam's step "
+        "on CPU)"
+    )
+
+
 @contextlib.contextmanager
 def _torch_settings(scenario: Scenario) -> Iterator[None]:
-    """The scenario's thread count and determinism flag for the run; the caller's afterwards."""
-    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    """The scenario's thread count and determinism flag for the run; the caller's afterwards, with every other
+    determinism setting the loop changed (`tripwire.bitwise.settings.restore_settings`)."""
+    settings = determinism_settings()
     torch.set_num_threads(scenario.threads)
     _deterministic(scenario.deterministic)
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
-        _deterministic(deterministic)
+        restore_settings(settings)
 
 
 def _deterministic(mode: bool) -> None:

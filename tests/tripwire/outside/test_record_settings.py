@@ -142,3 +142,36 @@ def test_a_cudnn_flag_the_loop_sets_is_named_at_its_line(tmp_path: Path) -> None
         "the loop changed determinism settings: torch.backends.cudnn.benchmark False -> True at loop.py:5 in main"
         in (result.notes)
     )
+
+
+SETTER = """import os
+import torch
+
+def train():
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = True
+    torch.set_float32_matmul_precision("medium")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+"""
+
+
+def test_what_the_loop_set_is_put_back_so_the_next_recording_sees_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CleanRL's scripts set `cudnn.deterministic = True`: left in force, a later recording in the process (a test
+    suite's, a walk's) of a loop that sets it too saw no change and said nothing; whether it was said depended on
+    which loop was recorded first."""
+    from tripwire.bitwise.settings import determinism_settings
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    (tmp_path / "loop.py").write_text(SETTER, encoding="utf-8")
+    before = determinism_settings()
+    first, second = (record(Scenario(name="setter", call="loop:train"), tmp_path) for _ in range(2))
+    assert determinism_settings() == before
+    assert first.ok and second.ok and first.notes == second.notes
+    [note] = [note for note in first.notes if note.startswith("the loop changed determinism settings")]
+    for said in ("cudnn.deterministic False -> True at loop.py:5", "cudnn.benchmark False -> True at loop.py:6"):
+        assert said in note, note
+    assert "float32_matmul_precision 'highest' -> 'medium' at loop.py:7" in note
+    assert "CUBLAS_WORKSPACE_CONFIG '' -> ':4096:8'" in note

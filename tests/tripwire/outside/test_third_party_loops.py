@@ -15,6 +15,7 @@ instrumented inside the installed library. Each silent pass found on them is a t
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ from published_loops import checkout, ran
 from tripwire.bitwise.magnitude import VALUE_CHANGE
 from tripwire.outside.commands import budget_main
 from tripwire.outside.compare import compare_results
-from tripwire.outside.record import record
+from tripwire.outside.record import record, vendor_ops_note
 from tripwire.outside.result import Result
 from tripwire.scenario import Iteration, Region, Scenario, load_scenario
 
@@ -42,6 +43,19 @@ RENAMED_AWAY = (ITERATION_CALL, "next_value = agent.critic(next_obs)")
 ENTROPY = "                entropy_loss = entropy.mean()\n"
 INJECTED_ITEM = (ENTROPY, ENTROPY + "                kl_seen = approx_kl.item()\n")
 CLEANRL_LR = ("learning_rate: float = 2.5e-4", "learning_rate: float = 2.6e-4")
+# The default Adam on CPU takes its root through MKL's vector math: the script's CPU bits follow the CPU's vendor
+ADAM_NOTE = vendor_ops_note(["aten.sqrt.default float32 at ppo.py:290 via torch/optim/adam.py (384 calls)"])
+# what the script sets, said by every recording of it (the recording before puts the caller's setting back)
+# SB3's own line (its release is not pinned): `self.policy.optimizer.step()` in `PPO.train`
+SB3_ADAM_NOTE = re.escape(vendor_ops_note(["SITE"])).replace(
+    "SITE",
+    re.escape("aten.sqrt.default float32 at stable_baselines3/ppo/ppo.py:")
+    + r"\d+"
+    + re.escape(" via torch/optim/adam.py (192 calls)"),
+)
+DETERMINISTIC_NOTE = (
+    "the loop changed determinism settings: torch.backends.cudnn.deterministic False -> True at ppo.py:157 in <module>"
+)
 SB3_LR = ("learning_rate=3e-4", "learning_rate=1e-3")
 
 
@@ -60,10 +74,7 @@ def test_cleanrl_runs_as_published_with_every_instrument_firing(cleanrl: Result)
     assert len(cleanrl.syncs.iterations) == 4 and cleanrl.calls["__main__:Agent.get_value"] == 4
     assert all(count > 0 for count in cleanrl.calls.values()), cleanrl.calls
     # nothing left out, every exclude pattern matched; the one determinism setting the script sets, at its line
-    assert cleanrl.notes == [
-        "the loop changed determinism settings: torch.backends.cudnn.deterministic False -> True at ppo.py:157 in "
-        "<module>"
-    ]
+    assert cleanrl.notes == [ADAM_NOTE, DETERMINISTIC_NOTE]
     fields = dict(cleanrl.payloads.checkpoints)
     learning_rate = next(name for name in fields if name.endswith("charts/learning_rate"))
     assert sorted(fields[learning_rate]) == ["data.global_step", "data.scalar_value", "event_type"]
@@ -177,8 +188,10 @@ def test_an_exclude_pattern_that_matches_nothing_is_named(tmp_path: Path) -> Non
     wrong = dataclasses.replace(CLEANRL_SCENARIO, exclude=["charts/SPS::data.value"])
     result = ran(record(wrong, checkout(tmp_path / "checkout", CLEANRL)))
     assert result.notes == [
+        ADAM_NOTE,
+        DETERMINISTIC_NOTE,
         "exclude pattern 'charts/SPS::data.value' left out no field of any event: check the label and the field "
-        "name (a field is named by the call's own argument, data.NAME)"
+        "name (a field is named by the call's own argument, data.NAME)",
     ]
 
 
@@ -186,19 +199,23 @@ def test_every_exclude_pattern_that_matches_nothing_is_named_in_one_note(tmp_pat
     wrong = dataclasses.replace(CLEANRL_SCENARIO, exclude=["charts/SPS::data.value", "data.*_mb", "charts/SPS::*"])
     result = ran(record(wrong, checkout(tmp_path / "checkout", CLEANRL)))
     assert result.notes == [
+        ADAM_NOTE,
+        DETERMINISTIC_NOTE,
         "exclude patterns 'charts/SPS::data.value', 'data.*_mb' left out no field of any event: check the label and "
-        "the field name (a field is named by the call's own argument, data.NAME)"
+        "the field name (a field is named by the call's own argument, data.NAME)",
     ]
 
 
 def test_sb3_rollout_buffer_arrays_are_digested_down_to_its_spaces(sb3: Result) -> None:
     """The buffer's arrays, and inside its gymnasium spaces (objects inside the object) their bounds: nothing is left
-    out, so no note."""
+    out, so no note of that."""
     specs = sb3.trajectory.specs["PPO.train#1"]
     assert specs["self.rollout_buffer.observations"] == "float32[64,4]"  # flattened by the update
     assert specs["self.rollout_buffer.advantages"] == "float32[64,1]"
     assert specs["self.rollout_buffer.observation_space.low"] == "float32[4]"
-    assert sb3.notes == []
+    # its Adam's root, at the library's own `optimizer.step()` line, named as on any machine (not by site-packages)
+    [note] = sb3.notes
+    assert re.fullmatch(SB3_ADAM_NOTE, note), note
     assert len(sb3.syncs.iterations) == 4
 
 

@@ -20,7 +20,7 @@ from published_loops import checkout, ran
 
 from tripwire.bitwise.magnitude import VALUE_CHANGE
 from tripwire.outside.compare import Comparison, compare_results
-from tripwire.outside.record import record
+from tripwire.outside.record import record, vendor_ops_note
 from tripwire.outside.result import Result
 from tripwire.scenario import load_scenario
 
@@ -70,7 +70,18 @@ def test_sac_runs_as_published_with_every_instrument_firing(sac: Result) -> None
     # acting, the target's next actions, the actor's update, the entropy tuning's no-grad pass
     assert sac.calls["__main__:Actor.get_action"] == (TOTAL - LEARNING_STARTS) + UPDATES + 2 * actor_updates
     assert sac.calls["torch.optim:Adam.step"] == UPDATES + 2 * actor_updates  # critics, actor, entropy temperature
-    assert sac.notes == []
+    # the three optimizers' roots at their `.step()` lines (the default Adam on CPU), and the setting the script makes
+    assert sac.notes == [
+        vendor_ops_note(
+            [
+                "aten.sqrt.default float32 at sac_continuous_action.py:273 via torch/optim/adam.py (3588 calls)",
+                "aten.sqrt.default float32 at sac_continuous_action.py:287 via torch/optim/adam.py (2384 calls)",
+                "aten.sqrt.default float32 at sac_continuous_action.py:296 via torch/optim/adam.py (298 calls)",
+            ]
+        ),
+        "the loop changed determinism settings: torch.backends.cudnn.deterministic False -> True at "
+        "sac_continuous_action.py:180 in <module>",
+    ]
     found = sites(sac)
     # the loop's own pulls, at its own lines
     assert found[("<outside>", SAC.name, "item", "alpha = log_alpha.exp().item()")] == 1 + actor_updates  # and setup

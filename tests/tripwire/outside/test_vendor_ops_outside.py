@@ -1,4 +1,5 @@
-"""`tripwire run --vendor-ops`: a recording notes the loop's CPU ops whose bits follow the CPU vendor, and where."""
+"""`tripwire run` (`--vendor-ops`, the default): a recording notes the loop's CPU ops whose bits follow the CPU
+vendor, on any of its threads, and where; a fault in that watch is named as tripwire's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tripwire.bitwise import vendor_ops
 from tripwire.outside.record import record
 from tripwire.scenario import Scenario
 
@@ -18,6 +22,25 @@ def train():
     for _ in range(3):
         y = (x - x.mean(0)) / torch.sqrt(x.var(0) + 1e-4)
     return torch.rsqrt(x).sum() + y.sum()
+"""
+
+# CleanRL's, SB3's and Tianshou's optimizer, stepped on a worker thread: the default Adam takes a root on CPU
+ADAM_LOOP = """import threading
+import torch
+
+def step(model, optimizer):
+    model(torch.ones(4, 3)).sum().backward()
+    optimizer.step()
+
+def train():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    worker = threading.Thread(target=step, args=(model, optimizer))
+    worker.start()
+    worker.join()
+    fused = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    step(model, fused)
 """
 
 
@@ -33,18 +56,41 @@ def _vendor_notes(notes: list[str]) -> list[str]:
 
 
 def test_a_sqrt_in_the_loop_is_noted_with_its_line(tmp_path: Path) -> None:
-    result = record(Scenario(name="norm", call="loop:train"), _tree(tmp_path), vendor_ops=True)
+    result = record(Scenario(name="norm", call="loop:train"), _tree(tmp_path))
     assert result.status == "ok", result.cause
     [note] = _vendor_notes(result.notes)
     assert "aten.sqrt.default float32 at loop.py:7 (3 calls)" in note, note
     assert "loop.py:8" not in note  # the portable spelling on line 8 is not noted
 
 
-def test_without_the_option_or_the_op_nothing_is_noted(tmp_path: Path) -> None:
+def test_the_default_adams_root_on_a_worker_thread_is_noted_through_the_optimizer(tmp_path: Path) -> None:
+    result = record(Scenario(name="adam", call="loop:train"), _tree(tmp_path, ADAM_LOOP))
+    assert result.status == "ok", result.cause
+    [note] = _vendor_notes(result.notes)
+    # the weight's and the bias's roots at the loop's `optimizer.step()`, once: the fused step (line 17) takes none
+    assert "aten.sqrt.default float32 at loop.py:6 via torch/optim/adam.py (2 calls)" in note, note
+    assert note.count(" at loop.py") == 1 and "fused=True" in note
+
+
+def test_switched_off_or_without_the_op_nothing_is_noted(tmp_path: Path) -> None:
     tree = _tree(tmp_path)
-    assert not _vendor_notes(record(Scenario(name="norm", call="loop:train"), tree).notes)
+    assert not _vendor_notes(record(Scenario(name="norm", call="loop:train"), tree, vendor_ops=False).notes)
     portable = _tree(tmp_path, LOOP.replace("/ torch.sqrt(x.var(0) + 1e-4)", "* torch.rsqrt(x.var(0) + 1e-4)"))
-    assert not _vendor_notes(record(Scenario(name="norm", call="loop:train"), portable, vendor_ops=True).notes)
+    assert not _vendor_notes(record(Scenario(name="norm", call="loop:train"), portable).notes)
+
+
+def test_a_fault_in_the_watch_is_named_as_tripwires_and_the_loop_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(root: Path) -> str:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(vendor_ops, "_caller", broken)
+    result = record(Scenario(name="norm", call="loop:train"), _tree(tmp_path))
+    assert result.status == "ok", result.cause
+    assert not _vendor_notes(result.notes)
+    [fault] = [note for note in result.notes if "vendor-ops watch" in note]
+    assert fault.startswith("tripwire's fault, not the loop's") and "RuntimeError: injected" in fault
 
 
 def test_the_command_line_option(tmp_path: Path) -> None:
@@ -54,7 +100,10 @@ def test_the_command_line_option(tmp_path: Path) -> None:
     out = tmp_path / "result"
     command = [sys.executable, "-m", "tripwire", "run", str(tree / "scenario.py"), "--root", str(tree)]
     command += ["--out", str(out)]
-    done = subprocess.run([*command, "--vendor-ops"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    saved = json.loads((out / "result.json").read_text(encoding="utf-8"))
-    assert any("aten.sqrt.default float32 at loop.py:7" in note for note in saved["notes"]), saved["notes"]
+    for option, noted in (([], True), (["--vendor-ops"], True), (["--no-vendor-ops"], False)):
+        done = subprocess.run([*command, *option], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        saved = json.loads((out / "result.json").read_text(encoding="utf-8"))
+        found = [note for note in saved["notes"] if "aten.sqrt.default float32 at loop.py:7" in note]
+        assert bool(found) == noted, (option, saved["notes"])
+        assert ("aten.sqrt.default float32 at loop.py:7" in done.stdout + done.stderr) == noted  # said, not only kept
