@@ -58,6 +58,7 @@ class RankedRun:
     events: list[dict[str, Any]]
     sync_events: list[SyncEvent]
     weights: list[dict[str, torch.Tensor]]  # per rank
+    vendor_ops: list[str]  # every rank's `VendorBoundOps` lines, rank by rank
 
 
 def torchrun_command(ranks: int, script: Sequence[str]) -> list[str]:
@@ -123,6 +124,7 @@ def collect_ranks(launch: RankLaunch) -> RankedRun:
         events=[json.loads(line) for line in lines],
         sync_events=[SyncEvent(**event) for record in records for event in record["syncs"]],
         weights=[torch.load(launch.out / f"rank{r}.weights.pt", weights_only=True) for r in range(launch.ranks)],
+        vendor_ops=[f"rank {r}: {line}" for r, record in enumerate(records) for line in record["vendor_ops"]],
     )
 
 
@@ -163,6 +165,7 @@ def main(argv: Sequence[str]) -> int:
     from esper.simic.training.launch import open_shard
     from esper.simic.training.vectorized import run_training
     from tripwire.bitwise.trajectory import TrajectoryRecorder
+    from tripwire.bitwise.vendor_ops import VendorBoundOps
     from tripwire.common.context import capture_context
     from tripwire.sync.counter import SyncCounter
 
@@ -171,12 +174,13 @@ def main(argv: Sequence[str]) -> int:
     config = config_from_args(args)
     recorder = TrajectoryRecorder(context=capture_context(config.device))
     with single_threaded(), open_shard(config.n_envs, config.device, config.devices) as shard:
-        with SyncCounter() as counter:
+        with SyncCounter() as counter, VendorBoundOps() as vendor:
             result = run_training(config, controller=args.command, probe=TrajectoryProbe(recorder), shard=shard)
         rank = shard.rank
     record = {
         "trajectory": recorder.trajectory.to_json(),
         "syncs": [dataclasses.asdict(event) for event in counter.events],
+        "vendor_ops": vendor.lines(),
     }
     Path(out, f"rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")
     torch.save(result.final_weights, Path(out, f"rank{rank}.weights.pt"))

@@ -32,6 +32,7 @@ from esper.simic.training.policy_client import PolicyClient
 from esper.simic.training.vectorized import run_training
 from tripwire.bitwise.settings import SettingChange, SettingsWatch
 from tripwire.bitwise.trajectory import Trajectory, TrajectoryRecorder
+from tripwire.bitwise.vendor_ops import VendorBoundOps
 from tripwire.common.context import capture_context
 from tripwire.compile.counter import CompileCounter
 from tripwire.compile.traced import TracedLines, add_to_coverage
@@ -265,6 +266,8 @@ class ScenarioRun:
     # the determinism settings the run changed, each at its line (None: not watched, a run on torchrun ranks)
     settings: list[SettingChange] | None = None
     wall_s: float = 0.0  # the run's wall time (ranks: its events' span), for the clock check
+    # the CPU ops whose bits follow the CPU's vendor that the run called, each with its line (`VendorBoundOps`)
+    vendor_ops: list[str] = field(default_factory=list)
 
     def count(self, event_type: str) -> int:
         return sum(1 for event in self.events if event["event_type"] == event_type)
@@ -332,6 +335,7 @@ def run_scenario(
             CompileCounter(root=TREE_ROOT) as compiles,
             SyncCounter(root=TREE_ROOT) as counter,
             TracedLines() as traced,
+            VendorBoundOps(TREE_ROOT) as vendor,
         ):
             observer = TrajectoryProbe(recorder) if probe else None
             started = time.perf_counter()
@@ -340,7 +344,9 @@ def run_scenario(
         add_to_coverage(traced.lines, TREE_ROOT / "src")  # compiled code (f, k) ran, though coverage.py cannot see it
     hub.close()
     events = [event.to_json_dict() for event in backend.events]
-    return ScenarioRun(scenario, events, recorder.trajectory, counter, compiles, settings.changes, wall_s)
+    return ScenarioRun(
+        scenario, events, recorder.trajectory, counter, compiles, settings.changes, wall_s, vendor.lines()
+    )
 
 
 @dataclass
@@ -364,7 +370,8 @@ def finish_ranked(ranked: RankedScenario) -> ScenarioRun:
     run = collect_ranks(ranked.launch)
     counter = SyncCounter()
     counter.events = run.sync_events
-    return ScenarioRun(ranked.scenario, run.events, run.trajectory, counter, wall_s=events_span(run.events))
+    span = events_span(run.events)
+    return ScenarioRun(ranked.scenario, run.events, run.trajectory, counter, wall_s=span, vendor_ops=run.vendor_ops)
 
 
 def events_span(events: Sequence[dict[str, Any]]) -> float:

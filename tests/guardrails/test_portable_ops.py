@@ -1,10 +1,10 @@
 """The goldens travel only if no scenario calls a CPU op whose bits differ between Intel and AMD under the pin.
 
 `tripwire.bitwise.vendor_ops.VendorBoundOps` notes such ops (MKL's vector math refining `rcpps`/`rsqrtps`: `sqrt`,
-`tan`, `log10`, ... on float CPU tensors). Scenario (g) (the PPO trainer with the widest configuration) and (b) (the
-seed lifecycle: blending, every blueprint) run under it and must call none. The second test injects the hazard that
-broke scenario (g)'s golden on an AMD EPYC (the observation normalizer dividing by `torch.sqrt`) and shows the check
-naming its line.
+`tan`, `log10`, ... on float CPU tensors) on every thread. Every scenario's run for its goldens runs under it (the
+env workers of (h) and the ranks of (e) included; it costs only the ops it lists) and must call none. The second test
+injects the hazard that broke scenario (g)'s golden on an AMD EPYC (the observation normalizer dividing by
+`torch.sqrt`) and shows the check naming its line.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from guardrail_scenarios import SCENARIOS, run_scenario
+from guardrail_scenarios import SCENARIOS, ScenarioRun, run_scenario
 
 from esper.simic.rewards.normalizers import RunningMeanStd
 from tripwire.bitwise.vendor_ops import VendorBoundOps
@@ -22,12 +22,14 @@ from tripwire.gates.pytest_plugin import GateLog
 pytestmark = pytest.mark.guardrail
 
 
-@pytest.mark.parametrize("name", ["g_preset_and_flags", "b_lifecycle"])
-def test_scenario_calls_no_vendor_bound_op(name: str, tmp_path: Path, gate_log: GateLog) -> None:
-    with VendorBoundOps() as seen:
-        run_scenario(SCENARIOS[name], tmp_path, probe=False)
-    found = seen.lines()
-    gate_log.add("portable ops", name, "FAILED" if found else "passed", "; ".join(found) or "no vendor-bound CPU op")
+NAMES = list(SCENARIOS)
+
+
+@pytest.mark.parametrize("scenario_run", NAMES, indirect=True, ids=NAMES)
+def test_scenario_calls_no_vendor_bound_op(scenario_run: ScenarioRun, gate_log: GateLog) -> None:
+    found = scenario_run.vendor_ops
+    detail = "; ".join(found) or "no vendor-bound CPU op"
+    gate_log.add("portable ops", scenario_run.scenario.name, "FAILED" if found else "passed", detail)
     assert not found, "ops whose CPU bits differ between Intel and AMD (use torch.rsqrt for 1/sqrt):\n" + "\n".join(
         found
     )
