@@ -72,11 +72,15 @@ def restore_settings(values: Mapping[str, Any]) -> None:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = values["CUBLAS_WORKSPACE_CONFIG"]
         else:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-    now = determinism_settings()
-    for name, value in values.items():
-        owner, _, flag = name.rpartition(".")
-        if now.get(name) != value and owner in ("torch.backends.cudnn", "torch.backends.cuda.matmul"):
-            setattr(torch.backends.cudnn if owner.endswith("cudnn") else torch.backends.cuda.matmul, flag, value)
+    now = determinism_settings()  # after the precision, which moved matmul's allow_tf32 with it
+    for owner, prefix, flags in (
+        (torch.backends.cudnn, "torch.backends.cudnn.", _CUDNN),
+        (torch.backends.cuda.matmul, "torch.backends.cuda.matmul.", _MATMUL),
+    ):
+        for flag in flags:  # the flags `determinism_settings` read, where this torch build has them
+            name = prefix + flag
+            if name in values and now.get(name) != values[name]:
+                setattr(owner, flag, values[name])
 
 
 @dataclass(frozen=True)
