@@ -28,7 +28,6 @@ import functools
 import sys
 import sysconfig
 import threading
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +35,8 @@ from types import TracebackType
 from typing import Any
 
 import torch
+
+from tripwire.common.kernels import override_kernels, restore_kernels
 
 _FLOATS = (torch.float32, torch.float64)
 
@@ -91,34 +92,25 @@ class _Watch:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.active: list[VendorBoundOps] = []
-        self.library: torch.library.Library | None = None
+        self.libraries: list[torch.library.Library] = []
         self.local = threading.local()  # `inside`: a noted op's kernel is running on this thread
 
     def join(self, watcher: VendorBoundOps) -> None:
         with self.lock:
-            if self.library is None:
-                self.library = self._register()
+            if not self.libraries:
+                self.libraries = self._register()
             self.active.append(watcher)
 
     def leave(self, watcher: VendorBoundOps) -> None:
         with self.lock:
             self.active = [other for other in self.active if other is not watcher]
-            if not self.active and self.library is not None:
-                library, self.library = self.library, None
-                library._destroy()  # every op's own CPU kernel is back
+            if not self.active:
+                restore_kernels(self.libraries)  # every op's own CPU kernel is back
 
-    def _register(self) -> torch.library.Library:
-        library = torch.library.Library("aten", "IMPL")
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
-                for full in _watched_overloads():
-                    original = torch.library.get_kernel(full, "CPU")
-                    library.impl(full.split("::", 1)[1], self._kernel(full, original), "CPU", with_keyset=True)
-        except BaseException:
-            library._destroy()
-            raise
-        return library
+    def _register(self) -> list[torch.library.Library]:
+        return override_kernels(
+            [(full, "CPU") for full in _watched_overloads()], lambda full, _key, original: self._kernel(full, original)
+        )
 
     def _kernel(self, full: str, original: Any) -> Callable[..., Any]:
         call = original.call_boxed

@@ -5,6 +5,8 @@
 - `context`: the settings a bitwise golden depends on, captured, keyed and compared;
 - `files`: paths tripwire reads and writes, checked before use (inputs are regular files, outputs can be written);
 - `git`: every git command tripwire runs, built so that no argument from outside reaches git as an option;
+- `kernels`: kernels registered over ops' own (`torch.library`) and put back, for the watches that see an op on every
+  thread at the cost of that op alone;
 - `closure`: what of a source tree one run read (the files, folder listings and questions a history walk reuses a
   result by).
 

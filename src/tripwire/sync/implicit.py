@@ -19,7 +19,6 @@ The dispatch mode also sees `torch.distributed`'s c10d ops, and counts one issue
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +26,7 @@ import torch
 from torch.compiler import is_compiling
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tripwire.common.kernels import override_kernels, restore_kernels
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
 from tripwire.sync.explicit import ExplicitSyncMode
@@ -338,19 +338,16 @@ class ImplicitKernels:
     mode would be active on; `close` restores each op's own kernel."""
 
     def __init__(self, installation: Installation) -> None:
-        self.libraries: dict[str, torch.library.Library] = {}
+        self.libraries: list[torch.library.Library] = []
         self.watch: _InferenceWatch | None = None
+        static_of = {f"{namespace}::{name}": static for namespace, name, static, _ in _implicit_targets()}
+
+        def make(full: str, key: str, original: Any) -> Callable[..., Any]:
+            return _counting_kernel(static_of[full], original, key.startswith("Autograd"))
+
+        targets = [(f"{namespace}::{name}", key) for namespace, name, _, keys in _implicit_targets() for key in keys]
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
-                for namespace, name, static, keys in _implicit_targets():
-                    library = self.libraries.get(namespace)
-                    if library is None:
-                        library = self.libraries[namespace] = torch.library.Library(namespace, "IMPL")
-                    for key in keys:
-                        original = torch.library.get_kernel(f"{namespace}::{name}", key)
-                        kernel = _counting_kernel(static, original, key.startswith("Autograd"))
-                        library.impl(name, kernel, key, with_keyset=True)
+            self.libraries = override_kernels(targets, make)
             self.watch = _InferenceWatch(installation)
         except BaseException:
             self.close()
@@ -361,6 +358,4 @@ class ImplicitKernels:
         if self.watch is not None:
             self.watch.close()
             self.watch = None
-        for library in self.libraries.values():
-            library._destroy()
-        self.libraries.clear()
+        restore_kernels(self.libraries)

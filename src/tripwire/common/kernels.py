@@ -1,0 +1,48 @@
+"""Kernels registered over ops' own (`torch.library`), for a watch that must see an op on every thread at the cost of
+that op alone: the sync counter's implicit-sync kernels (`tripwire.sync.implicit`) and the vendor-bound op watch
+(`tripwire.bitwise.vendor_ops`).
+
+`override_kernels` registers, for each `(op, dispatch key)`, the kernel `make(op, key, original)` returns, where
+`original` is the op's own kernel at that key (`torch.library.get_kernel`, torch 2.9 and later; call it with
+`original.call_boxed(keyset, *args, **kwargs)`); all of them or none. `restore_kernels` destroys what it registered,
+which puts every op's own kernel back.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+__all__ = ["override_kernels", "restore_kernels"]
+
+
+def override_kernels(
+    targets: Iterable[tuple[str, str]], make: Callable[[str, str, Any], Callable[..., Any]]
+) -> list[torch.library.Library]:
+    """Register `make(op, key, original)` over each op (`namespace::name.overload`) at its dispatch key; the kernel
+    takes the dispatch keyset first. Returns the libraries holding them (one per namespace), for `restore_kernels`.
+    Where a registration fails, the ones made before it are undone and the error is raised."""
+    libraries: dict[str, torch.library.Library] = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
+            for full, key in targets:
+                namespace, _, name = full.partition("::")
+                library = libraries.get(namespace)
+                if library is None:
+                    library = libraries[namespace] = torch.library.Library(namespace, "IMPL")
+                original = torch.library.get_kernel(full, key)
+                library.impl(name, make(full, key, original), key, with_keyset=True)
+    except BaseException:
+        restore_kernels(list(libraries.values()))
+        raise
+    return list(libraries.values())
+
+
+def restore_kernels(libraries: list[torch.library.Library]) -> None:
+    """Put back every op's own kernel under the overrides these libraries hold (emptying the list)."""
+    while libraries:
+        libraries.pop()._destroy()
