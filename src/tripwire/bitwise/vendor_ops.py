@@ -24,9 +24,15 @@ by another route.
 
 from __future__ import annotations
 
+import atexit
 import functools
+import json
+import multiprocessing.util
+import os
+import shutil
 import sys
 import sysconfig
+import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -87,13 +93,39 @@ def _watched_overloads() -> list[str]:
 
 class _Watch:
     """The kernels over the listed ops' CPU kernels, registered while any `VendorBoundOps` is active (one set for
-    all of them), and what each call tells the active ones."""
+    all of them), and what each call tells the active ones.
+
+    A child forked while a watch is active inherits the kernels, and the watchers as they were: it starts them with
+    nothing noted and a fresh lock (another thread may have held it at the fork), and hands what it notes to each
+    watcher's spool folder when it exits, through multiprocessing's finalizers (a DataLoader worker, a `Process`) or
+    `atexit` (a plain `os.fork` child that returns through Python). The watcher adds those in when it ends."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.active: list[VendorBoundOps] = []
         self.libraries: list[torch.library.Library] = []
         self.local = threading.local()  # `inside`: a noted op's kernel is running on this thread
+        os.register_at_fork(after_in_child=self._forked)
+        # a `multiprocessing.Process` child clears the finalizers it inherits, then runs these
+        multiprocessing.util.register_after_fork(self, _Watch._process_started)
+
+    def _forked(self) -> None:
+        self.lock = threading.Lock()
+        if not self.active:
+            return
+        for watcher in self.active:  # the parent's counts stay the parent's
+            watcher.calls = Counter()
+            watcher.faults = []
+            watcher.handed_back = False
+        atexit.register(self._hand_back)  # a plain `os.fork` child that exits through Python
+
+    def _process_started(self) -> None:
+        if self.active:  # run by the Process on its way out, before its os._exit (atexit never runs there)
+            multiprocessing.util.Finalize(None, self._hand_back, exitpriority=0)
+
+    def _hand_back(self) -> None:
+        for watcher in list(self.active):
+            watcher.hand_back()
 
     def join(self, watcher: VendorBoundOps) -> None:
         with self.lock:
@@ -175,16 +207,63 @@ class VendorBoundOps:
         self.faults: list[str] = []
         # callers are shown relative to it (else to the working folder when the watch starts)
         self.root = str(Path(root).resolve()) if root is not None else ""
+        self.spool = ""  # while active: the folder forked children leave what they noted in
+        self.pid = 0  # the process that entered the watch
+        self.handed_back = True  # in a forked child: its notes are in the spool (or it has none)
 
     def __enter__(self) -> VendorBoundOps:
         self.root = self.root or str(Path.cwd())
-        _WATCH.join(self)
+        self.pid = os.getpid()
+        self.spool = tempfile.mkdtemp(prefix="tripwire-vendor-ops-")
+        try:
+            _WATCH.join(self)
+        except BaseException:
+            shutil.rmtree(self.spool, ignore_errors=True)
+            raise
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         _WATCH.leave(self)
+        if os.getpid() != self.pid:  # a forked child leaving the block it was forked in: the parent adds it in
+            self.hand_back()
+            return
+        spool, self.spool = self.spool, ""
+        try:
+            self._add_children(Path(spool))
+        finally:
+            shutil.rmtree(spool, ignore_errors=True)
+
+    def hand_back(self) -> None:
+        """In a forked child: what it noted, as one JSON file in the spool folder (written whole, then renamed: the
+        parent never reads half of one). Once per child; nothing in the process that entered the watch."""
+        if self.handed_back or os.getpid() == self.pid or not self.spool:
+            return
+        self.handed_back = True
+        if not (self.calls or self.faults):
+            return
+        try:
+            record = {
+                "calls": [[*key, count] for key, count in self.calls.items()],
+                "faults": [f"in forked child {os.getpid()}: {fault}" for fault in self.faults],
+            }
+            partial = Path(self.spool) / f".{os.getpid()}.json.partial"
+            partial.write_text(json.dumps(record), encoding="utf-8")
+            os.replace(partial, partial.with_name(f"{os.getpid()}.json"))
+        except Exception:  # the watch in the parent already ended (its spool is gone), or the disk is full
+            pass
+
+    def _add_children(self, spool: Path) -> None:
+        """Add in what forked children noted (one file each, left when they exited)."""
+        for path in sorted(spool.glob("*.json")):
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+                for op, dtype, caller, count in record["calls"]:
+                    self.calls[(str(op), str(dtype), str(caller))] += int(count)
+                self.faults.extend(str(fault) for fault in record["faults"])
+            except Exception as error:  # tripwire's fault: kept as one, never raised into the loop
+                self.faults.append(f"a forked child's notes ({path.name}) could not be read: {error}")
 
     def lines(self) -> list[str]:
         """One line per (op, dtype, caller), most called first: `aten.sqrt.default float32 at FILE:LINE (N calls)`."""

@@ -3,7 +3,11 @@ result and leaves torch's dispatch table as it found it."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -147,3 +151,69 @@ def test_the_watch_ends_even_when_the_block_raises() -> None:
     with pytest.raises(ValueError), VendorBoundOps():
         raise ValueError("the loop's own error")
     assert torch._C._dispatch_dump("aten::sqrt") == before and not vendor_ops._WATCH.active
+
+
+class _Roots(torch.utils.data.Dataset[torch.Tensor]):
+    """A dataset whose items take a vendor-bound root: computed in the DataLoader's worker processes."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.sqrt(torch.full((4,), float(index + 1)))
+
+
+def _two_roots() -> None:
+    torch.sqrt(torch.ones(3))
+    torch.sqrt(torch.ones(3))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children: POSIX only")
+def test_ops_in_forked_children_are_added_in_and_the_parent_s_are_not_counted_twice() -> None:
+    first = test_ops_in_forked_children_are_added_in_and_the_parent_s_are_not_counted_twice.__code__.co_firstlineno
+    fork, parent = multiprocessing.get_context("fork"), os.getpid()
+    try:
+        with VendorBoundOps() as seen:
+            spool = Path(seen.spool)
+            torch.sqrt(torch.ones(2))  # the parent's, before the children: counted once, not once per child
+            loader = torch.utils.data.DataLoader(_Roots(), batch_size=3, num_workers=2, multiprocessing_context=fork)
+            batches = [batch for batch in loader]
+            child = fork.Process(target=_two_roots)  # a multiprocessing child: it exits through os._exit
+            child.start()
+            child.join()
+            pid = os.fork()
+            if pid == 0:  # a plain fork: it leaves the block (and hands its notes back) on its way out
+                torch.sqrt(torch.ones(3))
+                raise SystemExit(0)
+            os.waitpid(pid, 0)
+    finally:
+        if os.getpid() != parent:  # the plain fork, out of the block: it must not go on running pytest
+            os._exit(0)
+    assert len(batches) == 4 and child.exitcode == 0 and not seen.faults
+    # lines counted from the decorator's: the parent's root (+7), the plain fork child's (+15)
+    by_line = {caller.rsplit(":", 1)[1]: count for (_, _, caller), count in seen.calls.items()}
+    getitem = _Roots.__getitem__.__code__.co_firstlineno + 1
+    twice = _two_roots.__code__.co_firstlineno + 1
+    assert by_line == {str(first + 7): 1, str(getitem): 12, str(twice): 1, str(twice + 1): 1, str(first + 15): 1}
+    assert spool.is_dir() is False and seen.spool == ""  # the children's files are read, then removed
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children: POSIX only")
+def test_a_child_forked_while_another_thread_holds_the_watch_s_lock_does_not_hang() -> None:
+    with VendorBoundOps() as seen:
+        with vendor_ops._WATCH.lock:  # as if another thread were noting a root at the moment of the fork
+            pid = os.fork()
+            if pid == 0:
+                torch.sqrt(torch.ones(3))  # needs the lock: a stale copy of a held lock would hang here
+                os._exit(0)
+        status = None
+        for _ in range(600):  # 30 s at most: a hung child is killed and the test fails, never hangs
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+    assert status is not None and os.waitstatus_to_exitcode(status) == 0, "the forked child hung on the watch's lock"
+    assert not seen.faults

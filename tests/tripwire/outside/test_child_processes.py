@@ -46,6 +46,12 @@ def worker(model, rounds):
         train_step(model, opt, torch.ones(4, 3) * i, torch.ones(4, 1))
 
 
+class Rooted(TensorDataset):
+    def __getitem__(self, index):
+        x, y = super().__getitem__(index)
+        return torch.sqrt(x), y
+
+
 def main():
     workers, mode = int(sys.argv[1]), sys.argv[2]
     torch.manual_seed(0)
@@ -60,7 +66,7 @@ def main():
             proc.join()
         assert all(proc.exitcode == 0 for proc in procs)
         return
-    data = TensorDataset(torch.arange(48.0).reshape(16, 3), torch.ones(16, 1))
+    data = (Rooted if mode == "roots" else TensorDataset)(torch.arange(48.0).reshape(16, 3), torch.ones(16, 1))
     loader = DataLoader(data, batch_size=4, num_workers=workers, multiprocessing_context="fork" if workers else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for x, y in loader:
@@ -131,6 +137,19 @@ def test_dataloader_workers_are_noted_and_a_run_without_them_compares_different(
     older = Result.load(tmp_path / "saved")
     assert older.children is None
     assert compare_results(older, in_process).verdict("run").status == "same"
+
+
+def test_vendor_bound_ops_in_forked_dataloader_workers_are_noted(tree: Path) -> None:
+    """The dataset's `torch.sqrt` runs only in the two fork-started workers: the vendor-bound-ops note still names it,
+    with all 16 items (each worker hands its count back on exit), as the in-process run's note does."""
+    line = _line_of(tree, "return torch.sqrt(x), y")
+    for workers in ("2", "0"):
+        result = record(_scenario(workers, "roots"), tree)
+        assert result.ok, result.cause
+        assert any(f"aten.sqrt.default float32 at loop.py:{line} (16 calls)" in note for note in result.notes), (
+            workers,
+            result.notes,
+        )
 
 
 def test_the_cli_prints_what_the_recording_did_not_see(tree: Path, tmp_path: Path) -> None:
