@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import importlib._bootstrap as _bootstrap
 import operator
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeGuard
@@ -306,6 +307,16 @@ def shield_imports(installation: Installation) -> None:
 
 _IMPORTS = [0]  # imports running now, on any thread, with the stand-ins put aside
 _IMPORTS_LOCK = threading.Lock()
+
+
+def _fresh_locks_in_child() -> None:
+    """A forked child starts with both locks free (another thread may have held one at the fork: a child importing a
+    module would wait forever; `tripwire.sync.state`)."""
+    global _WAITING_LOCK, _IMPORTS_LOCK
+    _WAITING_LOCK, _IMPORTS_LOCK = threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_in_child)
 
 
 def _load_hidden(load: Callable[[Any], Any], namespace: list[tuple[str, Any, Any]], spec: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,15 @@ __all__ = ["Installation", "call_counted", "in_counted_backward", "patch", "trac
 
 _BACKWARDS = [0]  # backward passes that counting threads are running now (`in_counted_backward`)
 _BACKWARDS_LOCK = threading.Lock()
+
+
+def _fresh_lock_in_child() -> None:
+    """A forked child starts with the lock free (another thread may have held it at the fork: `tripwire.sync.state`)."""
+    global _BACKWARDS_LOCK
+    _BACKWARDS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
 _LOCAL = sync._LOCAL  # this thread's region stack, suppression and implicit-counting depths
 
 

@@ -114,6 +114,15 @@ class _ThreadState(threading.local):
 
 
 _STATE = _GlobalState()
+
+
+def _fresh_lock_in_child() -> None:
+    """A forked child (a DataLoader worker, a Hogwild process) starts with the lock free: another thread of the parent
+    may have held it at the fork, and no thread of the child would ever release it."""
+    _STATE.lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
 _LOCAL = _ThreadState()
 
 
