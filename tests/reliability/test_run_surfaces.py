@@ -54,6 +54,37 @@ def cli(*argv: str, preexec: Any = None, env: dict[str, str] | None = None) -> s
     )
 
 
+_IN_ONE_PROCESS = """
+import contextlib, io, json, sys
+from esper.scripts.train import main
+done = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else 1
+    done.append([code, err.getvalue()])
+print(json.dumps(done))
+"""
+
+
+def cli_runs(*runs: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Each argv run through the CLI's `main` in turn, in one real process: torch is imported once for all of them
+    (for the argument checks, which end before anything trains)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IN_ONE_PROCESS, json.dumps(runs)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+        check=True,
+    )
+    results = json.loads(done.stdout)
+    return [subprocess.CompletedProcess(argv, code, "", err) for argv, (code, err) in zip(runs, results, strict=True)]
+
+
 def one_line(result: subprocess.CompletedProcess[str], code: int) -> str:
     lines = result.stderr.splitlines()
     assert result.returncode == code and len(lines) == 1, (result.returncode, result.stderr[-3000:])
@@ -203,8 +234,9 @@ def test_control_characters_in_path_arguments_keep_the_error_on_one_line(tmp_pat
         "--resume": str(tmp_path / f"missing{char}.pt"),
         "--config-json": str(tmp_path / f"missing{char}.json"),
     }
-    for flag, value in cases.items():
-        message = one_line(cli(*SYNTHETIC, "--rounds", "1", flag, value), 2)
+    runs = [[*SYNTHETIC, "--rounds", "1", flag, value] for flag, value in cases.items()]
+    for flag, result in zip(cases, cli_runs(*runs)):
+        message = one_line(result, 2)
         assert message.startswith("train: error: ") and repr(char)[1:-1] in message, (flag, message)
         assert char not in message
 
