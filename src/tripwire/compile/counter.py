@@ -35,6 +35,11 @@ from tripwire.sync.state import _STATE, clear_caches, ensure_skipped, event_at, 
 
 __all__ = ["CompileCounter"]
 
+# The trace logger's level before the first active counter set it to DEBUG, put back when the last one ends (in any
+# order): a handler of the loop's own on that logger must not go on receiving dynamo's trace after a recording.
+_LISTENING: list[CompileCounter] = []
+_LEVEL_BEFORE = [logging.NOTSET]
+
 
 class CompileCounter(EventLog):
     """Record every compilation event while active (`with CompileCounter() as compiles:`); counters may nest."""
@@ -44,7 +49,6 @@ class CompileCounter(EventLog):
         self.root = os.path.join(os.path.abspath(root), "") if root is not None else None
         self._reader = TraceReader(self._deliver, self._is_user)
         self._logger = logging.getLogger(TRACE_LOGGER)
-        self._level = self._logger.level
         self._skipping = contextlib.ExitStack()
 
     @staticmethod
@@ -60,7 +64,9 @@ class CompileCounter(EventLog):
             set_root(self.root or os.path.join(os.getcwd(), ""))
         ensure_skipped()
         self._skipping.enter_context(dynamo_skips_tripwire())
-        self._level = self._logger.level
+        if not _LISTENING:
+            _LEVEL_BEFORE[0] = self._logger.level
+        _LISTENING.append(self)
         self._logger.setLevel(logging.DEBUG)  # dynamo logs its trace at DEBUG (TORCH_TRACE sets the same)
         self._logger.addHandler(self._reader)
         _STATE.active += 1  # regions are tracked while any counter is active
@@ -73,8 +79,9 @@ class CompileCounter(EventLog):
         tb: TracebackType | None,
     ) -> None:
         self._logger.removeHandler(self._reader)
-        if not self._logger.handlers:
-            self._logger.setLevel(self._level)
+        _LISTENING[:] = [counter for counter in _LISTENING if counter is not self]
+        if not _LISTENING:
+            self._logger.setLevel(_LEVEL_BEFORE[0])
         _STATE.active -= 1
         if not _STATE.active:
             clear_caches()

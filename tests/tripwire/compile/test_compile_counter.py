@@ -225,3 +225,32 @@ def test_reasons_keep_what_names_the_change_and_drop_what_names_the_machine() ->
         "Skip calling `f`"
     )
     assert graph_break("no location here") is None
+
+
+def test_the_trace_logger_is_left_as_found_even_with_a_handler_of_the_loop_s_own_on_it() -> None:
+    """Counters set dynamo's trace logger to DEBUG while they listen; the level before the first is back after the last,
+    in whichever order they end, though other handlers stay on it (torch's own, the loop's), which would otherwise go
+    on receiving, and dynamo go on building, the whole trace after the recording."""
+    import logging
+
+    from tripwire.compile.trace import TRACE_LOGGER, TraceReader
+
+    logger = logging.getLogger(TRACE_LOGGER)
+    own, level = logging.NullHandler(), logger.level
+    logger.addHandler(own)
+    try:
+        logger.setLevel(logging.WARNING)
+        with CompileCounter():
+            assert logger.level == logging.DEBUG
+        assert logger.level == logging.WARNING
+        first, second = CompileCounter(), CompileCounter()
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)  # out of order: the second still listens
+        assert logger.level == logging.DEBUG
+        second.__exit__(None, None, None)
+        assert logger.level == logging.WARNING and own in logger.handlers
+        assert not [handler for handler in logger.handlers if isinstance(handler, TraceReader)]
+    finally:
+        logger.removeHandler(own)
+        logger.setLevel(level)
