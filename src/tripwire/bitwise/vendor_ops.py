@@ -214,11 +214,16 @@ class VendorBoundOps:
     def __enter__(self) -> VendorBoundOps:
         self.root = self.root or str(Path.cwd())
         self.pid = os.getpid()
-        self.spool = tempfile.mkdtemp(prefix="tripwire-vendor-ops-")
+        try:
+            self.spool = tempfile.mkdtemp(prefix="tripwire-vendor-ops-")
+        except OSError as error:  # tripwire's own trouble: the watch goes on in this process, and says what it lost
+            self.spool = ""
+            self.faults.append(f"the ops of forked children (no spool folder: {error})")
         try:
             _WATCH.join(self)
         except BaseException:
-            shutil.rmtree(self.spool, ignore_errors=True)
+            if self.spool:
+                shutil.rmtree(self.spool, ignore_errors=True)
             raise
         return self
 
@@ -230,10 +235,11 @@ class VendorBoundOps:
             self.hand_back()
             return
         spool, self.spool = self.spool, ""
-        try:
-            self._add_children(Path(spool))
-        finally:
-            shutil.rmtree(spool, ignore_errors=True)
+        if spool:
+            try:
+                self._add_children(Path(spool))
+            finally:
+                shutil.rmtree(spool, ignore_errors=True)
 
     def hand_back(self) -> None:
         """In a forked child: what it noted, as one JSON file in the spool folder (written whole, then renamed: the

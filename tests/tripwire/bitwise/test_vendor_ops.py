@@ -217,3 +217,14 @@ def test_a_child_forked_while_another_thread_holds_the_watch_s_lock_does_not_han
             _, status = os.waitpid(pid, 0)
     assert status is not None and os.waitstatus_to_exitcode(status) == 0, "the forked child hung on the watch's lock"
     assert not seen.faults
+
+
+def test_without_a_spool_folder_the_watch_goes_on_and_says_what_it_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(*args: object, **kwargs: object) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(vendor_ops.tempfile, "mkdtemp", full)
+    with VendorBoundOps() as seen:
+        torch.sqrt(torch.ones(3))
+    assert sum(seen.calls.values()) == 1
+    assert seen.faults == ["the ops of forked children (no spool folder: [Errno 28] No space left on device)"]
