@@ -11,11 +11,13 @@ that existed before it are frozen out of the garbage collector's full passes (`_
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import importlib
 import inspect
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -127,21 +129,25 @@ def _adapted(adapters: Sequence[Adapter]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _working_folder(scenario: Scenario, root: Path, workdir: Path | None) -> Iterator[Path]:
-    """The run's working folder: the tree's root, or a fresh scratch folder (kept under `workdir` when given)."""
-    previous = os.getcwd()
-    with contextlib.ExitStack() as stack:
-        if scenario.cwd == "root":
-            folder = root
-        elif workdir is not None:
-            folder = workdir
-            folder.mkdir(parents=True, exist_ok=True)
-        else:
-            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tripwire-run-")))
+    """The run's working folder: the tree's root, or a fresh scratch folder (kept under `workdir` when given). The
+    scratch folder is removed by this process only: not by a `TemporaryDirectory` finalizer, which a child the loop
+    forked would run at its exit and remove the folder the parent still runs in."""
+    previous, owner = os.getcwd(), os.getpid()
+    scratch = scenario.cwd != "root" and workdir is None
+    if scenario.cwd == "root":
+        folder = root
+    elif workdir is not None:
+        folder = workdir
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="tripwire-run-"))
+    try:
         os.chdir(folder)
-        try:
-            yield folder
-        finally:
-            os.chdir(previous)
+        yield folder
+    finally:
+        os.chdir(previous)
+        if scratch and os.getpid() == owner:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run_entry(scenario: Scenario, tree: Tree, argv: Sequence[str], instrumentation: Instrumentation) -> None:
@@ -163,6 +169,47 @@ def _run_entry(scenario: Scenario, tree: Tree, argv: Sequence[str], instrumentat
             entry(tree)
         else:
             entry()
+
+
+def _run_in_this_process(scenario: Scenario, tree: Tree, argv: Sequence[str], instrumentation: Instrumentation) -> None:
+    """`_run_entry`, and a child the loop forked (`os.fork`) that comes back out of it through Python ended where its
+    process would end without tripwire (`_end_forked_child`)."""
+    pid = os.getpid()
+    try:
+        _run_entry(scenario, tree, argv, instrumentation)
+    except BaseException as error:
+        if os.getpid() != pid:
+            _end_forked_child(error)
+        raise
+    if os.getpid() != pid:
+        _end_forked_child(None)
+
+
+def _end_forked_child(error: BaseException | None) -> NoReturn:
+    """End a forked child of the loop that left it by returning, raising or `sys.exit`, as Python would end its process
+    there: the error printed, the exit functions run (the vendor-op watch's hand-back among them), the streams flushed,
+    the exit code Python would give. Run on, it would go through the recording's own bookkeeping in the child: write a
+    result over the parent's and remove the parent's scratch working folder while the parent still runs in it. (A
+    child's `os._exit` already ends it at once: `_exit_caught`.)"""
+    code = 0
+    if isinstance(error, SystemExit):
+        if isinstance(error.code, int):
+            code = error.code
+        elif error.code is not None:
+            print(error.code, file=sys.stderr)
+            code = 1
+    elif error is not None:
+        traceback.print_exception(error)
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        _REAL_EXIT(code)
+
+
+_REAL_EXIT = os._exit  # taken at import: `_exit_caught` stands in for it while a loop runs
 
 
 def _takes_tree(entry: Any) -> bool:
@@ -237,7 +284,7 @@ def record(
                     _frozen_heap(),
                     census if census is not None else contextlib.nullcontext(),
                 ):
-                    _run_entry(scenario, tree, argv, instrumentation)
+                    _run_in_this_process(scenario, tree, argv, instrumentation)
             except NotApplicable as reason:
                 status, cause = "n/a", str(reason)
             except ScenarioError as error:

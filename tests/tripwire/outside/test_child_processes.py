@@ -247,3 +247,63 @@ def test_the_audit_hook_stays_quiet_once_the_interpreter_clears_its_module() -> 
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and "audit hook" not in done.stderr, done.stderr
+
+
+FORKING_LOOP = """
+import os, sys, time
+
+import torch
+
+
+def step(x):
+    return (x * 2).sum()
+
+
+def main():
+    how, report = sys.argv[1], sys.argv[2]
+    for i in range(3):
+        step(torch.ones(3) * i)
+    pid = os.fork()
+    if pid == 0:
+        torch.sqrt(torch.ones(3))
+        if how == "exit":
+            sys.exit(3)
+        if how == "raise":
+            raise ValueError("the child's own error")
+        return
+    _, status = os.waitpid(pid, 0)
+    time.sleep(0.1)
+    with open("after-the-child.txt", "w") as scratch:  # the run's scratch folder: the child must not have removed it
+        scratch.write("ok")
+    with open(report, "w") as out:
+        out.write(str(os.waitstatus_to_exitcode(status)))
+    step(torch.ones(3))
+
+
+main()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork: POSIX only")
+@pytest.mark.parametrize(("how", "code"), [("return", 0), ("exit", 3), ("raise", 1)])
+def test_a_forked_child_that_leaves_the_loop_ends_there_not_in_the_recording(
+    tmp_path: Path, how: str, code: int
+) -> None:
+    """A child of `os.fork` that leaves the loop by returning, `sys.exit` or an error ends where its process would end
+    without tripwire, with the same exit code. It used to run on through the recording's bookkeeping in the child:
+    it removed the scratch working folder the parent was still running in, and returned a second result."""
+    tree = tree_with_loop(tmp_path, FORKING_LOOP)
+    report, escaped = tmp_path / "child-exit-code.txt", tmp_path / "escaped.txt"
+    scenario = Scenario(name="forks", script="loop.py", argv=[how, str(report)], iteration=Iteration("__main__:step"))
+    parent = os.getpid()
+    try:
+        result = record(scenario, tree)
+    finally:
+        if os.getpid() != parent:  # the child came out of record(): it must not go on running pytest
+            escaped.write_text("the child returned from record()")
+            os._exit(0)
+    assert not escaped.exists()
+    assert result.ok, result.cause
+    assert report.read_text() == str(code)
+    line = FORKING_LOOP.splitlines().index("        torch.sqrt(torch.ones(3))") + 1
+    assert any(f"aten.sqrt.default float32 at loop.py:{line} (1 call)" in note for note in result.notes), result.notes
