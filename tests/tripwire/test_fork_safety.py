@@ -84,3 +84,16 @@ def test_a_child_imports_while_another_thread_was_importing_at_the_fork(tmp_path
     finally:
         sys.path.remove(str(tmp_path))
     assert code == 0, "the child hung (or failed) importing a module"
+
+
+def test_a_child_notes_a_root_while_another_thread_was_noting_one_at_the_fork() -> None:
+    """End to end for the vendor-op watch: the child's `torch.sqrt` needs the watch's lock to note the call."""
+
+    def root() -> None:
+        torch.sqrt(torch.ones(3))
+
+    # the lock held as if another thread were noting a root at the moment of the fork
+    with vendor_ops.VendorBoundOps() as seen, vendor_ops._WATCH.lock:
+        code = _fork_and_wait(root)
+    assert code == 0, "the forked child hung on the watch's lock"
+    assert not seen.faults

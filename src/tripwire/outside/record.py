@@ -132,15 +132,14 @@ def _working_folder(scenario: Scenario, root: Path, workdir: Path | None) -> Ite
     """The run's working folder: the tree's root, or a fresh scratch folder (kept under `workdir` when given). The
     scratch folder is removed by this process only: not by a `TemporaryDirectory` finalizer, which a child the loop
     forked would run at its exit and remove the folder the parent still runs in."""
-    previous, owner = os.getcwd(), os.getpid()
-    scratch = scenario.cwd != "root" and workdir is None
+    previous, owner, scratch = os.getcwd(), os.getpid(), False
     if scenario.cwd == "root":
         folder = root
     elif workdir is not None:
         folder = workdir
         folder.mkdir(parents=True, exist_ok=True)
     else:
-        folder = Path(tempfile.mkdtemp(prefix="tripwire-run-"))
+        folder, scratch = Path(tempfile.mkdtemp(prefix="tripwire-run-")), True
     try:
         os.chdir(folder)
         yield folder

@@ -340,12 +340,12 @@ class ImplicitKernels:
     def __init__(self, installation: Installation) -> None:
         self.libraries: list[torch.library.Library] = []
         self.watch: _InferenceWatch | None = None
-        static_of = {f"{namespace}::{name}": static for namespace, name, static, _ in _implicit_targets()}
+        static_of = {f"{namespace}::{name}": (static, keys) for namespace, name, static, keys in _implicit_targets()}
 
         def make(full: str, key: str, original: Any) -> Callable[..., Any]:
-            return _counting_kernel(static_of[full], original, key.startswith("Autograd"))
+            return _counting_kernel(static_of[full][0], original, key.startswith("Autograd"))
 
-        targets = [(f"{namespace}::{name}", key) for namespace, name, _, keys in _implicit_targets() for key in keys]
+        targets = [(full, key) for full, (_, keys) in static_of.items() for key in keys]
         try:
             self.libraries = override_kernels(targets, make)
             self.watch = _InferenceWatch(installation)

@@ -28,6 +28,7 @@ __all__ = ["Installation", "call_counted", "in_counted_backward", "patch", "trac
 
 _BACKWARDS = [0]  # backward passes that counting threads are running now (`in_counted_backward`)
 _BACKWARDS_LOCK = threading.Lock()
+_LOCAL = sync._LOCAL  # this thread's region stack, suppression and implicit-counting depths
 
 
 def _fresh_lock_in_child() -> None:
@@ -37,7 +38,6 @@ def _fresh_lock_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_fresh_lock_in_child)
-_LOCAL = sync._LOCAL  # this thread's region stack, suppression and implicit-counting depths
 
 
 class Closable(Protocol):

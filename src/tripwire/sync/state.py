@@ -114,6 +114,7 @@ class _ThreadState(threading.local):
 
 
 _STATE = _GlobalState()
+_LOCAL = _ThreadState()
 
 
 def _fresh_lock_in_child() -> None:
@@ -123,7 +124,6 @@ def _fresh_lock_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_fresh_lock_in_child)
-_LOCAL = _ThreadState()
 
 
 def deliver(kind: str, *, implicit: bool = False) -> None:
