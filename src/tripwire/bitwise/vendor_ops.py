@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import multiprocessing.spawn
 import multiprocessing.util
 import os
 import shutil
@@ -98,7 +99,9 @@ class _Watch:
     A child forked while a watch is active inherits the kernels, and the watchers as they were: it starts them with
     nothing noted and a fresh lock (another thread may have held it at the fork), and hands what it notes to each
     watcher's spool folder when it exits, through multiprocessing's finalizers (a DataLoader worker, a `Process`) or
-    `atexit` (a plain `os.fork` child that returns through Python). The watcher adds those in when it ends."""
+    `atexit` (a plain `os.fork` child that returns through Python). A child that multiprocessing spawns or has a
+    fork server start meanwhile is sent the watchers in its preparation data (`_ChildStart`) and joins them once it
+    imports torch (`tripwire.bitwise.child_start`). The watcher adds what they all hand back in when it ends."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -131,12 +134,14 @@ class _Watch:
         with self.lock:
             if not self.libraries:
                 self.libraries = self._register()
+                _tell_spawned_children(True)
             self.active.append(watcher)
 
     def leave(self, watcher: VendorBoundOps) -> None:
         with self.lock:
             self.active = [other for other in self.active if other is not watcher]
             if not self.active:
+                _tell_spawned_children(False)
                 restore_kernels(self.libraries)  # every op's own CPU kernel is back
 
     def _register(self) -> list[torch.library.Library]:
@@ -207,9 +212,9 @@ class VendorBoundOps:
         self.faults: list[str] = []
         # callers are shown relative to it (else to the working folder when the watch starts)
         self.root = str(Path(root).resolve()) if root is not None else ""
-        self.spool = ""  # while active: the folder forked children leave what they noted in
+        self.spool = ""  # while active: the folder child processes leave what they noted in
         self.pid = 0  # the process that entered the watch
-        self.handed_back = True  # in a forked child: its notes are in the spool (or it has none)
+        self.handed_back = True  # in a child process: its notes are in the spool (or it has none)
 
     def __enter__(self) -> VendorBoundOps:
         self.root = self.root or str(Path.cwd())
@@ -218,7 +223,7 @@ class VendorBoundOps:
             self.spool = tempfile.mkdtemp(prefix="tripwire-vendor-ops-")
         except OSError as error:  # tripwire's own trouble: the watch goes on in this process, and says what it lost
             self.spool = ""
-            self.faults.append(f"the ops of forked children (no spool folder: {error})")
+            self.faults.append(f"the ops of child processes (no spool folder: {error})")
         try:
             _WATCH.join(self)
         except BaseException:
@@ -242,7 +247,7 @@ class VendorBoundOps:
                 shutil.rmtree(spool, ignore_errors=True)
 
     def hand_back(self) -> None:
-        """In a forked child: what it noted, as one JSON file in the spool folder (written whole, then renamed: the
+        """In a child process: what it noted, as one JSON file in the spool folder (written whole, then renamed: the
         parent never reads half of one). Once per child; nothing in the process that entered the watch."""
         if self.handed_back or os.getpid() == self.pid or not self.spool:
             return
@@ -252,7 +257,7 @@ class VendorBoundOps:
         try:
             record = {
                 "calls": [[*key, count] for key, count in self.calls.items()],
-                "faults": [f"in forked child {os.getpid()}: {fault}" for fault in self.faults],
+                "faults": [f"in child process {os.getpid()}: {fault}" for fault in self.faults],
             }
             partial = Path(self.spool) / f".{os.getpid()}.json.partial"
             partial.write_text(json.dumps(record), encoding="utf-8")
@@ -261,7 +266,7 @@ class VendorBoundOps:
             pass
 
     def _add_children(self, spool: Path) -> None:
-        """Add in what forked children noted (one file each, left when they exited)."""
+        """Add in what child processes noted (a file each, left when they exited)."""
         for path in sorted(spool.glob("*.json")):
             try:
                 record = json.loads(path.read_text(encoding="utf-8"))
@@ -269,7 +274,7 @@ class VendorBoundOps:
                     self.calls[(str(op), str(dtype), str(caller))] += int(count)
                 self.faults.extend(str(fault) for fault in record["faults"])
             except Exception as error:  # tripwire's fault: kept as one, never raised into the loop
-                self.faults.append(f"a forked child's notes ({path.name}) could not be read: {error}")
+                self.faults.append(f"a child process's notes ({path.name}) could not be read: {error}")
 
     def lines(self) -> list[str]:
         """One line per (op, dtype, caller), most called first: `aten.sqrt.default float32 at FILE:LINE (N calls)`."""
@@ -277,6 +282,65 @@ class VendorBoundOps:
             f"{op} {dtype} at {caller} ({count} call{'s' * (count != 1)})"
             for (op, dtype, caller), count in self.calls.most_common()
         ]
+
+
+_PREPARATION_KEY = "tripwire_vendor_ops"  # multiprocessing's `prepare` reads the keys it knows and no other
+_HOME = str(Path(__file__).resolve().parents[2])  # the folder this tripwire package is imported from
+_get_preparation_data = multiprocessing.spawn.get_preparation_data
+
+
+def _preparation_data(name: str) -> dict[str, Any]:
+    """multiprocessing's preparation data for a spawned or fork-server child, with the active watchers added."""
+    data: dict[str, Any] = _get_preparation_data(name)
+    active = [watcher for watcher in list(_WATCH.active) if watcher.spool]
+    if active:
+        try:
+            source = _child_start_source() + "\nstart(_WATCHERS, _HOME)\n"
+            data[_PREPARATION_KEY] = _ChildStart([(w.spool, w.root, w.pid) for w in active], source)
+        except Exception as error:  # tripwire's fault: the child starts as it would have, unwatched, and it is said
+            for watcher in active:
+                watcher.faults.append(f"the ops of a spawned child ({type(error).__name__}: {error})")
+    return data
+
+
+def _tell_spawned_children(active: bool) -> None:
+    """Put the watchers into what multiprocessing sends the children it spawns, while a watch is active; put its
+    own function back after (unless something else has since wrapped it: then ours stays, and adds nothing)."""
+    if active:
+        if multiprocessing.spawn.get_preparation_data is _get_preparation_data:
+            multiprocessing.spawn.get_preparation_data = _preparation_data
+    elif multiprocessing.spawn.get_preparation_data is _preparation_data:
+        multiprocessing.spawn.get_preparation_data = _get_preparation_data
+
+
+class _ChildStart:
+    """Unpickled in the child, it runs `tripwire.bitwise.child_start` there (its text, through `exec`: pickle names
+    no tripwire module the child might not reach before its path is set) and becomes None."""
+
+    def __init__(self, watchers: list[tuple[str, str, int]], source: str) -> None:
+        self.watchers = watchers
+        self.source = source
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return exec, (self.source, {"__name__": "tripwire_child_start", "_WATCHERS": self.watchers, "_HOME": _HOME})
+
+
+@functools.cache
+def _child_start_source() -> str:
+    return Path(__file__).with_name("child_start.py").read_text(encoding="utf-8")
+
+
+def watch_spawned_child(watchers: list[tuple[str, str, int]]) -> None:
+    """In a child spawned while watches were active (`tripwire.bitwise.child_start`, once torch is imported): one
+    watcher per parent watcher, each handing its notes to that watcher's spool folder when the child exits."""
+    for spool, root, pid in watchers:
+        watcher = VendorBoundOps(root)
+        watcher.spool, watcher.pid, watcher.handed_back = spool, pid, False
+        _WATCH.join(watcher)
+    # a `Process` clears its finalizers before it runs (then `_process_started` adds one): this one is for a child
+    # that imports torch later, inside its run; `spawn_main` ends in `sys.exit`, a fork server's child in `os._exit`
+    multiprocessing.util.Finalize(None, _WATCH._hand_back, exitpriority=0)
+    atexit.register(_WATCH._hand_back)
 
 
 def _caller(root: str) -> str:

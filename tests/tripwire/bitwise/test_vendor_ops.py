@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -204,4 +206,126 @@ def test_without_a_spool_folder_the_watch_goes_on_and_says_what_it_lost(monkeypa
     with VendorBoundOps() as seen:
         torch.sqrt(torch.ones(3))
     assert sum(seen.calls.values()) == 1
-    assert seen.faults == ["the ops of forked children (no spool folder: [Errno 28] No space left on device)"]
+    assert seen.faults == ["the ops of child processes (no spool folder: [Errno 28] No space left on device)"]
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_ops_in_spawned_and_fork_server_children_are_added_in(method: str) -> None:
+    """A spawned child starts with a bare interpreter, not the watch's kernels: the watchers travel in the
+    preparation data multiprocessing sends it, and it joins them once it has torch (Python 3.14's default start
+    method on Linux is `forkserver`, macOS's `spawn`)."""
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method}: not on this platform")
+    context = multiprocessing.get_context(method)
+    with VendorBoundOps() as seen:
+        loader = torch.utils.data.DataLoader(_Roots(), batch_size=3, num_workers=2, multiprocessing_context=context)
+        batches = [batch for batch in loader]
+        child = context.Process(target=_two_roots)
+        child.start()
+        child.join()
+    assert len(batches) == 4 and child.exitcode == 0 and not seen.faults, seen.faults
+    by_line = {caller.rsplit(":", 1)[1]: count for (_, _, caller), count in seen.calls.items()}
+    getitem = _Roots.__getitem__.__code__.co_firstlineno + 1
+    twice = _two_roots.__code__.co_firstlineno + 1
+    assert by_line == {str(getitem): 12, str(twice): 1, str(twice + 1): 1}
+    here = Path(__file__).resolve().relative_to(Path.cwd().resolve()).as_posix()  # the parent's root: its cwd
+    assert {caller.rsplit(":", 1)[0] for (_, _, caller) in seen.calls} == {here}
+
+
+BARE_CHILDREN = """
+import multiprocessing
+import sys
+
+
+def loaded(queue):
+    queue.put(sorted({name.split(".")[0] for name in sys.modules} & {"torch", "tripwire"}))
+
+
+def root():
+    import torch
+
+    torch.sqrt(torch.ones(3))
+    assert "exec_module" not in vars(torch.__spec__.loader)  # the loader as it was
+    assert not [finder for finder in sys.meta_path if type(finder).__name__ == "_AfterTorch"]  # and the finder gone
+
+
+if __name__ == "__main__":
+    from tripwire.bitwise.vendor_ops import VendorBoundOps
+
+    spawn = multiprocessing.get_context("spawn")
+    queue = spawn.Queue()
+    with VendorBoundOps() as seen:
+        bare = spawn.Process(target=loaded, args=(queue,))
+        bare.start()
+        print(queue.get(timeout=120))
+        bare.join()
+        late = [multiprocessing.get_context(method).Process(target=root) for method in sys.argv[1:]]
+        for child in late:
+            child.start()
+            child.join()
+    print([child.exitcode for child in (bare, *late)], seen.faults, seen.lines())
+"""
+
+
+def test_a_spawned_child_joins_the_watch_at_its_own_import_of_torch_and_not_before(tmp_path: Path) -> None:
+    """The watch waits for the child's own `import torch`: an env worker that never imports it loads neither torch
+    nor tripwire, and one that imports torch inside its run is watched from then on, and hands back at exit (a
+    spawned child through `sys.exit`, a fork server's through `os._exit`). The loop's module imports neither at its
+    top, and each child imports it again (as `__mp_main__`; a fork server preloads it)."""
+    script = tmp_path / "bare.py"
+    script.write_text(BARE_CHILDREN, encoding="utf-8")
+    methods = [method for method in ("spawn", "forkserver") if method in multiprocessing.get_all_start_methods()]
+    done = subprocess.run(
+        [sys.executable, str(script), *methods], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    root = BARE_CHILDREN.splitlines().index("    torch.sqrt(torch.ones(3))") + 1
+    calls = f"{len(methods)} call{'s' * (len(methods) > 1)}"
+    assert done.stdout.splitlines() == [
+        "[]",
+        f"{[0] * (1 + len(methods))} [] ['aten.sqrt.default float32 at bare.py:{root} ({calls})']",
+    ]
+
+
+def test_the_preparation_data_carries_the_watchers_only_while_a_watch_is_active() -> None:
+    import multiprocessing.spawn
+
+    original = multiprocessing.spawn.get_preparation_data
+    with VendorBoundOps() as seen:
+        carried = multiprocessing.spawn.get_preparation_data("child")["tripwire_vendor_ops"]
+        assert carried.watchers == [(seen.spool, seen.root, os.getpid())]
+    assert multiprocessing.spawn.get_preparation_data is original
+    assert "tripwire_vendor_ops" not in multiprocessing.spawn.get_preparation_data("child")
+
+
+def test_a_child_that_cannot_join_the_watch_runs_on_and_its_fault_is_reported_as_tripwire_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the child runs (`child_start.start`, here in this process): the watch's own module cannot be used, so the
+    start returns quietly, and the fault it leaves in the spool folder reaches the parent's `faults`."""
+    import tripwire.bitwise
+    from tripwire.bitwise import child_start
+
+    with VendorBoundOps() as seen:
+        monkeypatch.setattr(tripwire.bitwise, "vendor_ops", object())
+        child_start.start([(seen.spool, seen.root, seen.pid)], "/nonexistent")
+        monkeypatch.undo()
+    assert seen.faults == [
+        f"in child process {os.getpid()}: could not start the watch: "
+        "AttributeError: 'object' object has no attribute 'watch_spawned_child'"
+    ]
+
+
+def test_when_the_child_s_start_cannot_be_read_the_child_starts_unwatched_and_the_fault_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import multiprocessing.spawn
+
+    def unreadable() -> str:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(vendor_ops, "_child_start_source", unreadable)
+    with VendorBoundOps() as seen:
+        data = multiprocessing.spawn.get_preparation_data("child")
+    assert "tripwire_vendor_ops" not in data and "sys_path" in data
+    assert seen.faults == ["the ops of a spawned child (OSError: [Errno 5] Input/output error)"]

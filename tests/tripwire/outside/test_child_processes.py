@@ -67,7 +67,8 @@ def main():
         assert all(proc.exitcode == 0 for proc in procs)
         return
     data = (Rooted if mode == "roots" else TensorDataset)(torch.arange(48.0).reshape(16, 3), torch.ones(16, 1))
-    loader = DataLoader(data, batch_size=4, num_workers=workers, multiprocessing_context="fork" if workers else None)
+    context = (sys.argv[3] if len(sys.argv) > 3 else "fork") if workers else None
+    loader = DataLoader(data, batch_size=4, num_workers=workers, multiprocessing_context=context)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for x, y in loader:
         train_step(model, opt, x, y)
@@ -139,12 +140,13 @@ def test_dataloader_workers_are_noted_and_a_run_without_them_compares_different(
     assert compare_results(older, in_process).verdict("run").status == "same"
 
 
-def test_vendor_bound_ops_in_forked_dataloader_workers_are_noted(tree: Path) -> None:
-    """The dataset's `torch.sqrt` runs only in the two fork-started workers: the vendor-bound-ops note still names it,
-    with all 16 items (each worker hands its count back on exit), as the in-process run's note does."""
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_vendor_bound_ops_in_dataloader_workers_are_noted(tree: Path, context: str) -> None:
+    """The dataset's `torch.sqrt` runs only in the two workers, forked or spawned: the vendor-bound-ops note still
+    names it, with all 16 items (each worker hands its count back on exit), as the in-process run's note does."""
     line = _line_of(tree, "return torch.sqrt(x), y")
     for workers in ("2", "0"):
-        result = record(_scenario(workers, "roots"), tree)
+        result = record(_scenario(workers, "roots", context), tree)
         assert result.ok, result.cause
         assert any(f"aten.sqrt.default float32 at loop.py:{line} (16 calls)" in note for note in result.notes), (
             workers,

@@ -5,9 +5,11 @@ lazy set-up are the loop's doing, not a residue), then three recordings run betw
 
 Each entry was chosen because something installed during a recording could leave it changed: logger levels and
 handlers (the compile counter's DEBUG), warning filters, trace and profile functions, excepthooks, signal
-handlers, the environment, gc callbacks, the working folder and `sys.path`, torch's thread counts, determinism,
-default dtype, grad and anomaly modes, dispatcher kernels (the sync counter's and the vendor watch's overrides),
-torch function and dispatch mode stacks, live threads, open file descriptors and torch's own attributes."""
+handlers, the environment, gc callbacks, the working folder, `sys.path` and the import finders, multiprocessing's
+start and what it sends a spawned child (the child watch's and the vendor watch's wrappers), torch's thread counts,
+determinism, default dtype, grad and anomaly modes, dispatcher kernels (the sync counter's and the vendor watch's
+overrides), torch function and dispatch mode stacks, live threads, open file descriptors and torch's own
+attributes."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import pytest
 LOOPS = Path(__file__).resolve().parents[1] / "loops"
 
 PROBE = r"""
-import gc, json, logging, os, runpy, signal, sys, threading, warnings
+import gc, json, logging, multiprocessing.process, multiprocessing.spawn, os, runpy, signal, sys, threading, warnings
 from pathlib import Path
 
 import torch
@@ -59,6 +61,10 @@ def state():
         "gc": [len(gc.callbacks), gc.isenabled(), gc.get_threshold()],
         "cwd": os.getcwd(),
         "path": list(sys.path),
+        "import finders": [repr(finder) for finder in sys.meta_path] + [repr(hook) for hook in sys.path_hooks],
+        "multiprocessing": [
+            repr(multiprocessing.spawn.get_preparation_data), repr(multiprocessing.process.BaseProcess.start),
+        ],
         "torch": [
             torch.get_num_threads(), torch.get_num_interop_threads(), torch.are_deterministic_algorithms_enabled(),
             str(torch.get_default_dtype()), torch.is_grad_enabled(), torch.is_anomaly_enabled(),
