@@ -120,6 +120,7 @@ class _Watch:
             watcher.calls = Counter()
             watcher.faults = []
             watcher.handed_back = False
+            watcher.unmarked = True
         atexit.register(self._hand_back)  # a plain `os.fork` child that exits through Python
 
     def _process_started(self) -> None:
@@ -188,6 +189,9 @@ class _Watch:
                     if caller is None:
                         caller = callers[watcher.root] = _caller(watcher.root)
                     watcher.calls[(shown, shown_dtype, caller)] += 1
+                    if watcher.unmarked:  # a child's first noted call: told at once, in case it never hands back
+                        watcher.unmarked = False
+                        watcher.write_notes("first", Counter({(shown, shown_dtype, caller): 1}), [])
         except Exception as error:  # tripwire's fault, never the loop's: the op runs, and each watcher keeps it
             with self.lock:
                 for watcher in self.active:
@@ -202,8 +206,10 @@ class VendorBoundOps:
     """`with VendorBoundOps() as seen:` notes every vendor-bound op on a CPU tensor the block calls (`VENDOR_BOUND`),
     on any thread of the process.
 
-    `seen.calls` counts `(op, dtype, caller)`: the caller is the innermost line outside torch and tripwire. `faults`
-    holds what went wrong in tripwire's own noting (the op still ran). The watch changes nothing the ops compute;
+    `seen.calls` counts `(op, dtype, caller)`: the caller is the innermost line outside torch and tripwire, in this
+    process or a child it started meanwhile. `unfinished` counts the children that noted calls and never handed
+    their counts back (each is in `calls` with its first call only). `faults` holds what went wrong in tripwire's
+    own noting (the op still ran). The watch changes nothing the ops compute;
     each listed op's call costs a trip through Python, every other op nothing.
     """
 
@@ -215,6 +221,8 @@ class VendorBoundOps:
         self.spool = ""  # while active: the folder child processes leave what they noted in
         self.pid = 0  # the process that entered the watch
         self.handed_back = True  # in a child process: its notes are in the spool (or it has none)
+        self.unmarked = False  # in a child process: no call noted yet (its first is written to the spool at once)
+        self.unfinished = 0  # child processes that noted calls but had not handed them back when the watch ended
 
     def __enter__(self) -> VendorBoundOps:
         self.root = self.root or str(Path.cwd())
@@ -247,27 +255,40 @@ class VendorBoundOps:
                 shutil.rmtree(spool, ignore_errors=True)
 
     def hand_back(self) -> None:
-        """In a child process: what it noted, as one JSON file in the spool folder (written whole, then renamed: the
-        parent never reads half of one). Once per child; nothing in the process that entered the watch."""
+        """In a child process: what it noted, as one file in the spool folder. Once per child; nothing in the process
+        that entered the watch."""
         if self.handed_back or os.getpid() == self.pid or not self.spool:
             return
         self.handed_back = True
-        if not (self.calls or self.faults):
-            return
+        if self.calls or self.faults:
+            self.write_notes("all", self.calls, self.faults)
+
+    def write_notes(self, kind: str, calls: Counter[tuple[str, str, str]], faults: list[str]) -> None:
+        """In a child process: `calls` and `faults` as `PID.KIND.json` in the spool folder (written whole, then
+        renamed: the parent never reads half of one). `all` is what it noted by its exit, `first` its first call."""
         try:
             record = {
-                "calls": [[*key, count] for key, count in self.calls.items()],
-                "faults": [f"in child process {os.getpid()}: {fault}" for fault in self.faults],
+                "calls": [[*key, count] for key, count in calls.items()],
+                "faults": [f"in child process {os.getpid()}: {fault}" for fault in faults],
             }
-            partial = Path(self.spool) / f".{os.getpid()}.json.partial"
+            partial = Path(self.spool) / f".{os.getpid()}.{kind}.json.partial"
             partial.write_text(json.dumps(record), encoding="utf-8")
-            os.replace(partial, partial.with_name(f"{os.getpid()}.json"))
+            os.replace(partial, partial.with_name(f"{os.getpid()}.{kind}.json"))
         except Exception:  # the watch in the parent already ended (its spool is gone), or the disk is full
             pass
 
     def _add_children(self, spool: Path) -> None:
-        """Add in what child processes noted (a file each, left when they exited)."""
-        for path in sorted(spool.glob("*.json")):
+        """Add in what child processes noted: each one's `all` file where it handed back, else its `first` (one call,
+        and the child counted in `unfinished`: it was still running, killed, or ended through `os._exit` when the
+        watch ended), and any fault it met joining the watch (`start`, from `tripwire.bitwise.child_start`)."""
+        files = sorted(spool.glob("*.json"))
+        handed_back = {path.name.split(".")[0] for path in files if path.name.endswith(".all.json")}
+        for path in files:
+            pid, _, kind = path.name.partition(".")
+            if kind == "first.json":
+                if pid in handed_back:
+                    continue
+                self.unfinished += 1
             try:
                 record = json.loads(path.read_text(encoding="utf-8"))
                 for op, dtype, caller, count in record["calls"]:
@@ -335,7 +356,7 @@ def watch_spawned_child(watchers: list[tuple[str, str, int]]) -> None:
     watcher per parent watcher, each handing its notes to that watcher's spool folder when the child exits."""
     for spool, root, pid in watchers:
         watcher = VendorBoundOps(root)
-        watcher.spool, watcher.pid, watcher.handed_back = spool, pid, False
+        watcher.spool, watcher.pid, watcher.handed_back, watcher.unmarked = spool, pid, False, True
         _WATCH.join(watcher)
     # a `Process` clears its finalizers before it runs (then `_process_started` adds one): this one is for a child
     # that imports torch later, inside its run; `spawn_main` ends in `sys.exit`, a fork server's child in `os._exit`

@@ -132,8 +132,7 @@ class ChildWatch:
         return (
             f"the loop started {self.total()} child process(es): {self.describe()}; a recording sees its own process "
             "only: syncs, checkpoints and events in a child are not in this result (vendor-bound CPU ops are, from "
-            "children forked, spawned or fork-server started while it ran, when they exit through Python before it "
-            "ends)"
+            "children forked, spawned or fork-server started while it ran)"
         )
 
 

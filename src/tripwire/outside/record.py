@@ -325,7 +325,7 @@ def record(
     if swallowed:
         result.notes.append(swallowed)
     if census is not None and census.calls:
-        result.notes.append(vendor_ops_note(census.lines()))
+        result.notes.append(vendor_ops_note(census.lines(), census.unfinished))
     if census is not None and census.faults:
         result.notes.append(
             "tripwire's fault, not the loop's: its vendor-ops watch failed to note "
@@ -505,12 +505,20 @@ def _exit_caught(root: Path) -> Iterator[list[tuple[int, str]]]:
         os._exit = original
 
 
-def vendor_ops_note(lines: Sequence[str]) -> str:
-    """The note of a recording whose loop called ops whose CPU bits follow the vendor: each `VendorBoundOps` line."""
+def vendor_ops_note(lines: Sequence[str], unfinished: int = 0) -> str:
+    """The note of a recording whose loop called ops whose CPU bits follow the vendor: each `VendorBoundOps` line,
+    and how many child processes are counted at their first such call only (they had not handed back)."""
+    partial = (
+        f"; {unfinished} child process(es) had not handed their counts back when the recording ended (still running, "
+        "killed, or ended through os._exit): each is counted at its first call only"
+        if unfinished
+        else ""
+    )
     return (
         "CPU ops whose bits follow the CPU's vendor even under the pin (MKL's vector math refines the CPU's "
         "approximate rsqrtps/rcpps), so a golden of this run verifies only on CPUs of this one's vendor: "
         + "; ".join(lines)
+        + partial
         + " (write x * torch.rsqrt(v) for x / torch.sqrt(v), and torch.optim.Adam(..., fused=True) for Adam's step "
         "on CPU)"
     )

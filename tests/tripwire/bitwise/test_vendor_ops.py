@@ -10,6 +10,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -329,3 +330,41 @@ def test_when_the_child_s_start_cannot_be_read_the_child_starts_unwatched_and_th
         data = multiprocessing.spawn.get_preparation_data("child")
     assert "tripwire_vendor_ops" not in data and "sys_path" in data
     assert seen.faults == ["the ops of a spawned child (OSError: [Errno 5] Input/output error)"]
+
+
+def _roots_then_exit_at_once() -> None:
+    torch.sqrt(torch.ones(3))
+    torch.sqrt(torch.ones(3))
+    os._exit(0)  # past multiprocessing's finalizers: nothing is handed back
+
+
+def _roots_then_wait(told: Any, go_on: Any) -> None:
+    torch.sqrt(torch.ones(3))
+    torch.sqrt(torch.ones(3))
+    told.set()
+    go_on.wait(timeout=120)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_child_that_never_hands_back_is_counted_at_its_first_call_and_named(method: str) -> None:
+    """A child still running when the watch ends (a `SubprocVecEnv` never closed, persistent workers), or one ended
+    through `os._exit`, hands nothing back: its first noted call, written at once, still says that it called a
+    vendor-bound op and where, and `unfinished` counts it. Before, nothing of either was reported."""
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method}: not on this platform")
+    context = multiprocessing.get_context(method)
+    told, go_on = context.Event(), context.Event()
+    with VendorBoundOps() as seen:
+        exits = context.Process(target=_roots_then_exit_at_once)
+        exits.start()
+        exits.join()
+        runs_on = context.Process(target=_roots_then_wait, args=(told, go_on))
+        runs_on.start()
+        assert told.wait(timeout=120)
+    go_on.set()  # it hands back to a spool folder already gone: nothing is raised, nothing is added
+    runs_on.join(timeout=120)
+    assert exits.exitcode == 0 and runs_on.exitcode == 0 and not seen.faults, seen.faults
+    exit_line = _roots_then_exit_at_once.__code__.co_firstlineno + 1
+    wait_line = _roots_then_wait.__code__.co_firstlineno + 1
+    by_line = {caller.rsplit(":", 1)[1]: count for (_, _, caller), count in seen.calls.items()}
+    assert by_line == {str(exit_line): 1, str(wait_line): 1} and seen.unfinished == 2

@@ -20,11 +20,12 @@ from loop_modules import tree_with_loop
 
 from tripwire.outside.children import ChildWatch
 from tripwire.outside.compare import compare_results
-from tripwire.outside.record import record
+from tripwire.outside.record import record, vendor_ops_note
 from tripwire.outside.result import Result
 from tripwire.scenario import Checkpoint, Iteration, Region, Scenario
 
 LOOP = """
+import os
 import sys
 
 import torch
@@ -44,6 +45,11 @@ def worker(model, rounds):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for i in range(rounds):
         train_step(model, opt, torch.ones(4, 3) * i, torch.ones(4, 1))
+
+
+def roots_then_exit():
+    torch.sqrt(torch.ones(3))
+    os._exit(0)
 
 
 class Rooted(TensorDataset):
@@ -66,6 +72,11 @@ def main():
             proc.join()
         assert all(proc.exitcode == 0 for proc in procs)
         return
+    if mode == "exits":  # a child that computes a root and leaves through os._exit, then the training in process
+        child = torch.multiprocessing.get_context(sys.argv[3]).Process(target=roots_then_exit)
+        child.start()
+        child.join()
+        workers = 0
     data = (Rooted if mode == "roots" else TensorDataset)(torch.arange(48.0).reshape(16, 3), torch.ones(16, 1))
     context = (sys.argv[3] if len(sys.argv) > 3 else "fork") if workers else None
     loader = DataLoader(data, batch_size=4, num_workers=workers, multiprocessing_context=context)
@@ -152,6 +163,17 @@ def test_vendor_bound_ops_in_dataloader_workers_are_noted(tree: Path, context: s
             workers,
             result.notes,
         )
+
+
+def test_a_child_that_never_hands_back_its_vendor_bound_ops_is_still_named(tree: Path) -> None:
+    """A spawned child that ends through `os._exit` (as one still running when the recording ends) hands back no
+    counts: the note still names its op and line, from its first call, and says the counts are partial."""
+    result = record(_scenario("1", "exits", "spawn"), tree)
+    assert result.ok, result.cause
+    line = _line_of(tree, "    torch.sqrt(torch.ones(3))")
+    [note] = [note for note in result.notes if note.startswith("CPU ops whose bits")]
+    assert note == vendor_ops_note([f"aten.sqrt.default float32 at loop.py:{line} (1 call)"], 1)
+    assert "1 child process(es) had not handed their counts back when the recording ended" in note
 
 
 def test_the_cli_prints_what_the_recording_did_not_see(tree: Path, tmp_path: Path) -> None:
