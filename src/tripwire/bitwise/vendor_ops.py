@@ -364,16 +364,23 @@ def watch_spawned_child(watchers: list[tuple[str, str, int]]) -> None:
     atexit.register(_WATCH._hand_back)
 
 
+_CLOUDPICKLED = "<dynamic-code>"  # the file name cloudpickle gives the code it rebuilds (its lines are kept)
+
+
 def _caller(root: str) -> str:
     """The innermost frame outside torch and tripwire, as `path:line` (relative to `root` if inside it), and the torch
     file it called the op through where that is `torch.optim` (`train.py:88 via torch/optim/adam.py`): the line is
-    the loop's `optimizer.step()`, and the root is the optimizer's."""
+    the loop's `optimizer.step()`, and the root is the optimizer's. A function cloudpickle sent by value (an env
+    wrapper of the main script, in a `SubprocVecEnv` or `AsyncVectorEnv` worker) has lost its file: it is named by
+    its qualified name, with its line (`Scaled.observation (cloudpickled):14`)."""
     frame = sys._getframe(1)
     via = ""
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.startswith(_OPTIM):
             via = via or f" via {_shown(filename, _TORCH_PARENT)}"  # the innermost: adam.py, not optimizer.py
+        elif filename == _CLOUDPICKLED:
+            return f"{frame.f_code.co_qualname} (cloudpickled):{frame.f_lineno}{via}"
         elif not filename.startswith((_OWN, _TORCH, "<")):
             return f"{_shown(filename, root)}:{frame.f_lineno}{via}"
         frame = frame.f_back  # type: ignore[assignment]

@@ -368,3 +368,18 @@ def test_a_child_that_never_hands_back_is_counted_at_its_first_call_and_named(me
     wait_line = _roots_then_wait.__code__.co_firstlineno + 1
     by_line = {caller.rsplit(":", 1)[1]: count for (_, _, caller), count in seen.calls.items()}
     assert by_line == {str(exit_line): 1, str(wait_line): 1} and seen.unfinished == 2
+
+
+def test_a_cloudpickled_function_is_named_by_its_qualified_name_and_line() -> None:
+    """A vector env's worker runs the env functions cloudpickle sent it by value (the main script's wrappers), whose
+    code has lost its file (`<dynamic-code>`): the caller was the library line that called them
+    (`gymnasium/core.py:523` for every observation wrapper), now it is the function itself."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    namespace: dict[str, Any] = {"__name__": "__main__", "torch": torch}
+    source = "class Scaled:\n    def observation(self, x):\n        return torch.sqrt(x)\n"
+    exec(compile(source, "user_script.py", "exec"), namespace)
+    scaled = cloudpickle.loads(cloudpickle.dumps(namespace["Scaled"]))  # by value: `__main__` is not its module
+    assert scaled.observation.__code__.co_filename == "<dynamic-code>"
+    with VendorBoundOps() as seen:
+        scaled().observation(torch.ones(2))
+    assert [caller for (_, _, caller) in seen.calls] == ["Scaled.observation (cloudpickled):3"]
