@@ -209,8 +209,8 @@ class VendorBoundOps:
     `seen.calls` counts `(op, dtype, caller)`: the caller is the innermost line outside torch and tripwire, in this
     process or a child it started meanwhile. `unfinished` counts the children that noted calls and never handed
     their counts back (each is in `calls` with its first call only). `faults` holds what went wrong in tripwire's
-    own noting (the op still ran). The watch changes nothing the ops compute;
-    each listed op's call costs a trip through Python, every other op nothing.
+    own noting (the op still ran). The watch changes nothing the ops compute; each listed op's call costs a trip
+    through Python, every other op nothing.
     """
 
     def __init__(self, root: str | Path | None = None) -> None:
@@ -316,8 +316,7 @@ def _preparation_data(name: str) -> dict[str, Any]:
     active = [watcher for watcher in list(_WATCH.active) if watcher.spool]
     if active:
         try:
-            source = _child_start_source() + "\nstart(_WATCHERS, _HOME)\n"
-            data[_PREPARATION_KEY] = _ChildStart([(w.spool, w.root, w.pid) for w in active], source)
+            data[_PREPARATION_KEY] = _ChildStart([(w.spool, w.root, w.pid) for w in active], _child_start_source())
         except Exception as error:  # tripwire's fault: the child starts as it would have, unwatched, and it is said
             for watcher in active:
                 watcher.faults.append(f"the ops of a spawned child ({type(error).__name__}: {error})")
@@ -348,7 +347,8 @@ class _ChildStart:
 
 @functools.cache
 def _child_start_source() -> str:
-    return Path(__file__).with_name("child_start.py").read_text(encoding="utf-8")
+    """`child_start.py`'s text and the call that starts it, read once (a failed read is tried again next time)."""
+    return Path(__file__).with_name("child_start.py").read_text(encoding="utf-8") + "\nstart(_WATCHERS, _HOME)\n"
 
 
 def watch_spawned_child(watchers: list[tuple[str, str, int]]) -> None:
