@@ -84,7 +84,9 @@ _arguments_cache: dict[tuple[int, int, str], tuple[CodeType, ast.expr | None]] =
 
 
 def forget_sources() -> None:
-    """Drop the decoded instruction positions (the last counter stopped; a long process need not keep them)."""
+    """Drop the spellings read, the decoded instruction positions and the arguments found (the last counter stopped):
+    each entry holds a code object of the loop, which would otherwise outlive the recording."""
+    _spelling_cache.clear()
     _positions_cache.clear()
     _arguments_cache.clear()
 

@@ -3,6 +3,11 @@ would stall a GPU run), counted on a CPU run too; never a move to the run's own 
 
 from __future__ import annotations
 
+import gc
+import runpy
+import weakref
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -88,3 +93,19 @@ def test_a_host_copy_spelled_over_several_lines_is_read_whole() -> None:
         )
 
     assert count_in_region(pull) == {"to_cpu": 1}
+
+
+def test_a_counter_keeps_no_code_of_the_loop_after_it_ends(tmp_path: Path) -> None:
+    """The spelling of each `.to` is read once per call site and cached by its code object; the cache holds the code
+    so that its id is not reused. Once the last counter ends, no code of the loop it watched may stay held (a long
+    process, a test suite, would keep every recorded loop's code, and dynamo's generated code with its globals)."""
+    loop = tmp_path / "loop.py"
+    loop.write_text("def move(tensor, host_buffer):\n    return tensor.to(host_buffer)\n", encoding="utf-8")
+    namespace = runpy.run_path(str(loop))
+    tensor = torch.ones(3)  # built outside the counter: a device tensor as far as it knows
+    with SyncCounter(root=tmp_path) as counter, hot_path("region"):
+        namespace["move"](tensor, torch.zeros(1))
+    assert counter.counts_by_kind("region") == {"to_cpu": 1}  # the spelling was read: the target's name
+    code = weakref.ref(namespace.pop("move").__code__)
+    gc.collect()
+    assert code() is None, [type(holder).__name__ for holder in gc.get_referrers(code())]
