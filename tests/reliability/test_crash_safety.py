@@ -146,7 +146,8 @@ def test_kills_waiting_for_a_save_hit_it_or_its_end(kills: list[Kill]) -> None:
 def test_a_killed_run_resumes_and_completes_the_remaining_rounds(
     kills: list[Kill], launcher: Launcher, tmp_path: Path
 ) -> None:
-    kill = next(k for k in kills if (_checkpoint_rounds(k.checkpoint) or 0) in (1, 2))
+    resumable = [k for k in kills if (_checkpoint_rounds(k.checkpoint) or 0) in (1, 2)]
+    kill = next((k for k in resumable if k.hit_mid_save), resumable[0])  # one that left a temporary file, if any
     done = _checkpoint_rounds(kill.checkpoint) or 0
     argv = [*ppo_argv(tmp_path / "tel", "resumed", kill.checkpoint, ROUNDS), "--resume", str(kill.checkpoint)]
     assert launcher.run(argv, tmp_path / "output.txt") == 0, (tmp_path / "output.txt").read_text()
@@ -155,6 +156,7 @@ def test_a_killed_run_resumes_and_completes_the_remaining_rounds(
     assert loaded["data"]["rounds_completed"] == done
     assert rounds_in(events) == ROUNDS - done
     assert _checkpoint_rounds(kill.checkpoint) == ROUNDS
+    assert _temp_files(kill.checkpoint.parent) == []  # the resumed run's saves removed what the killed one left
 
 
 # ---- SIGINT, SIGTERM, SIGHUP: finish the epoch, keep the last round, flush, exit 128+N ----
