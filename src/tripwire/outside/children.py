@@ -3,51 +3,120 @@
 A recording counts syncs, takes checkpoints and collects events in the process it runs. A loop that trains in
 worker processes (`torch.multiprocessing`, Hogwild), reads batches in `DataLoader` workers, forks, or launches its
 real training as a subprocess does part of its work where none of that reaches. `ChildWatch` counts those starts
-while a recording runs (`multiprocessing` starts of every context, wrapped; `os.fork`, and `subprocess.Popen`,
-`os.system`, `os.posix_spawn`, `os.spawn*` and `os.exec*`, read from the interpreter's audit events: `subprocess` when
-the program runs Python or a launcher, `program` when it runs another such as `git`) with the first line of the tree
-that started each kind, so the result can say what it did not see, a comparison can tell when one
-side started processes the other did not, and a scenario whose targets only ran in a child is told why they never
-fired, instead of being left to guess. torch.compile's own helper processes (compile workers, the C++ compiler) are
-not counted: they compute none of the loop's values, and how many start depends on the compile cache.
+while a recording runs, with the first line of the tree that started each kind, so the result can say what it did
+not see, a comparison can tell when one side started processes the other did not, and a scenario whose targets only
+ran in a child is told why they never fired, instead of being left to guess.
+
+While a watch is active, the functions that start a process are wrapped: `multiprocessing` starts of every context
+(`BaseProcess.start`), `subprocess.Popen` (its `_execute_child`), and `os.system`, `os.posix_spawn[p]`, `os.exec[v]e`
+and `os.spawnv*` (`subprocess` when the program runs Python or a launcher, `program` when it runs another such as
+`git`); a fork (`os.fork`, `os.forkpty`, `pty.fork`) is seen by a handler `os.register_at_fork` runs before each one,
+which returns at once unless a watch is active. A start inside another (a `Process`'s fork, `Popen`'s
+`preexec_fn` fork) is counted once, as the outer one. The wrappers are put back when the last watch ends. (An audit
+hook saw all of these too, but it cannot be removed, and it runs for every audited event of the process for the
+rest of its life: each `id()` and each frame's `f_code` read. It cost CleanRL's recorded loop 0.5x its own time.)
+torch.compile's own helper processes (compile workers, the C++ compiler) are not counted: they compute none of the
+loop's values, and how many start depends on the compile cache.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing.process
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
-from unittest import mock
 
 from tripwire.sync.threads import in_compiler
 
 _ACTIVE: list[ChildWatch] = []
-# audit events that start a process (`sys.addaudithook`): what each runs is read from the event's arguments
-_STARTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork", "os.forkpty"}
+_LOCAL = threading.local()  # `depth`: this thread is inside a start already counted (its own forks are that start)
 
 
-def _audit(event: str, args: tuple[Any, ...], starts: Any = _STARTS, active: Any = _ACTIVE) -> None:
-    # the defaults hold the set and the list: at interpreter shutdown this module's globals are cleared to None
-    # while the hook still runs for every audited event
-    if event not in starts or not active:
-        return
-    if event != "subprocess.Popen" and sys._getframe(1).f_code.co_filename == subprocess.__file__:
-        return  # Popen's own posix_spawn (Python 3.13): the start its "subprocess.Popen" event counted
-    if event in ("os.fork", "os.forkpty"):
-        kind, program = "os.fork", ""
-    else:
-        program = _program(args[0] if event == "os.system" else (args[1] or args[0]) if len(args) > 1 else args[0])
-        kind = "subprocess" if _runs_python(program) else "program"
-    for watch in active:
-        watch.started(kind, sys._getframe(1), program)
+def _counted(kind: str, program: str, frame: FrameType | None) -> None:
+    for watch in list(_ACTIVE):
+        watch.started(kind, frame, program)
 
 
-sys.addaudithook(_audit)  # cannot be removed: it returns at once unless a watch is active
+def _forking(
+    active: Any = _ACTIVE, local: Any = _LOCAL, counted: Any = _counted, getframe: Any = sys._getframe
+) -> None:
+    # before every fork of the process, for its life (`os.register_at_fork` cannot be undone): the defaults hold what
+    # it reads, since at interpreter shutdown this module's globals are cleared to None while a finalizer may fork
+    if active and not getattr(local, "depth", 0):
+        counted("os.fork", "", getframe(1))  # frame 1: the caller of `os.fork`
+
+
+os.register_at_fork(before=_forking)
+
+
+def _wrapped(original: Callable[..., Any], describe: Callable[..., tuple[str, str]]) -> Callable[..., Any]:
+    """`original`, counting each call as the start `describe(*args, **kwargs)` names, (kind, program)."""
+
+    @functools.wraps(original)
+    def start(*args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_LOCAL, "depth", 0)
+        if _ACTIVE and not depth:
+            kind, program = describe(*args, **kwargs)
+            _counted(kind, program, sys._getframe(1))
+        _LOCAL.depth = depth + 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _LOCAL.depth = depth
+
+    return start
+
+
+def _run(program: str) -> tuple[str, str]:
+    return ("subprocess" if _runs_python(program) else "program"), program
+
+
+def _popen(process: Any, args: Any, executable: Any = None, *rest: Any, **kwargs: Any) -> tuple[str, str]:
+    return _run(_program(args or executable))  # a shell line (`shell=True`) is a string: its program is found in it
+
+
+def _posix_spawn(path: Any, argv: Any = None, *rest: Any, **kwargs: Any) -> tuple[str, str]:
+    return _run(_program(argv or path))  # also `os.execv(path, argv)` and `os.execve(path, argv, env)`
+
+
+def _spawn(mode: Any, file: Any, args: Any = None, *rest: Any, **kwargs: Any) -> tuple[str, str]:
+    return _run(_program(args or file))
+
+
+# (owner, attribute name, what a call starts): each wrapped while a watch is active, where the platform has it
+_STARTS: list[tuple[Any, str, Callable[..., tuple[str, str]]]] = [
+    (multiprocessing.process.BaseProcess, "start", lambda *args, **kwargs: ("multiprocessing", "")),
+    (subprocess.Popen, "_execute_child", _popen),
+    (os, "system", lambda command, *rest, **kwargs: _run(_program(command))),
+    *((os, name, _posix_spawn) for name in ("posix_spawn", "posix_spawnp", "execv", "execve")),
+    *((os, name, _spawn) for name in ("spawnv", "spawnve", "spawnvp", "spawnvpe")),
+]
+_PUT_IN: list[tuple[Any, str, Any, Any]] = []  # (owner, name, original, wrapper) while any watch is active
+
+
+def _wrap_starts() -> None:
+    for owner, name, describe in _STARTS:
+        original = owner.__dict__.get(name)
+        if original is not None:
+            wrapper = _wrapped(original, describe)
+            setattr(owner, name, wrapper)
+            _PUT_IN.append((owner, name, original, wrapper))
+
+
+def _unwrap_starts() -> None:
+    """Put each function back, unless something has since replaced the wrapper (then it stays, and counts nothing
+    with no watch active)."""
+    while _PUT_IN:
+        owner, name, original, wrapper = _PUT_IN.pop()
+        if owner.__dict__.get(name) is wrapper:
+            setattr(owner, name, original)
 
 
 @dataclass
@@ -64,11 +133,9 @@ class ChildWatch:
     def __init__(self, root: Path) -> None:
         self._root = str(root.resolve())
         self.kinds: dict[str, _Kind] = {}
-        self._patch: Any = None  # multiprocessing's start, wrapped while active
-        self._in_start = 0  # inside a multiprocessing start, which forks or spawns: counted once, as that start
 
     def started(self, kind: str, frame: FrameType | None, program: str = "") -> None:
-        if (self._in_start and kind != "multiprocessing") or in_compiler(frame):
+        if in_compiler(frame):
             return
         entry = self.kinds.setdefault(kind, _Kind())
         entry.count += 1
@@ -81,20 +148,8 @@ class ChildWatch:
         return tree_site(frame, self._root)
 
     def __enter__(self) -> ChildWatch:
-        watch = self
-
-        original = multiprocessing.process.BaseProcess.start
-
-        def start(process: Any) -> None:
-            watch.started("multiprocessing", sys._getframe(1))
-            watch._in_start += 1
-            try:
-                original(process)
-            finally:
-                watch._in_start -= 1
-
-        self._patch = mock.patch.object(multiprocessing.process.BaseProcess, "start", start)
-        self._patch.start()
+        if not _ACTIVE:
+            _wrap_starts()
         _ACTIVE.append(self)
         return self
 
@@ -102,7 +157,8 @@ class ChildWatch:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         _ACTIVE.remove(self)
-        self._patch.stop()
+        if not _ACTIVE:
+            _unwrap_starts()
 
     def counts(self) -> dict[str, int]:
         """How many processes of each kind were started, in the order the kinds first appeared."""
