@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FunctionType, ModuleType
 from typing import Any, Protocol
 
 import torch
@@ -66,6 +67,11 @@ def patch(installation: Installation, owner: Any, name: str, replacement: Any) -
     """Replace `owner.name`, remembering how to restore it."""
     had_own = name in vars(owner)
     installation.restores.append((owner, name, had_own, vars(owner).get(name)))
+    if isinstance(owner, ModuleType) and isinstance(replacement, FunctionType):
+        # pickled by reference, as `torch.as_tensor` itself is (a spawned DataLoader's `collate_fn=torch.stack`, a
+        # `Pool.map(torch.as_tensor, ...)`): under the name it stands in for, which finds this very object here and
+        # torch's own in a process with no counter
+        replacement.__module__, replacement.__qualname__ = owner.__name__, name
     setattr(owner, name, replacement)
 
 

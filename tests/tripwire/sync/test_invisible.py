@@ -6,15 +6,17 @@ recording) and tensordict's `torch.stack` handler (imported during one)."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import FunctionType
 
 import pytest
 import torch
 
-from tripwire.sync import explicit
+from tripwire.sync import explicit, hot_path
 from tripwire.sync.counter import SyncCounter
 
 FINGERPRINT = """
@@ -196,3 +198,26 @@ def test_a_subclass_handler_is_handed_torchs_own_method() -> None:
         value.item()
     assert seen and all(seen)
     assert counter.counts_by_kind() == {"item": 1}
+
+
+def test_every_stand_in_on_torch_pickles_by_reference_as_torchs_own_does(tmp_path: Path) -> None:
+    """A function of torch's is pickled by reference (a spawned DataLoader's `collate_fn=torch.stack`, a
+    `Pool.map(torch.as_tensor, ...)`). A stand-in named as torch's own (`_VariableFunctionsClass.stack`, in tripwire's
+    module) could not be, so the same loop raised `PicklingError` only while it was recorded."""
+    tripwire_dir = str(Path(explicit.__file__).resolve().parents[1])
+    with SyncCounter(root=tmp_path), hot_path("region"):
+        torch.tensor([1.0])  # the first host-built tensor: every stand-in is in place
+        stand_ins = {
+            name: value
+            for name, value in vars(torch).items()
+            if isinstance(value, FunctionType) and value.__code__.co_filename.startswith(tripwire_dir)
+        }
+        assert {"as_tensor", "tensor", "from_numpy", "stack"} <= set(stand_ins), sorted(stand_ins)
+        unpicklable = {}
+        for name, stand_in in stand_ins.items():
+            try:
+                assert pickle.loads(pickle.dumps(stand_in)) is stand_in, name
+            except pickle.PicklingError as error:
+                unpicklable[name] = str(error)
+        assert unpicklable == {}
+    assert all(pickle.loads(pickle.dumps(getattr(torch, name))) is getattr(torch, name) for name in stand_ins)
