@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType, ModuleType, TracebackType
 from typing import Any
 
 from tripwire.sync.threads import in_compiler
@@ -106,6 +106,8 @@ def _wrap_starts() -> None:
         original = owner.__dict__.get(name)
         if original is not None:
             wrapper = _wrapped(original, describe)
+            if isinstance(owner, ModuleType):  # pickled by name as `os.system` (a `Pool.map(os.system, ...)` task),
+                wrapper.__module__ = owner.__name__  # not `posix.system`, which is not this object
             setattr(owner, name, wrapper)
             _PUT_IN.append((owner, name, original, wrapper))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -265,6 +266,17 @@ def test_the_watch_puts_back_what_it_wrapped() -> None:
         assert all(vars(owner)[name] is not was for (owner, name), was in zip(wrapped, before, strict=True))
     assert [vars(owner)[name] for owner, name in wrapped] == before and subprocess.Popen.__init__ is init
     subprocess.run([sys.executable, "-c", "pass"], check=True)  # counted by no watch, and no error
+
+
+def test_a_wrapped_function_pickles_as_itself() -> None:
+    """A `Pool.map(os.system, commands)` pickles `os.system` by name for its workers: the wrapper must pickle to the
+    function the name gives in the worker, as the builtin does."""
+    import multiprocessing.process
+
+    with ChildWatch(Path.cwd()):
+        for function in (os.system, os.posix_spawn, os.execv, multiprocessing.process.BaseProcess.start):
+            assert pickle.loads(pickle.dumps(function)) is function
+    assert pickle.loads(pickle.dumps(os.system)) is os.system
 
 
 def test_a_wrapper_replaced_meanwhile_is_left_in_place_and_counts_nothing(tmp_path: Path) -> None:
