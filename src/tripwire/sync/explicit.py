@@ -37,7 +37,14 @@ from torch.overrides import TorchFunctionMode
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
 from tripwire.sync.copies import _host_born, copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
-from tripwire.sync.installation import Installation, call_counted, in_counted_backward, patch, tracked_backward
+from tripwire.sync.installation import (
+    Installation,
+    as_script_builtin,
+    call_counted,
+    in_counted_backward,
+    patch,
+    tracked_backward,
+)
 from tripwire.sync.watched import WatchedMethod, counted_stand_in, keeping_stand_in, stand_in
 
 __all__ = ["DUNDER_KINDS", "ExplicitSyncMode", "install_stand_ins", "routed_dunders", "use_patches", "watched_call"]
@@ -235,6 +242,7 @@ def install_stand_ins(installation: Installation) -> None:
         else:
             patch(installation, owner, name, replacement)
             installation.namespace.append((name, original, replacement))
+            as_script_builtin(installation, original, replacement)
     with _WAITING_LOCK:
         if _host_born:  # tensors marked under an earlier counter are still alive: their views must be marked now
             _put_keeping_in_place(installation)

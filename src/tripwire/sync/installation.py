@@ -61,6 +61,9 @@ class Installation:
     keeping: list[tuple[str, Any]] = field(default_factory=list)  # place-keeping stand-ins not yet in place
     # the functions replaced in `torch` (name, torch's own, the stand-in), torch's own again during an import
     namespace: list[tuple[str, Any, Any]] = field(default_factory=list)
+    # stand-ins entered in TorchScript's table of builtins under their own's op (`as_script_builtin`), held here so
+    # that no other object takes their id while they are in it
+    script_builtins: list[Any] = field(default_factory=list)
 
 
 def patch(installation: Installation, owner: Any, name: str, replacement: Any) -> None:
@@ -75,14 +78,36 @@ def patch(installation: Installation, owner: Any, name: str, replacement: Any) -
     setattr(owner, name, replacement)
 
 
+def as_script_builtin(installation: Installation, own: Any, stand_in: Any) -> None:
+    """Enter `stand_in` in TorchScript's table of builtins as the op `own` is (`aten::stack` for `torch.stack`):
+    `torch.jit.script` resolves a function's `torch.stack` to the object in `torch` when it compiles, and a stand-in
+    it does not know as a builtin it tries to compile as Python (`*args` refused), so a loop that scripts a
+    function while it is recorded would fail only then. The compiled code calls the op, past every stand-in, as it
+    does without one."""
+    from torch.jit import _builtins
+
+    op = _builtins._find_builtin(own)
+    if op is not None:
+        _builtins._register_builtin(stand_in, op)
+        installation.script_builtins.append(stand_in)
+
+
 def restore(installation: Installation) -> None:
-    """Put back every attribute `patch` replaced for this installation, newest first."""
+    """Put back every attribute `patch` replaced for this installation, newest first, and take its stand-ins out of
+    TorchScript's table of builtins (their ids are free once they are gone)."""
     for owner, name, had_own, original in reversed(installation.restores):
         if had_own:
             setattr(owner, name, original)
         else:
             delattr(owner, name)
     installation.restores.clear()
+    if installation.script_builtins:
+        from torch.jit import _builtins
+
+        table = _builtins._get_builtin_table()
+        for stand_in in installation.script_builtins:
+            table.pop(id(stand_in), None)
+        installation.script_builtins.clear()
 
 
 def call_counted(kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

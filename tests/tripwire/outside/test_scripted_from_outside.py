@@ -38,3 +38,44 @@ def test_syncs_a_scripted_function_makes_at_kernels_are_counted_at_its_callers_l
         ("step", "implicit:_local_scalar_dense", "scripted(x)", 3),
         ("step", "implicit:nonzero", "scripted(x)", 3),
     ]
+
+
+SCRIPT_LOOP = """
+import torch
+
+
+@torch.jit.script
+def padded(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, torch.zeros(2)]) + torch.arange(5.0)
+
+
+def main():
+    x = torch.ones(3)
+    for _ in range(3):
+        x = padded(x)[:3]
+    print("result", x.tolist())
+
+
+main()
+"""
+
+
+def test_a_script_that_scripts_a_torch_function_at_its_top_level_records_as_it_runs(tmp_path: Path) -> None:
+    """A script's own top level runs as `__main__`, not as an import, so the recording's stand-ins are in `torch`
+    when its `@torch.jit.script` compiles: `torch.cat`, `torch.zeros` and `torch.arange` there made TorchScript refuse
+    the function (a stand-in takes `*args`), and the loop failed only when recorded."""
+    (tmp_path / "train.py").write_text(SCRIPT_LOOP, encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        result = record(Scenario(name="js", script="train.py", regions=[Region("__main__:main", "main")]), tmp_path)
+    assert result.ok, result.cause
+    assert result.calls == {"__main__:main": 1}, result.calls
+    rows = {(r.kind, r.text, r.count) for r in result.syncs.records if r.region == "main"}
+    # the JIT's own passes compare the constants it folded (`torch.zeros(2)`, `torch.arange(5.0)`) with `aten::equal`
+    # in the first calls (how many, the torch version's executor decides): counted at the calling line, as when the
+    # function is scripted at an import
+    assert ("tolist", 'print("result", x.tolist())', 1) in rows
+    assert {(kind, text) for kind, text, _ in rows} <= {
+        ("tolist", 'print("result", x.tolist())'),
+        ("implicit:equal", "x = padded(x)[:3]"),
+    }

@@ -10,6 +10,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 from types import FunctionType
 
@@ -221,3 +222,42 @@ def test_every_stand_in_on_torch_pickles_by_reference_as_torchs_own_does(tmp_pat
                 unpicklable[name] = str(error)
         assert unpicklable == {}
     assert all(pickle.loads(pickle.dumps(getattr(torch, name))) is getattr(torch, name) for name in stand_ins)
+
+
+SCRIPTED = """
+import torch
+
+
+def combine(x: torch.Tensor) -> torch.Tensor:
+    parts = torch.stack([x, torch.zeros(3), torch.ones(3), torch.arange(3.0)])
+    return torch.cat([parts.sum(0), torch.tensor([1.0, 2.0]), torch.full((1,), 4.0)])
+"""
+
+
+def test_a_function_scripted_while_counting_compiles_and_computes_as_it_does_plain(tmp_path: Path) -> None:
+    """`torch.jit.script` resolves `torch.stack` in a function to the object in `torch` when it compiles: a stand-in
+    there, which it does not know as a builtin, it tried to compile as Python and refused (`*args`), so a loop that
+    scripts a function while it is recorded failed only then. After the counter, TorchScript's table of builtins holds
+    what it held before."""
+    from torch.jit import _builtins
+
+    (tmp_path / "scripted_mod.py").write_text(SCRIPTED, encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import scripted_mod  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    table = dict(_builtins._get_builtin_table())
+    x = torch.tensor([1.0, -2.0, 3.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script is deprecated, and still in use
+        plain = torch.jit.script(scripted_mod.combine)(x)
+        with SyncCounter(root=tmp_path) as counter:
+            scripted = torch.jit.script(scripted_mod.combine)
+            warm = [scripted(x) for _ in range(3)]  # the JIT's own passes (`aten::equal` on constants) run in these
+            with hot_path("region"):
+                counted = scripted(x)
+    assert all(torch.equal(run, plain) for run in warm)
+    assert torch.equal(counted, plain) and torch.equal(counted, scripted_mod.combine(x))
+    assert counter.counts_by_kind("region") == {}  # the compiled code calls the ops, past every stand-in
+    assert _builtins._get_builtin_table() == table
