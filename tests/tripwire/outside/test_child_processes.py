@@ -166,6 +166,38 @@ def test_vendor_bound_ops_in_dataloader_workers_are_noted(tree: Path, context: s
         )
 
 
+STACKED = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Squares(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        return torch.full((3,), float(index)) ** 2
+
+
+def main():
+    loader = DataLoader(Squares(), batch_size=4, num_workers=2, collate_fn=torch.stack, multiprocessing_context="spawn")
+    assert sum(float(batch.sum()) for batch in loader) == 420.0
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_spawned_workers_that_collate_with_torch_stack_run_recorded_as_plain(tmp_path: Path) -> None:
+    """A spawned DataLoader pickles its `collate_fn` for its workers; `torch.stack` pickles by reference. While the
+    recording's stand-in stood in `torch`, that pickling failed (`PicklingError`) and the loop could not run."""
+    tree = tree_with_loop(tmp_path, STACKED)
+    result = record(Scenario(name="stacked", script="loop.py", regions=[Region("__main__:main", "main")]), tree)
+    assert result.ok, result.cause
+    assert result.calls == {"__main__:main": 1} and result.children == {"multiprocessing": 2}
+
+
 def test_a_child_that_never_hands_back_its_vendor_bound_ops_is_still_named(tree: Path) -> None:
     """A spawned child that ends through `os._exit` (as one still running when the recording ends) hands back no
     counts: the note still names its op and line, from its first call, and says the counts are partial."""
