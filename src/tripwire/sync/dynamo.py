@@ -46,6 +46,25 @@ def _skip_tripwire() -> None:
     _register_inlined(rules)
     rules.add("tripwire")  # also recompiles the skip list's pattern
     rules._tripwire_skipped = True  # type: ignore[attr-defined]  # our mark on dynamo's module
+    _build_dynamo_tables()
+
+
+def _build_dynamo_tables() -> None:
+    """Have dynamo build its tables of torch's functions (which it sends to a tensor subclass's `__torch_function__`,
+    which it traces by a handler of its own: `torch.tensor`, `torch.full`, `torch.from_numpy`) now, while `torch`
+    holds torch's own: dynamo builds each on first use and keeps it for the process, and one built while a
+    stand-in stood in `torch` held the stand-in, not the function dynamo meets when it traces through it. This runs
+    once, as dynamo is imported (an import sees torch's own functions, `tripwire.sync.explicit.shield_imports`) or,
+    when it was imported before, as the first counter or instrument starts, before any stand-in."""
+    tables = sys.modules.get(f"{_DYNAMO}.variables.torch")
+    if tables is None:
+        return
+    overridable = getattr(tables, "get_overridable_functions", None)
+    if callable(overridable):
+        overridable()
+    handlers = getattr(getattr(tables, "TorchInGraphFunctionVariable", None), "_get_handlers", None)
+    if callable(handlers):
+        handlers()
 
 
 def _register_inlined(rules: Any) -> None:

@@ -216,6 +216,21 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
     return func in _KEEPS_PLACE and bool(args) and _kept_on_host(result, args[0])
 
 
+def build_torch_tables() -> None:
+    """Have torch build, before any stand-in stands in `torch`, its tables of its own functions that it builds on first
+    use from what `torch` holds then and keeps for the process: `torch.utils._device`'s factory functions (what
+    `with torch.device(...)` and `torch.set_default_device` give a device to), `torch.overrides`' three, and dynamo's
+    (`tripwire.sync.dynamo` builds those as dynamo is imported). Built while a stand-in stood there, a table held the
+    stand-in, not torch's own function, which torch hands on: `torch.zeros` inside `with torch.device("cuda")` gave a
+    CPU tensor, during the recording and for the rest of the process. About 10 ms, once."""
+    import torch.utils._device
+
+    torch.utils._device._device_constructors()
+    torch.overrides.get_ignored_functions()
+    torch.overrides.get_testing_overrides()
+    torch.overrides.get_overridable_functions()
+
+
 def install_stand_ins(installation: Installation) -> None:
     """Replace every watched method and function by a stand-in (`tripwire.sync.watched`) and track backward passes.
     A method gets a `WatchedMethod`: the class's attribute stays torch's own object, an instance's is the stand-in.
@@ -223,6 +238,7 @@ def install_stand_ins(installation: Installation) -> None:
     would, without classifying the call on every use. The place-keeping ones are put in place at the first host-built
     tensor (`_mark`), or at once when one marked under an earlier counter is still alive. The functions replaced in
     `torch` are torch's own again while a module is being imported (`hidden_from_imports`)."""
+    build_torch_tables()
     for (owner_name, name), key in _CANONICAL.items():
         owner = torch.Tensor if owner_name == "Tensor" else torch
         original = getattr(owner, name)

@@ -261,3 +261,78 @@ def test_a_function_scripted_while_counting_compiles_and_computes_as_it_does_pla
     assert torch.equal(counted, plain) and torch.equal(counted, scripted_mod.combine(x))
     assert counter.counts_by_kind("region") == {}  # the compiled code calls the ops, past every stand-in
     assert _builtins._get_builtin_table() == table
+
+
+FIRST_USE_IN_A_COUNTER = """
+import json, sys
+import numpy as np
+import torch
+from tripwire.sync import hot_path
+from tripwire.sync.counter import SyncCounter
+
+graphs = []
+
+
+def backend(gm, inputs):
+    graphs.append(gm.code)
+    return gm.forward
+
+
+@torch.compile(backend=backend)
+def step(x, values):
+    return torch.stack([x, torch.tensor([1.0, 2.0, 3.0]), torch.full((3,), 2.0), torch.from_numpy(values)]).sum(0)
+
+
+def factories():
+    return [torch.zeros(3), torch.tensor([1.0]), torch.arange(3), torch.empty(2), torch.full((1,), 1.0)]
+
+
+def run():
+    with torch.device("meta"):
+        placed = [t.device.type for t in factories()]
+    return placed, step(torch.ones(3), np.ones(3, dtype=np.float32)).tolist()
+
+
+if sys.argv[1] == "counted":
+    with SyncCounter(root=sys.argv[2]), hot_path("region"):
+        during = run()
+else:
+    during = run()
+after = run()
+import torch._dynamo.variables.torch as dynamo_tables
+import torch.overrides as overrides
+
+print(json.dumps({
+    "during": during,
+    "after": after,
+    "graphs": graphs,
+    "overridable": torch.stack in dynamo_tables.get_overridable_functions(),
+    "handled": torch.tensor in dynamo_tables.TorchInGraphFunctionVariable._get_handlers(),
+    "named": overrides.resolve_name(torch.stack),
+    "ignored": torch.zeros in overrides.get_ignored_functions(),
+}))
+"""
+
+
+def test_torchs_own_tables_built_first_under_a_counter_hold_torchs_own_functions(tmp_path: Path) -> None:
+    """torch builds tables of its own functions on first use, from what `torch` holds then, and keeps them for the
+    process: the factories `with torch.device(...)` places, dynamo's set of functions it sends to
+    `__torch_function__`, its handlers of `torch.tensor`, `torch.full` and `torch.from_numpy`, `torch.overrides`'.
+    Built under a counter, they held the stand-ins: `torch.zeros` in `with torch.device("meta")` made a CPU tensor,
+    during the recording and after it. In a fresh process each (the tables are built once), a counted first use
+    places, compiles and names what a plain one does."""
+    script = tmp_path / "first_use.py"
+    script.write_text(FIRST_USE_IN_A_COUNTER, encoding="utf-8")
+    runs = {}
+    for how in ("plain", "counted"):
+        done = subprocess.run(
+            [sys.executable, str(script), how, str(tmp_path)], capture_output=True, text=True, timeout=300, check=False
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[how] = json.loads(done.stdout.strip().splitlines()[-1])
+    plain, counted = runs["plain"], runs["counted"]
+    assert plain["during"][0] == ["meta"] * 5 and plain["overridable"] and plain["handled"]  # what torch does
+    # the same graph; dynamo guards a function compiled under the counter on the stand-ins it traced through, so
+    # after the counter it compiles once more (docs/guardrails.md: compiled across a recording's edge)
+    assert counted.pop("graphs")[0] == plain.pop("graphs")[0]
+    assert counted == plain
