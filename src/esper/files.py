@@ -41,21 +41,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temporaries(target: Path) -> list[Path]:
+def remove_stale_temporaries(target: Path) -> None:
     """Remove the temporary files of `target` left beside it by writers on this machine that are no longer running
-    (a process killed during its save), and return them. A live writer's file, another machine's, and one whose
-    writer is unknown (written before writers were named) are left alone; nothing here raises."""
+    (a process killed during its save). A live writer's file, another machine's, and one whose writer is unknown
+    (written before writers were named) are left alone; nothing here raises."""
     pattern = re.compile(rf"\.{re.escape(target.name)}\.([1-9][0-9]*)-{_host_tag()}\.[a-z0-9_]+\.tmp")
-    removed = []
     with contextlib.suppress(OSError):
         for entry in os.scandir(target.parent):
             found = pattern.fullmatch(entry.name)
-            if found is None or _alive(int(found.group(1))):
-                continue
-            with contextlib.suppress(OSError):  # another save may have removed it first
-                os.unlink(entry.path)
-                removed.append(Path(entry.path))
-    return removed
+            if found is not None and not _alive(int(found.group(1))):
+                with contextlib.suppress(OSError):  # another save may have removed it first
+                    os.unlink(entry.path)
 
 
 def replace_atomically(target: Path, write: Callable[[IO[bytes]], None]) -> None:
