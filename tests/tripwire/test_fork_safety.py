@@ -29,7 +29,7 @@ LOCKS: dict[str, Callable[[], Any]] = {
     "sync state (regions)": lambda: sync_state._STATE.lock,
     "counted backward passes": lambda: installation._BACKWARDS_LOCK,
     "place-keeping stand-ins": lambda: explicit._WAITING_LOCK,
-    "imports with the stand-ins aside": lambda: explicit._IMPORTS_LOCK,
+    "torch's own functions shown (imports, handlers)": lambda: explicit._OWN_LOCK,
     "vendor-bound op watch": lambda: vendor_ops._WATCH.lock,
 }
 
@@ -79,7 +79,7 @@ def test_a_child_imports_while_another_thread_was_importing_at_the_fork(tmp_path
 
             assert torch.ones(2).sum().item() + fresh_module_for_the_child.VALUE == 5
 
-        with SyncCounter(), explicit._IMPORTS_LOCK:
+        with SyncCounter(), explicit._OWN_LOCK:
             code = _fork_and_wait(work)
     finally:
         sys.path.remove(str(tmp_path))

@@ -139,7 +139,7 @@ class ExplicitSyncMode(TorchFunctionMode):
             return func(*args, **kwargs)  # pass-through
         if func not in _WATCHED:  # nearly every call: nothing to count or mark
             return func(*args, **kwargs)  # pass-through
-        return watched_call(func, func, args, kwargs)
+        return watched_call(func, func, args, kwargs)  # pass-through
 
 
 def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -159,7 +159,7 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
             if _host_built(func, args, kwargs, result):
                 _mark(result)
             return result
-    return call_counted(kind, call, args, kwargs)
+    return call_counted(kind, call, args, kwargs)  # pass-through
 
 
 def _mark_kept(source: object, result: object) -> None:
@@ -239,20 +239,21 @@ def install_stand_ins(installation: Installation) -> None:
     tensor (`_mark`), or at once when one marked under an earlier counter is still alive. The functions replaced in
     `torch` are torch's own again while a module is being imported (`hidden_from_imports`)."""
     build_torch_tables()
+    handed_over = functools.partial(with_own_functions, installation.namespace)
     for (owner_name, name), key in _CANONICAL.items():
         owner = torch.Tensor if owner_name == "Tensor" else torch
         original = getattr(owner, name)
         if key in _SIMPLE_KINDS:
             scalar = key in _SCALAR_READS
             replacement = counted_stand_in(
-                _SIMPLE_KINDS[key], original, sync.deliver, _LOCAL, in_counted_backward, scalar
+                _SIMPLE_KINDS[key], original, sync.deliver, _LOCAL, in_counted_backward, scalar, handed_over
             )
         elif key in _ONLY_KEEPS_PLACE:
-            keeping = keeping_stand_in(original, _mark_kept, _host_born, _LOCAL, in_counted_backward)
+            keeping = keeping_stand_in(original, _mark_kept, _host_born, _LOCAL, in_counted_backward, handed_over)
             installation.keeping.append((name, WatchedMethod(original, keeping)))
             continue
         else:
-            replacement = stand_in(key, original, watched_call, _LOCAL, in_counted_backward)
+            replacement = stand_in(key, original, watched_call, _LOCAL, in_counted_backward, handed_over)
         if owner is torch.Tensor:
             patch(installation, owner, name, WatchedMethod(original, replacement))
         else:
@@ -329,33 +330,50 @@ def shield_imports(installation: Installation) -> None:
     patch(installation, _bootstrap, "_load_unlocked", functools.partial(_load_hidden, load, installation.namespace))
 
 
-_IMPORTS = [0]  # imports running now, on any thread, with the stand-ins put aside
-_IMPORTS_LOCK = threading.Lock()
+_OWN_SHOWN = [0]  # calls running now, on any thread, with torch's own functions in `torch` (imports, handlers)
+_OWN_LOCK = threading.Lock()
 
 
 def _fresh_locks_in_child() -> None:
     """A forked child starts with both locks free (another thread may have held one at the fork: a child importing a
     module would wait forever; `tripwire.sync.state`)."""
-    global _WAITING_LOCK, _IMPORTS_LOCK
-    _WAITING_LOCK, _IMPORTS_LOCK = threading.Lock(), threading.Lock()
+    global _WAITING_LOCK, _OWN_LOCK
+    _WAITING_LOCK, _OWN_LOCK = threading.Lock(), threading.Lock()
 
 
 os.register_at_fork(after_in_child=_fresh_locks_in_child)
 
 
-def _load_hidden(load: Callable[[Any], Any], namespace: list[tuple[str, Any, Any]], spec: Any) -> Any:
-    """`importlib._bootstrap._load_unlocked`, run with torch's own functions in `torch` (the outermost import on any
-    thread puts the stand-ins aside and the last to finish puts them back)."""
-    with _IMPORTS_LOCK:
-        _IMPORTS[0] += 1
-        if _IMPORTS[0] == 1:
+def with_own_functions(
+    namespace: list[tuple[str, Any, Any]], call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`call(*args, **kwargs)` with torch's own functions in `torch`: an import (`shield_imports`), or a call torch
+    hands to a `__torch_function__` handler (`tripwire.sync.watched.reaches_handler`). The outermost such call on any
+    thread puts the stand-ins aside and the last to finish puts them back, unless the installation was removed
+    meanwhile (`forget_namespace` empties `namespace`). While one runs, a watched function another thread calls
+    from `torch` is not counted, as under an import."""
+    with _OWN_LOCK:
+        _OWN_SHOWN[0] += 1
+        if _OWN_SHOWN[0] == 1:
             for name, own, _ in namespace:
                 setattr(torch, name, own)
     try:
-        return load(spec)  # pass-through
+        return call(*args, **kwargs)  # pass-through
     finally:
-        with _IMPORTS_LOCK:
-            _IMPORTS[0] -= 1
-            if _IMPORTS[0] == 0:
+        with _OWN_LOCK:
+            _OWN_SHOWN[0] -= 1
+            if _OWN_SHOWN[0] == 0:
                 for name, _, stand_in_for in namespace:
                     setattr(torch, name, stand_in_for)
+
+
+def _load_hidden(load: Callable[[Any], Any], namespace: list[tuple[str, Any, Any]], spec: Any) -> Any:
+    """`importlib._bootstrap._load_unlocked`, run with torch's own functions in `torch`."""
+    return with_own_functions(namespace, load, (spec,), {})  # pass-through
+
+
+def forget_namespace(installation: Installation) -> None:
+    """Stop putting the installation's stand-ins back in `torch` (it is being removed): an import or handler still
+    running on another thread, or one that removed the counter itself, leaves torch's own functions there."""
+    with _OWN_LOCK:
+        installation.namespace.clear()

@@ -172,6 +172,7 @@ def uninstall(installation: Installation) -> None:
             _LOCAL.counting -= 1
     finally:
         explicit.forget_waiting(installation)
+        explicit.forget_namespace(installation)
         restore(installation)
         for swap in reversed(installation.swaps):
             swap.restore()

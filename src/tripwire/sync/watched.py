@@ -7,6 +7,11 @@ counted), a stand-in calls the original at once; on a counting thread it hands t
 Every other torch call runs as it does without tripwire: a function mode, the earlier design, cost every torch call
 of the loop a trip through Python (docs/measurements.md, "The cost of recording", item 9).
 
+A call torch will hand to a `__torch_function__` handler (a tensor subclass's, a tensor-like's, a function mode's)
+runs with torch's own functions in `torch` (`handed_over`, given by the counter): a handler that asks
+`func is torch.stack`, or builds a table of torch's functions as it runs, meets torch's own objects, as it does
+without tripwire, never a stand-in.
+
 Dynamo traces through the stand-ins (this file is on its inline-when-called list) and, as it traces,
 `is_compiling()` is true, so what it puts in the graph is the original call: watching a compiled loop adds no graph
 break. This module is kept small, importing nothing of tripwire but the inline list, for that reason.
@@ -26,20 +31,57 @@ from tripwire.sync.dynamo import inline_when_called
 inline_when_called(__file__)
 
 Handler = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
+# runs a call with torch's own functions in `torch` (`tripwire.sync.explicit.with_own_functions`)
+HandedOver = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+
+_HAS_HANDLER = torch._C._has_torch_function
+_MODES_ON = torch._C._is_torch_function_mode_enabled
+_SEQUENCES = (list, tuple)
 
 
-def stand_in(key: Any, original: Any, handle: Handler, local: Any, elsewhere: Callable[[], bool]) -> Callable[..., Any]:
+def reaches_handler(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether torch hands this call to a `__torch_function__` handler: an argument's (one level into a list or tuple
+    too, as `torch.stack` takes its tensors), a keyword argument's, or a function mode's other than torch's own
+    device context (`with torch.device(...)`, `torch.set_default_device`), whose handler keys its table by torch's
+    own functions, built before any stand-in (`tripwire.sync.explicit.build_torch_tables`)."""
+    if _HAS_HANDLER(args):
+        return True
+    if args and type(args[0]) in _SEQUENCES and _HAS_HANDLER(args[0]):
+        return True
+    if kwargs and _HAS_HANDLER(tuple(kwargs.values())):
+        return True
+    return _MODES_ON() and _foreign_mode()
+
+
+def _foreign_mode() -> bool:
+    from torch.utils._device import DeviceContext
+
+    stack = torch._C._len_torch_function_stack()
+    return any(type(torch._C._get_function_stack_at(at)) is not DeviceContext for at in range(stack))
+
+
+def stand_in(
+    key: Any, original: Any, handle: Handler, local: Any, elsewhere: Callable[[], bool], handed_over: HandedOver
+) -> Callable[..., Any]:
     """A function to put where `original` was: `handle(key, original, args, kwargs)` on a counting thread
     (`local.counting`, or `elsewhere()`: autograd's device thread running a counting thread's backward) outside
-    suppressed code, else `original(*args, **kwargs)`. `key` is torch's own function, which the handler classifies
-    the call by (`original` may be another tool's wrapper around it)."""
+    suppressed code, else `original(*args, **kwargs)`; through `handed_over` when a `__torch_function__` handler
+    will see the call. `key` is torch's own function, which the handler classifies the call by (`original` may be
+    another tool's wrapper around it)."""
+
+    def body(*args: Any, **kwargs: Any) -> Any:
+        if local.suppress or (local.counting <= 0 and not elsewhere()):
+            return original(*args, **kwargs)  # pass-through
+        return handle(key, original, args, kwargs)  # pass-through
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
             return original(*args, **kwargs)  # pass-through
+        if reaches_handler(args, kwargs):
+            return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
-        return handle(key, original, args, kwargs)
+        return handle(key, original, args, kwargs)  # pass-through
 
     return _named(watched, original)
 
@@ -49,7 +91,13 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def counted_stand_in(
-    kind: str, original: Any, deliver: Callable[[str], None], local: Any, elsewhere: Callable[[], bool], scalar: bool
+    kind: str,
+    original: Any,
+    deliver: Callable[[str], None],
+    local: Any,
+    elsewhere: Callable[[], bool],
+    scalar: bool,
+    handed_over: HandedOver,
 ) -> Callable[..., Any]:
     """A stand-in for a call that always syncs (`Tensor.item`, `.cpu`, `__bool__`, ...): on a counting thread outside
     suppressed code, `deliver(kind)`, then the original with counting suppressed, so nothing it runs counts again
@@ -57,9 +105,21 @@ def counted_stand_in(
     `_local_scalar_dense`, which has no autograd formula) of a plain tensor runs below autograd: the same kernel, not
     the counting kernel registered at the autograd key, which would only return at once here."""
 
+    def body(*args: Any, **kwargs: Any) -> Any:
+        if local.suppress or (local.counting <= 0 and not elsewhere()):
+            return original(*args, **kwargs)  # pass-through
+        deliver(kind)
+        local.suppress += 1
+        try:
+            return original(*args, **kwargs)  # pass-through
+        finally:
+            local.suppress -= 1
+
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
             return original(*args, **kwargs)  # pass-through
+        if reaches_handler(args, kwargs):
+            return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
         deliver(kind)
@@ -76,16 +136,31 @@ def counted_stand_in(
 
 
 def keeping_stand_in(
-    original: Any, mark: Callable[[Any, Any], None], marked: Any, local: Any, elsewhere: Callable[[], bool]
+    original: Any,
+    mark: Callable[[Any, Any], None],
+    marked: Any,
+    local: Any,
+    elsewhere: Callable[[], bool],
+    handed_over: HandedOver,
 ) -> Callable[..., Any]:
     """A stand-in for a method whose result stays where its input is (`.view`, `.float()`, `.detach()`, ...): on a
     counting thread outside suppressed code, the original, then `mark(input, result)` (a host-built input's result
     is host-built too), what the counter's handler does for these calls, a frame and a classification shorter.
     `marked` is the table of host-built tensors: while it is empty no input can be one, and nothing is asked."""
 
+    def body(*args: Any, **kwargs: Any) -> Any:
+        if local.suppress or (local.counting <= 0 and not elsewhere()):
+            return original(*args, **kwargs)  # pass-through
+        result = original(*args, **kwargs)  # pass-through
+        if marked and args:
+            mark(args[0], result)
+        return result
+
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
             return original(*args, **kwargs)  # pass-through
+        if reaches_handler(args, kwargs):
+            return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
         result = original(*args, **kwargs)  # pass-through

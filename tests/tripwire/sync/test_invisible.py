@@ -5,6 +5,7 @@ recording) and tensordict's `torch.stack` handler (imported during one)."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import pickle
 import subprocess
@@ -13,9 +14,11 @@ import textwrap
 import warnings
 from pathlib import Path
 from types import FunctionType
+from typing import ClassVar
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from tripwire.sync import explicit, hot_path
 from tripwire.sync.counter import SyncCounter
@@ -199,6 +202,105 @@ def test_a_subclass_handler_is_handed_torchs_own_method() -> None:
         value.item()
     assert seen and all(seen)
     assert counter.counts_by_kind() == {"item": 1}
+
+
+class Wrapper:
+    """A tensor-like of the kind published loops use (pixloc's `TensorWrapper`): it handles `torch.stack` and
+    `torch.cat` by asking `func is torch.<name>` as it runs, and refuses the rest."""
+
+    seen: ClassVar[list[str]] = []
+
+    def __init__(self, data: torch.Tensor) -> None:
+        self.data = data
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.stack or func is torch.cat:
+            cls.seen.append(func.__name__)
+            return Wrapper(func([each.data for each in args[0]], *args[1:], **(kwargs or {})))
+        return NotImplemented
+
+
+class Labelled(torch.Tensor):
+    """A tensor subclass whose handler builds, as it runs, a table of torch's functions it knows."""
+
+    known: ClassVar[dict[object, str]] = {}
+    seen: ClassVar[list[str]] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if not cls.known:
+            cls.known.update({torch.zeros: "zeros", torch.tensor: "tensor", torch.cat: "cat", torch.stack: "stack"})
+        cls.seen.append(cls.known.get(func, ""))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _with_handlers() -> tuple[list[float], list[str], list[str], list[str]]:
+    Wrapper.seen.clear()
+    Labelled.seen.clear()
+    stacked = torch.stack([Wrapper(torch.ones(2)), Wrapper(torch.zeros(2))])
+    joined = torch.cat((Wrapper(torch.ones(1)),))
+    labelled = torch.ones(2).as_subclass(Labelled)
+    torch.stack([labelled, labelled]).sum().item()
+    seen = []
+
+    class Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append("zeros" if func is torch.zeros else "tensor" if func is torch.tensor else "")
+            return func(*args, **(kwargs or {}))
+
+    with Mode():
+        torch.zeros(2), torch.tensor([1.0])
+    values = stacked.data.flatten().tolist() + joined.data.tolist()
+    return values, list(Wrapper.seen), list(Labelled.seen), seen
+
+
+def test_a_handler_asking_which_function_it_was_handed_meets_torchs_own() -> None:
+    """A `__torch_function__` handler (a tensor-like's, a subclass's, a function mode's) is handed torch's own
+    function, and asks `func is torch.stack`, or builds its table of torch's functions, as it runs: while a counter
+    counts, `torch.stack` there is torch's own too (not the stand-in), so the handler dispatches as it does plain, and
+    its table holds torch's own objects after the recording. A tensor-like refusing what it does not know raised
+    `TypeError` from `torch.stack` only while recorded. The subclass's own calls are counted as before."""
+    plain = _with_handlers()
+    Labelled.known.clear()
+    with SyncCounter() as counter:
+        counted = _with_handlers()
+    after = _with_handlers()
+    assert plain == counted == after
+    assert plain[1:] == (["stack", "cat"], ["stack", "", ""], ["zeros", "tensor"])
+    assert all(key is getattr(torch, name) for key, name in Labelled.known.items())
+    assert counter.counts_by_kind() == {"item": 1, "tolist": 2}  # the subclass's `.item()` and the two reads
+
+
+@pytest.mark.parametrize("how", ["an import", "a handler"])
+def test_a_counter_removed_inside_an_import_or_handler_leaves_torchs_own_functions(how: str, tmp_path: Path) -> None:
+    """An import and a handler run with torch's own functions in `torch`, and put the stand-ins back as they end;
+    a counter removed meanwhile (by the imported module, or the handler, or another thread) must not have them put
+    back after it is gone."""
+    own = {name: getattr(torch, name) for name in explicit._WATCHED_FUNCTIONS}
+    counter = SyncCounter()
+
+    class Leaving:
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            counter.__exit__(None, None, None)
+            return 0
+
+    (tmp_path / "leaving.py").write_text("import builtins\nbuiltins.tripwire_test_counter.__exit__(None, None, None)\n")
+    sys.path.insert(0, str(tmp_path))
+    builtins.tripwire_test_counter = counter  # type: ignore[attr-defined]
+    try:
+        counter.__enter__()
+        assert torch.stack is not own["stack"]
+        if how == "an import":
+            import leaving  # type: ignore[import-not-found]  # noqa: F401
+        else:
+            torch.stack([Leaving()])
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("leaving", None)
+        del builtins.tripwire_test_counter  # type: ignore[attr-defined]
+    assert {name: getattr(torch, name) for name in own} == own
 
 
 def test_every_stand_in_on_torch_pickles_by_reference_as_torchs_own_does(tmp_path: Path) -> None:
