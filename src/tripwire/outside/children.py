@@ -67,7 +67,7 @@ def _wrapped(original: Callable[..., Any], describe: Callable[..., tuple[str, st
             _counted(kind, program, sys._getframe(1))
         _LOCAL.depth = depth + 1
         try:
-            return original(*args, **kwargs)
+            return original(*args, **kwargs)  # pass-through
         finally:
             _LOCAL.depth = depth
 

@@ -39,7 +39,7 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
     def stand(*args: Any, **kwargs: Any) -> Any:
         if is_compiling() or compiler_at_work():  # traced into a graph, or run by the compiler for itself
             return original(*args, **kwargs)  # pass-through
-        return call(original, args, kwargs)
+        return call(original, args, kwargs)  # pass-through
 
     functools.update_wrapper(stand, original)
     return stand

@@ -48,11 +48,15 @@ __all__ = [
 
 
 def _device_type(value: object) -> str | None:
-    """The device type a `.to()` argument names, or None when it names no device."""
+    """The device type a `.to()` argument names, or None when it names no device (nor one torch knows: the call
+    itself then fails as it would without tripwire, the loop's error, not one of tripwire's)."""
     if isinstance(value, torch.device):
         return value.type
     if isinstance(value, str):
-        return torch.device(value).type
+        try:
+            return torch.device(value).type
+        except RuntimeError:
+            return None
     if isinstance(value, torch.Tensor):
         return value.device.type
     if isinstance(value, int) and not isinstance(value, bool):

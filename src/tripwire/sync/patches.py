@@ -62,12 +62,12 @@ COLLECTIVES = (
 
 def _counted_call(kind: str, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Replacement body for a patched sync function."""
-    return call_counted(kind, original, args, kwargs)
+    return call_counted(kind, original, args, kwargs)  # pass-through
 
 
 def counted_method(self: Any, kind: str, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Replacement body for a patched sync method (bound through `functools.partialmethod`)."""
-    return call_counted(kind, original, (self, *args), kwargs)
+    return call_counted(kind, original, (self, *args), kwargs)  # pass-through
 
 
 def patch_sync_functions(installation: Installation) -> None:
@@ -93,7 +93,7 @@ def patch_sync_functions(installation: Installation) -> None:
 
 def _counted_swap(kind: str, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A swapped function's call (`tripwire.sync.swaps`): recorded, then run with recording suppressed."""
-    return call_counted(kind, original, args, kwargs)
+    return call_counted(kind, original, args, kwargs)  # pass-through
 
 
 def _patch_collectives(installation: Installation) -> None:

@@ -20,13 +20,13 @@ __all__ = ["Swap", "swap_code"]
 
 
 def _trampoline(*args: Any, _tripwire_counted: Any = None, **kwargs: Any) -> Any:
-    return _tripwire_counted(args, kwargs)
+    return _tripwire_counted(args, kwargs)  # pass-through
 
 
 class _MethodTrampoline:
     def method(self, *args: Any, _tripwire_counted: Any = None, **kwargs: Any) -> Any:
         __class__  # type: ignore[name-defined]  # noqa: B018  (a free variable, as in a method calling super())
-        return _tripwire_counted((self, *args), kwargs)
+        return _tripwire_counted((self, *args), kwargs)  # pass-through
 
 
 _TRAMPOLINES = {(): _trampoline.__code__, ("__class__",): _MethodTrampoline.method.__code__}
@@ -74,4 +74,4 @@ class _Bound:
         self.original = original
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return self.counted(self.original, args, kwargs)
+        return self.counted(self.original, args, kwargs)  # pass-through
