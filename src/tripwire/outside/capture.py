@@ -15,6 +15,11 @@ the data. Two runs of such a capture compare identical whatever the loop compute
 
 from __future__ import annotations
 
+import array
+import collections
+import datetime
+import decimal
+import random
 import types
 from collections.abc import Mapping
 from typing import Any
@@ -52,6 +57,9 @@ class Descent:
             return state_dict()
         if _digestible(value):
             return self._contents(value, path, depth)
+        held = _held(value)
+        if held is not None:
+            return self._contents(held, path, depth)
         return self._fields(value, path, depth)
 
     def _fields(self, value: Any, path: str, depth: int) -> Any:
@@ -62,6 +70,8 @@ class Descent:
             return self._skip(path, kind, f"deeper than {MAX_DEPTH} objects")
         if id(value) in self.on_path:
             return self._skip(path, kind, "a cycle")
+        if not hasattr(value, "__dict__") and not any(getattr(cls, "__slots__", ()) for cls in type(value).__mro__):
+            return self._skip(path, kind, "no fields tripwire can read")  # built in C: its state is out of reach
         self.on_path.add(id(value))
         try:
             return {name: self.state(item, _join(path, name), depth + 1) for name, item in _own_fields(value)}
@@ -69,7 +79,7 @@ class Descent:
             self.on_path.discard(id(value))
 
     def _contents(self, value: Any, path: str, depth: int) -> Any:
-        if isinstance(value, (torch.device, torch.dtype)):
+        if isinstance(value, _NAMED):
             return str(value)
         if isinstance(value, Mapping):
             return {key: self._item(item, f"{path}[{key!r}]", depth) for key, item in value.items()}
@@ -95,14 +105,63 @@ def object_state(value: Any, skipped: list[str] | None = None) -> Any:
     return Descent([] if skipped is None else skipped).state(value, "", 0)
 
 
+# torch's values that are what their name says (`torch.float32`, `cuda:0`, `torch.channels_last`)
+_NAMED = (torch.device, torch.dtype, torch.layout, torch.memory_format)
+
+
 def _digestible(value: Any) -> bool:
     """A tensor, a NumPy array or scalar, a plain value, a device or dtype, or a container (kept, its items judged
     one by one)."""
     return (
         value is None
-        or isinstance(value, (torch.Tensor, Mapping, list, tuple, int, float, str, bool, torch.device, torch.dtype))
+        or isinstance(value, (torch.Tensor, Mapping, list, tuple, int, float, complex, str, bool, *_NAMED))
         or (type(value).__module__.startswith("numpy") and plain_leaf(value) is not value)
     )
+
+
+def _held(value: Any) -> Any:
+    """What a value of a kind with no fields of its own holds, in a form that is digested (None: not one of them): a
+    deque, array or set as a list (a set sorted, so its order is not the hash seed's); bytes as a NumPy array of
+    bytes; a NumPy array torch has no dtype for (strings, objects, records, datetimes) as its dtype, shape and items;
+    a random generator as its state (torch's, NumPy's, Python's); a range, decimal, date or time as what it says."""
+    if isinstance(value, (collections.deque, array.array)):
+        return list(value)
+    if isinstance(value, (set, frozenset)):
+        try:
+            return sorted(value)
+        except TypeError:
+            return sorted(value, key=lambda item: (type(item).__name__, repr(item)))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        import numpy
+
+        return numpy.frombuffer(bytes(value), dtype=numpy.uint8).copy()
+    if isinstance(value, range):
+        return [value.start, value.stop, value.step]
+    if isinstance(value, torch.Generator):
+        return value.get_state()
+    if isinstance(value, random.Random):
+        return value.getstate()
+    if isinstance(value, (decimal.Decimal, datetime.date, datetime.time, datetime.timedelta)):
+        return repr(value)
+    if type(value).__module__.startswith("numpy"):
+        return _numpy_held(value)
+    return None
+
+
+def _numpy_held(value: Any) -> Any:
+    import numpy
+
+    if isinstance(value, numpy.dtype):
+        return str(value)
+    if isinstance(value, numpy.random.Generator):
+        return value.bit_generator.state
+    if isinstance(value, numpy.random.RandomState):
+        return value.get_state(legacy=False)
+    if isinstance(value, numpy.ndarray):
+        if value.dtype.kind in "Mm":  # datetimes and durations: their int64 counts, and the unit in the dtype
+            return {"dtype": str(value.dtype), "counts": value.view(numpy.int64)}
+        return {"dtype": str(value.dtype), "shape": list(value.shape), "items": value.tolist()}
+    return None
 
 
 def _opaque(value: Any) -> bool:

@@ -8,12 +8,24 @@ The cases are the ones that compared `identical` on loops nobody here wrote: `ar
 
 from __future__ import annotations
 
+import array
+import collections
+import datetime
+import decimal
+import itertools
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+from tripwire.bitwise.trajectory import digest_value
 from tripwire.outside.capture import MAX_DEPTH, no_value, object_state
 from tripwire.outside.compare import compare_results
 from tripwire.outside.record import record
@@ -124,6 +136,84 @@ def test_a_cycle_is_walked_once() -> None:
     skipped: list[str] = []
     state = object_state(ring, skipped)
     assert isinstance(state["value"], torch.Tensor) and skipped == ["next (Ring: a cycle)"]
+
+
+class Holder:
+    """An object holding one value of the kind under test, beside a plain count."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+        self.step = 3
+
+
+def _advanced(make: Callable[[], Any], draws: int) -> Any:
+    generator = make()
+    if isinstance(generator, torch.Generator):
+        torch.rand(draws, generator=generator)
+    elif isinstance(generator, random.Random):
+        [generator.random() for _ in range(draws)]
+    else:
+        generator.random(draws)
+    return generator
+
+
+# Values with no fields of their own (no `__dict__`, nothing to descend into), each made holding `x`: an episode-return
+# deque (SB3's `ep_info_buffer`), a set, the random generators an environment or sampler keeps, NumPy arrays torch
+# has no dtype for, bytes, and Python's numbers and dates. Each digested as `{}` before: a change compared identical.
+HOLDING: dict[str, Callable[[float], object]] = {
+    "deque": lambda x: collections.deque([1.0, x], maxlen=100),
+    "set": lambda x: {1.0, x},
+    "frozenset of strings": lambda x: frozenset({"a", "b", str(x)}),
+    "complex": lambda x: complex(1.0, x),
+    "array.array": lambda x: array.array("d", [1.0, x]),
+    "bytes": lambda x: bytes([1, int(x)]),
+    "bytearray": lambda x: bytearray([1, int(x)]),
+    "range": lambda x: range(int(x)),
+    "Decimal": lambda x: decimal.Decimal(x),
+    "datetime": lambda x: datetime.datetime(2026, 1, int(x)),
+    "NumPy strings": lambda x: np.array(["a", str(x)]),
+    "NumPy objects": lambda x: np.array([1.0, x, None], dtype=object),
+    "NumPy records": lambda x: np.array([(1, x)], dtype=[("a", "i4"), ("b", "f8")]),
+    "NumPy datetimes": lambda x: np.array([int(x)], dtype="datetime64[s]"),
+    "NumPy dtype": lambda x: np.dtype("float32" if x < 3 else "float64"),
+    "NumPy Generator": lambda x: _advanced(lambda: np.random.default_rng(0), int(x)),
+    "NumPy RandomState": lambda x: _advanced(lambda: np.random.RandomState(0), int(x)),
+    "random.Random": lambda x: _advanced(lambda: random.Random(0), int(x)),
+    "torch.Generator": lambda x: _advanced(lambda: torch.Generator().manual_seed(0), int(x)),
+    "torch.layout": lambda x: torch.strided if x < 3 else torch.sparse_coo,
+}
+
+
+@pytest.mark.parametrize("kind", list(HOLDING))
+def test_a_value_with_no_fields_of_its_own_is_digested_by_what_it_holds(kind: str) -> None:
+    """What such a value holds is digested, the same for the same value (a set's order is not the hash seed's) and
+    different for a different one, and nothing is said to be left out."""
+    skipped: list[str] = []
+    digests = [digest_value(object_state(Holder(HOLDING[kind](x)), skipped)) for x in (2.0, 2.0, 5.0)]
+    assert digests[0] == digests[1] != digests[2]
+    assert skipped == []
+
+
+def test_a_set_of_strings_digests_the_same_under_every_hash_seed() -> None:
+    script = (
+        "from tripwire.outside.capture import object_state\n"
+        "from tripwire.bitwise.trajectory import digest_value\n"
+        "print(digest_value(object_state({'names': {'actor', 'critic', 'value', 'policy', 'entropy'}})))\n"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", script], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True
+        ).stdout
+        for seed in ("0", "1", "2")
+    }
+    assert len(seen) == 1 and "'names': " in next(iter(seen))
+
+
+def test_an_object_built_in_c_with_no_fields_is_named_as_left_out() -> None:
+    """One tripwire cannot read (no `__dict__`, no `__slots__`) is said to be left out, not digested as nothing."""
+    skipped: list[str] = []
+    object_state(Holder(itertools.count(5)), skipped)
+    assert skipped == ["value (count: no fields tripwire can read)"]
 
 
 @pytest.mark.parametrize("capture", [("return",), ("arg:weights",), ("args",)])
