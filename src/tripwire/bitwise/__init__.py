@@ -1,6 +1,7 @@
 """Bitwise state and what a difference is: digests, kept values, trajectories, structure and size.
 
 - `digest`: sha256 digests of tensors, state dicts, RNG states and plain values;
+- `fields`: an object's numbers, found by descending into its fields, and NumPy values as torch's: what is digested;
 - `values`: the numbers behind the digests, kept once per distinct tensor and read back lazily;
 - `trajectory`: ordered, named checkpoints of digests, recorded during a run and compared to a golden;
 - `tensor_diff`: what changed inside one checkpoint, structure (added, removed, renamed, reshaped) apart from values;

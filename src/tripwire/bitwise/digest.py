@@ -7,7 +7,8 @@ messages. Reading a mismatch: equal digests mean bitwise-equal values; a differe
 same name means at least one bit, the dtype or the shape changed. Non-tensor leaves (floats, ints,
 strings, `param_groups` entries) are hashed from a canonical encoding (floats by their IEEE bytes). A NumPy
 array is digested as the tensor of its dtype and bytes (`numpy_tensor`), a NumPy scalar as its Python value, so
-state a loop keeps in NumPy (a rollout buffer) is compared bit for bit, never by a truncated repr. Digesting copies
+state a loop keeps in NumPy (a rollout buffer) is compared bit for bit, never by a truncated repr; any other
+object (a dataclass of tensors, an optimizer, a deque) by its fields (`tripwire.bitwise.fields`). Digesting copies
 device tensors to the host; it runs under `ignore_syncs()` so it never counts against a sync budget.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 
 import torch
 
+from tripwire.bitwise.fields import an_object, object_state, plain_leaf
 from tripwire.common.context import usable_cpus
 from tripwire.sync import ignore_syncs
 
@@ -60,36 +62,6 @@ def _tensor_bytes(tensor: torch.Tensor) -> Any:
     if not data.is_contiguous():
         data = data.contiguous()
     return data.reshape(-1).view(torch.uint8).numpy()
-
-
-def numpy_tensor(value: Any) -> torch.Tensor | None:
-    """A NumPy array as a CPU tensor of the same dtype, shape and bytes (None: not an array, or a dtype torch has no
-    counterpart for: objects, strings, datetimes)."""
-    if not type(value).__module__.startswith("numpy"):
-        return None
-    import numpy
-
-    if not isinstance(value, numpy.ndarray) or value.dtype.kind not in "biufc":
-        return None
-    array = numpy.ascontiguousarray(value)
-    if not array.dtype.isnative:
-        array = array.astype(array.dtype.newbyteorder("="))
-    try:
-        return torch.from_numpy(array)
-    except TypeError:  # a dtype torch does not have (uint32 in old torch, float128)
-        return None
-
-
-def plain_leaf(leaf: Any) -> Any:
-    """A NumPy array as its tensor (`numpy_tensor`), a NumPy scalar as its Python value; anything else as it is."""
-    if type(leaf).__module__.startswith("numpy") and not isinstance(leaf, (float, int)):
-        tensor = numpy_tensor(leaf)
-        if tensor is not None:
-            return tensor
-        item = getattr(leaf, "item", None)
-        if callable(item) and getattr(leaf, "ndim", None) == 0:
-            return item()
-    return leaf
 
 
 def _tensor_parts(tensor: torch.Tensor) -> tuple[bytes, Any]:
@@ -245,6 +217,8 @@ def value_digest(value: Any) -> str:
         return combined_digest(state_digest(value.state_dict()))
     if isinstance(value, (Mapping, list, tuple)) and value:
         return combined_digest(state_digest(value))
+    if an_object(value):  # by its fields, never by its repr (which shows a large tensor's ends only)
+        return value_digest(object_state(value))
     return _plain_digest(value)
 
 
@@ -274,7 +248,9 @@ def _encoded_digest(value: Any) -> str:
 
 def _structured(value: Any) -> bool:
     """Whether a list item is digested on its own (a container, a tensor, a NumPy array), not inside a plain list."""
-    return isinstance(value, (Mapping, list, tuple, torch.Tensor)) or type(value).__name__ == "ndarray"
+    return (
+        isinstance(value, (Mapping, list, tuple, torch.Tensor)) or type(value).__name__ == "ndarray" or an_object(value)
+    )
 
 
 def leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
@@ -306,6 +282,8 @@ def _add_leaves(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:
     elif isinstance(value, (list, tuple)) and any(_structured(v) for v in value):
         for index, item in enumerate(value):
             _add_leaves(f"{prefix}.{index}" if prefix else str(index), item, out)
+    elif an_object(value):  # by its fields (`tripwire.bitwise.fields`), never by its repr
+        _add_leaves(prefix, object_state(value), out)
     else:
         out.append((prefix, value))
 

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from tripwire.bitwise.digest import leaf_record, leaf_records, leaf_spec, leaf_value, leaves, short, value_digest
+from tripwire.bitwise.fields import an_object, object_state
 from tripwire.bitwise.magnitude import Magnitude, checkpoint_deltas, classify, growth_point
 from tripwire.bitwise.tensor_diff import TensorChanges, tensor_changes
 from tripwire.bitwise.values import Values, load_values, save_values
@@ -55,6 +56,8 @@ def checkpoint_entries(value: Any, keep: bool = False) -> list[tuple[str, str, s
     mapping or plain value); the value, a detached CPU copy (`leaf_value`), only with `keep`, else None."""
     if isinstance(value, torch.nn.Module):
         value = value.state_dict()
+    elif an_object(value):  # an object's fields, each a named leaf (`tripwire.bitwise.fields`)
+        value = object_state(value)
     if isinstance(value, Mapping) and value:
         named = leaves("", value)
         records = leaf_records([leaf for _, leaf in named], keep)

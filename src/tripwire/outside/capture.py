@@ -1,12 +1,10 @@
 """What a checkpoint digests of what it captures: the numbers inside an object, found by descending into it.
 
-A capture (`return`, `self`, `self.NAME`, `arg:NAME`, `arg:NAME.attr`) is reduced to a digestible state: a module's or
-optimizer's state, any `state_dict()`, tensors, NumPy arrays, plain values and containers of them as they are, and
-any other object by its fields (`__dict__` and `__slots__`), descended into until its numbers are found: a replay
-buffer's `_meta` batch, a space's bounds, a dataclass of arrays. The descent stops at `MAX_DEPTH` objects deep and
-after `MAX_LEAVES` values (a capture of a whole simulator would digest everything it holds), and what it could not
-digest (a callable, a module, a lock, an object deeper than the bound) is named in `skipped`, said once in the
-result's notes.
+A capture (`return`, `self`, `self.NAME`, `arg:NAME`, `arg:NAME.attr`) is reduced to a digestible state by
+`tripwire.bitwise.fields.object_state`: tensors, NumPy arrays, plain values and containers of them as they are, and
+any other object descended into until its numbers are found (a replay buffer's `_meta` batch, a space's bounds, a
+dataclass of arrays). What it could not digest (a callable, a lock, an object deeper than the bound) is named in
+`skipped`, said once in the result's notes.
 
 A capture that digested no value is an error, not a pass (`no_value`): a name that binds nothing (`arg:weigths`, a
 typo), a state of only None, or one of only plain ints and strings (indexes and sizes) while a field it left out holds
@@ -15,171 +13,14 @@ the data. Two runs of such a capture compare identical whatever the loop compute
 
 from __future__ import annotations
 
-import array
-import collections
-import datetime
-import decimal
-import random
-import types
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from tripwire.bitwise.digest import plain_leaf
+from tripwire.bitwise.fields import MAX_DEPTH, MAX_LEAVES, Descent, object_state, plain_leaf
 
 __all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "no_value", "object_state"]
-
-MAX_DEPTH = 6  # objects inside objects, below the captured one
-MAX_LEAVES = 20_000  # values digested of one capture
-# Objects never descended into: code, classes, modules, and what only a running process has (threads, locks, files)
-_OPAQUE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType, type)
-_OPAQUE_NAMES = ("lock", "thread", "event", "condition", "semaphore", "textiowrapper", "bufferedwriter", "logger")
-
-
-class Descent:
-    """One capture's walk: the objects on the way (no cycle is walked twice), the values counted, what was left out."""
-
-    def __init__(self, skipped: list[str]) -> None:
-        self.skipped = skipped
-        self.leaves = 0
-        self.on_path: set[int] = set()
-
-    def state(self, value: Any, path: str, depth: int) -> Any:
-        """The digestible state of `value`, found at `path` inside the capture."""
-        if isinstance(value, torch.nn.Module):
-            return value.state_dict()
-        if isinstance(value, torch.optim.Optimizer):
-            params = [param for group in value.param_groups for param in group["params"]]
-            return {"params": params, "state_dict": value.state_dict()}
-        state_dict = getattr(value, "state_dict", None)
-        if callable(state_dict) and not isinstance(value, type):
-            return state_dict()
-        if _digestible(value):
-            return self._contents(value, path, depth)
-        held = _held(value)
-        if held is not None:
-            return self._contents(held, path, depth)
-        return self._fields(value, path, depth)
-
-    def _fields(self, value: Any, path: str, depth: int) -> Any:
-        kind = type(value).__name__
-        if _opaque(value):
-            return self._skip(path, kind, "")
-        if depth > MAX_DEPTH:
-            return self._skip(path, kind, f"deeper than {MAX_DEPTH} objects")
-        if id(value) in self.on_path:
-            return self._skip(path, kind, "a cycle")
-        if not hasattr(value, "__dict__") and not any(getattr(cls, "__slots__", ()) for cls in type(value).__mro__):
-            return self._skip(path, kind, "no fields tripwire can read")  # built in C: its state is out of reach
-        self.on_path.add(id(value))
-        try:
-            return {name: self.state(item, _join(path, name), depth + 1) for name, item in _own_fields(value)}
-        finally:
-            self.on_path.discard(id(value))
-
-    def _contents(self, value: Any, path: str, depth: int) -> Any:
-        if isinstance(value, _NAMED):
-            return str(value)
-        if isinstance(value, Mapping):
-            return {key: self._item(item, f"{path}[{key!r}]", depth) for key, item in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self._item(item, f"{path}[{index}]", depth) for index, item in enumerate(value)]
-        self.leaves += 1
-        return value
-
-    def _item(self, value: Any, path: str, depth: int) -> Any:
-        if self.leaves >= MAX_LEAVES:
-            return self._skip(path, type(value).__name__, f"past {MAX_LEAVES} values")
-        if _digestible(value):
-            return self._contents(value, path, depth)
-        return self.state(value, path, depth + 1)
-
-    def _skip(self, path: str, kind: str, why: str) -> str:
-        self.skipped.append(f"{path.lstrip('.') or 'it'} ({kind}{': ' + why if why else ''})")
-        return f"<skipped {kind}>"
-
-
-def object_state(value: Any, skipped: list[str] | None = None) -> Any:
-    """What a checkpoint digests of an object (the module docstring); what is left out is named in `skipped`."""
-    return Descent([] if skipped is None else skipped).state(value, "", 0)
-
-
-# torch's values that are what their name says (`torch.float32`, `cuda:0`, `torch.channels_last`)
-_NAMED = (torch.device, torch.dtype, torch.layout, torch.memory_format)
-
-
-def _digestible(value: Any) -> bool:
-    """A tensor, a NumPy array or scalar, a plain value, a device or dtype, or a container (kept, its items judged
-    one by one)."""
-    return (
-        value is None
-        or isinstance(value, (torch.Tensor, Mapping, list, tuple, int, float, complex, str, bool, *_NAMED))
-        or (type(value).__module__.startswith("numpy") and plain_leaf(value) is not value)
-    )
-
-
-def _held(value: Any) -> Any:
-    """What a value of a kind with no fields of its own holds, in a form that is digested (None: not one of them): a
-    deque, array or set as a list (a set sorted, so its order is not the hash seed's); bytes as a NumPy array of
-    bytes; a NumPy array torch has no dtype for (strings, objects, records, datetimes) as its dtype, shape and items;
-    a random generator as its state (torch's, NumPy's, Python's); a range, decimal, date or time as what it says."""
-    if isinstance(value, (collections.deque, array.array)):
-        return list(value)
-    if isinstance(value, (set, frozenset)):
-        try:
-            return sorted(value)
-        except TypeError:
-            return sorted(value, key=lambda item: (type(item).__name__, repr(item)))
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        import numpy
-
-        return numpy.frombuffer(bytes(value), dtype=numpy.uint8).copy()
-    if isinstance(value, range):
-        return [value.start, value.stop, value.step]
-    if isinstance(value, torch.Generator):
-        return value.get_state()
-    if isinstance(value, random.Random):
-        return value.getstate()
-    if isinstance(value, (decimal.Decimal, datetime.date, datetime.time, datetime.timedelta)):
-        return repr(value)
-    if type(value).__module__.startswith("numpy"):
-        return _numpy_held(value)
-    return None
-
-
-def _numpy_held(value: Any) -> Any:
-    import numpy
-
-    if isinstance(value, numpy.dtype):
-        return str(value)
-    if isinstance(value, numpy.random.Generator):
-        return value.bit_generator.state
-    if isinstance(value, numpy.random.RandomState):
-        return value.get_state(legacy=False)
-    if isinstance(value, numpy.ndarray):
-        if value.dtype.kind in "Mm":  # datetimes and durations: their int64 counts, and the unit in the dtype
-            return {"dtype": str(value.dtype), "counts": value.view(numpy.int64)}
-        return {"dtype": str(value.dtype), "shape": list(value.shape), "items": value.tolist()}
-    return None
-
-
-def _opaque(value: Any) -> bool:
-    return isinstance(value, _OPAQUE) or callable(value) or type(value).__name__.lower() in _OPAQUE_NAMES
-
-
-def _own_fields(value: Any) -> list[tuple[str, Any]]:
-    """An object's fields: its `__dict__` entries and the `__slots__` of its classes that are set, dunders left out."""
-    fields = [(name, item) for name, item in getattr(value, "__dict__", {}).items() if not name.startswith("__")]
-    for cls in type(value).__mro__:
-        for name in getattr(cls, "__slots__", ()):
-            if isinstance(name, str) and not name.startswith("__") and hasattr(value, name):
-                fields.append((name, getattr(value, name)))
-    return fields
-
-
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
 
 
 def _values(state: Any) -> tuple[int, int]:

@@ -1,0 +1,236 @@
+"""An object's numbers, found by descending into it, and NumPy values as torch's: what a digest is taken of.
+
+A value that is not a tensor, a NumPy array or scalar, a plain value or a container of them is reduced to a
+digestible state (`object_state`): a module's or optimizer's state, any `state_dict()`, and any other object by its
+fields (`__dict__` and `__slots__`), descended into until its numbers are found: a replay buffer's `_meta` batch, a
+space's bounds, a dataclass of arrays. A value with no fields of its own is digested by what it holds (`_held`): a
+deque, a set (sorted), bytes, a random generator's state, a NumPy array torch has no dtype for. The descent stops at
+`MAX_DEPTH` objects deep and after `MAX_LEAVES` values (a capture of a whole simulator would digest everything it
+holds), and what it could not digest (a callable, a module, a lock, an object built in C with nothing readable, an
+object deeper than the bound) is named in `skipped` and digested as `<skipped KIND>`.
+
+`tripwire.bitwise.digest` digests what this gives; `tripwire.outside.capture` says when a capture digested no value.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import datetime
+import decimal
+import random
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "an_object", "numpy_tensor", "object_state", "plain_leaf"]
+
+MAX_DEPTH = 6  # objects inside objects, below the captured one
+MAX_LEAVES = 20_000  # values digested of one capture
+# Objects never descended into: code, classes, modules, and what only a running process has (threads, locks, files)
+_OPAQUE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType, type)
+_OPAQUE_NAMES = ("lock", "thread", "event", "condition", "semaphore", "textiowrapper", "bufferedwriter", "logger")
+
+
+class Descent:
+    """One capture's walk: the objects on the way (no cycle is walked twice), the values counted, what was left out."""
+
+    def __init__(self, skipped: list[str]) -> None:
+        self.skipped = skipped
+        self.leaves = 0
+        self.on_path: set[int] = set()
+
+    def state(self, value: Any, path: str, depth: int) -> Any:
+        """The digestible state of `value`, found at `path` inside the capture."""
+        if isinstance(value, torch.nn.Module):
+            return value.state_dict()
+        if isinstance(value, torch.optim.Optimizer):
+            params = [param for group in value.param_groups for param in group["params"]]
+            return {"params": params, "state_dict": value.state_dict()}
+        state_dict = getattr(value, "state_dict", None)
+        if callable(state_dict) and not isinstance(value, type):
+            return state_dict()
+        if _digestible(value):
+            return self._contents(value, path, depth)
+        held = _held(value)
+        if held is not None:
+            return self._contents(held, path, depth)
+        return self._fields(value, path, depth)
+
+    def _fields(self, value: Any, path: str, depth: int) -> Any:
+        kind = type(value).__name__
+        if _opaque(value):
+            return self._skip(path, kind, "")
+        if depth > MAX_DEPTH:
+            return self._skip(path, kind, f"deeper than {MAX_DEPTH} objects")
+        if id(value) in self.on_path:
+            return self._skip(path, kind, "a cycle")
+        if not hasattr(value, "__dict__") and not any(getattr(cls, "__slots__", ()) for cls in type(value).__mro__):
+            return self._skip(path, kind, "no fields tripwire can read")  # built in C: its state is out of reach
+        self.on_path.add(id(value))
+        try:
+            return {name: self.state(item, _join(path, name), depth + 1) for name, item in _own_fields(value)}
+        finally:
+            self.on_path.discard(id(value))
+
+    def _contents(self, value: Any, path: str, depth: int) -> Any:
+        if isinstance(value, _NAMED):
+            return str(value)
+        if isinstance(value, Mapping):
+            return {key: self._item(item, f"{path}[{key!r}]", depth) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._item(item, f"{path}[{index}]", depth) for index, item in enumerate(value)]
+        self.leaves += 1
+        return value
+
+    def _item(self, value: Any, path: str, depth: int) -> Any:
+        if self.leaves >= MAX_LEAVES:
+            return self._skip(path, type(value).__name__, f"past {MAX_LEAVES} values")
+        if _digestible(value):
+            return self._contents(value, path, depth)
+        return self.state(value, path, depth + 1)
+
+    def _skip(self, path: str, kind: str, why: str) -> str:
+        self.skipped.append(f"{path.lstrip('.') or 'it'} ({kind}{': ' + why if why else ''})")
+        return f"<skipped {kind}>"
+
+
+def object_state(value: Any, skipped: list[str] | None = None) -> Any:
+    """What a checkpoint digests of an object (the module docstring); what is left out is named in `skipped`."""
+    return Descent([] if skipped is None else skipped).state(value, "", 0)
+
+
+# torch's values that are what their name says (`torch.float32`, `cuda:0`, `torch.channels_last`)
+_NAMED = (torch.device, torch.dtype, torch.layout, torch.memory_format)
+
+
+def _digestible(value: Any) -> bool:
+    """A tensor, a NumPy array or scalar, a plain value, a device or dtype, or a container (kept, its items judged
+    one by one)."""
+    return (
+        value is None
+        or isinstance(value, (torch.Tensor, Mapping, list, tuple, int, float, complex, str, bool, *_NAMED))
+        or (type(value).__module__.startswith("numpy") and plain_leaf(value) is not value)
+    )
+
+
+def _held(value: Any) -> Any:
+    """What a value of a kind with no fields of its own holds, in a form that is digested (None: not one of them): a
+    deque, array or set as a list (a set sorted, so its order is not the hash seed's); bytes as a NumPy array of
+    bytes; a NumPy array torch has no dtype for (strings, objects, records, datetimes) as its dtype, shape and items;
+    a random generator as its state (torch's, NumPy's, Python's); a range, decimal, date or time as what it says."""
+    if isinstance(value, (collections.deque, array.array)):
+        return list(value)
+    if isinstance(value, (set, frozenset)):
+        try:
+            return sorted(value)
+        except TypeError:
+            return sorted(value, key=lambda item: (type(item).__name__, repr(item)))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        import numpy
+
+        return numpy.frombuffer(bytes(value), dtype=numpy.uint8).copy()
+    if isinstance(value, range):
+        return [value.start, value.stop, value.step]
+    if isinstance(value, torch.Generator):
+        return value.get_state()
+    if isinstance(value, random.Random):
+        return value.getstate()
+    if isinstance(value, (decimal.Decimal, datetime.date, datetime.time, datetime.timedelta)):
+        return repr(value)
+    if type(value).__module__.startswith("numpy"):
+        return _numpy_held(value)
+    return None
+
+
+def _numpy_held(value: Any) -> Any:
+    import numpy
+
+    if isinstance(value, numpy.dtype):
+        return str(value)
+    if isinstance(value, numpy.random.Generator):
+        return value.bit_generator.state
+    if isinstance(value, numpy.random.RandomState):
+        return value.get_state(legacy=False)
+    if isinstance(value, numpy.ndarray):
+        if value.dtype.kind in "Mm":  # datetimes and durations: their int64 counts, and the unit in the dtype
+            return {"dtype": str(value.dtype), "counts": value.view(numpy.int64)}
+        return {"dtype": str(value.dtype), "shape": list(value.shape), "items": value.tolist()}
+    return None
+
+
+def _opaque(value: Any) -> bool:
+    return isinstance(value, _OPAQUE) or callable(value) or type(value).__name__.lower() in _OPAQUE_NAMES
+
+
+def _own_fields(value: Any) -> list[tuple[str, Any]]:
+    """An object's fields: its `__dict__` entries and the `__slots__` of its classes that are set, dunders left out."""
+    fields = [(name, item) for name, item in getattr(value, "__dict__", {}).items() if not name.startswith("__")]
+    for cls in type(value).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if isinstance(name, str) and not name.startswith("__") and hasattr(value, name):
+                fields.append((name, getattr(value, name)))
+    return fields
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def numpy_tensor(value: Any) -> torch.Tensor | None:
+    """A NumPy array as a CPU tensor of the same dtype, shape and bytes (None: not an array, or a dtype torch has no
+    counterpart for: objects, strings, datetimes)."""
+    if not type(value).__module__.startswith("numpy"):
+        return None
+    import numpy
+
+    if not isinstance(value, numpy.ndarray) or value.dtype.kind not in "biufc":
+        return None
+    array = numpy.ascontiguousarray(value)
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    try:
+        return torch.from_numpy(array)
+    except TypeError:  # a dtype torch does not have (uint32 in old torch, float128)
+        return None
+
+
+def plain_leaf(leaf: Any) -> Any:
+    """A NumPy array as its tensor (`numpy_tensor`), a NumPy scalar as its Python value; anything else as it is."""
+    if type(leaf).__module__.startswith("numpy") and not isinstance(leaf, (float, int)):
+        tensor = numpy_tensor(leaf)
+        if tensor is not None:
+            return tensor
+        item = getattr(leaf, "item", None)
+        if callable(item) and getattr(leaf, "ndim", None) == 0:
+            return item()
+    return leaf
+
+
+def an_object(value: Any) -> bool:
+    """Whether `value` is an object a digest descends into (`object_state`), not a value digested as it is: None, a
+    bool, number or string, a container, a tensor, a NumPy array or scalar, a generator, a module, a device, dtype."""
+    return not (
+        value is None
+        or isinstance(value, _LEAVES)
+        or (type(value).__module__.startswith("numpy") and plain_leaf(value) is not value)
+    )
+
+
+# digested as they are, by `tripwire.bitwise.digest`
+_LEAVES = (
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    Mapping,
+    list,
+    tuple,
+    torch.Tensor,
+    torch.Generator,
+    torch.nn.Module,
+    *_NAMED,
+)

@@ -1,0 +1,58 @@
+"""An object in a checkpoint (a dataclass of tensors, an optimizer, a deque of returns) is digested by its fields,
+never by its repr: a repr shows a large tensor's ends only (`tensor([0., 0., ..., 0.])`), an optimizer's settings
+only, and a plain object's address, so a change in the middle compared identical and two equal objects differed."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+import torch
+
+from tripwire.bitwise.trajectory import checkpoint_entries, digest_value
+
+
+@dataclasses.dataclass
+class Rollout:
+    observations: torch.Tensor
+    returns: collections.deque[float]
+    seed: int
+
+
+def _rollout(middle: float = 0.0, last_return: float = 1.0) -> Rollout:
+    observations = torch.zeros(4000)
+    observations[2000] = middle
+    return Rollout(observations, collections.deque([0.5, last_return], maxlen=100), seed=7)
+
+
+def test_a_change_in_the_middle_of_an_objects_large_tensor_changes_its_digest() -> None:
+    for wrap in (lambda r: r, lambda r: [r, 1.0], lambda r: {"rollout": r}, lambda r: (r,)):
+        assert digest_value(wrap(_rollout())) == digest_value(wrap(_rollout()))  # equal objects: equal digests
+        assert digest_value(wrap(_rollout())) != digest_value(wrap(_rollout(middle=1.0)))
+        assert digest_value(wrap(_rollout())) != digest_value(wrap(_rollout(last_return=2.0)))
+
+
+def test_an_object_checkpoint_is_named_by_its_fields() -> None:
+    names = [name for name, *_ in checkpoint_entries({"rollout": _rollout()})]
+    assert names == ["rollout.observations", "rollout.returns", "rollout.seed"]
+    assert [name for name, *_ in checkpoint_entries(_rollout())] == ["observations", "returns", "seed"]
+
+
+def test_an_optimizer_inside_a_checkpoint_is_digested_by_its_state() -> None:
+    def stepped(lr: float) -> torch.optim.Optimizer:
+        weight = torch.nn.Parameter(torch.ones(3))
+        optimizer = torch.optim.Adam([weight], lr=0.1)
+        weight.grad = torch.full((3,), lr)
+        optimizer.step()
+        return optimizer
+
+    assert digest_value({"opt": stepped(1.0)}) == digest_value({"opt": stepped(1.0)})
+    assert digest_value({"opt": stepped(1.0)}) != digest_value({"opt": stepped(2.0)})
+
+
+def test_plain_values_and_arrays_digest_as_before() -> None:
+    """What was never an object keeps its digest: plain values, lists of them, NumPy arrays and scalars."""
+    assert digest_value([1.0, 2, "a", None]) == digest_value([1.0, 2, "a", None])
+    assert digest_value(np.arange(3.0)) == digest_value(torch.arange(3.0, dtype=torch.float64))
+    assert digest_value(np.float32(1.5)) == digest_value(1.5)
