@@ -67,11 +67,27 @@ def _tensor_bytes(tensor: torch.Tensor) -> Any:
 def _tensor_parts(tensor: torch.Tensor) -> tuple[bytes, Any]:
     """What a tensor's digest hashes: its header (dtype and shape) and its payload (its raw bytes, `<meta>` for a
     meta tensor). Reading the bytes may copy to the host, under `ignore_syncs()`."""
+    if tensor.is_nested:  # its tensors one by one: a nested tensor has no one shape, nor one buffer to read
+        parts = [_tensor_parts(part) for part in tensor.unbind()]
+        header = f"nested|{tensor.dtype}|{len(parts)}|".encode() + b"".join(head for head, _ in parts)
+        return header, b"".join(bytes(payload) for _, payload in parts)
     header = f"tensor|{tensor.dtype}|{tuple(tensor.shape)}|".encode()
     if tensor.device.type == "meta":
         return header, b"<meta>"
     with ignore_syncs():
+        if tensor.is_quantized:  # its integers and what they stand for: the same integers at another scale differ
+            return header + _quantization(tensor), _tensor_bytes(tensor)
         return header, _tensor_bytes(tensor)
+
+
+def _quantization(tensor: torch.Tensor) -> bytes:
+    """A quantized tensor's scheme, scale(s) and zero point(s), in their bits."""
+    scheme = tensor.qscheme()
+    if scheme in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        return f"{scheme}|{float(tensor.q_scale()).hex()}|{int(tensor.q_zero_point())}|".encode()
+    scales, zeros = tensor.q_per_channel_scales(), tensor.q_per_channel_zero_points()
+    axis = tensor.q_per_channel_axis()
+    return f"{scheme}|{axis}|".encode() + bytes(_tensor_bytes(scales)) + b"|" + bytes(_tensor_bytes(zeros)) + b"|"
 
 
 def _sha256(header: bytes, payload: Any) -> str:
@@ -110,6 +126,7 @@ def _read_in_place(tensor: torch.Tensor) -> bool:
     """Whether `_tensor_bytes` reads this tensor's own memory (no copy)."""
     return (
         tensor.is_cpu
+        and not tensor.is_nested
         and tensor.layout == torch.strided
         and tensor.is_contiguous()
         and not (tensor.is_conj() or tensor.is_neg())
@@ -130,6 +147,7 @@ def leaf_records(items: Sequence[Any], keep: bool = False) -> list[tuple[str, st
             index
             for index, item in enumerate(items)
             if isinstance(item, torch.Tensor)
+            and not item.is_nested
             and item.numel() * item.element_size() >= PARALLEL_HASH_BYTES  # not `nbytes`: a sparse tensor refuses it
             and _read_in_place(item)
         ]
@@ -307,6 +325,8 @@ def leaf_spec(leaf: Any) -> str:
     leaf = plain_leaf(leaf)
     if isinstance(leaf, torch.Tensor):
         dtype = str(leaf.dtype).removeprefix("torch.")
+        if leaf.is_nested:  # `float32[2][3]`: each of its tensors' shape
+            return dtype + "".join(f"[{','.join(map(str, part.shape))}]" for part in leaf.unbind())
         return f"{dtype}[{','.join(str(size) for size in leaf.shape)}]"
     if isinstance(leaf, bool):
         return "bool"
@@ -330,7 +350,7 @@ def leaf_value(leaf: Any) -> torch.Tensor | None:
         if isinstance(leaf, torch.Tensor):
             if type(leaf) in _PLAIN_TENSORS and _read_in_place(leaf):
                 return _BASE.clone(_BASE.detach(leaf))  # what the line below makes of it, in two calls
-            if leaf.device.type == "meta" or leaf.layout != torch.strided:
+            if leaf.device.type == "meta" or leaf.layout != torch.strided or leaf.is_nested:
                 return None
             return leaf.detach().resolve_conj().resolve_neg().to("cpu", copy=True)
         if isinstance(leaf, torch.Generator):

@@ -200,3 +200,36 @@ def test_digesting_counts_no_sync_whichever_way_the_counter_watches(explicit_hoo
         leaf_records([leaf for _, leaf in leaves("", state)], keep=True)
         leaf_record(state["weight"], keep=True)
     assert counter.events == []
+
+
+def _quantized(values: list[float], scale: float) -> torch.Tensor:
+    return torch.quantize_per_tensor(torch.tensor(values), scale, 0, torch.qint8)
+
+
+def _per_channel(values: torch.Tensor, scales: list[float]) -> torch.Tensor:
+    return torch.quantize_per_channel(values, torch.tensor(scales), torch.tensor([0, 0]), 0, torch.qint8)
+
+
+def test_a_quantized_tensor_is_digested_with_what_its_integers_stand_for() -> None:
+    """1.0 at scale 0.1 and 2.0 at scale 0.2 are the same integers (10): their digests differ, per tensor and per
+    channel, as their values do."""
+    one, two = _quantized([1.0], 0.1), _quantized([2.0], 0.2)
+    assert torch.equal(one.int_repr(), two.int_repr())
+    assert tensor_digest(one) != tensor_digest(two) and tensor_digest(one) == tensor_digest(_quantized([1.0], 0.1))
+    first, second = _per_channel(torch.ones(2, 2), [0.1, 0.2]), _per_channel(torch.ones(2, 2) * 2, [0.2, 0.4])
+    assert torch.equal(first.int_repr(), second.int_repr())
+    assert tensor_digest(first) != tensor_digest(second)
+
+
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
+def test_a_nested_tensor_is_digested_by_its_tensors(layout: torch.layout) -> None:
+    """It raised inside tripwire (a nested tensor has no one shape): digested tensor by tensor, its spec each one's
+    shape, and a different split of the same numbers is a different digest."""
+
+    def nested(*sizes: int, fill: float = 1.0) -> torch.Tensor:
+        return torch.nested.nested_tensor([torch.full((size,), fill) for size in sizes], layout=layout)
+
+    [(digest, spec, value)] = leaf_records([nested(2, 3)], keep=True)
+    assert digest == leaf_digest(nested(2, 3)) == tensor_digest(nested(2, 3))
+    assert spec == leaf_spec(nested(2, 3)) == "float32[2][3]" and value is None
+    assert digest != tensor_digest(nested(3, 2)) and digest != tensor_digest(nested(2, 3, fill=2.0))
