@@ -147,7 +147,6 @@ def leaf_records(items: Sequence[Any], keep: bool = False) -> list[tuple[str, st
             index
             for index, item in enumerate(items)
             if isinstance(item, torch.Tensor)
-            and not item.is_nested
             and item.numel() * item.element_size() >= PARALLEL_HASH_BYTES  # not `nbytes`: a sparse tensor refuses it
             and _read_in_place(item)
         ]

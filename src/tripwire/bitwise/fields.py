@@ -210,27 +210,7 @@ def plain_leaf(leaf: Any) -> Any:
 
 
 def an_object(value: Any) -> bool:
-    """Whether `value` is an object a digest descends into (`object_state`), not a value digested as it is: None, a
-    bool, number or string, a container, a tensor, a NumPy array or scalar, a generator, a module, a device, dtype."""
-    return not (
-        value is None
-        or isinstance(value, _LEAVES)
-        or (type(value).__module__.startswith("numpy") and plain_leaf(value) is not value)
-    )
-
-
-# digested as they are, by `tripwire.bitwise.digest`
-_LEAVES = (
-    bool,
-    int,
-    float,
-    complex,
-    str,
-    Mapping,
-    list,
-    tuple,
-    torch.Tensor,
-    torch.Generator,
-    torch.nn.Module,
-    *_NAMED,
-)
+    """Whether `value` is an object a digest descends into (`object_state`), not a value digested as it is: one
+    `_digestible` (None, a bool, number or string, a container, a tensor, a NumPy array or scalar, a device, dtype),
+    a generator or a module."""
+    return not (_digestible(value) or isinstance(value, (torch.Generator, torch.nn.Module)))
