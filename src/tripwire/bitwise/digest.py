@@ -27,6 +27,7 @@ import torch
 
 from tripwire.bitwise.fields import an_object, object_state, plain_leaf
 from tripwire.common.context import usable_cpus
+from tripwire.common.names import distinct
 from tripwire.sync import ignore_syncs
 
 DISPLAY_CHARS = 16
@@ -274,10 +275,14 @@ def leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
     """`(dotted name, leaf)` pairs of a nested mapping/sequence, in its own order: what `state_digest` digests.
 
     A leaf is a tensor, a generator, a module, a plain value, or a list of plain values (digested whole); an empty
-    mapping is the leaf `{}` named `prefix` (or `<empty>`).
+    mapping is the leaf `{}` named `prefix` (or `<empty>`). A name two leaves would share is numbered on the later
+    one (`tripwire.common.names`), so neither is left out.
     """
     out: list[tuple[str, Any]] = []
     _add_leaves(prefix, value, out)
+    names = [name for name, _ in out]
+    if len(set(names)) < len(names):  # a key `"a.b"` beside `a` -> `b`, or `1` beside `"1"`: the later one `#2`
+        out = list(zip(distinct(names), (leaf for _, leaf in out)))
     return out
 
 

@@ -35,6 +35,7 @@ from tripwire.bitwise.digest import leaf_value, short, value_digest
 from tripwire.bitwise.magnitude import Magnitude, classify, spacing
 from tripwire.bitwise.trajectory import Trajectory, TrajectoryReport, compare_trajectories
 from tripwire.common.errors import GuardrailFailure
+from tripwire.common.names import distinct, unnumbered
 from tripwire.telemetry.counts import DEFAULT_DETAIL_KEYS, event_label
 from tripwire.telemetry.schema import join_path
 
@@ -46,27 +47,29 @@ class PayloadDivergence(GuardrailFailure):
 
 
 def excluded(path: str, patterns: Sequence[str]) -> bool:
-    """True when `path` or an object above it (`data.a` above `data.a.b`) matches one of `patterns`."""
-    parts = path.split(".")
+    """True when `path` or an object above it (`data.a` above `data.a.b`) matches one of `patterns`; a path
+    numbered apart from another (`data.a.b#2`) matches as the path it shares."""
+    parts = unnumbered(path).split(".")
     prefixes = [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
     return any(fnmatchcase(prefix, pattern) for prefix in prefixes for pattern in patterns)
 
 
-def _leaves(prefix: str, value: Any, out: dict[str, Any]) -> None:
+def _leaves(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:
     """Flatten objects into `out` by dotted path; lists, scalars and empty objects are leaves."""
     if isinstance(value, Mapping) and value:
         for key, item in value.items():
             _leaves(join_path(prefix, key), item, out)
     else:
-        out[prefix] = value
+        out.append((prefix, value))
 
 
 def event_fields(event: Mapping[str, Any]) -> dict[str, Any]:
-    """An event's leaves by dotted path (see `_leaves`): what digests, values and exclude patterns read."""
-    fields: dict[str, Any] = {}
+    """An event's leaves by dotted path (see `_leaves`): what digests, values and exclude patterns read. A path two
+    leaves share (a key `"a.b"` beside `a` -> `b`) is numbered on the later one, `a.b#2`, so neither is lost."""
+    fields: list[tuple[str, Any]] = []
     for key, value in event.items():
         _leaves(str(key), value, fields)
-    return fields
+    return dict(zip(distinct([path for path, _ in fields]), (value for _, value in fields)))
 
 
 def patterns_for(label: str, exclude: Sequence[str]) -> list[str]:

@@ -56,3 +56,19 @@ def test_plain_values_and_arrays_digest_as_before() -> None:
     assert digest_value([1.0, 2, "a", None]) == digest_value([1.0, 2, "a", None])
     assert digest_value(np.arange(3.0)) == digest_value(torch.arange(3.0, dtype=torch.float64))
     assert digest_value(np.float32(1.5)) == digest_value(1.5)
+
+
+def test_two_keys_of_one_name_are_both_digested() -> None:
+    """A key `"a.b"` beside `a` -> `b`, and a key `1` beside `"1"`, are named alike (`str(key)`, joined by dots). The
+    later is numbered (`a.b#2`), so a change to either changes the digest; the earlier was replaced and passed."""
+    for clash, change in (
+        ({"a.b": torch.ones(2), "a": {"b": torch.zeros(2)}}, ("a.b", torch.full((2,), 5.0))),
+        ({1: 1.0, "1": 2.0}, (1, 9.0)),
+        ({"x": {"y.z": 1, "y": {"z": 1}}, "x.y.z#2": 3}, ("x.y.z#2", 4)),  # a real `#2` keeps its name
+    ):
+        key, value = change
+        assert digest_value(clash) != digest_value({**clash, key: value})
+        assert len(digest_value(clash)) == len(checkpoint_entries(clash)) == 2 + ("x" in clash)
+    names = [name for name, *_ in checkpoint_entries({"x": {"y.z": 1, "y": {"z": 1}}, "x.y.z#2": 3})]
+    assert names == ["x.y.z", "x.y.z#3", "x.y.z#2"]
+    assert [name for name, *_ in checkpoint_entries({"a.b": 1, "c": {"d": 2}})] == ["a.b", "c.d"]  # no clash: as before

@@ -71,6 +71,20 @@ def test_an_excluded_pattern_covers_the_field_and_everything_below_it() -> None:
     assert not excluded("data.val_loss", WALL_CLOCK) and not excluded("data.timings", WALL_CLOCK)
 
 
+def test_a_dotted_key_beside_the_nested_path_it_spells_is_digested_too() -> None:
+    """`{"loss.train": 1.0, "loss": {"train": 2.0}}`: both read `loss.train`; the later is `loss.train#2`, so a change
+    to either is seen (the earlier was replaced and passed unseen)."""
+    clash = {"loss.train": 1.0, "loss": {"train": 2.0}}
+    golden = [event("X", **clash)]
+    assert set(payload_digests(golden[0])) >= {"data.loss.train", "data.loss.train#2"}
+    first = compared(golden, [event("X", **{**clash, "loss.train": 9.0})])
+    assert "(X): field data.loss.train golden" in first
+    later = compared(golden, [event("X", **{**clash, "loss": {"train": 9.0}})])
+    assert "(X): field data.loss.train#2 golden" in later
+    # an exclusion of the shared path leaves out both
+    assert compared(golden, [event("X", **{"loss.train": 5.0, "loss": {"train": 6.0}})], ("data.loss",)) == "identical"
+
+
 def test_excluded_fields_are_ignored_and_the_rest_is_bitwise_equal() -> None:
     assert compared(run(stamp=1), run(stamp=2)) == "identical"
 
