@@ -6,8 +6,10 @@ fields (`__dict__` and `__slots__`), descended into until its numbers are found:
 space's bounds, a dataclass of arrays. A value with no fields of its own is digested by what it holds (`_held`): a
 deque, a set (sorted), bytes, a random generator's state, a NumPy array torch has no dtype for. The descent stops at
 `MAX_DEPTH` objects deep and after `MAX_LEAVES` values (a capture of a whole simulator would digest everything it
-holds), and what it could not digest (a callable, a module, a lock, an object built in C with nothing readable, an
-object deeper than the bound) is named in `skipped` and digested as `<skipped KIND>`.
+holds), and what it could not digest (a callable, a module, a lock, an object built in C that neither has fields
+nor pickles, an object deeper than the bound) is named in `skipped` and digested as `<skipped KIND>`. An object built
+in C with no fields is digested by what pickling keeps of it (`_pickled`: a NumPy bit generator's state, a seed
+sequence, a compiled pattern), and a NumPy masked array by its data, mask and fill value.
 
 `tripwire.bitwise.digest` digests what this gives; `tripwire.outside.capture` says when a capture digested no value.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import array
 import collections
+import copyreg
 import datetime
 import decimal
 import random
@@ -49,9 +52,9 @@ class Descent:
         if isinstance(value, torch.optim.Optimizer):
             params = [param for group in value.param_groups for param in group["params"]]
             return {"params": params, "state_dict": value.state_dict()}
-        state_dict = getattr(value, "state_dict", None)
-        if callable(state_dict) and not isinstance(value, type):
-            return state_dict()
+        # looked up on its class: an instance's `__getattr__` (a gym wrapper's, forwarding with a warning) never runs
+        if callable(getattr(type(value), "state_dict", None)) and not isinstance(value, type):
+            return value.state_dict()
         if _digestible(value):
             return self._contents(value, path, depth)
         held = _held(value)
@@ -67,10 +70,14 @@ class Descent:
             return self._skip(path, kind, f"deeper than {MAX_DEPTH} objects")
         if id(value) in self.on_path:
             return self._skip(path, kind, "a cycle")
-        if not hasattr(value, "__dict__") and not any(getattr(cls, "__slots__", ()) for cls in type(value).__mro__):
-            return self._skip(path, kind, "no fields tripwire can read")  # built in C: its state is out of reach
+        fields = _has_dict(value) or any(getattr(cls, "__slots__", ()) for cls in type(value).__mro__)
+        pickled = None if fields else _pickled(value)
+        if not fields and pickled is None:
+            return self._skip(path, kind, "no fields tripwire can read")  # built in C, and pickling keeps nothing
         self.on_path.add(id(value))
         try:
+            if pickled is not None:  # built in C: what pickling keeps of it (a bit generator's state, a seed sequence)
+                return {name: self._item(item, _join(path, name), depth + 1) for name, item in pickled.items()}
             return {name: self.state(item, _join(path, name), depth + 1) for name, item in _own_fields(value)}
         finally:
             self.on_path.discard(id(value))
@@ -154,6 +161,8 @@ def _numpy_held(value: Any) -> Any:
         return value.bit_generator.state
     if isinstance(value, numpy.random.RandomState):
         return value.get_state(legacy=False)
+    if isinstance(value, numpy.ma.MaskedArray):
+        return {"data": value.data, "mask": numpy.ma.getmaskarray(value), "fill_value": value.fill_value}
     if isinstance(value, numpy.ndarray):
         if value.dtype.kind in "Mm":  # datetimes and durations: their int64 counts, and the unit in the dtype
             return {"dtype": str(value.dtype), "counts": value.view(numpy.int64)}
@@ -167,12 +176,55 @@ def _opaque(value: Any) -> bool:
 
 def _own_fields(value: Any) -> list[tuple[str, Any]]:
     """An object's fields: its `__dict__` entries and the `__slots__` of its classes that are set, dunders left out."""
-    fields = [(name, item) for name, item in getattr(value, "__dict__", {}).items() if not name.startswith("__")]
+    own = _read(value, "__dict__") if _has_dict(value) else None
+    fields = [(name, item) for name, item in (own or {}).items() if not name.startswith("__")]
     for cls in type(value).__mro__:
         for name in getattr(cls, "__slots__", ()):
-            if isinstance(name, str) and not name.startswith("__") and hasattr(value, name):
-                fields.append((name, getattr(value, name)))
+            if (
+                isinstance(name, str)
+                and not name.startswith("__")
+                and (item := _read(value, name, _UNSET)) is not _UNSET
+            ):
+                fields.append((name, item))
     return fields
+
+
+_UNSET = object()
+
+
+def _read(value: Any, name: str, default: Any = None) -> Any:
+    """`value.name` as the object holds it: never through its class's `__getattr__` (a wrapper forwarding to what it
+    wraps, warning as it does), which a plain `getattr` runs for a name it lacks or a slot left unset."""
+    try:
+        return object.__getattribute__(value, name)
+    except AttributeError:
+        return default
+
+
+def _has_dict(value: Any) -> bool:
+    return bool(type(value).__dictoffset__) and isinstance(_read(value, "__dict__"), dict)
+
+
+def _pickled(value: Any) -> dict[str, Any] | None:
+    """What pickling keeps of an object built in C with no fields to read (`__reduce_ex__`): the arguments it is
+    rebuilt from, its state, its items; None when it cannot be pickled or keeps nothing but its class. A reducer
+    registered with `copyreg` (a compiled pattern's) comes first, as in `pickle`."""
+    if type(value).__module__ == "itertools":  # pickling them warns (deprecated since Python 3.12): a warning of ours
+        return None
+    try:
+        reducer = copyreg.dispatch_table.get(type(value))
+        reduced = reducer(value) if reducer is not None else value.__reduce_ex__(4)
+        if not isinstance(reduced, tuple) or len(reduced) < 2:
+            return None  # a string: a global, named by it
+        parts = (*reduced, None, None, None)[1:5]
+        args = [arg for arg in parts[0] or () if not isinstance(arg, type)]  # `copyreg.__newobj__` is handed the class
+        kept = {"args": args, "state": parts[1], "items": list(parts[2] or ()), "pairs": dict(parts[3] or {})}
+    except Exception:  # refused (a lock, a stream): nothing read, left out by name
+        return None
+    kept = {
+        name: part for name, part in kept.items() if part is not None and not (type(part) in (list, dict) and not part)
+    }
+    return kept or None
 
 
 def _join(path: str, name: str) -> str:
@@ -186,8 +238,12 @@ def numpy_tensor(value: Any) -> torch.Tensor | None:
         return None
     import numpy
 
-    if not isinstance(value, numpy.ndarray) or value.dtype.kind not in "biufc":
-        return None
+    if (
+        not isinstance(value, numpy.ndarray)
+        or value.dtype.kind not in "biufc"
+        or isinstance(value, numpy.ma.MaskedArray)
+    ):
+        return None  # a masked array's mask is more than its bytes (`_numpy_held`)
     array = numpy.ascontiguousarray(value)
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))

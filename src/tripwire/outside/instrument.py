@@ -84,7 +84,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         with ignore_syncs():
             return value.detach().cpu().tolist()
-    if hasattr(value, "tolist"):  # numpy arrays and scalars
+    if callable(getattr(type(value), "tolist", None)):  # numpy arrays and scalars (on the class: no `__getattr__` runs)
         return value.tolist()
     if isinstance(value, Mapping):
         return {str(key): jsonable(item) for key, item in value.items()}

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import warnings
 
 import numpy as np
+import pytest
 import torch
 
 from tripwire.bitwise.trajectory import checkpoint_entries, digest_value
@@ -72,3 +74,37 @@ def test_two_keys_of_one_name_are_both_digested() -> None:
     names = [name for name, *_ in checkpoint_entries({"x": {"y.z": 1, "y": {"z": 1}}, "x.y.z#2": 3})]
     assert names == ["x.y.z", "x.y.z#3", "x.y.z#2"]
     assert [name for name, *_ in checkpoint_entries({"a.b": 1, "c": {"d": 2}})] == ["a.b", "c.d"]  # no clash: as before
+
+
+class Forwarding:
+    """A wrapper that forwards an attribute it lacks to what it wraps, warning as it does (gymnasium 0.29's `Wrapper`
+    warns "env.state_dict to get variables from other wrappers is deprecated"), with slots left unset."""
+
+    __slots__ = ("inner", "unset")
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        warnings.warn(f"forwarded {name}", UserWarning, stacklevel=2)
+        return getattr(self.inner, name)
+
+
+def test_a_digest_never_asks_an_object_for_what_it_lacks() -> None:
+    """Digesting an object looks up `state_dict` on its class and reads its own fields: a `__getattr__` that forwards
+    or warns is never run, so a capture prints no warning of the loop's wrapper and spends no 'once' of it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        digests = [digest_value(Forwarding(Rollout(torch.full((3,), x), collections.deque(), 1))) for x in (0.0, 1.0)]
+    assert [str(warning.message) for warning in caught] == []
+    assert digests[0] != digests[1]
+
+
+def test_capturing_a_gymnasium_wrapper_prints_no_warning() -> None:
+    gymnasium = pytest.importorskip("gymnasium")
+    env = gymnasium.wrappers.RecordEpisodeStatistics(gymnasium.make("CartPole-v1"))
+    env.reset(seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        digest_value(env)
+    assert [str(warning.message) for warning in caught] == []

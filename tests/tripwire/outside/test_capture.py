@@ -15,6 +15,7 @@ import decimal
 import itertools
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -181,6 +182,12 @@ HOLDING: dict[str, Callable[[float], object]] = {
     "random.Random": lambda x: _advanced(lambda: random.Random(0), int(x)),
     "torch.Generator": lambda x: _advanced(lambda: torch.Generator().manual_seed(0), int(x)),
     "torch.layout": lambda x: torch.strided if x < 3 else torch.sparse_coo,
+    # built in C with no fields: digested by what pickling keeps of it
+    "NumPy bit generator": lambda x: np.random.PCG64(0).advance(int(x)),
+    "NumPy SeedSequence": lambda x: np.random.SeedSequence(int(x)),
+    "compiled pattern": lambda x: re.compile("a" * int(x)),
+    # a masked array's mask is not in its bytes
+    "NumPy masked array": lambda x: np.ma.masked_array([1.0, 2.0], mask=[False, x > 3]),
 }
 
 
