@@ -21,6 +21,7 @@ import collections
 import copyreg
 import datetime
 import decimal
+import inspect
 import random
 import types
 from collections.abc import Mapping
@@ -53,7 +54,7 @@ class Descent:
             params = [param for group in value.param_groups for param in group["params"]]
             return {"params": params, "state_dict": value.state_dict()}
         # looked up on its class: an instance's `__getattr__` (a gym wrapper's, forwarding with a warning) never runs
-        if callable(getattr(type(value), "state_dict", None)) and not isinstance(value, type):
+        if _state_dict_protocol(value):
             return value.state_dict()
         if _digestible(value):
             return self._contents(value, path, depth)
@@ -190,6 +191,21 @@ def _own_fields(value: Any) -> list[tuple[str, Any]]:
 
 
 _UNSET = object()
+
+
+def _state_dict_protocol(value: Any) -> bool:
+    """Whether `value.state_dict()` is torch's protocol: a method on its class (so no `__getattr__` runs) that takes
+    no argument; another `state_dict` (one needing a path, a plain attribute) leaves the object read by its fields."""
+    method = getattr(type(value), "state_dict", None)
+    if not callable(method) or isinstance(value, type):
+        return False
+    try:
+        inspect.signature(value.state_dict).bind()
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (built in C): taken at its word
+        return True
+    return True
 
 
 def _read(value: Any, name: str, default: Any = None) -> Any:

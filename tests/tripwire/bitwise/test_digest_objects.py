@@ -108,3 +108,18 @@ def test_capturing_a_gymnasium_wrapper_prints_no_warning() -> None:
         warnings.simplefilter("always")
         digest_value(env)
     assert [str(warning.message) for warning in caught] == []
+
+
+class Saver:
+    """A `state_dict` that is not torch's protocol: it needs a path."""
+
+    def __init__(self, weights: torch.Tensor) -> None:
+        self.weights = weights
+
+    def state_dict(self, path: str) -> dict[str, object]:
+        raise AssertionError("tripwire called a state_dict that needs an argument")
+
+
+def test_a_state_dict_that_needs_an_argument_leaves_the_object_read_by_its_fields() -> None:
+    assert digest_value(Saver(torch.zeros(3))) == digest_value(Saver(torch.zeros(3)))
+    assert digest_value(Saver(torch.zeros(3))) != digest_value(Saver(torch.ones(3)))
