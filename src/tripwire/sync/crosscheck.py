@@ -14,6 +14,7 @@ outside torch and tripwire, while it is raised (`file:line`), so the two can be 
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from collections import Counter
@@ -56,12 +57,17 @@ def reason(kind: str) -> str:
 
 class WarningSites:
     """While active, each of torch's sync warnings is counted at the line that made it (`sites`), and any other
-    warning shown as it would have been. `debug_mode` turns torch's sync debug mode on (CUDA only)."""
+    warning is filtered and shown as it would have been. `debug_mode` turns torch's sync debug mode on (CUDA only).
+
+    One filter is added, `always` for torch's sync warning alone, so a line that syncs at every step is counted at
+    every step; the loop's own filters (`-W error`, an `ignore` it set, Python's once per line) still decide every
+    other warning, and a filter the loop adds while this is active stays after it. Adding a filter has one effect
+    Python gives every filter change: a warning shown once per line before is shown once more."""
 
     def __init__(self, *, debug_mode: bool = True) -> None:
         self.debug_mode = debug_mode
         self.sites: Counter[str] = Counter()
-        self._guard: warnings.catch_warnings | None = None
+        self._filter: Any = None
         self._shown: Any = None
         self._previous_mode: int | None = None
 
@@ -70,9 +76,8 @@ class WarningSites:
         return sum(self.sites.values())
 
     def __enter__(self) -> WarningSites:
-        self._guard = warnings.catch_warnings()
-        self._guard.__enter__()
-        warnings.simplefilter("always")
+        warnings.filterwarnings("always", message=f".*{re.escape(SYNC_WARNING)}", category=UserWarning)
+        self._filter = warnings.filters[0]
         self._shown = warnings.showwarning
         warnings.showwarning = self._on_warning
         if self.debug_mode:
@@ -91,9 +96,17 @@ class WarningSites:
 
                 torch.cuda.set_sync_debug_mode(self._previous_mode)
         finally:
-            if self._guard is not None:
-                self._guard.__exit__(None, None, None)
-            self._guard = None
+            self._put_back()
+
+    def _put_back(self) -> None:
+        """Take out this filter and this `showwarning`, and nothing the loop set meanwhile."""
+        entry, self._filter = self._filter, None
+        at = next((index for index, item in enumerate(warnings.filters) if item is entry), None)
+        if at is not None:
+            filters: list[Any] = warnings.filters  # type: ignore[assignment]  # a list, typed as a Sequence
+            del filters[at]  # an `always` for one message: no once-per-line record depended on it
+        if warnings.showwarning == self._on_warning:  # else the loop's own, which may hand on to this one
+            warnings.showwarning = self._shown
 
     def _on_warning(
         self,

@@ -5,6 +5,7 @@ so only totals compared). Proven on CPU by raising the warning from inside a sta
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ import torch
 
 from tripwire.sync import explicit
 from tripwire.sync.counter import SyncCounter
-from tripwire.sync.crosscheck import WarningSites, compare, reason
+from tripwire.sync.crosscheck import SYNC_WARNING, WarningSites, compare, reason
 from tripwire.sync.state import _TRIPWIRE_DIR
 
 HERE = Path(__file__).resolve().relative_to(Path.cwd()).as_posix() if Path.cwd() in Path(__file__).parents else ""
@@ -61,3 +62,30 @@ def test_the_comparison_names_a_missed_line_and_explains_the_unflagged_kinds() -
 def test_every_counted_kind_that_torch_may_not_flag_has_a_reason() -> None:
     assert reason("timer_sync").startswith("an explicit wait") and reason("collective:all_reduce")
     assert reason("to_cpu") == ""  # a host-bound copy of device data: torch flags it
+
+
+def _warn(text: str, category: type[Warning] = UserWarning) -> None:
+    warnings.warn(text, category, stacklevel=1)  # one line: Python's once-per-line record is kept for it
+
+
+def test_the_loops_warning_filters_decide_its_warnings_while_watched() -> None:
+    """Only torch's sync warning is shown always (each counted); the loop's `-W error` still raises, its once per
+    line still holds, and a filter it adds while watched stays after (the old `catch_warnings` + `always` showed
+    every warning every time, so an error filter printed instead of raising, and dropped the loop's filter)."""
+    with warnings.catch_warnings():  # the test's own scope: what is set inside goes with it
+        warnings.resetwarnings()
+        warnings.simplefilter("error", DeprecationWarning)
+        warnings.simplefilter("default", UserWarning)
+        shown: list[str] = []
+        warnings.showwarning = lambda message, *rest, **keywords: shown.append(str(message))
+        with WarningSites(debug_mode=False) as warned:
+            for _ in range(3):
+                _warn("called a synchronizing CUDA operation")
+                _warn("the loop's own")
+            with pytest.raises(DeprecationWarning):
+                _warn("deprecated", DeprecationWarning)
+            warnings.filterwarnings("ignore", message="added while watched")
+        assert warned.total == 3 and shown == ["the loop's own"]
+        _warn("added while watched")
+        assert shown == ["the loop's own"] and warnings.filters[0][0] == "ignore"
+        assert not any(SYNC_WARNING in str(entry[1]) for entry in warnings.filters)
