@@ -60,9 +60,10 @@ def _tensor_bytes(tensor: torch.Tensor) -> Any:
         data = data.resolve_conj().resolve_neg()
     if data.device.type != "cpu":
         data = data.cpu()
-    if not data.is_contiguous():
-        data = data.contiguous()
-    return data.reshape(-1).view(torch.uint8).numpy()
+    flat = data.reshape(-1)  # a copy at stride 1 where `data` is not contiguous
+    if flat.stride(0) != 1:  # one (or no) element is contiguous at any stride (a bfloat16 `x[:, j]` of a 1-row `x`),
+        flat = flat.clone(memory_format=torch.contiguous_format)  # but is viewed as bytes only at stride 1
+    return flat.view(torch.uint8).numpy()
 
 
 def _tensor_parts(tensor: torch.Tensor) -> tuple[bytes, Any]:
@@ -264,11 +265,14 @@ def _encoded_digest(value: Any) -> str:
     return hashlib.sha256(b"value|" + encoded.encode()).hexdigest()
 
 
+_OWN_LEAVES = (Mapping, list, tuple, torch.Tensor, torch.Generator, torch.nn.Module)
+
+
 def _structured(value: Any) -> bool:
-    """Whether a list item is digested on its own (a container, a tensor, a NumPy array), not inside a plain list."""
-    return (
-        isinstance(value, (Mapping, list, tuple, torch.Tensor)) or type(value).__name__ == "ndarray" or an_object(value)
-    )
+    """Whether a list item is digested on its own (a container, a tensor, a NumPy array, a generator, a module, an
+    object), not inside a plain list, whose items are digested by their exact text: a module's or generator's repr
+    names its layers or address, never its weights or state."""
+    return isinstance(value, _OWN_LEAVES) or type(value).__name__ == "ndarray" or an_object(value)
 
 
 def leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:

@@ -233,3 +233,13 @@ def test_a_nested_tensor_is_digested_by_its_tensors(layout: torch.layout) -> Non
     assert digest == leaf_digest(nested(2, 3)) == tensor_digest(nested(2, 3))
     assert spec == leaf_spec(nested(2, 3)) == "float32[2][3]" and value is None
     assert digest != tensor_digest(nested(3, 2)) and digest != tensor_digest(nested(2, 3, fill=2.0))
+
+
+def test_a_one_element_view_at_any_stride_is_digested_by_its_bytes() -> None:
+    """torch calls a tensor of one (or no) element contiguous whatever its stride, but views it as bytes only at
+    stride 1: the digest of a bfloat16 `x[:, j]` of a one-row `x` raised inside tripwire."""
+    row = torch.tensor([[1.5, 2.5, 3.5]], dtype=torch.bfloat16)
+    column = row[:, 1]
+    assert column.stride() == (3,) and column.is_contiguous()
+    assert tensor_digest(column) == tensor_digest(torch.tensor([2.5], dtype=torch.bfloat16))
+    assert tensor_digest(row[:0, 1]) == tensor_digest(torch.zeros(0, dtype=torch.bfloat16))

@@ -123,3 +123,19 @@ class Saver:
 def test_a_state_dict_that_needs_an_argument_leaves_the_object_read_by_its_fields() -> None:
     assert digest_value(Saver(torch.zeros(3))) == digest_value(Saver(torch.zeros(3)))
     assert digest_value(Saver(torch.zeros(3))) != digest_value(Saver(torch.ones(3)))
+
+
+def test_modules_and_generators_in_a_list_are_digested_by_their_state() -> None:
+    """A list of plain values is digested whole by their exact text; a module or generator in one was too, so by its
+    repr: layers and an address, never weights or state. `[actor, critic]` compared identical after training, and
+    two equal generators differed by address."""
+    torch.manual_seed(0)
+    actor = torch.nn.Linear(2, 2)
+    torch.manual_seed(1)
+    trained = torch.nn.Linear(2, 2)
+    for wrap in (lambda m: [m, 1.0], lambda m: (m,), lambda m: {"nets": [m]}):
+        assert digest_value(wrap(actor)) != digest_value(wrap(trained))
+    first, second = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    assert digest_value([first, 1]) == digest_value([second, 1])
+    torch.rand(1, generator=second)
+    assert digest_value([first, 1]) != digest_value([second, 1])
