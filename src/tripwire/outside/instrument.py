@@ -19,6 +19,7 @@ import functools
 import importlib
 import inspect
 import random
+import re
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,7 +79,8 @@ def rng_states() -> dict[str, Any]:
 
 
 def jsonable(value: Any) -> Any:
-    """A JSON value for an event payload: tensors and arrays as lists, objects by repr."""
+    """A JSON value for an event payload: tensors and arrays as lists, an object by its repr, or by its fields
+    (`object_state`) where its repr shows its address."""
     if isinstance(value, (str, bool, int, float)) or value is None:
         return value
     if isinstance(value, torch.Tensor):
@@ -90,7 +92,13 @@ def jsonable(value: Any) -> Any:
         return {str(key): jsonable(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(item) for item in value]
-    return repr(value)
+    text = repr(value)
+    if _ADDRESS.search(text):  # `<Stats object at 0x7f...>`: the address differs each run, what it holds does not
+        return jsonable(object_state(value))
+    return text
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _attribute(checkpoint: Checkpoint, spec: str, value: Any, names: Sequence[str]) -> Any:

@@ -29,9 +29,10 @@ import torch
 from tripwire.bitwise.trajectory import digest_value
 from tripwire.outside.capture import MAX_DEPTH, no_value, object_state
 from tripwire.outside.compare import compare_results
+from tripwire.outside.instrument import jsonable
 from tripwire.outside.record import record
 from tripwire.outside.result import Result
-from tripwire.scenario import Checkpoint, Scenario
+from tripwire.scenario import Checkpoint, EventCall, Scenario
 
 LOOP = """
 import sys
@@ -235,3 +236,42 @@ def test_a_checkpoint_that_digests_only_none_is_an_error(tmp_path: Path) -> None
     assert result.status == "error"
     assert "capture 'return' digests no value: it digested nothing (only None)" in result.cause
     assert "capture the field that holds the data by name" in result.cause
+
+
+EVENT_LOOP = """
+import sys
+
+
+class Stats:  # a metrics object handed to the logger: its repr shows its address
+    def __init__(self, loss):
+        self.loss, self.steps = loss, 3
+
+
+def log(tag, stats):
+    pass
+
+
+if __name__ == "__main__":
+    for step in range(2):
+        log("train", Stats(float(sys.argv[1]) * step))
+"""
+
+
+def _logged(tmp_path: Path, loss: str, name: str) -> Result:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "loop.py").write_text(EVENT_LOOP)
+    scenario = Scenario(
+        name="events", script="loop.py", argv=[loss], event_calls=[EventCall("__main__:log", label="tag")]
+    )
+    return record(scenario, folder)
+
+
+def test_an_event_argument_whose_repr_shows_its_address_is_logged_by_its_fields(tmp_path: Path) -> None:
+    """`<Stats object at 0x7f...>` differs each run: two runs of one loop diverged, and a change inside compared
+    as any other address change. Its fields are what the payload holds now."""
+    base, again, changed = (_logged(tmp_path, loss, name) for loss, name in (("0.5", "a"), ("0.5", "b"), ("0.7", "c")))
+    assert base.ok and again.ok and changed.ok
+    assert compare_results(base, again).ok
+    assert not compare_results(base, changed).ok
+    assert jsonable(object()) == "<skipped object>"  # nothing to read: named, never an address
