@@ -123,6 +123,8 @@ def _env(*, pinned: bool = True) -> dict[str, str]:
         for name in portable_cpu_env():
             env.pop(name, None)
     env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"})
+    # bytecode is cached as a user's would be: without the cache the recorded side alone compiles tripwire each run
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
