@@ -34,7 +34,7 @@ from tripwire.outside.stand import stand_in
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Scenario, ScenarioError, parse_target
 from tripwire.sync import hot_path, ignore_syncs
 from tripwire.sync.counter import SyncCounter
-from tripwire.sync.dynamo import dynamo_skips_tripwire
+from tripwire.sync.dynamo import dynamo_skips_tripwire, outside_compile
 
 
 @dataclass
@@ -143,13 +143,21 @@ class TargetHooks:
         number = self.calls
         iteration = self.iteration
         if iteration is not None and iteration.at == "start" and (number - 1) % iteration.every == 0:
-            self.session.start_iteration()
+            with outside_compile():
+                self.session.start_iteration()
         if self.region is not None:
             with self.region:
                 result = original(*args, **kwargs)  # pass-through
             result = body_in_region(original, result, self.region)
         else:
             result = original(*args, **kwargs)  # pass-through
+        if self.checkpoints or self.event_calls or (iteration is not None and iteration.at == "end"):
+            with outside_compile():  # a compiled call returned here: nothing of the probe's is compiled
+                self._after(original, args, kwargs, result, number)
+        return result
+
+    def _after(self, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any, number: int) -> None:
+        """The checkpoints, events and iteration end of one call, after it returned."""
         for checkpoint in self.checkpoints:
             if (number - 1) % checkpoint.every == 0:
                 name = f"{checkpoint.name or self.label}#{number}"
@@ -158,9 +166,9 @@ class TargetHooks:
                 self.session.recorder.record(name, captured)
         for event in self.event_calls:
             self.session.events.append(self._event(event, original, args, kwargs))
+        iteration = self.iteration
         if iteration is not None and iteration.at == "end" and number % iteration.every == 0:
             self.session.mark_iteration()
-        return result
 
     def _bind(self, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The call's arguments by name, in the signature's order (`Signature.bind`'s `arguments`). A signature of

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["dynamo_skips_tripwire", "inline_when_called"]
+__all__ = ["dynamo_skips_tripwire", "inline_when_called", "outside_compile"]
 
 _INLINED: set[str] = set()
 
@@ -35,6 +35,38 @@ def inline_when_called(path: str) -> None:
 
 
 _DYNAMO = "torch._dynamo"
+
+
+class outside_compile:  # lower case: used as a `with` statement, as `contextlib`'s are
+    """Dynamo's frame callback off on this thread while tripwire's bookkeeping runs, and back after.
+
+    The skip list keeps tripwire's own frames from being compiled, not the frames they call: an instrument's
+    checkpoint digests what a compiled call returned inside the stand-in, while the callback is still set, so a
+    `state_dict()` of the loop's object (a TensorDict's) would be compiled there, a compile the loop does not have,
+    and a generator frame (a genexpr of `inspect`'s) raised "Attempt to trace generator" under `fullgraph=True` on
+    torch 2.12. With the callback off, everything the bookkeeping calls runs as it is. A class, not a generator
+    (`contextlib.contextmanager`'s frame is one); nothing is done while dynamo is not imported."""
+
+    __slots__ = ("_frames", "_prior")
+
+    def __init__(self) -> None:
+        self._frames: Any = None
+        self._prior: Any = None
+
+    def __enter__(self) -> None:
+        if _DYNAMO not in sys.modules:  # never imported: no callback can be set
+            return
+        frames = sys.modules["torch"]._C._dynamo.eval_frame
+        prior = frames.get_eval_frame_callback()
+        if prior is not None:
+            frames.set_eval_frame(None)
+            self._frames, self._prior = frames, prior
+
+    def __exit__(self, *exc_info: object) -> None:
+        frames, self._frames = self._frames, None
+        if frames is not None:
+            frames.set_eval_frame(self._prior)
+            self._prior = None
 
 
 def _skip_tripwire() -> None:

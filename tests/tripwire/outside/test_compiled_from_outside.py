@@ -168,3 +168,51 @@ def test_a_budget_written_from_the_base_fails_on_the_graph_break(
     out = capsys.readouterr().out
     assert "sync budget ok" in out and "compile budget exceeded in 2 region(s)" in out, out
     assert f"NEW compiled_script.py:{line_of(broken, 'print(')} in Agent.get_action_and_value" in out
+
+
+HELD_LOOP = """
+import torch
+
+
+class Held:  # the loop's own object, with a state_dict whose body runs a generator
+    def __init__(self, weights):
+        self.weights = weights
+
+    def state_dict(self):
+        return {"weights": self.weights, "norms": list(float(w.norm()) for w in [self.weights])}
+
+
+def step(held, x):
+    return held.weights * x
+
+
+step = torch.compile(step, fullgraph=True, backend="eager")
+
+if __name__ == "__main__":
+    held = Held(torch.ones(3))
+    for i in range(3):
+        held.weights = step(held, torch.full((3,), 1.0 + i))
+"""
+
+
+def test_a_checkpoint_on_a_fullgraph_function_compiles_nothing_of_its_own(tmp_path: Path) -> None:
+    """The checkpoint digests the call's arguments inside the stand-in the loop compiled, while dynamo's frame
+    callback is still set: the loop's `state_dict` (and its generator) would be compiled there, a compile the loop
+    does not have, and under `fullgraph=True` a generator frame raised "Attempt to trace generator" (torch 2.12,
+    and 2.14 once the digest read a signature). The bookkeeping runs with the callback off: the run is ok, and it
+    compiles what the loop alone compiles."""
+    from torch._dynamo.utils import counters
+
+    from tripwire.scenario import Checkpoint, Scenario
+
+    (tmp_path / "held.py").write_text(HELD_LOOP, encoding="utf-8")
+    seen = []
+    for checkpoints in ([], [Checkpoint("__main__:step", capture=("arg:held", "return"))]):
+        torch._dynamo.reset()
+        counters.clear()
+        result = record(Scenario(name="held", script="held.py", checkpoints=checkpoints), tmp_path)
+        assert result.status == "ok", result.cause
+        assert result.compile is not None
+        seen.append((counters["stats"]["unique_graphs"], counters["stats"]["calls_captured"], result.compile.total))
+    assert seen[0] == seen[1] and seen[0][0] == 1
+    assert len(result.trajectory.checkpoints) == 3
