@@ -276,7 +276,7 @@ def baselines(session: nox.Session) -> None:
 
 # The torch versions tripwire declares and is tested on (src/tripwire/pyproject.toml: torch>=2.11): the oldest, which
 # the GPU machines' image has, and the newest, the project environment's own. CI runs both (.ci/run).
-TORCH_VERSIONS = ("2.11.0", "2.14.1")
+TORCH_VERSIONS = ("2.11.0", "2.12.0", "2.13.0", "2.14.1")  # every minor version tripwire declares (torch>=2.11)
 # The trainer's own code that leans on a torch version: its steps around torch's bugs, each shown to crash there
 # without its workaround, and its direct SGD step, held to `SGD.step`'s bits and wrapper on each version
 TORCH_WORKAROUND_TESTS = ("tests/kasmina/test_group_norm.py", "tests/tolaria/test_optim_steps.py")
