@@ -285,8 +285,9 @@ def leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     _add_leaves(prefix, value, out)
     names = [name for name, _ in out]
-    if len(set(names)) < len(names):  # a key `"a.b"` beside `a` -> `b`, or `1` beside `"1"`: the later one `#2`
-        out = list(zip(distinct(names), (leaf for _, leaf in out)))
+    unique = distinct(names)
+    if unique is not names:  # a key `"a.b"` beside `a` -> `b`, or `1` beside `"1"`: the later one `#2`
+        out = list(zip(unique, (leaf for _, leaf in out)))
     return out
 
 

@@ -177,8 +177,10 @@ def _opaque(value: Any) -> bool:
 
 def _own_fields(value: Any) -> list[tuple[str, Any]]:
     """An object's fields: its `__dict__` entries and the `__slots__` of its classes that are set, dunders left out."""
-    own = _read(value, "__dict__") if _has_dict(value) else None
-    fields = [(name, item) for name, item in (own or {}).items() if not name.startswith("__")]
+    own = _read(value, "__dict__")
+    fields = [
+        (name, item) for name, item in (own if isinstance(own, dict) else {}).items() if not name.startswith("__")
+    ]
     for cls in type(value).__mro__:
         for name in getattr(cls, "__slots__", ()):
             if (
@@ -204,7 +206,7 @@ def _state_dict_protocol(value: Any) -> bool:
     except TypeError:
         return False
     except ValueError:  # no signature to read (built in C): taken at its word
-        return True
+        pass
     return True
 
 
@@ -218,7 +220,7 @@ def _read(value: Any, name: str, default: Any = None) -> Any:
 
 
 def _has_dict(value: Any) -> bool:
-    return bool(type(value).__dictoffset__) and isinstance(_read(value, "__dict__"), dict)
+    return isinstance(_read(value, "__dict__"), dict)
 
 
 def _pickled(value: Any) -> dict[str, Any] | None:

@@ -10,17 +10,17 @@ order; a name no other leaf has keeps its name, so the names of every value with
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 __all__ = ["distinct", "unnumbered"]
 
 _NUMBERED = re.compile(r"#\d+\Z")
 
 
-def distinct(names: Sequence[str]) -> list[str]:
-    """`names` with each repeat numbered (`a.b`, `a.b#2`, ...), avoiding every name already in `names`."""
+def distinct(names: list[str]) -> list[str]:
+    """`names` with each repeat numbered (`a.b`, `a.b#2`, ...), avoiding every name already in `names`; the list
+    itself when no name repeats (a caller asks `is names` to know there was nothing to rename)."""
     if len(set(names)) == len(names):
-        return list(names)
+        return names
     taken = set(names)
     out: list[str] = []
     seen: set[str] = set()
