@@ -7,6 +7,7 @@
 - `git`: every git command tripwire runs, built so that no argument from outside reaches git as an option;
 - `kernels`: kernels registered over ops' own (`torch.library`) and put back, for the watches that see an op on every
   thread at the cost of that op alone;
+- `quiet`: one warning ignored while tripwire raises it, every record of the loop's warnings left as it was;
 - `names`: dotted names made distinct, so that no leaf of a digested value is lost to another of the same name;
 - `closure`: what of a source tree one run read (the files, folder listings and questions a history walk reuses a
   result by).

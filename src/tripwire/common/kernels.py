@@ -6,15 +6,19 @@ that op alone: the sync counter's implicit-sync kernels (`tripwire.sync.implicit
 `original` is the op's own kernel at that key (`torch.library.get_kernel`, torch 2.9 and later; call it with
 `original.call_boxed(keyset, *args, **kwargs)`); all of them or none. `restore_kernels` destroys what it registered,
 which puts every op's own kernel back.
+
+torch 2.13 and before warn, once a process, on the first kernel registered over another ("Overriding a previously
+registered kernel"): on purpose here, so that warning alone is ignored while registering (`tripwire.common.quiet`).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+
+from tripwire.common.quiet import ignoring
 
 __all__ = ["override_kernels", "restore_kernels"]
 
@@ -27,8 +31,7 @@ def override_kernels(
     Where a registration fails, the ones made before it are undone and the error is raised."""
     libraries: dict[str, torch.library.Library] = {}
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "overriding a previously registered kernel": on purpose
+        with ignoring(".*Overriding a previously registered kernel"):
             for full, key in targets:
                 namespace, _, name = full.partition("::")
                 library = libraries.get(namespace)

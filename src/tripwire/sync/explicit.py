@@ -34,6 +34,7 @@ import torch
 from torch.compiler import is_compiling
 from torch.overrides import TorchFunctionMode
 
+from tripwire.common.quiet import ignoring
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
 from tripwire.sync.copies import _host_born, copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
@@ -222,13 +223,24 @@ def build_torch_tables() -> None:
     `with torch.device(...)` and `torch.set_default_device` give a device to), `torch.overrides`' three, and dynamo's
     (`tripwire.sync.dynamo` builds those as dynamo is imported). Built while a stand-in stood there, a table held the
     stand-in, not torch's own function, which torch hands on: `torch.zeros` inside `with torch.device("cuda")` gave a
-    CPU tensor, during the recording and for the rest of the process. About 10 ms, once."""
+    CPU tensor, during the recording and for the rest of the process. About 10 ms, once.
+
+    `torch.overrides` wraps each of its three in `catch_warnings`, which clears every record of the loop's warnings
+    shown once per line; one wraps it outside its table's cache, so that it ran at every counter's start and the
+    loop's warning showed again after. That one is called unwrapped, with the warning its wrapper ignores ignored as
+    `tripwire.common.quiet` does it; the others call theirs on their first call alone, as torch's own uses do."""
     import torch.utils._device
 
     torch.utils._device._device_constructors()
-    torch.overrides.get_ignored_functions()
-    torch.overrides.get_testing_overrides()
-    torch.overrides.get_overridable_functions()
+    with ignoring(".*is deprecated, please use", UserWarning, "torch"):
+        for build in (
+            torch.overrides.get_ignored_functions,
+            torch.overrides.get_testing_overrides,
+            torch.overrides.get_overridable_functions,
+        ):
+            if not hasattr(build, "cache_info"):  # the wrapper outside the cache
+                build = getattr(build, "__wrapped__", build)
+            build()
 
 
 def install_stand_ins(installation: Installation) -> None:

@@ -4,12 +4,12 @@ of process-wide state is what it was before. The loop first runs once without tr
 lazy set-up are the loop's doing, not a residue), then three recordings run between the two fingerprints.
 
 Each entry was chosen because something installed during a recording could leave it changed: logger levels and
-handlers (the compile counter's DEBUG), warning filters, trace and profile functions, excepthooks, signal
-handlers, the environment, gc callbacks, the working folder, `sys.path` and the import finders, multiprocessing's
-start and what it sends a spawned child (the child watch's and the vendor watch's wrappers), torch's thread counts,
-determinism, default dtype, grad and anomaly modes, dispatcher kernels (the sync counter's and the vendor watch's
-overrides), torch function and dispatch mode stacks, live threads, open file descriptors and torch's own
-attributes."""
+handlers (the compile counter's DEBUG), warning filters and the record of warnings shown once per line, trace and
+profile functions, excepthooks, signal handlers, the environment, gc callbacks, the working folder, `sys.path` and the
+import finders, multiprocessing's start and what it sends a spawned child (the child watch's and the vendor watch's
+wrappers), torch's thread counts, determinism, default dtype, grad and anomaly modes, dispatcher kernels (the sync
+counter's and the vendor watch's overrides), torch function and dispatch mode stacks, live threads, open file
+descriptors and torch's own attributes."""
 
 from __future__ import annotations
 
@@ -43,9 +43,21 @@ logging.getLogger("torch.__trace").addHandler(logging.NullHandler())
 LAZY = {"LazyTraceHandler"}
 
 
+# a warning of the loop's, shown once per line (Python's default for a UserWarning): shown again only where something
+# told `warnings` its filters changed, which clears every module's record of what it showed
+SHOWN = []
+warnings.showwarning = lambda message, *rest, **kwargs: SHOWN.append(str(message))
+
+
+def loop_warning():
+    warnings.warn("the loop's own", UserWarning)
+    return SHOWN.count("the loop's own")
+
+
 def state():
     manager = logging.root.manager
     return {
+        "warnings shown once per line": loop_warning(),
         "loggers": {
             name: [logger.level, [type(h).__name__ for h in logger.handlers if type(h).__name__ not in LAZY],
                    logger.propagate, logger.disabled]
