@@ -6,10 +6,12 @@ fields (`__dict__` and `__slots__`), descended into until its numbers are found:
 space's bounds, a dataclass of arrays. A value with no fields of its own is digested by what it holds (`_held`): a
 deque, a set (sorted), bytes, a random generator's state, a NumPy array torch has no dtype for. The descent stops at
 `MAX_DEPTH` objects deep and after `MAX_LEAVES` values (a capture of a whole simulator would digest everything it
-holds), and what it could not digest (a callable, a module, a lock, an object built in C that neither has fields
-nor pickles, an object deeper than the bound) is named in `skipped` and digested as `<skipped KIND>`. An object built
-in C with no fields is digested by what pickling keeps of it (`_pickled`: a NumPy bit generator's state, a seed
-sequence, a compiled pattern), and a NumPy masked array by its data, mask and fill value.
+holds), and what it could not digest (a function or method, a module, a class, a lock, torch's callable objects, an
+object built in C that neither has fields nor pickles, an object deeper than the bound) is named in `skipped` and
+digested as `<skipped KIND>`. An object built in C with no fields is digested by what pickling keeps of it
+(`_pickled`: a NumPy bit generator's state, a seed sequence, a compiled pattern), and a NumPy masked array by its
+data, mask and fill value. A callable object of a class with fields (SB3's `FloatSchedule`, a loss object) is read by
+its fields, and a `functools.partial` by its arguments.
 
 `tripwire.bitwise.digest` digests what this gives; `tripwire.outside.capture` says when a capture digested no value.
 """
@@ -21,6 +23,7 @@ import collections
 import copyreg
 import datetime
 import decimal
+import functools
 import inspect
 import random
 import types
@@ -34,7 +37,9 @@ __all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "an_object", "numpy_tensor", "o
 MAX_DEPTH = 6  # objects inside objects, below the captured one
 MAX_LEAVES = 20_000  # values digested of one capture
 # Objects never descended into: code, classes, modules, and what only a running process has (threads, locks, files)
-_OPAQUE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType, type)
+# functions and methods (their numbers are their owners'), modules, classes: named as left out
+_OPAQUE: tuple[type, ...] = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType, type)
+_OPAQUE += (types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType)
 _OPAQUE_NAMES = ("lock", "thread", "event", "condition", "semaphore", "textiowrapper", "bufferedwriter", "logger")
 
 
@@ -128,7 +133,8 @@ def _held(value: Any) -> Any:
     """What a value of a kind with no fields of its own holds, in a form that is digested (None: not one of them): a
     deque, array or set as a list (a set sorted, so its order is not the hash seed's); bytes as a NumPy array of
     bytes; a NumPy array torch has no dtype for (strings, objects, records, datetimes) as its dtype, shape and items;
-    a random generator as its state (torch's, NumPy's, Python's); a range, decimal, date or time as what it says."""
+    a random generator as its state (torch's, NumPy's, Python's); a range, decimal, date or time as what it says; a
+    `functools.partial` as its function and arguments."""
     if isinstance(value, (collections.deque, array.array)):
         return list(value)
     if isinstance(value, (set, frozenset)):
@@ -148,6 +154,8 @@ def _held(value: Any) -> Any:
         return value.getstate()
     if isinstance(value, (decimal.Decimal, datetime.date, datetime.time, datetime.timedelta)):
         return repr(value)
+    if isinstance(value, functools.partial):  # its arguments (the function itself is named as left out)
+        return {"func": value.func, "args": list(value.args), "keywords": dict(value.keywords)}
     if type(value).__module__.startswith("numpy"):
         return _numpy_held(value)
     return None
@@ -172,7 +180,20 @@ def _numpy_held(value: Any) -> Any:
 
 
 def _opaque(value: Any) -> bool:
-    return isinstance(value, _OPAQUE) or callable(value) or type(value).__name__.lower() in _OPAQUE_NAMES
+    """Left out by name: a function, method, module, class, lock, thread or stream, and a callable object of torch's
+    (a compiled function's callbacks, an op) or one built in C with no fields. A callable object of any other class
+    with fields (a learning-rate schedule, a loss) is read by its fields, as any object is."""
+    return (
+        isinstance(value, _OPAQUE)
+        or type(value).__name__.lower() in _OPAQUE_NAMES
+        or (
+            callable(value)
+            and (
+                type(value).__module__.partition(".")[0] == "torch"
+                or not (_has_dict(value) or any(getattr(cls, "__slots__", ()) for cls in type(value).__mro__))
+            )
+        )
+    )
 
 
 def _own_fields(value: Any) -> list[tuple[str, Any]]:

@@ -12,6 +12,7 @@ import array
 import collections
 import datetime
 import decimal
+import functools
 import itertools
 import os
 import random
@@ -215,6 +216,41 @@ def test_a_set_of_strings_digests_the_same_under_every_hash_seed() -> None:
         for seed in ("0", "1", "2")
     }
     assert len(seen) == 1 and "'names': " in next(iter(seen))
+
+
+class _Schedule:
+    """A learning-rate schedule as SB3 writes one (`FloatSchedule`, `LinearSchedule`): a callable object."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+
+    def __call__(self, progress: float) -> float:
+        return self.start * progress
+
+
+def test_a_callable_object_is_read_by_its_fields_and_a_partial_by_its_arguments() -> None:
+    """Failed before: any callable was left out by name, so a schedule's start compared identical when changed."""
+    for make in (_Schedule, lambda x: functools.partial(_Schedule, x), lambda x: functools.partial(print, sep=x)):
+        skipped: list[str] = []
+        digests = [digest_value(object_state(Holder(make(x)), skipped)) for x in (2.0, 2.0, 5.0)]
+        assert digests[0] == digests[1] != digests[2]
+        assert all(name.startswith("value['func'] (") for name in skipped)  # a partial's function: named
+
+
+def test_functions_methods_classes_and_torchs_callables_are_named_as_left_out() -> None:
+    left_out = {
+        "function": _advanced,
+        "method": _Schedule(1.0).__call__,
+        "builtin": print,
+        "class": _Schedule,
+        "method-wrapper": (1.0).__add__,
+        "op": torch.ops.aten.add.default,
+        "compiled": torch.compile(_advanced),
+    }
+    for name, value in left_out.items():
+        skipped: list[str] = []
+        object_state(Holder(value), skipped)
+        assert len(skipped) == 1 and skipped[0].startswith("value ("), (name, skipped)
 
 
 def test_an_object_built_in_c_with_no_fields_is_named_as_left_out() -> None:
