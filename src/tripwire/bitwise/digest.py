@@ -27,7 +27,7 @@ import torch
 
 from tripwire.bitwise.fields import an_object, object_state, plain_leaf
 from tripwire.common.context import usable_cpus
-from tripwire.common.names import distinct
+from tripwire.common.names import distinct, key_name
 from tripwire.sync import ignore_syncs
 
 DISPLAY_CHARS = 16
@@ -305,7 +305,8 @@ def _add_leaves(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:
         if not items:
             out.append((prefix or "<empty>", {}))
         for key, item in items:
-            _add_leaves(f"{prefix}.{key}" if prefix else str(key), item, out)
+            name = key_name(key)
+            _add_leaves(f"{prefix}.{name}" if prefix else name, item, out)
     elif isinstance(value, (list, tuple)) and any(_structured(v) for v in value):
         for index, item in enumerate(value):
             _add_leaves(f"{prefix}.{index}" if prefix else str(index), item, out)

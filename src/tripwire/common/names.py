@@ -1,17 +1,26 @@
 """Dotted names made distinct, so that no value is left out of a digest because another took its name.
 
-A nested value is digested leaf by leaf under dotted names (`state.0.exp_avg`), and a key is named by `str(key)`.
-Two leaves of one value can therefore get one name: a key `"a.b"` beside a key `a` holding `{"b": ...}`, or a key
-`1` beside a key `"1"`. Flattened into a mapping, the later one would replace the earlier, and a change to the
-earlier would pass unseen. `distinct` names the second `a.b#2`, the third `a.b#3`, and so on, in the value's own
-order; a name no other leaf has keeps its name, so the names of every value without such a clash are as before.
+A nested value is digested leaf by leaf under dotted names (`state.0.exp_avg`), and a key is named by `str(key)`
+(`key_name`, below). Two leaves of one value can therefore get one name: a key `"a.b"` beside a key `a` holding
+`{"b": ...}`, or a key `"'1'"` beside a key `"1"`. Flattened into a mapping, the later one would replace the
+earlier, and a change to the earlier would pass unseen. `distinct` names the second `a.b#2`, the third `a.b#3`,
+and so on, in the value's own order; a name no other leaf has keeps its name, so the names of every value without
+such a clash are as before.
+
+Across two runs, a key's type is kept in its name where the text alone would hide it (`key_name`): a string key
+that spells a value of another kind (`"1"`, `"1.5"`, `"True"`, `"None"`, `"(0, 1)"`) is named quoted, `'1'`, so
+a state whose int keys came back as strings (a checkpoint round-tripped through JSON) no longer compares identical
+to the state it was. Every other key, an int key included, is named as before.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
+from typing import Any
 
-__all__ = ["distinct", "unnumbered"]
+__all__ = ["distinct", "key_name", "unnumbered"]
 
 _NUMBERED = re.compile(r"#\d+\Z")
 
@@ -37,3 +46,24 @@ def distinct(names: list[str]) -> list[str]:
 def unnumbered(name: str) -> str:
     """The name `distinct` numbered (`a.b` from `a.b#2`); any other name as it is."""
     return _NUMBERED.sub("", name)
+
+
+def key_name(key: Any) -> str:
+    """A mapping key's part of a dotted name: `str(key)`, quoted (`'1'`) for a string that spells another kind's."""
+    if type(key) is str:
+        return repr(key) if key and key[0] in _LITERAL_STARTS and _spells_another_kind(key) else key
+    return f"{key}"
+
+
+_LITERAL_STARTS = frozenset("0123456789-+.([{'\"bTFNni")  # the first characters of the keys `_spells...` parses
+
+
+@functools.lru_cache(maxsize=4096)
+def _spells_another_kind(key: str) -> bool:
+    """Whether `key` is what `str` gives of a key of another kind: a number, bool, None, bytes, tuple, ..."""
+    if key in ("nan", "inf", "-inf"):
+        return True
+    try:
+        return not isinstance(ast.literal_eval(key), str)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False

@@ -61,7 +61,7 @@ def test_plain_values_and_arrays_digest_as_before() -> None:
 
 
 def test_two_keys_of_one_name_are_both_digested() -> None:
-    """A key `"a.b"` beside `a` -> `b`, and a key `1` beside `"1"`, are named alike (`str(key)`, joined by dots). The
+    """A key `"a.b"` and `a` -> `b` are named alike (`str(key)`, joined by dots), and so were `1` and `"1"`. The
     later is numbered (`a.b#2`), so a change to either changes the digest; the earlier was replaced and passed."""
     for clash, change in (
         ({"a.b": torch.ones(2), "a": {"b": torch.zeros(2)}}, ("a.b", torch.full((2,), 5.0))),
@@ -74,6 +74,24 @@ def test_two_keys_of_one_name_are_both_digested() -> None:
     names = [name for name, *_ in checkpoint_entries({"x": {"y.z": 1, "y": {"z": 1}}, "x.y.z#2": 3})]
     assert names == ["x.y.z", "x.y.z#3", "x.y.z#2"]
     assert [name for name, *_ in checkpoint_entries({"a.b": 1, "c": {"d": 2}})] == ["a.b", "c.d"]  # no clash: as before
+
+
+def test_a_key_keeps_its_kind_where_its_text_would_hide_it() -> None:
+    """Failed before: `{1: x}` and `{"1": x}` were both named `1`, so a state whose int keys came back as strings (a
+    checkpoint round-tripped through JSON) compared identical. A string key that spells another kind's value is
+    named quoted; an int key, and every string that spells none, keeps its name."""
+    for as_is, as_text in (
+        ({0: {"step": 1.0}}, {"0": {"step": 1.0}}),
+        ({1.5: 1.0}, {"1.5": 1.0}),
+        ({True: 1.0, None: 2.0}, {"True": 1.0, "None": 2.0}),
+        ({(0, 1): 1.0}, {"(0, 1)": 1.0}),
+        ({float("nan"): 1.0}, {"nan": 1.0}),
+    ):
+        assert digest_value(as_is) != digest_value(as_text), as_is
+    names = [name for name, *_ in checkpoint_entries({"state": {0: {"exp_avg": 1.0}}, "1": 2.0, "bias": 3.0})]
+    assert names == ["state.0.exp_avg", "'1'", "bias"]
+    plain = {"lr": 1.0, "Normal": 2.0, "ninety": 3.0, "b.c": 4.0, "Training": 5.0, "-x": 6.0, "[1]x": 7.0}
+    assert [name for name, *_ in checkpoint_entries(plain)] == list(plain)
 
 
 class Forwarding:
