@@ -180,9 +180,10 @@ def _numpy_held(value: Any) -> Any:
 
 
 def _opaque(value: Any) -> bool:
-    """Left out by name: a function, method, module, class, lock, thread or stream, and a callable object of torch's
-    (a compiled function's callbacks, an op) or one built in C with no fields. A callable object of any other class
-    with fields (a learning-rate schedule, a loss) is read by its fields, as any object is."""
+    """Left out by name: a function, method, module, class, lock, thread or stream, and a callable object called in C
+    (a NumPy ufunc, a numba or jax compiled function: their fields are their compilers' caches) or of torch's (a
+    compiled function's callbacks, an op). A callable object whose `__call__` is Python's (a learning-rate schedule,
+    a loss) is read by its fields, as any object is."""
     return (
         isinstance(value, _OPAQUE)
         or type(value).__name__.lower() in _OPAQUE_NAMES
@@ -190,10 +191,13 @@ def _opaque(value: Any) -> bool:
             callable(value)
             and (
                 type(value).__module__.partition(".")[0] == "torch"
-                or not (_has_dict(value) or any(getattr(cls, "__slots__", ()) for cls in type(value).__mro__))
+                or not isinstance(inspect.getattr_static(type(value), "__call__", None), _PYTHON_CALLS)
             )
         )
     )
+
+
+_PYTHON_CALLS = (types.FunctionType, staticmethod, classmethod)
 
 
 def _own_fields(value: Any) -> list[tuple[str, Any]]:
