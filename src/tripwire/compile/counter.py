@@ -15,9 +15,11 @@ every call, but is reported once, where and when dynamo met it; in a steady-stat
 The observer does not change what it observes: the counter only reads dynamo's structured trace (a logging handler; no
 mode, no patch) and keeps tripwire's own frames out of dynamo's way (`tripwire.sync.dynamo`), so the same frames,
 graphs, breaks and recompiles happen with and without it, a `SyncCounter` and instruments placed from outside included
-(`tripwire.sync.hooks` says how the sync hooks stay out of what is compiled). What it costs: dynamo builds each
-structured record (graph printouts, guards) while a handler listens, so compiling takes longer; compiled code runs at
-full speed. This module loads no torch.
+(`tripwire.sync.hooks` says how the sync hooks stay out of what is compiled). One exception, tripwire's own and
+said as such: a function compiled before a `SyncCounter` started compiles once more under it (its identity guard on
+`torch.cat` meets the stand-in); that compilation is kept out of the events and named in `notes`. What it costs:
+dynamo builds each structured record (graph printouts, guards) while a handler listens, so compiling takes longer;
+compiled code runs at full speed. This module loads no torch.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import logging
 import os
 from types import TracebackType
 
-from tripwire.compile.trace import TRACE_LOGGER, CompileNote, TraceReader
+from tripwire.compile.trace import TRACE_LOGGER, CompileNote, TraceReader, id_guard
 from tripwire.sync.dynamo import dynamo_skips_tripwire
 from tripwire.sync.kinds import COMPILE_KINDS as KINDS
 from tripwire.sync.log import EventLog
@@ -41,13 +43,24 @@ _LISTENING: list[CompileCounter] = []
 _LEVEL_BEFORE = [logging.NOTSET]
 
 
+def _tripwires_guard(reason: str) -> str:
+    """What of tripwire's failed a recompile's guard (`torch.cat`: a stand-in stood where a function had been compiled
+    with torch's own), else ""."""
+    guard = id_guard(reason)
+    if guard is None:
+        return ""
+    from tripwire.sync.explicit import stand_in_guard  # torch is loaded: dynamo is compiling
+
+    return stand_in_guard(*guard)
+
+
 class CompileCounter(EventLog):
     """Record every compilation event while active (`with CompileCounter() as compiles:`); counters may nest."""
 
     def __init__(self, *, root: str | os.PathLike[str] | None = None) -> None:
         super().__init__()
         self.root = os.path.join(os.path.abspath(root), "") if root is not None else None
-        self._reader = TraceReader(self._deliver, self._is_user)
+        self._reader = TraceReader(self._deliver, self._is_user, _tripwires_guard)
         self._logger = logging.getLogger(TRACE_LOGGER)
         self._skipping = contextlib.ExitStack()
 
@@ -79,6 +92,7 @@ class CompileCounter(EventLog):
         tb: TracebackType | None,
     ) -> None:
         self._logger.removeHandler(self._reader)
+        self._reader.flush()
         _LISTENING[:] = [counter for counter in _LISTENING if counter is not self]
         if not _LISTENING:
             self._logger.setLevel(_LEVEL_BEFORE[0])
@@ -89,13 +103,22 @@ class CompileCounter(EventLog):
 
     @property
     def notes(self) -> list[str]:
-        """What was not counted, and why (trace records this tripwire could not read)."""
-        return [f"unreadable compile trace record {text}" for text in self._reader.unreadable]
+        """What was not counted, and why: trace records this tripwire could not read, and compilations tripwire
+        caused (a function compiled before a counter, whose guard on `torch.cat` met tripwire's stand-in)."""
+        notes = [f"unreadable compile trace record {text}" for text in self._reader.unreadable]
+        for (function, file, line, caused), count in self._reader.tripwires_own.items():
+            times = f" {count} times" if count > 1 else ""
+            notes.append(
+                f"tripwire made dynamo compile {function} ({os.path.basename(file)}:{line}) again{times}: it was "
+                f"compiled with torch's own {caused} and a counter's stand-in stood there, so its guard failed; not "
+                "counted as the loop's (warm it up under a SyncCounter to keep this compile out)"
+            )
+        return notes
 
     def format(self) -> str:
         """A per-region table of compilation events and their lines, for logs and failure messages."""
         if not self.events:
-            return "no compilation events recorded"
+            return "\n".join(["no compilation events recorded", *(f"  {note}" for note in self.notes)])
         lines = [f"{self.total} compilation events recorded:"]
         for region, count in self.counts_by_region().items():
             lines.append(f"  region {region!r}: {count}")

@@ -16,7 +16,13 @@ read); a handler on its logger (`torch.__trace`) receives each record as it happ
   line.
 
 A reason keeps what names the change and drops what names the machine: compile ids (`0/1: `), the source excerpt
-and absolute paths dynamo appends to a guard (`# if n > 3:  # .../f.py:11 in g`), object addresses. Functions are
+and absolute paths dynamo appends to a guard (`# if n > 3:  # .../f.py:11 in g`), object addresses and the ids an
+identity guard compares with (`___check_obj_id(L['self'].mode, <id>)`).
+
+A recompile whose failed guard is tripwire's doing (the identity of `torch.cat` in a function compiled before a
+counter put its stand-in there, `tripwire.sync.explicit.stand_in_guard`) is not the loop's: without tripwire it
+would not have happened. That compilation's notes are kept out of the loop's counts and said once in the counter's
+notes, so a budget of no recompiles in a warmed-up step does not fail on tripwire's account. Functions are
 named by their qualified name, read from the source (`Policy.forward`, not `forward`); a resume function dynamo
 generates after a break (`torch_dynamo_resume_in_forward_at_17`) is named as the function it resumes. This module
 loads no torch: the handler is plain `logging`.
@@ -41,6 +47,7 @@ _BREAK_REASON = re.compile(r"Graph Break Reason: (?P<reason>.*?)(?:\n\s*\n\s*Use
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$', re.MULTILINE)
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<name>.+)_at_\d+$")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+_ID_GUARD = re.compile(r"(___check_(?:obj|type)_id\((?P<source>.+?), )(?P<id>\d+)\)")  # an object's id: its address
 _GUARD_AT = re.compile(r"  # (?P<path>[^\s#]+):(?P<line>\d+) in \S+(?: \(.*\))?$")
 _GENERIC = ("Encountered graph break", "Failed to handle graph break gracefully")
 
@@ -72,8 +79,16 @@ def _first_guard(text: str) -> str:
 
 
 def guard_reason(text: str) -> str:
-    """The first failed guard of a recompile, without its compile id and dynamo's appended source and paths."""
-    return _ADDRESS.sub("", _first_guard(text).split("  # ", 1)[0].strip())
+    """The first failed guard of a recompile, without its compile id, dynamo's appended source and paths, and the id
+    an identity guard compares with (an address: `___check_obj_id(L['self'].mode, <id>)`)."""
+    return _ID_GUARD.sub(r"\1<id>)", _ADDRESS.sub("", _first_guard(text).split("  # ", 1)[0].strip()))
+
+
+def id_guard(text: str) -> tuple[str, int] | None:
+    """The source and id of a recompile's first failed guard when it is an identity guard (`___check_obj_id`), else
+    None: `("G['torch'].cat", 1398...)`."""
+    found = _ID_GUARD.search(_first_guard(text).split("  # ", 1)[0])
+    return (found.group("source"), int(found.group("id"))) if found and "obj_id" in found.group(1) else None
 
 
 def guard_line(text: str, file: str) -> int | None:
@@ -169,14 +184,32 @@ def qualname_at(file: str, line: int) -> str:
 class TraceReader(logging.Handler):
     """A handler for dynamo's structured trace: calls `sink` with each `CompileNote`, on the compiling thread.
 
-    A frame's graphs are counted per compile id and delivered with its `compilation_metrics`, which closes it."""
+    A frame's graphs and graph breaks are kept per compile id and delivered with its `compilation_metrics`, which
+    closes it; a compilation whose recompile `tripwires` names (a guard that failed on tripwire's own doing: it
+    returns what, else "") is not the loop's: its notes are counted in `tripwires_own` instead of delivered."""
 
-    def __init__(self, sink: Callable[[CompileNote], None], is_user: Callable[[str], bool] = lambda file: True) -> None:
+    def __init__(
+        self,
+        sink: Callable[[CompileNote], None],
+        is_user: Callable[[str], bool] = lambda file: True,
+        tripwires: Callable[[str], str] = lambda reason: "",
+    ) -> None:
         super().__init__(logging.DEBUG)
         self.sink = sink
         self.is_user = is_user
+        self.tripwires = tripwires
         self.unreadable: list[str] = []  # records this reader failed on: counts would be short, and say so
+        # (function, file, line, what of tripwire's) -> compilations of the loop's frames tripwire caused
+        self.tripwires_own: dict[tuple[str, str, int, str], int] = {}
         self._graphs: dict[tuple[Any, Any], int] = {}
+        self._breaks: dict[tuple[Any, Any], list[CompileNote]] = {}
+
+    def flush(self) -> None:
+        """Deliver the graph breaks of compilations that never closed (a compile interrupted by an error)."""
+        breaks, self._breaks = self._breaks, {}
+        for notes in breaks.values():
+            for note in notes:
+                self.sink(note)
 
     def emit(self, record: logging.LogRecord) -> None:
         metadata = getattr(record, "metadata", None)
@@ -193,9 +226,18 @@ class TraceReader(logging.Handler):
         if isinstance(artifact, dict) and artifact.get("name") == "dynamo_graph_break_reason":
             note = graph_break(str(payload or ""), self.is_user)
             if note is not None:
-                self.sink(note)
+                self._breaks.setdefault(compile_id, []).append(note)
         elif "dynamo_output_graph" in metadata:
             self._graphs[compile_id] = self._graphs.get(compile_id, 0) + 1
         elif isinstance(metadata.get("compilation_metrics"), dict):
-            for note in frame_notes(metadata["compilation_metrics"], self._graphs.pop(compile_id, 0)):
+            metrics = metadata["compilation_metrics"]
+            notes = self._breaks.pop(compile_id, []) + frame_notes(metrics, self._graphs.pop(compile_id, 0))
+            reason = str(metrics.get("recompile_reason") or "")
+            caused = self.tripwires(reason) if reason.strip() else ""
+            if caused:
+                frame = next(note for note in notes if note.kind == FRAME)
+                key = (frame.function, frame.file, frame.line, caused)
+                self.tripwires_own[key] = self.tripwires_own.get(key, 0) + 1
+                return
+            for note in notes:
                 self.sink(note)

@@ -217,6 +217,23 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
     return func in _KEEPS_PLACE and bool(args) and _kept_on_host(result, args[0])
 
 
+# The ids of every stand-in put in `torch` in this process, for `stand_in_guard` (an id may outlive its stand-in and
+# name another object: that guard checks the watched name first)
+_STAND_IN_IDS: set[int] = set()
+
+
+def stand_in_guard(source: str, object_id: int) -> str:
+    """`torch.NAME` when a failed identity guard on `source` (`G['torch'].cat`) compared it with torch's own function
+    or one of tripwire's stand-ins for a watched function: the guard failed because a stand-in stood there (or had),
+    which is tripwire's doing, not the loop's. Else ""."""
+    name = source.rpartition(".")[2]
+    if name not in _WATCHED_FUNCTIONS:
+        return ""
+    if object_id == id(_CANONICAL[("torch", name)]) or object_id in _STAND_IN_IDS:
+        return f"torch.{name}"
+    return ""
+
+
 def build_torch_tables() -> None:
     """Have torch build, before any stand-in stands in `torch`, its tables of its own functions that it builds on first
     use from what `torch` holds then and keeps for the process: `torch.utils._device`'s factory functions (what
@@ -271,6 +288,7 @@ def install_stand_ins(installation: Installation) -> None:
         else:
             patch(installation, owner, name, replacement)
             installation.namespace.append((name, original, replacement))
+            _STAND_IN_IDS.add(id(replacement))
             as_script_builtin(installation, original, replacement)
     with _WAITING_LOCK:
         if _host_born:  # tensors marked under an earlier counter are still alive: their views must be marked now
