@@ -134,13 +134,17 @@ class Checkpoint:
     optimizer's `state_dict`, an optimizer's parameters too), `self.attr.path`, `args` (every positional
     argument), `arg:NAME` (one argument by name), `arg:NAME.attr.path` and `rng` (the global torch, CUDA, `random` and
     NumPy RNG states). Other objects are descended into until their numbers are found (`tripwire.outside.capture`);
-    a name that binds nothing, or a capture that digests no value, is an error.
+    a name that binds nothing, or a capture that digests no value, is an error. `exclude` leaves out the leaves it
+    names, by their names in `compare` (`return.train_time`, `self.start_time`) or globs (`*.start_time`, a name
+    above a leaf covering the leaves under it): a wall-clock field the loop keeps beside its numbers; a pattern that
+    left out nothing is said in the result's notes.
     """
 
     target: str
     capture: tuple[str, ...] = ("return",)
     every: int = 1
     name: str = ""
+    exclude: tuple[str, ...] = ()  # leaves not digested, by name as `compare` names them (globs: `return.*_time`)
 
     def __post_init__(self) -> None:
         _require(
@@ -150,6 +154,7 @@ class Checkpoint:
                 ("capture", self.capture, _strings(self.capture) and bool(self.capture), "a non-empty list of names"),
                 ("every", self.every, _count(self.every), "a whole number of at least 1"),
                 ("name", self.name, isinstance(self.name, str), "a string"),
+                ("exclude", self.exclude, _strings(self.exclude), "a list of leaf names"),
             ],
         )
 

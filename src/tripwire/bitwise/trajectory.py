@@ -39,6 +39,7 @@ from tripwire.bitwise.magnitude import Magnitude, checkpoint_deltas, classify, g
 from tripwire.bitwise.tensor_diff import TensorChanges, tensor_changes
 from tripwire.bitwise.values import Values, load_values, save_values
 from tripwire.common.errors import GoldenFileError, TrajectoryDivergence, TripwireError, read_golden_json
+from tripwire.common.names import excluded
 from tripwire.sync import ignore_syncs
 
 __all__ = ["Trajectory", "TrajectoryRecorder", "TrajectoryReport", "compare_trajectories", "load_values", "save_values"]
@@ -51,15 +52,21 @@ KEEP_VALUES_VARIABLE = "TRIPWIRE_KEEP_VALUES"
 GROWTH_POINTS = 8
 
 
-def checkpoint_entries(value: Any, keep: bool = False) -> list[tuple[str, str, str, torch.Tensor | None]]:
+def checkpoint_entries(
+    value: Any, keep: bool = False, exclude: Sequence[str] = (), matched: set[str] | None = None
+) -> list[tuple[str, str, str, torch.Tensor | None]]:
     """`(tensor name, digest, spec, kept value)` of each leaf of a checkpoint's value (a tensor, module, generator,
-    mapping or plain value); the value, a detached CPU copy (`leaf_value`), only with `keep`, else None."""
+    mapping or plain value); the value, a detached CPU copy (`leaf_value`), only with `keep`, else None. A leaf of a
+    mapping whose name (or a name above it) matches a glob of `exclude` is left out; each pattern that left out a
+    leaf is added to `matched`."""
     if isinstance(value, torch.nn.Module):
         value = value.state_dict()
     elif an_object(value):  # an object's fields, each a named leaf (`tripwire.bitwise.fields`)
         value = object_state(value)
     if isinstance(value, Mapping) and value:
         named = leaves("", value)
+        if exclude:
+            named = _kept(named, exclude, set() if matched is None else matched)
         records = leaf_records([leaf for _, leaf in named], keep)
         return [(name, *record) for (name, _), record in zip(named, records)]
     if isinstance(value, torch.Generator):
@@ -67,6 +74,17 @@ def checkpoint_entries(value: Any, keep: bool = False) -> list[tuple[str, str, s
     if isinstance(value, torch.Tensor):
         return [("value", *leaf_record(value, keep))]
     return [("value", value_digest(value), leaf_spec(value), leaf_value(value) if keep else None)]
+
+
+def _kept(named: list[tuple[str, Any]], exclude: Sequence[str], matched: set[str]) -> list[tuple[str, Any]]:
+    kept = []
+    for name, leaf in named:
+        hits = [pattern for pattern in exclude if excluded(name, [pattern])]
+        if hits:
+            matched.update(hits)
+        else:
+            kept.append((name, leaf))
+    return kept
 
 
 def digest_value(value: Any) -> dict[str, str]:
@@ -187,15 +205,18 @@ class TrajectoryRecorder:
         self.values_bytes = 0
         self.values_truncated_at = ""  # the first checkpoint whose values were not kept (over the limit)
         self._seen: set[str] = set()
+        self.excluded_by: set[str] = set()  # the `exclude` patterns of `record` that left out a leaf
 
-    def record(self, name: str, value: Any) -> dict[str, str]:
-        """Digest `value` under checkpoint `name` (names must be unique); returns the digests."""
+    def record(self, name: str, value: Any, exclude: Sequence[str] = ()) -> dict[str, str]:
+        """Digest `value` under checkpoint `name` (names must be unique), leaving out the leaves `exclude` names
+        (globs on leaf names: `return.train_time`, `self.start_time`, `*time*`); returns the digests. The patterns
+        that left out a leaf are added to `excluded_by`."""
         if name in self._seen:
             raise TripwireError(f"checkpoint {name!r} recorded twice: give each checkpoint a unique name")
         self._seen.add(name)
         with ignore_syncs():  # the probe's own torch calls: not counted, nor paid for under the counting modes
             keep = self.keep_values and not self.values_truncated_at
-            entries = checkpoint_entries(value, keep)
+            entries = checkpoint_entries(value, keep, exclude, self.excluded_by)
             digests = {tensor: digest for tensor, digest, _, _ in entries}
             self.trajectory.checkpoints.append((name, digests))
             self.trajectory.specs[name] = {tensor: spec for tensor, _, spec, _ in entries}

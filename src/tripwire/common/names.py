@@ -18,9 +18,11 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
 from typing import Any
 
-__all__ = ["distinct", "key_name", "unnumbered"]
+__all__ = ["distinct", "excluded", "key_name", "unnumbered"]
 
 _NUMBERED = re.compile(r"#\d+\Z")
 
@@ -46,6 +48,14 @@ def distinct(names: list[str]) -> list[str]:
 def unnumbered(name: str) -> str:
     """The name `distinct` numbered (`a.b` from `a.b#2`); any other name as it is."""
     return _NUMBERED.sub("", name)
+
+
+def excluded(path: str, patterns: Sequence[str]) -> bool:
+    """True when `path` or an object above it (`data.a` above `data.a.b`) matches one of `patterns` (globs); a path
+    numbered apart from another (`data.a.b#2`) matches as the path it shares."""
+    parts = unnumbered(path).split(".")
+    prefixes = [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
+    return any(fnmatchcase(prefix, pattern) for prefix in prefixes for pattern in patterns)
 
 
 def key_name(key: Any) -> str:

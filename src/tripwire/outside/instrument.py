@@ -163,7 +163,7 @@ class TargetHooks:
                 name = f"{checkpoint.name or self.label}#{number}"
                 with ignore_syncs():  # the probe's own reads (state_dict, RNG states): not the loop's syncs
                     captured = self._capture(checkpoint, original, args, kwargs, result)
-                self.session.recorder.record(name, captured)
+                self.session.recorder.record(name, captured, checkpoint.exclude)
         for event in self.event_calls:
             self.session.events.append(self._event(event, original, args, kwargs))
         iteration = self.iteration

@@ -349,6 +349,13 @@ def record(
     result.compile = _summary(compiles, [region.name for region in scenario.regions])
     result.notes.extend(compiles.notes)
     result.notes.extend(session.notes)
+    for checkpoint in scenario.checkpoints:
+        unused = [pattern for pattern in checkpoint.exclude if pattern not in recorder.excluded_by]
+        if unused and status == "ok":
+            result.notes.append(
+                f"checkpoint on {checkpoint.target}: exclude {', '.join(map(repr, unused))} left out no leaf: check "
+                "the name (a leaf is named as `compare` names it: return.NAME, self.NAME.FIELD)"
+            )
     result.children = children.counts()
     unseen = children.note()
     if unseen:

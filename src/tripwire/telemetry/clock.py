@@ -29,8 +29,9 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from tripwire.common.errors import GuardrailFailure
+from tripwire.common.names import excluded
 from tripwire.telemetry.counts import DEFAULT_DETAIL_KEYS, event_label
-from tripwire.telemetry.payloads import event_fields, excluded, patterns_for
+from tripwire.telemetry.payloads import event_fields, patterns_for
 
 DEFAULT_BAND = 30.0  # a factor either way: a day's or a machine's drift is far inside it, milli- is far outside
 RATE_NAMES = ("*_per_s", "*_per_sec", "*_per_second", "*fps", "*sps", "*_hz")  # the field name's last part

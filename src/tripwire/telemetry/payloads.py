@@ -35,7 +35,7 @@ from tripwire.bitwise.digest import leaf_value, short, value_digest
 from tripwire.bitwise.magnitude import Magnitude, classify, spacing
 from tripwire.bitwise.trajectory import Trajectory, TrajectoryReport, compare_trajectories
 from tripwire.common.errors import GuardrailFailure
-from tripwire.common.names import distinct, unnumbered
+from tripwire.common.names import distinct, excluded
 from tripwire.telemetry.counts import DEFAULT_DETAIL_KEYS, event_label
 from tripwire.telemetry.schema import join_path
 
@@ -44,14 +44,6 @@ DEFAULT_EXCLUDED = ("event_id", "timestamp")
 
 class PayloadDivergence(GuardrailFailure):
     """Telemetry payload values differ from their golden; the message names the event, its type and the field."""
-
-
-def excluded(path: str, patterns: Sequence[str]) -> bool:
-    """True when `path` or an object above it (`data.a` above `data.a.b`) matches one of `patterns`; a path
-    numbered apart from another (`data.a.b#2`) matches as the path it shares."""
-    parts = unnumbered(path).split(".")
-    prefixes = [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
-    return any(fnmatchcase(prefix, pattern) for prefix in prefixes for pattern in patterns)
 
 
 def _leaves(prefix: str, value: Any, out: list[tuple[str, Any]]) -> None:

@@ -33,7 +33,7 @@ from tripwire.outside.compare import compare_results
 from tripwire.outside.instrument import jsonable
 from tripwire.outside.record import record
 from tripwire.outside.result import Result
-from tripwire.scenario import Checkpoint, EventCall, Scenario
+from tripwire.scenario import Checkpoint, EventCall, Scenario, ScenarioError
 
 LOOP = """
 import sys
@@ -68,14 +68,39 @@ if __name__ == "__main__":
 """
 
 
-def _run(tmp_path: Path, capture: tuple[str, ...], lr: str = "0.1", name: str = "a") -> Result:
+def _run(
+    tmp_path: Path, capture: tuple[str, ...], lr: str = "0.1", name: str = "a", exclude: tuple[str, ...] = ()
+) -> Result:
     folder = tmp_path / name
     folder.mkdir()
     (folder / "loop.py").write_text(LOOP)
     scenario = Scenario(
-        name="capture", script="loop.py", argv=[lr], checkpoints=[Checkpoint("__main__:update", capture)]
+        name="capture",
+        script="loop.py",
+        argv=[lr],
+        checkpoints=[Checkpoint("__main__:update", capture, exclude=exclude)],
     )
     return record(scenario, folder)
+
+
+def test_a_checkpoints_exclude_leaves_out_the_leaves_it_names_and_says_which_named_none(tmp_path: Path) -> None:
+    """A wall-clock field kept beside the numbers (Tianshou's `return.train_time`, SB3's `self.start_time`) made two
+    runs of one loop differ with no way to leave it out but capturing less; `exclude` leaves it out by name."""
+    capture = ("arg:buffer",)
+    changed = _run(tmp_path, capture, lr="0.11", name="changed", exclude=("arg:buffer._meta.rew",))
+    base = _run(tmp_path, capture, name="base", exclude=("arg:buffer._meta.rew",))
+    specs = base.trajectory.specs["update#1"]
+    assert "arg:buffer._meta.rew" not in specs and "arg:buffer._meta.obs" in specs and base.notes == []
+    assert not compare_results(base, changed).ok  # obs still differs
+    only_lr = _run(tmp_path, capture, lr="0.11", name="only", exclude=("arg:buffer._meta.*", "arg:buffer.nothing*"))
+    again = _run(tmp_path, capture, name="again", exclude=("arg:buffer._meta.*", "arg:buffer.nothing*"))
+    assert compare_results(again, only_lr).ok  # all that lr changed is left out
+    assert again.notes == [
+        "checkpoint on __main__:update: exclude 'arg:buffer.nothing*' left out no leaf: check the name (a leaf is "
+        "named as `compare` names it: return.NAME, self.NAME.FIELD)"
+    ]
+    with pytest.raises(ScenarioError, match="exclude"):
+        Checkpoint("__main__:update", exclude="arg:buffer._meta")  # type: ignore[arg-type]
 
 
 def test_a_capture_name_that_binds_nothing_is_an_error_naming_the_arguments(tmp_path: Path) -> None:
