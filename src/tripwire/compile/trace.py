@@ -17,7 +17,7 @@ read); a handler on its logger (`torch.__trace`) receives each record as it happ
 
 A reason keeps what names the change and drops what names the machine: compile ids (`0/1: `), the source excerpt
 and absolute paths dynamo appends to a guard (`# if n > 3:  # .../f.py:11 in g`), object addresses and the ids an
-identity guard compares with (`___check_obj_id(L['self'].mode, <id>)`).
+identity guard compares with and its description of the object (`___check_obj_id(L['self'].mode, <id>)`).
 
 A recompile whose failed guard is tripwire's doing (the identity of `torch.cat` in a function compiled before a
 counter put its stand-in there, `tripwire.sync.explicit.stand_in_guard`) is not the loop's: without tripwire it
@@ -47,7 +47,9 @@ _BREAK_REASON = re.compile(r"Graph Break Reason: (?P<reason>.*?)(?:\n\s*\n\s*Use
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$', re.MULTILINE)
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<name>.+)_at_\d+$")
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
-_ID_GUARD = re.compile(r"(___check_(?:obj|type)_id\((?P<source>.+?), )(?P<id>\d+)\)")  # an object's id: its address
+# an identity guard: the id it compares with is an address, and what follows describes the object (torch 2.11: its
+# repr, a code object's with its file's absolute path)
+_ID_GUARD = re.compile(r"(___check_(?:obj|type)_id\((?P<source>.+?), )(?P<id>\d+)\)(?:, type=<.*>)?")
 _GUARD_AT = re.compile(r"  # (?P<path>[^\s#]+):(?P<line>\d+) in \S+(?: \(.*\))?$")
 _GENERIC = ("Encountered graph break", "Failed to handle graph break gracefully")
 

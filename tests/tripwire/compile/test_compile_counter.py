@@ -242,7 +242,7 @@ def test_the_loops_own_identity_guard_is_counted_without_its_address(loop: Modul
     with CompileCounter(root=tmp_path) as compiles, SyncCounter(root=tmp_path):
         fn(torch.ones(3))
     recompiles = [event.via for event in compiles.events if event.kind == "compile:recompile"]
-    assert recompiles == ["___check_obj_id(G['STEP'].__code__, <id>), type=<class 'code'>"]
+    assert recompiles == ["___check_obj_id(G['STEP'].__code__, <id>)"]
     assert compiles.notes == []
 
 
@@ -282,7 +282,10 @@ def test_reasons_keep_what_names_the_change_and_drop_what_names_the_machine() ->
     )
     assert graph_break("no location here") is None
     assert guard_reason("0/0: ___check_obj_id(L['self'].mode, 140181685753136), type=<class 'str'>") == (
-        "___check_obj_id(L['self'].mode, <id>), type=<class 'str'>"
+        "___check_obj_id(L['self'].mode, <id>)"
+    )
+    assert guard_reason("0/0: ___check_obj_id(G['f'].__code__, 9), type=<code object f, file \"/a/b.py\", line 4>") == (
+        "___check_obj_id(G['f'].__code__, <id>)"
     )
 
 
