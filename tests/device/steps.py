@@ -299,7 +299,10 @@ def _original_rates(args: argparse.Namespace, epochs: int, failed: list[str]) ->
 
 
 def step_ab(args: argparse.Namespace) -> None:
-    """The paired A/B on the device: an A/A (this tree against itself) must pass, a 5 % slowdown must not."""
+    """The paired A/B on the device: an A/A (this tree against itself) must pass, a 5 % slowdown must not. The
+    CPU dry run (`--quick`) checks that both run to a verdict: its few blocks cannot decide either (an A/A read
+    +3.1 % [+1.2 %, +6 %] once on a shared 2-core CI machine); the instruction-count A/B in the suite is the
+    deterministic guard that a slowdown is caught."""
     outcomes = []
     budget = "5" if args.quick else "20"
     for label, extra in (("aa", []), ("slow", ["--head-env", "ESPER_BENCH_SLOWDOWN=train_pass:0.05"])):
@@ -322,7 +325,11 @@ def step_ab(args: argparse.Namespace) -> None:
             (label, done.returncode, next((row for row in done.stdout.splitlines() if "train_pass" in row), ""))
         )
     (_, aa_code, aa_line), (_, slow_code, slow_line) = outcomes
-    ok = aa_code == 0 and (slow_code == 1 or args.quick)  # the dry run's 4 blocks cannot resolve 5 %
+    if args.quick:  # the dry run's 4 blocks of 5 s resolve neither 5 % nor an A/A's spread on a shared CPU: each
+        # pair must end in a verdict (0 same, 1 slower) on a measured row; the verdicts themselves are the device's
+        ok = {aa_code, slow_code} <= {0, 1} and bool(aa_line) and bool(slow_line)
+    else:
+        ok = aa_code == 0 and slow_code == 1
     verdict(ok, f"A/A exit {aa_code} ({aa_line.strip()[:90]}); 5 % slower exit {slow_code} ({slow_line.strip()[:90]})")
 
 
