@@ -39,7 +39,7 @@ from tripwire.bitwise.magnitude import Magnitude, checkpoint_deltas, classify, g
 from tripwire.bitwise.tensor_diff import TensorChanges, tensor_changes
 from tripwire.bitwise.values import Values, load_values, save_values
 from tripwire.common.errors import GoldenFileError, TrajectoryDivergence, TripwireError, read_golden_json
-from tripwire.common.names import excluded
+from tripwire.common.names import matching
 from tripwire.sync import ignore_syncs
 
 __all__ = ["Trajectory", "TrajectoryRecorder", "TrajectoryReport", "compare_trajectories", "load_values", "save_values"]
@@ -79,7 +79,7 @@ def checkpoint_entries(
 def _kept(named: list[tuple[str, Any]], exclude: Sequence[str], matched: set[str]) -> list[tuple[str, Any]]:
     kept = []
     for name, leaf in named:
-        hits = [pattern for pattern in exclude if excluded(name, [pattern])]
+        hits = matching(name, exclude)
         if hits:
             matched.update(hits)
         else:

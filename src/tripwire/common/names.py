@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
-__all__ = ["distinct", "excluded", "key_name", "unnumbered"]
+__all__ = ["distinct", "excluded", "key_name", "matching", "unnumbered"]
 
 _NUMBERED = re.compile(r"#\d+\Z")
 
@@ -53,9 +53,19 @@ def unnumbered(name: str) -> str:
 def excluded(path: str, patterns: Sequence[str]) -> bool:
     """True when `path` or an object above it (`data.a` above `data.a.b`) matches one of `patterns` (globs); a path
     numbered apart from another (`data.a.b#2`) matches as the path it shares."""
-    parts = unnumbered(path).split(".")
-    prefixes = [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
+    prefixes = _prefixes(path)
     return any(fnmatchcase(prefix, pattern) for prefix in prefixes for pattern in patterns)
+
+
+def matching(path: str, patterns: Sequence[str]) -> list[str]:
+    """The patterns of `patterns` that exclude `path` (`excluded`), each once."""
+    prefixes = _prefixes(path)
+    return [pattern for pattern in patterns if any(fnmatchcase(prefix, pattern) for prefix in prefixes)]
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = unnumbered(path).split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
 
 
 def key_name(key: Any) -> str:

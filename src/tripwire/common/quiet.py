@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["ignoring"]
+__all__ = ["ignoring", "take_out"]
 
 
 @contextmanager
@@ -30,6 +30,13 @@ def ignoring(message: str, category: type[Warning] = UserWarning, module: str = 
     try:
         yield
     finally:
-        at = next((index for index, item in enumerate(filters) if item is entry), None)
-        if at is not None:
-            del filters[at]
+        take_out(entry)
+
+
+def take_out(entry: Any) -> None:
+    """Remove the filter `entry` from `warnings.filters` by identity (an equal filter of the loop's stays), without
+    telling `warnings` its filters changed; nothing when it is gone already."""
+    filters: list[Any] = warnings.filters  # type: ignore[assignment]  # a list, typed as a Sequence
+    at = next((index for index, item in enumerate(filters) if item is entry), None)
+    if at is not None:
+        del filters[at]

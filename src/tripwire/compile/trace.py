@@ -80,16 +80,21 @@ def _first_guard(text: str) -> str:
     return re.sub(r"^\d+/\d+: ", "", first)
 
 
+def _guard_text(text: str) -> str:
+    """The first failed guard without its compile id and what dynamo appends after `  # ` (source, paths)."""
+    return _first_guard(text).split("  # ", 1)[0].strip()
+
+
 def guard_reason(text: str) -> str:
     """The first failed guard of a recompile, without its compile id, dynamo's appended source and paths, and the id
     an identity guard compares with (an address: `___check_obj_id(L['self'].mode, <id>)`)."""
-    return _ID_GUARD.sub(r"\1<id>)", _ADDRESS.sub("", _first_guard(text).split("  # ", 1)[0].strip()))
+    return _ID_GUARD.sub(r"\1<id>)", _ADDRESS.sub("", _guard_text(text)))
 
 
 def id_guard(text: str) -> tuple[str, int] | None:
     """The source and id of a recompile's first failed guard when it is an identity guard (`___check_obj_id`), else
     None: `("G['torch'].cat", 1398...)`."""
-    found = _ID_GUARD.search(_first_guard(text).split("  # ", 1)[0])
+    found = _ID_GUARD.search(_guard_text(text))
     return (found.group("source"), int(found.group("id"))) if found and "obj_id" in found.group(1) else None
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any, TextIO
 
+from tripwire.common.quiet import take_out
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
 
@@ -101,10 +102,7 @@ class WarningSites:
     def _put_back(self) -> None:
         """Take out this filter and this `showwarning`, and nothing the loop set meanwhile."""
         entry, self._filter = self._filter, None
-        at = next((index for index, item in enumerate(warnings.filters) if item is entry), None)
-        if at is not None:
-            filters: list[Any] = warnings.filters  # type: ignore[assignment]  # a list, typed as a Sequence
-            del filters[at]  # an `always` for one message: no once-per-line record depended on it
+        take_out(entry)  # an `always` for one message: no once-per-line record depended on it
         if warnings.showwarning == self._on_warning:  # else the loop's own, which may hand on to this one
             warnings.showwarning = self._shown
 
