@@ -6,10 +6,12 @@ stand-in that calls the original inside the scenario's hot-path region, marks it
 edited on disk and everything is restored on exit, also when the run raised.
 
 Targets in importable modules are bound on entry (so `from torch.nn.utils import clip_grad_norm_` in the loop gets
-the stand-in). Targets in `__main__` (classes and functions a script defines) are bound as soon as the script has
-defined them: the script runner (`tripwire.outside.launch`) calls `bind_namespace` after each top-level statement. A
-method is replaced on the class named (an inherited one is shadowed there, then removed again); an instance's own
-attribute, or a reference taken before binding (`step = opt.step` at import time), is not seen.
+the stand-in); a function is bound under every name a loaded module holds it by, so `torch.serialization:save` is
+also `torch.save`, and a function named where it is defined is also its package's re-export of it. Targets in
+`__main__` (classes and functions a script defines) are bound as soon as the script has defined them: the script
+runner (`tripwire.outside.launch`) calls `bind_namespace` after each top-level statement. A method is replaced on
+the class named (an inherited one is shadowed there, then removed again); an instance's own attribute, or a
+reference taken before binding (`step = opt.step` at import time), is not seen.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import importlib
 import inspect
 import random
 import re
+import sys
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -376,6 +379,25 @@ def _resolve(spec: str, namespace: Mapping[str, Any] | None) -> tuple[Any, str, 
     return owner, parts[-1], raw
 
 
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType)
+
+
+def _aliases(function: Any, home: types.ModuleType) -> list[tuple[dict[str, Any], str]]:
+    """Every other loaded module's name for `function` (`torch.save` for `torch.serialization.save`, a package's
+    re-export of its submodule's function, a module's `from x import f`), as (namespace, name); tripwire's own
+    modules are left alone, so its bookkeeping never meets an instrument."""
+    found: list[tuple[dict[str, Any], str]] = []
+    for module in list(sys.modules.values()):
+        if module is home or not isinstance(module, types.ModuleType):
+            continue
+        name = getattr(module, "__name__", None)
+        if not isinstance(name, str) or name == "tripwire" or name.startswith("tripwire."):
+            continue
+        namespace = vars(module)
+        found.extend((namespace, key) for key, value in list(namespace.items()) if value is function)
+    return found
+
+
 class Instrumentation:
     """Places a scenario's instruments on their targets for the duration of a `with` block (see the module doc).
 
@@ -448,7 +470,12 @@ class Instrumentation:
             return
         had_own = attribute in vars(owner) if isinstance(owner, type) else True
         self._patches.append(_Patch(owner, attribute, had_own, raw))
-        setattr(owner, attribute, self._stand_in(target, raw))
+        stand = self._stand_in(target, raw)
+        setattr(owner, attribute, stand)
+        if isinstance(owner, types.ModuleType) and isinstance(raw, _FUNCTIONS):
+            for namespace, name in _aliases(raw, owner):
+                self._patches.append(_Patch(namespace, name, True, raw))
+                namespace[name] = stand
         self.bound.add(target)
 
     def _stand_in(self, target: str, raw: Any) -> Any:

@@ -17,7 +17,7 @@ from tripwire.bitwise.magnitude import DRIFT, DRIFT_SCALE_ULPS, VALUE_CHANGE
 from tripwire.outside.compare import compare_results
 from tripwire.outside.record import record
 from tripwire.outside.result import Result
-from tripwire.scenario import Region, Scenario, load_scenario
+from tripwire.scenario import EventCall, Region, Scenario, load_scenario
 
 LOOPS = Path(__file__).parents[1] / "loops"
 SCRIPT = LOOPS / "ppo_script.py"
@@ -181,3 +181,30 @@ def test_a_crash_message_naming_a_file_of_the_tree_names_it_relative_to_the_tree
             causes.append(one_line(error, root))
     assert causes[0] == causes[1]
     assert "partially initialized module 'pkg' (pkg/__init__.py)" in causes[0] and str(tmp_path) not in causes[0]
+
+
+
+def test_a_function_is_instrumented_under_every_name_a_module_holds_it_by(tmp_path: Path) -> None:
+    """`torch.serialization:save` is also `torch.save`, and a function named where it is defined also its package's
+    re-export (bound before the recording began: the package imported its submodule). Before, those names kept the
+    original: `torch.save` never fired, the re-export's call was missed. Afterwards each name holds torch's own."""
+    package = tmp_path / "aliaspkg"
+    package.mkdir()
+    (package / "impl.py").write_text("def helper(x):\n    return x + 1\n", encoding="utf-8")
+    (package / "__init__.py").write_text("from aliaspkg.impl import helper\n", encoding="utf-8")
+    (tmp_path / "loop.py").write_text(
+        "import torch\nimport aliaspkg\nfrom aliaspkg.impl import helper\n\n"
+        "assert aliaspkg.helper(1) + helper(2) == 5\ntorch.save(torch.ones(2), 'ones.pt')\n",
+        encoding="utf-8",
+    )
+    saves = (torch.save, torch.serialization.save)
+    scenario = Scenario(
+        name="aliases",
+        script="loop.py",
+        regions=[Region("aliaspkg.impl:helper", "helper")],
+        event_calls=[EventCall("torch.serialization:save", label="save")],
+    )
+    result = record(scenario, tmp_path)
+    assert result.status == "ok", result.cause
+    assert result.calls == {"aliaspkg.impl:helper": 2, "torch.serialization:save": 1}
+    assert (torch.save, torch.serialization.save) == saves and torch.save is saves[1]
