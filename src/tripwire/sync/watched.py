@@ -192,8 +192,13 @@ class WatchedMethod:
 
 
 def _named(watched: Callable[..., Any], original: Any) -> Callable[..., Any]:
+    """`watched` read as `original` by code that inspects it: its name, module and docstring, and `__wrapped__`,
+    which `inspect.signature` follows (torch's builtins have none: it raises ValueError, as it does for them) and
+    `inspect.unwrap` returns."""
     name = getattr(original, "__name__", "watched")
     watched.__name__ = name
     watched.__qualname__ = getattr(original, "__qualname__", name)
     watched.__doc__ = getattr(original, "__doc__", None)
+    watched.__module__ = getattr(original, "__module__", None)  # type: ignore[assignment]
+    watched.__wrapped__ = original  # type: ignore[attr-defined]
     return watched

@@ -438,3 +438,43 @@ def test_torchs_own_tables_built_first_under_a_counter_hold_torchs_own_functions
     # after the counter it compiles once more (docs/guardrails.md: compiled across a recording's edge)
     assert counted.pop("graphs")[0] == plain.pop("graphs")[0]
     assert counted == plain
+
+
+def _introspected(value: object) -> tuple[object, ...]:
+    """What code that inspects a callable reads of it: its signature (or the error asking for one raises), the
+    function `inspect.unwrap` reaches, its module and its name."""
+    import inspect
+
+    try:
+        signature: object = str(inspect.signature(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+        signature = type(error).__name__
+    unwrapped = inspect.unwrap(value)  # type: ignore[arg-type]
+    target = getattr(unwrapped, "__func__", unwrapped)
+    return signature, target, getattr(value, "__module__", None), getattr(value, "__name__", None)
+
+
+def test_a_watched_callable_inspected_while_counting_reads_as_torchs_own() -> None:
+    """`inspect.signature(torch.cat)` raises ValueError (a builtin without a text signature), and a library that asks
+    before it calls (an argument parser, a config system binding keywords) takes that path; a stand-in read
+    `(*args, **kwargs)`, and an instance's `t.item` named tripwire's module as its own. Each stand-in carries
+    `__wrapped__` (what `inspect.signature` and `inspect.unwrap` follow) and its original's module."""
+    tensor = torch.ones(2)
+    names = explicit._WATCHED_METHODS
+    plain = {f"torch.{name}": _introspected(getattr(torch, name)) for name in explicit._WATCHED_FUNCTIONS}
+    plain |= {f"t.{name}": _introspected(getattr(tensor, name)) for name in names}
+    with SyncCounter():
+        torch.zeros(1)  # a host-built tensor: the place-keeping stand-ins (`.float()`, `.view()`) go in place
+        inside = {f"torch.{name}": _introspected(getattr(torch, name)) for name in explicit._WATCHED_FUNCTIONS}
+        inside |= {f"t.{name}": _introspected(getattr(tensor, name)) for name in names}
+        placed = {name: getattr(getattr(tensor, name), "__func__", None) for name in names}  # the stand-ins in place
+    unwrapped_plain = {key: (value[0], value[2], value[3]) for key, value in plain.items()}
+    unwrapped_inside = {key: (value[0], value[2], value[3]) for key, value in inside.items()}
+    assert unwrapped_inside == unwrapped_plain
+    import inspect
+
+    for name in explicit._WATCHED_FUNCTIONS:  # `inspect.unwrap` reaches torch's own function
+        assert inside[f"torch.{name}"][1] is plain[f"torch.{name}"][1], name
+    for name in names:  # and, from an instance's method (a stand-in's), the class's own descriptor or function
+        assert inside[f"t.{name}"][1] is inspect.unwrap(getattr(torch.Tensor, name)), name
+        assert isinstance(placed[name], FunctionType) and "tripwire" in placed[name].__code__.co_filename, name
