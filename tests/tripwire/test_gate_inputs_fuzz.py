@@ -210,3 +210,16 @@ def test_a_mutated_values_file_or_store_loads_and_compares_or_is_refused_in_one_
         place = data.draw(st.sampled_from(_places(document)))
         torch.save(_replaced(document, place, data.draw(HOSTILE)), path)
     read_everything(path)
+
+
+@pytest.mark.parametrize("damage", [b"M", b"J\x01", b"\x80\x02M\x01"])  # a 2- or 4-byte integer opcode cut short
+def test_a_store_entry_cut_inside_an_integer_is_refused_in_one_line(tmp_path: Path, damage: bytes) -> None:
+    """Found by the fuzz above: torch's unpickler reads a truncated integer with `struct.unpack`, whose
+    `struct.error` escaped as a traceback instead of the one-line refusal."""
+    store = tmp_path / "store"
+    path = save_values(tmp_path / "values.pt", {"c": {"w": torch.arange(3.0)}}, {"c": {"w": "ab" * 32}}, store)
+    (entry,) = store.rglob("*.pt")
+    entry.write_bytes(damage)
+    with pytest.raises(GoldenFileError, match=r"unreadable values file \(error\): record it again$") as raised:
+        load_values(path)["c"]["w"]
+    assert "\n" not in str(raised.value)

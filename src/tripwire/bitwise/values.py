@@ -16,6 +16,7 @@ import io
 import os
 import pickle
 import re
+import struct
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
@@ -126,7 +127,9 @@ def _load(path: Path) -> Any:
         with warnings.catch_warnings():  # a foreign file's pickle protocol warning would add lines to the one line
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)
-    except (  # random bytes can reach the unpickler's stack and memo too (IndexError, KeyError)
+    except (  # random bytes can reach the unpickler's stack and memo too (IndexError, KeyError), and a truncated
+        # integer opcode its `struct.unpack` (struct.error)
+        struct.error,
         OSError,
         RuntimeError,
         ValueError,
