@@ -183,7 +183,6 @@ def test_a_crash_message_naming_a_file_of_the_tree_names_it_relative_to_the_tree
     assert "partially initialized module 'pkg' (pkg/__init__.py)" in causes[0] and str(tmp_path) not in causes[0]
 
 
-
 def test_a_function_is_instrumented_under_every_name_a_module_holds_it_by(tmp_path: Path) -> None:
     """`torch.serialization:save` is also `torch.save`, and a function named where it is defined also its package's
     re-export (bound before the recording began: the package imported its submodule). Before, those names kept the
