@@ -253,6 +253,8 @@ class TrajectoryReport:
     source: str = ""
     changes: TensorChanges | None = None  # inside the first diverging checkpoint: structure apart from values
     magnitude: Magnitude | None = None  # how big the value difference is, when both sides kept values
+    # the first diverging checkpoint's plain values (not tensors: a setting, a count) that differ: (name, A, B)
+    plain: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -295,6 +297,8 @@ class TrajectoryReport:
                 f"  {labels[1]} {short(self.actual_digest)}"
             )
             lines.append(f"  {len(changed)} of {self.tensors_in_checkpoint} tensors differ: {shown}")
+        if self.plain:
+            lines.append(f"  plain values that differ: {format_plain(self.plain)}")
         if self.magnitude is not None:
             lines.extend(self.magnitude.format())
         return "\n".join(lines)
@@ -334,7 +338,54 @@ def compare_trajectories(
     magnitude = None
     if expected_values is not None and actual_values is not None and not first.structure:
         magnitude = _magnitude(first, expected, expected_values, actual_values, later)
-    return dataclasses.replace(first, later_divergences=len(later), magnitude=magnitude)
+    plain = plain_changes(first, expected, expected_values, actual_values)
+    return dataclasses.replace(first, later_divergences=len(later), magnitude=magnitude, plain=plain)
+
+
+PLAIN_SHOWN = 6  # plain values named in a report, at most
+_PLAIN_SPECS = frozenset({"bool", "int", "float", "complex", "str", "none"})  # `digest.leaf_spec` of Python's scalars
+_PLAIN_WIDTH = 40  # characters of one value shown
+
+
+def plain_changes(
+    report: TrajectoryReport, expected: Trajectory, a: Values | None, b: Values | None
+) -> tuple[tuple[str, str, str], ...]:
+    """The changed leaves of the first diverging checkpoint that are plain values, not tensors (an optimizer's
+    `betas`, a config's number, a flag), with both sides' values when both kept them: a changed setting is most
+    often the cause, and among a checkpoint's tensors, which it moves, it would be one name of many."""
+    if report.changes is None or not report.changes.changed:
+        return ()
+    name = report.first_name
+    specs = expected.specs.get(name, {})
+    found = []
+    for leaf in report.changes.changed:
+        spec = specs.get(leaf, "")
+        if spec not in _PLAIN_SPECS and not (spec.startswith("list[") and spec.endswith("]")):
+            continue  # a tensor (`float32[64,4]`) or an object digested whole (its class's name)
+        found.append((leaf, _plain_text(a, name, leaf), _plain_text(b, name, leaf)))
+    return tuple(found)
+
+
+def _plain_text(values: Values | None, checkpoint: str, leaf: str) -> str:
+    """A kept plain value as Python writes it (`0.99`, `[0.9, 0.99]`, `True`); '' when it was not kept."""
+    if values is None or checkpoint not in values or leaf not in values[checkpoint]:
+        return ""
+    try:
+        value = values[checkpoint][leaf]
+    except TripwireError:  # a damaged values file: the digests still say which values differ
+        return ""
+    if not isinstance(value, torch.Tensor) or value.numel() > 16:
+        return ""
+    with ignore_syncs():
+        text = repr(value.tolist())
+    return text if len(text) <= _PLAIN_WIDTH else text[: _PLAIN_WIDTH - 3] + "..."
+
+
+def format_plain(plain: Sequence[tuple[str, str, str]]) -> str:
+    """`betas [0.9, 0.99] -> [0.9, 0.98], lr`: each plain value that differs, with both values when known."""
+    shown = [f"{leaf} {old} -> {new}" if old and new else leaf for leaf, old, new in plain[:PLAIN_SHOWN]]
+    more = f", ... and {len(plain) - PLAIN_SHOWN} more" if len(plain) > PLAIN_SHOWN else ""
+    return ", ".join(shown) + more
 
 
 def _magnitude(

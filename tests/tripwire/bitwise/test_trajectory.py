@@ -91,3 +91,32 @@ def test_float64_values_are_measured_at_float32_resolution() -> None:
     assert derived is not None and derived.ulps <= 2 and classify([derived]) == DRIFT  # float32-level noise
     lr = tensor_delta("lr", torch.tensor(0.1, dtype=torch.float64), torch.tensor(0.11, dtype=torch.float64))
     assert lr is not None and classify([lr]) == VALUE_CHANGE
+
+
+def _optimizer_run(beta2: float, keep_values: bool) -> Trajectory:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, beta2))
+    recorder = TrajectoryRecorder(keep_values=keep_values)
+    for step in range(2):
+        model(torch.ones(4, 3)).square().sum().backward()
+        optimizer.step()
+        recorder.record(f"step{step}", {"optimizer": optimizer, "model": model})
+    return recorder.trajectory
+
+
+@pytest.mark.parametrize("keep_values", [True, False])
+def test_a_changed_setting_is_named_with_its_values_among_the_tensors_it_moved(keep_values: bool) -> None:
+    """A changed `betas` moves every moment and parameter of the checkpoint, and the first tensor named is a
+    parameter: the plain values that differ (the setting) get their own line, with both values when kept."""
+    report = compare_trajectories(_optimizer_run(0.99, keep_values), _optimizer_run(0.98, keep_values))
+    assert report.first_name == "step0" and not report.first_tensor.endswith("betas")
+    betas = "optimizer.state_dict.param_groups.0.betas"
+    assert report.plain == ((betas, "[0.9, 0.99]", "[0.9, 0.98]") if keep_values else (betas, "", ""),)
+    shown = f"{betas} [0.9, 0.99] -> [0.9, 0.98]" if keep_values else betas
+    assert f"  plain values that differ: {shown}" in report.format().splitlines()
+
+
+def test_tensors_alone_differing_name_no_plain_value() -> None:
+    report = compare_trajectories(record([torch.ones(4)], [0.5]), record([torch.ones(4) * 2], [0.5]))
+    assert report.plain == () and "plain values" not in report.format()
