@@ -231,6 +231,8 @@ class Magnitude:
     kind: str
     unmeasured: tuple[str, ...] = ()
     growth: tuple[GrowthPoint, ...] = field(default_factory=tuple)
+    # float64 values whose bits differ only below float32's resolution: measured as 0 (module docstring)
+    below_resolution: tuple[str, ...] = ()
 
     @property
     def max_abs(self) -> float:
@@ -248,6 +250,9 @@ class Magnitude:
         """One line: the kind, the worst tensor with its own figures, and how many tensors differ (and how many of
         them within drift) (the history table's cell)."""
         top = worst(self.deltas)
+        if top is None and self.below_resolution:
+            names = ", ".join(self.below_resolution[:3]) + (", ..." if len(self.below_resolution) > 3 else "")
+            return f"float64 values differ below float32's resolution only (measured as 0 ULPs): {names}"
         if top is None:
             return "values not kept: magnitude unknown"
         if top.floating:

@@ -404,7 +404,9 @@ def _magnitude(
             point = growth_point(index + 1, later_name, a[later_name], b[later_name])
             if point is not None:
                 growth.append(point)
-    return Magnitude(tuple(deltas), classify(deltas), tuple(unmeasured), tuple(growth))
+    measured = {delta.name for delta in deltas} | set(unmeasured)
+    below = tuple(name for name in first.changes.changed if name not in measured)  # kept, and 0 at float32's resolution
+    return Magnitude(tuple(deltas), classify(deltas), tuple(unmeasured), tuple(growth), below)
 
 
 def _compare_at(

@@ -262,7 +262,7 @@ def compare_trajectory(a: Result, b: Result) -> Verdict:
         summary = f"{report.structure} ({where})"
     elif report.kind == "structure" and report.changes is not None:
         summary = f"structure {where}: {report.changes.format_structure(shown=2)}"
-    elif report.magnitude is not None and report.magnitude.deltas:
+    elif report.magnitude is not None and (report.magnitude.deltas or report.magnitude.below_resolution):
         summary = f"{report.magnitude.summary()} {where}"
     else:
         summary = f"values differ {where} (values not kept: magnitude unknown)"
@@ -312,6 +312,9 @@ def compare_payloads_verdict(a: Result, b: Result) -> Verdict:
     magnitude = report.magnitude
     if magnitude is not None and magnitude.deltas:
         magnitude = payload_magnitude(magnitude, report.first_name, a.payload_values, b.payload_values)
+    if magnitude is not None and not magnitude.deltas and magnitude.below_resolution:
+        where = f"at event {report.first_index} of {report.total} {report.first_name.split(' ', 1)[-1]!r}"
+        return Verdict("payloads", DIFFERS, f"{magnitude.summary()} {where}", tuple(lines), "values")
     if magnitude is None or not magnitude.deltas:
         kept = a.payload_values is not None and b.payload_values is not None
         why = "the field is not a number" if kept else "values not kept on both sides (recorded with --no-values)"

@@ -17,7 +17,7 @@ from tripwire.bitwise.magnitude import DRIFT, DRIFT_SCALE_ULPS, VALUE_CHANGE
 from tripwire.outside.compare import compare_results
 from tripwire.outside.record import record
 from tripwire.outside.result import Result
-from tripwire.scenario import EventCall, Region, Scenario, load_scenario
+from tripwire.scenario import Checkpoint, EventCall, Region, Scenario, load_scenario
 
 LOOPS = Path(__file__).parents[1] / "loops"
 SCRIPT = LOOPS / "ppo_script.py"
@@ -207,3 +207,28 @@ def test_a_function_is_instrumented_under_every_name_a_module_holds_it_by(tmp_pa
     assert result.status == "ok", result.cause
     assert result.calls == {"aliaspkg.impl:helper": 2, "torch.serialization:save": 1}
     assert (torch.save, torch.serialization.save) == saves and torch.save is saves[1]
+
+
+def test_a_float64_difference_below_float32_resolution_is_named_not_called_values_not_kept(tmp_path: Path) -> None:
+    """A monitor's start time (SB3's `Monitor.t_start`, about 1.8e9 s) differs between two runs by seconds, under
+    float32's spacing there (128 s): measured at float32's resolution it is 0 ULPs, and the verdict said the values
+    were not kept, which they were. It now says what was found, and the plain values line shows both."""
+    from tripwire.outside.compare import compare_results
+
+    loop = (
+        "from pathlib import Path\n\n\ndef step():\n    return {'t_start': float(Path('value.txt').read_text())}\n\n"
+        "\nstep()\n"
+    )
+    scenario = Scenario(
+        name="clock", script="loop.py", cwd="root", checkpoints=[Checkpoint("__main__:step", ("return",))]
+    )
+    results = []
+    for name, value in (("a", "1796337383.6566794"), ("b", "1796337389.8004224")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "loop.py").write_text(loop, encoding="utf-8")
+        (tmp_path / name / "value.txt").write_text(value, encoding="utf-8")
+        results.append(run(tmp_path / name, scenario))
+    verdict = compare_results(*results).verdict("trajectory")
+    assert verdict.status == "differs" and "not kept" not in verdict.summary
+    assert verdict.summary.startswith("float64 values differ below float32's resolution only (measured as 0 ULPs): ")
+    assert "  plain values that differ: return.t_start 1796337383.6566794 -> 1796337389.8004224" in verdict.details
