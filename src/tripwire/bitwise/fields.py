@@ -6,12 +6,13 @@ fields (`__dict__` and `__slots__`), descended into until its numbers are found:
 space's bounds, a dataclass of arrays. A value with no fields of its own is digested by what it holds (`_held`): a
 deque, a set (sorted), bytes, a random generator's state, a NumPy array torch has no dtype for. The descent stops at
 `MAX_DEPTH` objects deep and after `MAX_LEAVES` values (a capture of a whole simulator would digest everything it
-holds), and what it could not digest (a function or method, a module, a class, a lock, torch's callable objects, an
-object built in C that neither has fields nor pickles, an object deeper than the bound) is named in `skipped` and
-digested as `<skipped KIND>`. An object built in C with no fields is digested by what pickling keeps of it
-(`_pickled`: a NumPy bit generator's state, a seed sequence, a compiled pattern), and a NumPy masked array by its
-data, mask and fill value. A callable object of a class with fields (SB3's `FloatSchedule`, a loss object) is read by
-its fields, and a `functools.partial` by its arguments.
+holds), a wrapper chain (each link an object of its owner's family: gym's wrappers, each holding the next in `env`)
+counting as one level for up to `MAX_CHAIN` links, and what it could not digest (a function or method, a module, a
+class, a lock, torch's callable objects, an object built in C that neither has fields nor pickles, an object deeper
+than the bound) is named in `skipped` and digested as `<skipped KIND>`. An object built in C with no fields is
+digested by what pickling keeps of it (`_pickled`: a NumPy bit generator's state, a seed sequence, a compiled
+pattern), and a NumPy masked array by its data, mask and fill value. A callable object of a class with fields (SB3's
+`FloatSchedule`, a loss object) is read by its fields, and a `functools.partial` by its arguments.
 
 `tripwire.bitwise.digest` digests what this gives; `tripwire.outside.capture` says when a capture digested no value.
 """
@@ -32,9 +33,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "an_object", "numpy_tensor", "object_state", "plain_leaf"]
+__all__ = ["MAX_CHAIN", "MAX_DEPTH", "MAX_LEAVES", "Descent", "an_object", "numpy_tensor", "object_state", "plain_leaf"]
 
 MAX_DEPTH = 6  # objects inside objects, below the captured one
+# links of a wrapper chain (an object holding one of its own family: a gym wrapper's `env`, a VecEnv wrapper's
+# `venv`) walked without going a level deeper, on one path; past them each link is a level again
+MAX_CHAIN = 16
 MAX_LEAVES = 20_000  # values digested of one capture
 # Objects never descended into: code, classes, modules, and what only a running process has (threads, locks, files)
 # functions and methods (their numbers are their owners'), modules, classes: named as left out
@@ -50,6 +54,7 @@ class Descent:
         self.skipped = skipped
         self.leaves = 0
         self.on_path: set[int] = set()
+        self.links = 0  # wrapper-chain links on the path walked now (`MAX_CHAIN`)
 
     def state(self, value: Any, path: str, depth: int) -> Any:
         """The digestible state of `value`, found at `path` inside the capture."""
@@ -84,9 +89,22 @@ class Descent:
         try:
             if pickled is not None:  # built in C: what pickling keeps of it (a bit generator's state, a seed sequence)
                 return {name: self._item(item, _join(path, name), depth + 1) for name, item in pickled.items()}
-            return {name: self.state(item, _join(path, name), depth + 1) for name, item in _own_fields(value)}
+            return {name: self._field(value, item, _join(path, name), depth) for name, item in _own_fields(value)}
         finally:
             self.on_path.discard(id(value))
+
+    def _field(self, owner: Any, value: Any, path: str, depth: int) -> Any:
+        """A field's state, a level below its owner's, or at its owner's level when it is the next link of a
+        wrapper chain: an object of the owner's own family (a class both inherit from, other than `object` and
+        Python's generic bases), as each gym wrapper holds the next in `env` and the environment's state sits below
+        four of them."""
+        if self.links >= MAX_CHAIN or not _family(type(owner)) & _family(type(value)):
+            return self.state(value, path, depth + 1)
+        self.links += 1
+        try:
+            return self.state(value, path, depth)
+        finally:
+            self.links -= 1
 
     def _contents(self, value: Any, path: str, depth: int) -> Any:
         if isinstance(value, _NAMED):
@@ -198,6 +216,27 @@ def _opaque(value: Any) -> bool:
 
 
 _PYTHON_CALLS = (types.FunctionType, staticmethod, classmethod)
+
+
+_GENERIC_MODULES = frozenset({"builtins", "abc", "typing", "typing_extensions", "collections.abc"})
+
+
+_FAMILIES: dict[type, frozenset[type]] = {}
+
+
+def _family(kind: type) -> frozenset[type]:
+    """The classes `kind` inherits from that say what it is: its MRO without `object`, Python's generic bases
+    (`Generic`, `ABC`, `Protocol`) and the builtin kinds (a list, a dict, a number are never a wrapper)."""
+    try:
+        return _FAMILIES[kind]
+    except KeyError:
+        pass
+    except TypeError:  # a class whose metaclass makes it unhashable: not kept
+        return frozenset(cls for cls in kind.__mro__ if cls.__module__ not in _GENERIC_MODULES)
+    if len(_FAMILIES) >= 4096:
+        _FAMILIES.clear()
+    family = _FAMILIES[kind] = frozenset(cls for cls in kind.__mro__ if cls.__module__ not in _GENERIC_MODULES)
+    return family
 
 
 def _own_fields(value: Any) -> list[tuple[str, Any]]:

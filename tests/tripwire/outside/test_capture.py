@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 import torch
 
+from tripwire.bitwise.fields import MAX_CHAIN
 from tripwire.bitwise.trajectory import digest_value
 from tripwire.outside.capture import MAX_DEPTH, no_value, object_state
 from tripwire.outside.compare import compare_results
@@ -142,16 +143,65 @@ def test_a_capture_of_no_value_is_an_error_that_says_what_to_capture(tmp_path: P
 
 
 def test_the_descent_stops_at_its_depth_and_says_so() -> None:
+    """Objects of unrelated classes, each holding the next: each is a level, and the walk stops at `MAX_DEPTH`."""
+    chain: object = np.ones(2)
+    for level in range(MAX_DEPTH + 3):
+        holder = type(f"Level{level}", (), {})()  # a class of its own: no two levels are of one family
+        holder.child = chain
+        chain = holder
+    skipped: list[str] = []
+    object_state(chain, skipped)
+    assert skipped and f"deeper than {MAX_DEPTH} objects" in skipped[0]
+
+
+class Env:
+    """A gym-style environment: its state is what the capture is for."""
+
+    def __init__(self) -> None:
+        self.state = np.array([0.25, -1.5])
+
+
+class Wrapper(Env):
+    """A gym-style wrapper: an environment holding the next one in `env`."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+
+
+def test_a_wrapper_chain_is_walked_at_one_level_to_the_state_below_it() -> None:
+    """SB3's and Tianshou's env sits under a vector env and four or five gym wrappers, each holding the next in
+    `env`: counted a level each, the environment's state lay past `MAX_DEPTH` and every capture of the algorithm
+    named it left out. Links of one family (a class both inherit from) are walked at their owner's level."""
+
+    class Algorithm:
+        def __init__(self, env: Env) -> None:
+            self.env = {"envs": [env]}
+
+    env: Env = Env()
+    for _ in range(MAX_DEPTH + 2):
+        env = Wrapper(env)
+    skipped: list[str] = []
+    state = object_state(Algorithm(env), skipped)
+    inner = state["env"]["envs"][0]
+    for _ in range(MAX_DEPTH + 2):
+        inner = inner["env"]
+    assert skipped == [] and np.array_equal(inner["state"], np.array([0.25, -1.5]))
+
+
+def test_a_chain_longer_than_its_bound_stops_and_says_so() -> None:
+    """A linked list of one class is a chain too: past `MAX_CHAIN` links each is a level again, so a thousand nodes
+    end in a note, not in Python's recursion limit."""
+
     class Node:
         def __init__(self, child: object) -> None:
             self.child = child
 
     chain: object = np.ones(2)
-    for _ in range(MAX_DEPTH + 3):
+    for _ in range(1000):
         chain = Node(chain)
     skipped: list[str] = []
     object_state(chain, skipped)
-    assert skipped and f"deeper than {MAX_DEPTH} objects" in skipped[0]
+    assert skipped == [".".join(["child"] * (MAX_CHAIN + MAX_DEPTH + 1)) + f" (Node: deeper than {MAX_DEPTH} objects)"]
 
 
 def test_a_cycle_is_walked_once() -> None:
