@@ -39,7 +39,7 @@ MAX_DEPTH = 6  # objects inside objects, below the captured one
 # links of a wrapper chain (an object holding one of its own family: a gym wrapper's `env`, a VecEnv wrapper's
 # `venv`) walked without going a level deeper, on one path; past them each link is a level again
 MAX_CHAIN = 16
-MAX_LEAVES = 20_000  # values digested of one capture
+MAX_LEAVES = 20_000  # values digested of one capture, and objects read by their fields
 # Objects never descended into: code, classes, modules, and what only a running process has (threads, locks, files)
 # functions and methods (their numbers are their owners'), modules, classes: named as left out
 _OPAQUE: tuple[type, ...] = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType, type)
@@ -55,6 +55,7 @@ class Descent:
         self.leaves = 0
         self.on_path: set[int] = set()
         self.links = 0  # wrapper-chain links on the path walked now (`MAX_CHAIN`)
+        self.objects = 0  # objects read by their fields: at most `MAX_LEAVES`, as values are
 
     def state(self, value: Any, path: str, depth: int) -> Any:
         """The digestible state of `value`, found at `path` inside the capture."""
@@ -81,6 +82,9 @@ class Descent:
             return self._skip(path, kind, f"deeper than {MAX_DEPTH} objects")
         if id(value) in self.on_path:
             return self._skip(path, kind, "a cycle")
+        if self.objects >= MAX_LEAVES:  # objects reached by many paths (a graph) are read once per path
+            return self._skip(path, kind, f"past {MAX_LEAVES} objects")
+        self.objects += 1
         fields = _has_dict(value) or any(getattr(cls, "__slots__", ()) for cls in type(value).__mro__)
         pickled = None if fields else _pickled(value)
         if not fields and pickled is None:
@@ -89,16 +93,29 @@ class Descent:
         try:
             if pickled is not None:  # built in C: what pickling keeps of it (a bit generator's state, a seed sequence)
                 return {name: self._item(item, _join(path, name), depth + 1) for name, item in pickled.items()}
-            return {name: self._field(value, item, _join(path, name), depth) for name, item in _own_fields(value)}
+            own = _own_fields(value)
+            link = self._link(value, own)
+            return {
+                name: self._field(item, _join(path, name), depth, link is not None and item is link)
+                for name, item in own
+            }
         finally:
             self.on_path.discard(id(value))
 
-    def _field(self, owner: Any, value: Any, path: str, depth: int) -> Any:
+    def _link(self, owner: Any, fields: list[tuple[str, Any]]) -> Any:
+        """The next link when `owner` is a link of a wrapper chain: the one field holding an object of its own
+        family (a class both inherit from, other than `object` and Python's generic bases), as each gym wrapper holds
+        the next in `env`; None when no field, or more than one (a tree, a graph), does, or the chain is long."""
+        if self.links >= MAX_CHAIN:
+            return None
+        family = _family(type(owner))
+        kin = [item for _, item in fields if not _digestible(item) and family & _family(type(item))]
+        return kin[0] if len(kin) == 1 else None  # one field: another naming it too is a graph's second path
+
+    def _field(self, value: Any, path: str, depth: int, link: bool) -> Any:
         """A field's state, a level below its owner's, or at its owner's level when it is the next link of a
-        wrapper chain: an object of the owner's own family (a class both inherit from, other than `object` and
-        Python's generic bases), as each gym wrapper holds the next in `env` and the environment's state sits below
-        four of them."""
-        if self.links >= MAX_CHAIN or not _family(type(owner)) & _family(type(value)):
+        wrapper chain (`_link`): the environment under four gym wrappers is then as deep as the first."""
+        if not link:
             return self.state(value, path, depth + 1)
         self.links += 1
         try:

@@ -20,7 +20,16 @@ import torch
 
 from tripwire.bitwise.fields import MAX_DEPTH, MAX_LEAVES, Descent, object_state, plain_leaf
 
-__all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "no_value", "object_state"]
+__all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "left_out", "no_value", "object_state"]
+
+LEFT_OUT_SHOWN = 12  # of what a capture left out, named in one note
+
+
+def left_out(skipped: list[str]) -> str:
+    """What a capture left out, for a note: the first `LEFT_OUT_SHOWN`, then how many more (a graph of objects past
+    the bounds leaves out thousands, each once per path)."""
+    more = len(skipped) - LEFT_OUT_SHOWN
+    return ", ".join(skipped[:LEFT_OUT_SHOWN]) + (f", ... and {more} more" if more > 0 else "")
 
 
 def _values(state: Any) -> tuple[int, int]:
@@ -42,7 +51,7 @@ def no_value(state: Any, skipped: list[str]) -> str:
     field it left out may hold the data."""
     numbers, leaves = _values(state)
     if leaves == 0:
-        return "it digested nothing (only None)" + (f", and left out {', '.join(skipped)}" if skipped else "")
+        return "it digested nothing (only None)" + (f", and left out {left_out(skipped)}" if skipped else "")
     if numbers == 0 and skipped:
-        return f"it digested only plain ints and strings (indexes, sizes) and left out {', '.join(skipped)}"
+        return f"it digested only plain ints and strings (indexes, sizes) and left out {left_out(skipped)}"
     return ""

@@ -32,7 +32,7 @@ import torch
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.compile.counter import CompileCounter
-from tripwire.outside.capture import no_value, object_state
+from tripwire.outside.capture import left_out, no_value, object_state
 from tripwire.outside.stand import stand_in
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Scenario, ScenarioError, parse_target
 from tripwire.sync import hot_path, ignore_syncs
@@ -231,7 +231,7 @@ class TargetHooks:
                 )
             if skipped:
                 note = (
-                    f"checkpoint {name} capture {spec!r} left out {', '.join(skipped)} (capture one by name, "
+                    f"checkpoint {name} capture {spec!r} left out {left_out(skipped)} (capture one by name, "
                     "`self.NAME`, to digest what it holds)"
                 )
                 self.session.notes.setdefault(note)

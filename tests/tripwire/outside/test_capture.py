@@ -29,7 +29,7 @@ import torch
 
 from tripwire.bitwise.fields import MAX_CHAIN
 from tripwire.bitwise.trajectory import digest_value
-from tripwire.outside.capture import MAX_DEPTH, no_value, object_state
+from tripwire.outside.capture import MAX_DEPTH, MAX_LEAVES, left_out, no_value, object_state
 from tripwire.outside.compare import compare_results
 from tripwire.outside.instrument import jsonable
 from tripwire.outside.record import record
@@ -202,6 +202,33 @@ def test_a_chain_longer_than_its_bound_stops_and_says_so() -> None:
     skipped: list[str] = []
     object_state(chain, skipped)
     assert skipped == [".".join(["child"] * (MAX_CHAIN + MAX_DEPTH + 1)) + f" (Node: deeper than {MAX_DEPTH} objects)"]
+
+
+def test_an_object_holding_several_of_its_family_is_no_chain() -> None:
+    """A node holding three references to the next node of its class (a graph, a tree) is read a level per node:
+    walked as a chain it was read once per path, 3**22 paths, and the capture never ended."""
+
+    class Node:
+        def __init__(self, after: object) -> None:
+            self.a = self.b = self.c = after
+
+    node: object = None
+    for _ in range(30):
+        node = Node(node)
+    skipped: list[str] = []
+    object_state(node, skipped)
+    assert len(skipped) == 3 ** (MAX_DEPTH + 1) and skipped[0] == "a.a.a.a.a.a.a (Node: deeper than 6 objects)"
+
+
+def test_a_capture_reads_at_most_its_bound_of_objects_and_its_note_stays_short() -> None:
+    class Empty:
+        pass
+
+    skipped: list[str] = []
+    object_state({"items": [Empty() for _ in range(MAX_LEAVES + 50)]}, skipped)
+    assert len(skipped) == 50 and skipped[0] == f"['items'][{MAX_LEAVES}] (Empty: past {MAX_LEAVES} objects)"
+    note = left_out(skipped)
+    assert note.endswith(", ... and 38 more") and note.count("(Empty: past") == 12
 
 
 def test_a_cycle_is_walked_once() -> None:
