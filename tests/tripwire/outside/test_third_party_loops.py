@@ -7,6 +7,7 @@ instrumented inside the installed library. Each silent pass found on them is a t
   or instrument calls differ apart, instead of `identical`;
 - state kept in NumPy (SB3's rollout buffer) is digested, so a learning-rate change is a value change, and what a
   capture left out is named;
+- an environment under its gym wrappers (SB3's SAC on Pendulum) is digested, so a changed gravity is named;
 - a differing logged value (a real `SummaryWriter`, SB3's logger) is measured and classified, not digests only;
 - an exclude pattern that matches no field (`data.value` on a `SummaryWriter`, whose field is `data.scalar_value`)
   is named in the result.
@@ -268,3 +269,26 @@ def test_the_context_names_the_loops_own_libraries(sb3: Result) -> None:
     assert "tripwire-gate" not in packages
     older = {**sb3.context, "packages": {**packages, "gymnasium": "0.28.0"}}
     assert mismatches(older, sb3.context) == [f"packages.gymnasium: '0.28.0' -> {packages['gymnasium']!r}"]
+
+
+SB3_SAC_SCRIPT = HERE / "loops" / "sb3_sac_script.py"
+SB3_SAC_SCENARIO = load_scenario(HERE / "loops" / "sb3_sac_script_scenario.py")
+
+
+def test_sb3_sac_capture_reaches_the_environment_under_its_wrappers(tmp_path: Path) -> None:
+    """SB3 keeps the environment under a vector env, a list and four gym wrappers (Monitor, TimeLimit,
+    OrderEnforcing, PassiveEnvChecker), each holding the next in `env`. Counted a level each, Pendulum's state lay
+    past the capture's depth, and every capture of the algorithm named it left out. Two runs compare identical with it
+    digested (Monitor's wall-clock fields excluded), and a changed gravity is a value change in that state."""
+    base = ran(record(SB3_SAC_SCENARIO, checkout(tmp_path / "a", SB3_SAC_SCRIPT)))
+    env = "self.env.envs.0.env.env.env.env"
+    specs = base.trajectory.specs["SAC.train#1"]
+    assert specs[f"{env}.state"] == "float64[2]" and specs[f"{env}.g"] == "float"
+    assert not any("deeper than" in note for note in base.notes), base.notes
+    again = ran(record(SB3_SAC_SCENARIO, checkout(tmp_path / "b", SB3_SAC_SCRIPT)))
+    assert compare_results(base, again).verdict("trajectory").status == "same"
+    lighter = ran(record(SB3_SAC_SCENARIO, checkout(tmp_path / "c", SB3_SAC_SCRIPT, ("g=10.0", "g=9.0"))))
+    trajectory = compare_results(base, lighter).verdict("trajectory")
+    assert trajectory.kind == VALUE_CHANGE and "'SAC.train#1'" in trajectory.summary, trajectory.details
+    plain = f"  plain values that differ: {env}.g 10.0 -> 9.0, {env}.spec.kwargs.g 10.0 -> 9.0, "
+    assert any(line.startswith(plain) for line in trajectory.details), trajectory.details
