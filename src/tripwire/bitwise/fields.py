@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import array
 import collections
+import contextlib
 import copyreg
 import datetime
 import decimal
@@ -246,13 +247,12 @@ def _family(kind: type) -> frozenset[type]:
     (`Generic`, `ABC`, `Protocol`) and the builtin kinds (a list, a dict, a number are never a wrapper)."""
     try:
         return _FAMILIES[kind]
-    except KeyError:
-        pass
-    except TypeError:  # a class whose metaclass makes it unhashable: not kept
-        return frozenset(cls for cls in kind.__mro__ if cls.__module__ not in _GENERIC_MODULES)
+    except (KeyError, TypeError):  # TypeError: a metaclass made the class unhashable, and it is not kept
+        family = frozenset(cls for cls in kind.__mro__ if cls.__module__ not in _GENERIC_MODULES)
     if len(_FAMILIES) >= 4096:
         _FAMILIES.clear()
-    family = _FAMILIES[kind] = frozenset(cls for cls in kind.__mro__ if cls.__module__ not in _GENERIC_MODULES)
+    with contextlib.suppress(TypeError):
+        _FAMILIES[kind] = family
     return family
 
 

@@ -39,7 +39,7 @@ from tripwire.bitwise.magnitude import Magnitude, checkpoint_deltas, classify, g
 from tripwire.bitwise.tensor_diff import TensorChanges, tensor_changes
 from tripwire.bitwise.values import Values, load_values, save_values
 from tripwire.common.errors import GoldenFileError, TrajectoryDivergence, TripwireError, read_golden_json
-from tripwire.common.names import matching
+from tripwire.common.names import listed, matching
 from tripwire.sync import ignore_syncs
 
 __all__ = ["Trajectory", "TrajectoryRecorder", "TrajectoryReport", "compare_trajectories", "load_values", "save_values"]
@@ -383,9 +383,7 @@ def _plain_text(values: Values | None, checkpoint: str, leaf: str) -> str:
 
 def format_plain(plain: Sequence[tuple[str, str, str]]) -> str:
     """`betas [0.9, 0.99] -> [0.9, 0.98], lr`: each plain value that differs, with both values when known."""
-    shown = [f"{leaf} {old} -> {new}" if old and new else leaf for leaf, old, new in plain[:PLAIN_SHOWN]]
-    more = f", ... and {len(plain) - PLAIN_SHOWN} more" if len(plain) > PLAIN_SHOWN else ""
-    return ", ".join(shown) + more
+    return listed([f"{leaf} {old} -> {new}" if old and new else leaf for leaf, old, new in plain], PLAIN_SHOWN)
 
 
 def _magnitude(

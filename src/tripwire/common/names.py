@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
-__all__ = ["distinct", "excluded", "key_name", "matching", "unnumbered"]
+__all__ = ["distinct", "excluded", "key_name", "listed", "matching", "unnumbered"]
 
 _NUMBERED = re.compile(r"#\d+\Z")
 
@@ -76,6 +76,12 @@ def key_name(key: Any) -> str:
 
 
 _LITERAL_STARTS = frozenset("0123456789-+.([{'\"bTFNni")  # the first characters of the keys `_spells...` parses
+
+
+def listed(names: Sequence[str], shown: int) -> str:
+    """`a, b, c, ... and 4 more`: the first `shown` names, then how many more, for one line of a report or a note."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f", ... and {more} more" if more > 0 else "")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from tripwire.bitwise.fields import MAX_DEPTH, MAX_LEAVES, Descent, object_state, plain_leaf
+from tripwire.common.names import listed
 
 __all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "left_out", "no_value", "object_state"]
 
@@ -28,8 +29,7 @@ LEFT_OUT_SHOWN = 12  # of what a capture left out, named in one note
 def left_out(skipped: list[str]) -> str:
     """What a capture left out, for a note: the first `LEFT_OUT_SHOWN`, then how many more (a graph of objects past
     the bounds leaves out thousands, each once per path)."""
-    more = len(skipped) - LEFT_OUT_SHOWN
-    return ", ".join(skipped[:LEFT_OUT_SHOWN]) + (f", ... and {more} more" if more > 0 else "")
+    return listed(skipped, LEFT_OUT_SHOWN)
 
 
 def _values(state: Any) -> tuple[int, int]:

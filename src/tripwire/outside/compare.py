@@ -312,15 +312,14 @@ def compare_payloads_verdict(a: Result, b: Result) -> Verdict:
     magnitude = report.magnitude
     if magnitude is not None and magnitude.deltas:
         magnitude = payload_magnitude(magnitude, report.first_name, a.payload_values, b.payload_values)
+    where = f"at event {report.first_index} of {report.total} {report.first_name.split(' ', 1)[-1]!r}"
     if magnitude is not None and not magnitude.deltas and magnitude.below_resolution:
-        where = f"at event {report.first_index} of {report.total} {report.first_name.split(' ', 1)[-1]!r}"
         return Verdict("payloads", DIFFERS, f"{magnitude.summary()} {where}", tuple(lines), "values")
     if magnitude is None or not magnitude.deltas:
         kept = a.payload_values is not None and b.payload_values is not None
         why = "the field is not a number" if kept else "values not kept on both sides (recorded with --no-values)"
         lines.append(f"  {why}: compared by digest, magnitude unknown")
         return Verdict("payloads", DIFFERS, lines[0], tuple(lines), "values")
-    where = f"at event {report.first_index} of {report.total} {report.first_name.split(' ', 1)[-1]!r}"
     return Verdict("payloads", DIFFERS, f"{magnitude.summary()} {where}", (*lines, *magnitude.format()), magnitude.kind)
 
 

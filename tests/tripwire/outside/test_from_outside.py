@@ -217,10 +217,14 @@ def test_a_float64_difference_below_float32_resolution_is_named_not_called_value
 
     loop = (
         "from pathlib import Path\n\n\ndef step():\n    return {'t_start': float(Path('value.txt').read_text())}\n\n"
-        "\nstep()\n"
+        "\ndef log(tag, value):\n    pass\n\n\nlog('t_start', step()['t_start'])\n"
     )
     scenario = Scenario(
-        name="clock", script="loop.py", cwd="root", checkpoints=[Checkpoint("__main__:step", ("return",))]
+        name="clock",
+        script="loop.py",
+        cwd="root",
+        checkpoints=[Checkpoint("__main__:step", ("return",))],
+        event_calls=[EventCall("__main__:log", label="tag")],
     )
     results = []
     for name, value in (("a", "1796337383.6566794"), ("b", "1796337389.8004224")):
@@ -232,3 +236,7 @@ def test_a_float64_difference_below_float32_resolution_is_named_not_called_value
     assert verdict.status == "differs" and "not kept" not in verdict.summary
     assert verdict.summary.startswith("float64 values differ below float32's resolution only (measured as 0 ULPs): ")
     assert "  plain values that differ: return.t_start 1796337383.6566794 -> 1796337389.8004224" in verdict.details
+    payloads = compare_results(*results).verdict("payloads")  # the same value logged as an event's field
+    assert payloads.status == "differs" and payloads.summary.startswith(
+        "float64 values differ below float32's resolution only (measured as 0 ULPs): data.value at event 1 of 1 "
+    ), payloads.summary
