@@ -22,10 +22,11 @@ With `--compile=True` drop the `forward` region: the compiled module runs `GPT.f
 instrument acts, and the run says so (`instrument never fired: model:GPT.forward`); the rest records (5 compilation
 events: a frame and a graph in the evaluation, then a recompile on grad mode in training) and compares identical.
 
-Of the 976 syncs, 752 are in `data`: `data[i:i+block_size]` for `i` in a host tensor of indices, each `i` read as an
-index, and 165 are AdamW reading its step counters (`inside torch: torch/optim/optimizer.py:_get_value`). tripwire
-counts a read wherever its tensor is, so one budget holds on CPU and GPU; on a GPU, where both tensors stay in host
-memory, torch's own detector flags neither (the device cross-check lists them as unflagged reads).
+Of the 976 syncs then, 752 were in `data` and 165 were AdamW reading its step counters. Since 2026-12-04 a read of
+host memory is not counted (on a GPU it waits for nothing): 623 syncs. AdamW's counters live in host memory, so its
+reads are gone; in `data`, `data[i:i+block_size]` reads `i`, a row of a host tensor of indices (not counted), and
+`i+block_size`, an op's result, which tripwire does not follow: 564 of those reads still count, on a GPU too, where
+the device cross-check lists them as unflagged.
 """
 
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Region, Scenario

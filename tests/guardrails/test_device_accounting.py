@@ -5,7 +5,8 @@ timer's wait and a `synchronize` behind `if cuda:` are no-ops on a CPU; the CPU 
 run waits (`tripwire.sync.copies`, `tripwire.timing`, `tolaria.devices.synchronize`). The recorded run is
 `baselines/device/h200-2026-11-28.json`: every eager scenario on an NVIDIA H200 (torch 2.11, commit 8ac9cd8). Each
 site's CPU count must equal the GPU's, or its difference be one of `EXPLAINED` (docs/measurements.md, "The CPU
-gate and the GPU's syncs"): the GPU accounting fixed since, a site that moved, or what the actions decide (the GPU run
+gate and the GPU's syncs"): the GPU accounting fixed since (a read of host memory is not counted since, where torch's
+detector flagged none), a site that moved, or what the actions decide (the GPU run
 samples other actions, so its seeds have other blueprints and lives). The heuristic scenario (b) decides without
 sampling on the device: there every site must agree.
 """
@@ -25,7 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "baselines" / "device" / "h200-2026-11-28.json"
 FIXED_ON_DEVICE, MOVED, ACTIONS = "fixed on the device", "moved", "actions"
 BUILT_ON_DEVICE = "built on the device since"
+HOST_MEMORY = "a read of host memory, counted by the accounting the GPU run used"
 EXPLAINED = {
+    # the masks stacked in host memory (`stack_masks(..., torch.device("cpu"))`) read with `.tolist()`: the H200 run
+    # counted each read (12 in a_baseline) and torch's own detector flagged none there (s1_sync.log: observations.py
+    # 148 and 149, device 0); a read of host memory is not counted since, on any device, so the CPU run must count none
+    "src/esper/simic/training/observations.py::build_observations [tolist]": HOST_MEMORY,
     # a host tensor moved to the host (its caller passes torch.device("cpu")) was read as an upload from its line on
     # the GPU too; on an accelerator tripwire now reads where the tensors are, so the GPU counts 0 here
     "src/esper/tamiyo/masks.py::stack_masks [to_device]": FIXED_ON_DEVICE,
@@ -91,7 +97,9 @@ def test_the_cpu_run_counts_the_gpu_runs_syncs_site_by_site(
         f"; {explained}" if explained else ""
     )
     still_uploaded = {
-        site: counts for site, counts in diff.items() if EXPLAINED.get(site) == BUILT_ON_DEVICE and counts[0]
+        site: counts
+        for site, counts in diff.items()
+        if EXPLAINED.get(site) in (BUILT_ON_DEVICE, HOST_MEMORY) and counts[0]
     }
     unexplained |= still_uploaded
     status = "failed" if unexplained or (name in SAMPLES_NOTHING_ON_THE_DEVICE and by_actions) else "passed"

@@ -16,4 +16,4 @@ def test_the_guides_complete_example_runs_and_prints_its_claimed_counts() -> Non
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(example, str(GUIDE), "exec"), {"__name__": "guide_example"})
-    assert printed.getvalue().strip() == "[{'update': 65}, {'update': 65}, {'update': 65}]"
+    assert printed.getvalue().strip() == "[{'update': 1}, {'update': 1}, {'update': 1}]"

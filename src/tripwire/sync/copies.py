@@ -19,6 +19,10 @@ non-blocking. A tensor moved to a device is a device tensor from then on (on a C
 itself), so the device-to-device copies after an upload do not count again. Whether memory is pinned cannot be seen
 on a CPU run (`pin_memory()` needs an accelerator): a `non_blocking=True` copy of a tensor built earlier is taken as
 the pinned one it is written for, so a dropped `pin_memory()` alone is seen on an accelerator only.
+
+The same marks say where a read waits: a read of a marked tensor (`.item()`, `int(t)`, an index), or a data-dependent
+op of marked tensors alone (`all_host_born`), reads host memory on a GPU run too and is not counted; a copy into a
+marked tensor from one that is not is a copy to the host.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from tripwire.sync import state as sync
 from tripwire.sync.spelling import forget_sources, module_move, spelling
 
 __all__ = [
+    "all_host_born",
     "copy_kind",
     "forget_host_born",
     "forget_sources",
@@ -62,6 +67,24 @@ def _device_type(value: object) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return "cuda"
     return None
+
+
+# The tensor types whose attributes tripwire reads: a subclass's handler would see each read, which it never sees
+# without tripwire, so a subclass is never marked nor asked
+PLAIN = (torch.Tensor, torch.nn.Parameter)
+_MODES_ON = torch._C._is_torch_function_mode_enabled
+_NO_HANDLERS = torch._C.DisableTorchFunction
+_BASE: Any = vars(torch._C.TensorBase)["_base"].__get__
+PLACE: Any = vars(torch._C.TensorBase)["device"].__get__
+
+
+def unseen(read: Any, tensor: object) -> Any:
+    """`read(tensor)` (a property's getter: `_BASE`, `PLACE`) unseen by a function mode (a loop's own, which never
+    sees tripwire's reads without tripwire)."""
+    if not _MODES_ON():
+        return read(tensor)
+    with _NO_HANDLERS():
+        return read(tensor)
 
 
 # Tensors built in host memory from host data or by a host factory (no `device=`) while a counter ran, by id: on a
@@ -100,13 +123,27 @@ def host_born(tensor: object) -> bool:
     ref = _host_born.get(id(tensor))
     if ref is not None and ref() is tensor:
         return True
-    if not (_host_born and isinstance(tensor, torch.Tensor)):
+    if not (_host_born and type(tensor) in PLAIN):  # a subclass's `_base` would reach its `__torch_function__`
         return False
-    base = tensor._base
+    assert isinstance(tensor, torch.Tensor)
+    base = unseen(_BASE, tensor)
     if base is None or _resident(tensor):  # not a view, or one the run moved to the device (the same object on CPU)
         return False
     ref = _host_born.get(id(base))
     return ref is not None and ref() is base
+
+
+def all_host_born(args: tuple[Any, ...]) -> bool:
+    """Whether an op's tensor arguments (one level into a list or tuple too: `index`'s indices) are all host-built,
+    and there is one: such an op reads host memory on a GPU run too, and waits for nothing."""
+    found = False
+    for arg in args:
+        for item in arg if isinstance(arg, (list, tuple)) else (arg,):
+            if isinstance(item, torch.Tensor):
+                if not host_born(item):
+                    return False
+                found = True
+    return found
 
 
 def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -230,10 +267,10 @@ def tensor_kind(args: tuple[Any, ...], kwargs: dict[str, Any], builder: str) -> 
 
 def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """Kind of `dst.copy_(src)`: `copy_to_cpu` when a CPU tensor receives accelerator data, or, on a CPU run, when
-    the user's line names the destination as a host buffer (module docstring); `copy_to_device` when host data
-    lands in a device tensor and blocks the host: on an accelerator a source not both pinned and `non_blocking`,
-    on a CPU run a host-built source (`mark_host_born`) copied without `non_blocking` into a destination the line
-    does not name as a host buffer."""
+    the destination is host memory (host-built, `mark_host_born`, or named as a host buffer by the user's line:
+    module docstring) and the source is not; `copy_to_device` when host data lands in a device tensor and blocks
+    the host: on an accelerator a source not both pinned and `non_blocking`, on a CPU run a host-built source copied
+    without `non_blocking` into a destination that is not host memory."""
     destination, source = args[0], args[1] if len(args) > 1 else kwargs.get("src")
     if not isinstance(source, torch.Tensor) or source.device.type == "meta":
         return None
@@ -245,6 +282,9 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return None
     if source.device.type == "cpu" and accelerator_in_use():  # host to host
         return None
-    if source.device.type != "cpu" or spelling("copy_").target_is_host:
-        return kinds.COPY_TO_CPU_NONBLOCKING if non_blocking else kinds.COPY_TO_CPU
+    host_bound = kinds.COPY_TO_CPU_NONBLOCKING if non_blocking else kinds.COPY_TO_CPU
+    if source.device.type != "cpu":
+        return host_bound
+    if host_born(destination) or spelling("copy_").target_is_host:  # into host memory: from the device, or not
+        return None if host_born(source) else host_bound
     return kinds.COPY_TO_DEVICE if not non_blocking and host_born(source) and made_by_user(3) else None

@@ -8,8 +8,9 @@ outside torch and tripwire, while it is raised (`file:line`), so the two can be 
 - **missed**: a line where torch warned more often than tripwire counted. It must be empty: a sync torch sees and
   tripwire does not is a hole in the gate.
 - **unflagged**: what tripwire counts that torch does not flag, per kind, with the reason (`REASONS`): a read of a
-  tensor already in host memory (tripwire counts the call wherever the tensor is, so one budget serves CPU and GPU),
-  an upload from pageable memory, an explicit wait.
+  tensor in host memory that tripwire does not know is there (a read of one built there while it watched is not
+  counted, on a CPU run and on a GPU alike: `tripwire.sync.copies.host_born`), an upload from pageable memory, an
+  explicit wait.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ __all__ = ["REASONS", "CrossCheck", "WarningSites", "compare"]
 
 SYNC_WARNING = "synchronizing CUDA operation"  # what torch's sync debug mode says
 _READ = (
-    "a read of a tensor in host memory, or the second read of one copy (`.cpu().tolist()`): no wait on the device; "
-    "tripwire counts the call wherever the tensor is, so one budget serves CPU and GPU"
+    "a read of a tensor in host memory that tripwire does not know is there (an op's result, a tensor built before "
+    "the recording), or the second read of one copy (`.cpu().tolist()`): no wait on the device; tripwire counts "
+    "such a read on a CPU run and on a GPU alike, so one budget serves both"
 )
 _UPLOAD = "an upload from pageable host memory: the copy waits for the stream, which torch's detector does not flag"
 _WAIT = "an explicit wait: torch's detector flags the syncs it makes itself, not a wait the code asks for"

@@ -15,9 +15,12 @@ check (`torch.nn.functional.*`) is seen as what it is (`item`, `bool`), where th
 ran that function, saw it only as a kernel's `implicit:_local_scalar_dense`, if at all. Autograd's device threads
 count while a counting thread's backward runs (`installation.in_counted_backward`).
 
-Host-built tensors (a host factory or `torch.tensor` without `device=`, and their place-keeping views and casts) are
-marked as they are made, so that a CPU run can tell a later `.to(device)` of one is an upload
-(`tripwire.sync.copies`).
+Host-built tensors (a host factory or `torch.tensor` without `device=` or with a `device=` that spells the host, and
+their place-keeping views and casts) are marked as they are made, by the loop's code or by torch's own (an optimizer's
+step counters), so that a CPU run can tell a later `.to(device)` of one is an upload (`tripwire.sync.copies`), and
+so that a read of one is not counted: the tensor is in host memory on a GPU run too, and its read waits for nothing
+there. The same tensors are marked on a CPU run and on a GPU, so one budget serves both. A tensor an op computes
+from host tensors (`i + 4`) is not followed, nor one built before the counter started: a read of either counts.
 """
 
 from __future__ import annotations
@@ -37,7 +40,19 @@ from torch.overrides import TorchFunctionMode
 from tripwire.common.quiet import ignoring
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
-from tripwire.sync.copies import _host_born, copy_kind, host_born, made_by_user, mark_host_born, tensor_kind, to_kind
+from tripwire.sync.copies import (
+    PLACE,
+    PLAIN,
+    _device_type,
+    _host_born,
+    copy_kind,
+    host_born,
+    made_by_user,
+    mark_host_born,
+    tensor_kind,
+    to_kind,
+    unseen,
+)
 from tripwire.sync.installation import (
     Installation,
     as_script_builtin,
@@ -46,6 +61,7 @@ from tripwire.sync.installation import (
     patch,
     tracked_backward,
 )
+from tripwire.sync.spelling import spelling
 from tripwire.sync.watched import WatchedMethod, counted_stand_in, keeping_stand_in, stand_in
 
 __all__ = ["DUNDER_KINDS", "ExplicitSyncMode", "install_stand_ins", "routed_dunders", "use_patches", "watched_call"]
@@ -158,8 +174,13 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
         if kind is None:
             result = call(*args, **kwargs)  # pass-through
             if _host_built(func, args, kwargs, result):
-                _mark(result)
+                if made_by_user(2):  # 2 frames up: past the mode or stand-in
+                    _mark(result)
+                else:  # torch's own (an optimizer's step counter): its reads, not its derived tensors, followed
+                    mark_host_born(result)
             return result
+    elif _host_born and args and host_born(args[0]):  # a read of host memory: on a GPU run too, no wait
+        kind = None
     return call_counted(kind, call, args, kwargs)  # pass-through
 
 
@@ -200,21 +221,58 @@ def _kept_on_host(result: object, source: object) -> TypeGuard[torch.Tensor]:
 
 
 def _on_host(result: object) -> TypeGuard[torch.Tensor]:
-    return isinstance(result, torch.Tensor) and result.device.type == "cpu"
+    return type(result) in PLAIN and unseen(PLACE, result).type == "cpu"
 
 
 def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> bool:
-    """Whether a call built a tensor in host memory: a host builder given no `device=` (`torch.stack`/`cat` of host
-    tensors), or a place-keeping method of a host-built tensor; seen on CPU runs only (`copies.host_born`)."""
+    """Whether a call built a tensor in host memory, there on a GPU run too: a host builder given no `device=`
+    outside a default device (`torch.device(...)` as a context, `torch.set_default_device`), or one whose `device=`
+    spells the host (`device="cpu"`, `device=self.cpu_device`; in torch's own code, a device string: Adam's
+    `torch.tensor(0.0, device="cpu")` step counter); not `torch.tensor`/`as_tensor` of a tensor (a copy of it, or
+    the tensor itself, where it is), and `torch.stack`/`cat` only of host tensors. Or a place-keeping method of a
+    host-built tensor. The same tensors are marked on a CPU run and on a GPU run (`copies.host_born`)."""
     if func in _HOST_BUILDERS:
-        if "device" in kwargs or not made_by_user(3):  # 3 frames up (past `watched_call` and the mode or stand-in)
+        if not _on_host(result) or _default_device():
+            return False
+        device = kwargs.get("device")
+        if device is not None and not _spelled_host(func, device):
             return False
         if func is _STACK or func is _CAT:
             parts = args[0] if args else kwargs.get("tensors", ())
-            if not (parts and all(host_born(part) for part in parts)):
-                return False
-        return _on_host(result)
-    return func in _KEEPS_PLACE and bool(args) and _kept_on_host(result, args[0])
+            return bool(parts) and all(host_born(part) for part in parts)
+        if func in _BUILDERS:
+            data = args[0] if args else kwargs.get("data")
+            return not (isinstance(data, torch.Tensor) or (type(data) in (list, tuple) and _holds_tensor(data)))
+        return True
+    # a place-keeping method, or a `.to` that left a host tensor marked (a dtype's; one to a device unmarks it first)
+    return (func in _KEEPS_PLACE or func is _TO) and bool(args) and _kept_on_host(result, args[0])
+
+
+def _holds_tensor(data: Any) -> bool:
+    return any(isinstance(item, torch.Tensor) for item in data)
+
+
+def _default_device() -> bool:
+    """Whether a default device is set (a `torch.device` context or `torch.set_default_device`): then a factory
+    without `device=` builds where the loop set it, on a GPU run the device, whatever it is on this one."""
+    if not torch._C._is_torch_function_mode_enabled():
+        return False
+    from torch.utils._device import DeviceContext
+
+    stack = torch._C._len_torch_function_stack()
+    return any(type(torch._C._get_function_stack_at(at)) is DeviceContext for at in range(stack))
+
+
+def _spelled_host(func: Any, device: object) -> bool:
+    """Whether a builder's `device=` is the host by what the call says, not by what it holds on this run (on a CPU
+    run `device=self.device` holds the host too): the user's line read (`copies.spelling`), and in torch's own code
+    a device string, which torch writes only for a place it means (4 frames up: the call's maker, past this, the
+    classifier, `watched_call` and the mode or stand-in)."""
+    if _device_type(device) != "cpu":
+        return False
+    if made_by_user(4):
+        return spelling(getattr(func, "__name__", "")).target_is_host
+    return isinstance(device, str)
 
 
 # The ids of every stand-in put in `torch` in this process, for `stand_in_guard` (an id may outlive its stand-in and
@@ -275,7 +333,7 @@ def install_stand_ins(installation: Installation) -> None:
         if key in _SIMPLE_KINDS:
             scalar = key in _SCALAR_READS
             replacement = counted_stand_in(
-                _SIMPLE_KINDS[key], original, sync.deliver, _LOCAL, in_counted_backward, scalar, handed_over
+                _SIMPLE_KINDS[key], original, sync.deliver, _LOCAL, in_counted_backward, scalar, handed_over, host_born
             )
         elif key in _ONLY_KEEPS_PLACE:
             keeping = keeping_stand_in(original, _mark_kept, _host_born, _LOCAL, in_counted_backward, handed_over)

@@ -29,6 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tripwire.common.kernels import override_kernels, restore_kernels
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
+from tripwire.sync.copies import _host_born, all_host_born
 from tripwire.sync.explicit import ExplicitSyncMode
 from tripwire.sync.installation import Installation, in_counted_backward, patch
 
@@ -122,6 +123,12 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
     return static
 
 
+def _reads_host(kind: str, args: tuple[Any, ...]) -> bool:
+    """Whether a data-dependent op reads host-built tensors alone (`copies.all_host_born`): on a GPU run too it waits
+    for nothing. A collective always counts."""
+    return bool(_host_born) and not kinds.COLLECTIVE.holds(kind) and all_host_born(args)
+
+
 class ImplicitSyncMode(TorchDispatchMode):
     """Dispatch mode recording data-dependent aten ops (see the module docstring)."""
 
@@ -150,7 +157,7 @@ class ImplicitSyncMode(TorchDispatchMode):
         if kwargs is None:
             kwargs = {}
         kind = _implicit_kind(func, args, kwargs)
-        if kind is not None:
+        if kind is not None and not _reads_host(kind, args):
             sync.deliver(kind, implicit=not kinds.COLLECTIVE.holds(kind))
         return func(*args, **kwargs)  # pass-through
 
@@ -276,7 +283,7 @@ def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[...
             if not isinstance(first, torch.Tensor) or not first.is_inference() or torch.is_inference_mode_enabled():
                 return call(keyset, *args, **kwargs)  # pass-through
         kind = _call_kind(static, args, kwargs)
-        if kind is not None:
+        if kind is not None and not _reads_host(kind, args):
             sync.deliver(kind, implicit=True)
         local.nested += 1
         try:

@@ -110,9 +110,11 @@ def restore(installation: Installation) -> None:
         installation.script_builtins.clear()
 
 
-def call_counted(kind: str, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Record `kind`, then run `func` with recording suppressed so nothing inside counts twice."""
-    sync.deliver(kind)
+def call_counted(kind: str | None, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Record `kind` (None: nothing, a read of host memory), then run `func` with recording suppressed so nothing
+    inside counts twice."""
+    if kind is not None:
+        sync.deliver(kind)
     local = sync._LOCAL
     local.suppress += 1
     try:

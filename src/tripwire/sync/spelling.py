@@ -67,7 +67,8 @@ def _receiver(node: ast.expr) -> tuple[bool, bool]:
 class Spelling:
     """What the user's call says of a copy, read from its source."""
 
-    target_is_host: bool = False  # `.to(X)` with X the host / `dst.copy_(...)` into a host buffer
+    target_is_host: bool = False  # `.to(X)`, `torch.zeros(..., device=X)` with X the host / `dst.copy_(...)` into
+    # a host buffer
     device_named: bool = False  # a device target that is not the host: `.to(self.device)`, `device=device`
     built_on_host: bool = False  # the receiver of `.to()` is built from host data right there (`torch.tensor(...)`)
     pinned: bool = False  # ... in pinned memory (`.pin_memory()`, or a name with `pinned` in it)
@@ -129,9 +130,13 @@ def _spelled(frame: FrameType, method: str) -> Spelling:
             continue
         if method == "copy_" and isinstance(node.func, ast.Attribute):
             return Spelling(target_is_host=names_host(node.func.value))
-        if method in ("tensor", "as_tensor"):
+        if method in BUILDERS:  # a builder's `device=`: a device by name, or the host (a parameter: as passed)
             device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
-            return Spelling(device_named=device is not None and not names_host(device))
+            if device is None:
+                return Spelling()
+            host = names_host(device)
+            parameter = device.id if isinstance(device, ast.Name) and device.id in _parameters(frame.f_code) else ""
+            return Spelling(target_is_host=host, device_named=not host, parameter=parameter)
         targets = [*node.args[:1], *(kw.value for kw in node.keywords if kw.arg == "device")]
         host = any(names_host(target) for target in targets)
         built, pinned = _receiver(node.func.value) if isinstance(node.func, ast.Attribute) else (False, False)

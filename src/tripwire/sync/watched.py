@@ -98,17 +98,21 @@ def counted_stand_in(
     elsewhere: Callable[[], bool],
     scalar: bool,
     handed_over: HandedOver,
+    in_host_memory: Callable[[object], bool],
 ) -> Callable[..., Any]:
-    """A stand-in for a call that always syncs (`Tensor.item`, `.cpu`, `__bool__`, ...): on a counting thread outside
+    """A stand-in for a read that syncs (`Tensor.item`, `.cpu`, `__bool__`, ...): on a counting thread outside
     suppressed code, `deliver(kind)`, then the original with counting suppressed, so nothing it runs counts again
-    (what `stand_in` and the counter's handler do for these calls, two frames shorter). A `scalar` read (its only op
-    `_local_scalar_dense`, which has no autograd formula) of a plain tensor runs below autograd: the same kernel, not
-    the counting kernel registered at the autograd key, which would only return at once here."""
+    (what `stand_in` and the counter's handler do for these calls, two frames shorter). A read of a tensor built in
+    host memory (`in_host_memory`, asked only once one is) waits for nothing, on a GPU run too: it runs the same
+    way, uncounted. A `scalar` read (its only op `_local_scalar_dense`, which has no autograd formula) of a plain
+    tensor runs below autograd: the same kernel, not the counting kernel registered at the autograd key, which would
+    only return at once here."""
 
     def body(*args: Any, **kwargs: Any) -> Any:
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
-        deliver(kind)
+        if not (args and in_host_memory(args[0])):
+            deliver(kind)
         local.suppress += 1
         try:
             return original(*args, **kwargs)  # pass-through
@@ -122,7 +126,8 @@ def counted_stand_in(
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
-        deliver(kind)
+        if not (args and in_host_memory(args[0])):
+            deliver(kind)
         local.suppress += 1
         try:
             if scalar and args and type(args[0]) in _PLAIN:

@@ -79,10 +79,15 @@ def test_syncs_are_counted_per_iteration_and_the_steady_state_repeats(base: Resu
     assert len(iterations) == 3  # boundaries at Agent.get_value: rollout 1 is setup
     assert iterations[0] == iterations[1]  # update + next rollout, the same every iteration
     # <outside>: 80 host pulls and 96 host-to-device copies that block (3 per step: torch.tensor(...).to(device))
-    assert iterations[0] == {"<outside>": 176, "optimizer": 96, "policy": 80}
+    # optimizer: Adam reads its step counters, which torch keeps in host memory, without a wait: none counted
+    assert iterations[0] == {"<outside>": 176, "policy": 80}
     assert base.syncs.counts_by_region()["env"] == 0  # a declared region that never synced is counted as 0
-    optimizer = [record for record in base.syncs.records if record.region == "optimizer"]
-    assert [record.via for record in optimizer] == ["torch/optim/optimizer.py:_get_value"]  # Adam's step counters
+    assert base.syncs.counts_by_region()["optimizer"] == 0
+    policy = {record.via for record in base.syncs.records if record.region == "policy"}
+    assert policy == {  # Categorical's argument checks, read where the logits are: named inside torch
+        "torch/distributions/distribution.py:Distribution.__init__",
+        "torch/distributions/distribution.py:Distribution._validate_sample",
+    }
     own = [record for record in base.syncs.records if record.text.startswith("clipfracs")]
     assert own and all(record.via == "" for record in own)  # the loop's own .item(): not labelled as torch's
 

@@ -1,7 +1,8 @@
 """tripwire from outside on CleanRL's SAC as published (`sac_continuous_action.py` and the `cleanrl_utils.buffers`
 replay buffer it imports, tests/tripwire/third_party/cleanrl): an off-policy loop, unlike the PPO loops of
-test_third_party_loops.py. Three Adam optimizers, a replay buffer sampled with NumPy's global generator, and about 42
-host syncs per update step, most of them inside torch (Adam's step counters, `torch.distributions`' argument checks).
+test_third_party_loops.py. Three Adam optimizers, a replay buffer sampled with NumPy's global generator, and about 21
+host syncs per update step, most of them inside torch (`torch.distributions`' argument checks); Adam's step counters,
+read as often, live in host memory and are not counted.
 
 What it must show: every instrument fires and each sync is named where the loop's own code made it; a recording in a
 fresh process compares identical; an injected `.item()` is named at its line and nothing else moves; a rewrite that
@@ -89,7 +90,8 @@ def test_sac_runs_as_published_with_every_instrument_firing(sac: Result) -> None
     # syncs inside torch and the buffer, named at the loop's line that reached them, in the region around it
     normal = ("actor", SAC.name, "bool", "normal = torch.distributions.Normal(mean, std)")
     assert found[normal] == 2 * sac.calls["__main__:Actor.get_action"]  # loc and scale checked
-    assert found[("optimizer", SAC.name, "item", "q_optimizer.step()")] == UPDATES * 12  # a step counter per tensor
+    # each Adam step reads a step counter per tensor, kept in host memory (`device="cpu"`): no wait, none counted
+    assert not any(key[0] == "optimizer" for key in found)
     upload = ("replay", "cleanrl_utils/buffers.py", "tensor_to_device", "return th.tensor(array, device=self.device)")
     assert found[upload] == UPDATES * 5  # observations, actions, next observations, dones, rewards
     assert sum(found.values()) == sac.syncs.total

@@ -15,6 +15,8 @@ from tripwire.sync import hot_path
 from tripwire.sync.budget import SyncBudget, check_budget, site_key
 from tripwire.sync.counter import SyncCounter
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the loop's tensors are on its device
+
 ORIGINAL = """
 def step(t):
     return t.sum().item()
@@ -51,7 +53,7 @@ def step(t):
 
 def run(module: ModuleType) -> SyncCounter:
     with SyncCounter() as counter, hot_path("epoch_transfer"):
-        module.step(torch.arange(4.0))
+        module.step(torch.arange(4.0, device=DEVICE))
     return counter
 
 

@@ -18,6 +18,8 @@ from tripwire.gates.goldens import GoldenStore
 from tripwire.sync import hot_path
 from tripwire.sync.counter import SyncCounter
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the loop's tensors are on its device
+
 BASE = {
     "loop.py": """
 from helpers import report
@@ -81,7 +83,7 @@ def run(folder: Path, files: dict[str, str]) -> SyncCounter:
             sys.modules.pop(name, None)
         loop = importlib.import_module("loop")
         with SyncCounter(root=folder) as counter, hot_path("epoch"):
-            loop.step(torch.arange(3.0))
+            loop.step(torch.arange(3.0, device=DEVICE))
     finally:
         sys.path.remove(str(folder))
         for name in ("loop", "helpers", "reporting"):

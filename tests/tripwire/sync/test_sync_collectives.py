@@ -13,6 +13,8 @@ from tripwire.sync import hot_path
 from tripwire.sync.budget import SyncBudget, check_budget
 from tripwire.sync.counter import SyncCounter
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="this torch build has no torch.distributed")
 
 
@@ -28,8 +30,8 @@ def one_rank_group(tmp_path: Path) -> Iterator[None]:
 
 
 def exchange(values: list[float]) -> list[float]:
-    """A loop step of a sharded trainer: one all-reduce and one object gather."""
-    total = torch.tensor(values)
+    """A loop step of a sharded trainer: one upload, one all-reduce, one object gather and one read."""
+    total = torch.tensor(values, device=DEVICE)
     dist.all_reduce(total)
     gathered: list[object] = [None]
     dist.all_gather_object(gathered, {"rewards": values})
@@ -42,7 +44,8 @@ def test_each_collective_is_one_sync_of_kind_collective_op_in_its_region(one_ran
     in_region = [event for event in counter.events if event.region == "rank_exchange"]
     kinds = sorted(event.kind for event in in_region)
     # all_gather_object's own size exchange and .item() inside torch are not counted a second time
-    assert kinds == ["collective:all_gather_object", "collective:all_reduce", "tolist"], counter.format()
+    expected = ["collective:all_gather_object", "collective:all_reduce", "tensor_to_device", "tolist"]
+    assert kinds == expected, counter.format()
     sites = {event.kind: event for event in in_region}
     assert sites["collective:all_reduce"].site.startswith("tests/tripwire/sync/test_sync_collectives.py:")
     assert sites["collective:all_reduce"].function == "exchange"
@@ -75,7 +78,7 @@ def test_an_extra_collective_per_env_is_caught_by_the_budget(one_rank_group: Non
     report = check_budget(hazard, budget)
     assert not report.ok
     text = report.format()
-    assert "region 'rank_exchange': 6 syncs, budget 3 (+3)" in text, text
+    assert "region 'rank_exchange': 7 syncs, budget 4 (+3)" in text, text
     assert "in test_an_extra_collective_per_env_is_caught_by_the_budget.<locals>.epoch" in text
     assert "[collective:all_reduce×3]" in text and "NEW " in text
 

@@ -142,7 +142,7 @@ def test_a_sync_inside_a_comprehension_is_keyed_by_its_function() -> None:
         return [value.item() for value in values]
 
     with SyncCounter() as counter, hot_path("region"):
-        gather([torch.ones(()), torch.zeros(())])
+        gather([torch.ones((), device=DEVICE), torch.zeros((), device=DEVICE)])
     functions = {event.function for event in counter.events}
     # Python 3.12 inlines comprehensions (PEP 709); 3.11 runs them as `<listcomp>`: one key for both
     assert functions == {"test_a_sync_inside_a_comprehension_is_keyed_by_its_function.<locals>.gather"}

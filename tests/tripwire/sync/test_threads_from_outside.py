@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from loop_modules import tree_with_loop
 
 from tripwire.outside.compare import compare_results
@@ -19,6 +20,10 @@ from tripwire.outside.result import Result
 from tripwire.scenario import Region, Scenario
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.threads import ThreadWatch
+
+# where the read tensors live: built on the run's device, as a GPU loop's are (a tensor built in host memory, on a GPU
+# run too, is read without a wait, and not counted)
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 LOOP = """
 import threading
@@ -126,10 +131,10 @@ def test_threads_started_outside_a_watch_and_after_it_count_nothing() -> None:
     seen = []
     with SyncCounter(threads=False) as counter:
         with ThreadWatch() as watch:
-            inside = threading.Thread(target=lambda: seen.append(torch.ones(1).item()))
+            inside = threading.Thread(target=lambda: seen.append(torch.ones(1, device=DEVICE).item()))
             inside.start()
             inside.join()
-        after = threading.Thread(target=lambda: seen.append(torch.ones(1).item()))
+        after = threading.Thread(target=lambda: seen.append(torch.ones(1, device=DEVICE).item()))
         after.start()
         after.join()
     assert threading.Thread.start is start
@@ -149,7 +154,7 @@ def test_carried_work_in_a_counted_thread_is_counted_once(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(explicit, "use_patches", stand_ins)
     with SyncCounter() as counter, ThreadWatch():  # a second watch inside the counter's own: nothing twice
-        worker = threading.Thread(target=carried(lambda: torch.ones(2).sum().item()))
+        worker = threading.Thread(target=carried(lambda: torch.ones(2, device=DEVICE).sum().item()))
         worker.start()
         worker.join()
     assert counter.total == 1
@@ -162,21 +167,23 @@ from pathlib import Path
 
 import torch
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
 
 def poll(stop):
     while not Path(stop).exists():
-        torch.ones(2).sum().item()
+        torch.ones(2, device=DEVICE).sum().item()
         time.sleep(0.002)
 
 
 def start_and_leave(stop):
-    torch.ones(1).item()
+    torch.ones(1, device=DEVICE).item()
     threading.Thread(target=poll, args=(stop,), name="left-running", daemon=True).start()
 
 
 def three_syncs():
     for _ in range(3):
-        torch.ones(1).item()
+        torch.ones(1, device=DEVICE).item()
     time.sleep(0.2)  # the left thread syncs about 100 times meanwhile
 """
 
@@ -223,16 +230,17 @@ def test_an_in_process_counter_counts_the_threads_its_code_starts() -> None:
     from tripwire.sync import hot_path
 
     async def handed_over() -> None:
-        await asyncio.to_thread(lambda: torch.ones(4).min().item())  # the event loop's default thread pool
+        # the event loop's default thread pool
+        await asyncio.to_thread(lambda: torch.ones(4, device=DEVICE).min().item())
 
     def work() -> None:
-        torch.ones(1).item()
+        torch.ones(1, device=DEVICE).item()
         with hot_path("step"):
-            worker = threading.Thread(target=lambda: torch.ones(2).sum().item())
+            worker = threading.Thread(target=lambda: torch.ones(2, device=DEVICE).sum().item())
             worker.start()
             worker.join()
             with ThreadPoolExecutor(1) as pool:
-                pool.submit(lambda: torch.ones(3).max().item()).result()
+                pool.submit(lambda: torch.ones(3, device=DEVICE).max().item()).result()
             asyncio.run(handed_over())
 
     with SyncCounter() as counter:
@@ -254,7 +262,7 @@ def test_a_pool_started_while_counting_runs_its_later_tasks_uncounted_and_at_ful
     from tripwire.sync import implicit
 
     def task() -> bool:
-        torch.ones(1).item()
+        torch.ones(1, device=DEVICE).item()
         return implicit.counting_here() or torch._C._len_torch_function_stack() > 0
 
     with ThreadPoolExecutor(1) as pool:
@@ -276,7 +284,7 @@ def test_a_thread_pool_from_before_the_counter_counts_each_task_where_it_was_han
     from tripwire.sync import hot_path
 
     def step(i: int) -> float:
-        return torch.ones(2).sum().item()
+        return torch.ones(2, device=DEVICE).sum().item()
 
     with ThreadPool(2) as before, SyncCounter() as counter, ThreadPool(1) as inside, hot_path("rollout"):
         before.map(step, range(3))

@@ -1,0 +1,230 @@
+"""A read of a tensor in host memory waits for nothing, on a GPU run too: it is not counted.
+
+A GPU loop keeps some tensors in host memory: indices drawn without `device=` (`for i in torch.randint(n, (b,))`),
+an optimizer's step counters (torch keeps them there unless the optimizer is `capturable` or `fused`), buffers
+built with `device="cpu"`. Reading one (`.item()`, `int(t)`, `t.tolist()`, an index) waits for no device. The
+counter counted each such read, on a CPU run and on a GPU alike: 752 of nanoGPT's 976 syncs and 3,360 of SB3 SAC's
+6,048 were reads that a GPU run makes without waiting. It now follows which tensors were built in host memory
+(`tripwire.sync.copies.host_born`), the same tensors on a CPU run and on a GPU, and does not count a read of one,
+nor a data-dependent op (`nonzero`, `unique`) whose inputs are all such tensors. Every test below also shows the
+same read of a tensor built on the run's device counted: the rule moves no device read out of the count.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tripwire.sync import hot_path
+from tripwire.sync.budget import SyncBudget, check_budget
+from tripwire.sync.counter import SyncCounter
+
+pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def counted(action: Callable[[], object]) -> dict[str, int]:
+    with SyncCounter() as counter, hot_path("step"):
+        action()
+    return counter.counts_by_kind("step")
+
+
+def reads(tensor: torch.Tensor) -> None:
+    """Every read the counter watches, once each."""
+    tensor[0].item()
+    tensor.tolist()
+    tensor.cpu()
+    np.asarray(tensor.cpu())
+    bool(tensor[0])
+    float(tensor[0])
+    int(tensor[0])
+    [1, 2, 3][tensor[0].long()]
+    format(tensor[0], ".1f")
+    assert 7.0 not in tensor
+
+
+READS = {"item": 1, "tolist": 1, "cpu": 2, "bool": 1, "float": 1, "int": 1, "index": 1, "format": 1, "contains": 1}
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: torch.zeros(3),
+        lambda: torch.tensor([0.0, 1.0, 2.0]),
+        lambda: torch.from_numpy(np.zeros(3)),
+        lambda: torch.arange(3.0).float().view(3).contiguous(),  # a host tensor's place-keeping results
+        lambda: torch.tensor(np.zeros(3)).to(torch.float32),  # a dtype's `.to`
+        lambda: torch.zeros(3, device="cpu"),  # the host, by name: there on a GPU run too
+        lambda: torch.zeros(3, device=torch.device("cpu")),
+        lambda: torch.cat([torch.zeros(1), torch.ones(2)]),  # of host tensors alone
+    ],
+    ids=["zeros", "tensor", "from_numpy", "kept-place", "to(dtype)", "device='cpu'", "device(cpu)", "cat"],
+)
+def test_a_read_of_a_tensor_built_in_host_memory_is_not_counted(
+    build: Callable[[], torch.Tensor], request: pytest.FixtureRequest
+) -> None:
+    if "function mode-from_numpy" in request.node.name:  # torch hands a function mode no `from_numpy` call
+        counts = counted(lambda: reads(build()))
+        assert {kind: counts[kind] for kind in READS} == READS, counts
+        return
+    assert counted(lambda: reads(build())) == {}
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: torch.zeros(3, device=DEVICE),  # the run's device: on a GPU run, device memory
+        lambda: torch.zeros(3).to(DEVICE),  # moved there (an upload, counted as one)
+        lambda: torch.zeros(3, dtype=torch.float64).to(DEVICE, torch.float32),  # moved there and cast
+        lambda: torch.as_tensor(torch.zeros(3, device=DEVICE)),  # the device tensor itself
+        lambda: torch.tensor([0.0, 1.0, 2.0], device=DEVICE),  # an upload
+        lambda: torch.zeros(3) + torch.zeros(3, device=DEVICE),  # an op's result: not followed, counted
+    ],
+    ids=["device=DEVICE", "moved", "moved and cast", "as_tensor(device)", "tensor(device=)", "an op's result"],
+)
+def test_the_same_reads_of_a_device_tensor_are_each_counted(build: Callable[[], torch.Tensor]) -> None:
+    counts = counted(lambda: reads(build()))
+    assert {kind: counts[kind] for kind in READS} == READS, counts
+
+
+def test_indices_drawn_on_the_host_and_read_one_at_a_time_are_not_counted() -> None:
+    """nanoGPT's `get_batch`: `ix = torch.randint(len(data) - block, (batch,))`, then `data[i : i + block]` for each
+    `i in ix`, two index reads per row. `i` is a row of host memory, not counted; `i + block` is an op's result,
+    which the counter does not follow: it is counted, on a GPU run too (there it waits for nothing). Over indices
+    drawn on the device, both reads of each row count."""
+    data = list(range(100))
+
+    def batch(device: torch.device | None) -> None:
+        ix = torch.randint(90, (8,)) if device is None else torch.randint(90, (8,), device=device)
+        [data[i : i + 4] for i in ix]
+
+    assert counted(lambda: batch(None)) == {"index": 8}
+    assert counted(lambda: batch(DEVICE)) == {"index": 16}
+
+
+def test_a_helpers_device_parameter_is_read_where_it_was_passed() -> None:
+    def build(device: torch.device) -> torch.Tensor:
+        return torch.zeros(3, device=device)
+
+    cpu_device = torch.device("cpu")
+    assert counted(lambda: build(torch.device("cpu"))[0].item()) == {}
+    assert counted(lambda: torch.zeros(3, device=cpu_device)[0].item()) == {}  # named for the host
+    assert counted(lambda: build(DEVICE)[0].item()) == {"item": 1}
+
+
+@pytest.fixture
+def default_device_restored() -> Iterator[None]:
+    yield
+    torch.set_default_device(None)
+
+
+def test_a_factory_under_a_default_device_builds_there(default_device_restored: None) -> None:
+    """`with torch.device(device)` and `torch.set_default_device(device)` send a factory without `device=` to the
+    device on a GPU run: its result is not host memory, whatever it is on this run."""
+
+    def under_context() -> None:
+        with torch.device(DEVICE):
+            torch.zeros(3)[0].item()
+
+    def under_default() -> None:
+        torch.set_default_device(DEVICE)
+        torch.zeros(3)[0].item()
+
+    assert counted(under_context) == {"item": 1}
+    assert counted(under_default) == {"item": 1}
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_adams_step_counters_are_host_memory_read_without_a_wait(foreach: bool) -> None:
+    """torch keeps a non-capturable optimizer's step counters in host memory and reads each with `.item()` at every
+    step. Built while the counter runs, they are known to be host memory, and not counted. Built before it started
+    (an optimizer that stepped before the recording), they are not known to be, and their reads are counted, named
+    inside torch: a CPU run cannot tell where a tensor built before it watched lives."""
+    param = torch.nn.Parameter(torch.ones(3, device=DEVICE))
+
+    def steps(optimizer: torch.optim.Optimizer) -> None:
+        for _ in range(3):
+            param.sum().backward()
+            optimizer.step()
+
+    assert counted(lambda: steps(torch.optim.Adam([param], foreach=foreach))) == {}
+    earlier = torch.optim.Adam([param], foreach=foreach)
+    steps(earlier)  # its step counter is built here, outside the counter
+    with SyncCounter() as counter, hot_path("step"):
+        steps(earlier)
+    assert counter.counts_by_kind("step") == {"item": 3 * (2 if foreach else 1)}  # foreach reads each one twice
+    assert {event.via for event in counter.events} == {"torch/optim/optimizer.py:_get_value"}
+
+
+def test_a_data_dependent_op_on_host_tensors_alone_is_not_counted() -> None:
+    def ops(device: torch.device | None) -> None:
+        values = torch.tensor([0.0, 1.0, 2.0]) if device is None else torch.tensor([0.0, 1.0, 2.0], device=device)
+        torch.nonzero(values), torch.unique(values), torch.repeat_interleave(values.long())
+
+    assert counted(lambda: ops(None)) == {}
+    expected = {"implicit:nonzero": 1, "implicit:_unique2": 1, "implicit:repeat_interleave": 1}
+    assert counted(lambda: ops(DEVICE)) == {"tensor_to_device": 1, **expected}
+
+    def masked() -> None:  # one input on the device is enough: the mask is read there
+        torch.zeros(3)[torch.ones(3, device=DEVICE) > 0]
+
+    assert counted(masked) == {"implicit:index(mask)": 1}
+
+
+def test_a_host_tensor_cast_by_to_is_still_uploaded_when_it_moves() -> None:
+    """`torch.tensor(obs).to(torch.float32).to(device)`: the cast stays in host memory, so the move is an upload."""
+    assert counted(lambda: torch.tensor(np.zeros(3)).to(torch.float32).to(DEVICE)) == {"to_device": 1}
+
+
+def test_a_copy_into_host_memory_counts_when_its_source_is_on_the_device() -> None:
+    """A buffer built in host memory receiving device data is a device-to-host copy on a GPU run, whatever its name;
+    receiving host data it is a copy within host memory."""
+
+    def fill() -> None:
+        rows = torch.zeros(3)
+        rows.copy_(torch.ones(3, device=DEVICE))
+        rows.copy_(torch.ones(3))
+
+    assert counted(fill) == {"copy_to_cpu": 1}
+
+
+LOOP = """
+import torch
+
+
+def sample(data, device):
+    ix = torch.randint(len(data), (8,)){device}
+    return [data[i] for i in ix]
+"""
+
+
+def test_indices_moved_to_the_device_fail_the_budget_at_their_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hazard: a refactor moves the indices to the device. Each read now waits for it; the budget recorded with
+    host indices fails, naming the line."""
+
+    def run(device_part: str) -> SyncCounter:
+        (tmp_path / "sampler.py").write_text(LOOP.format(device=device_part), encoding="utf-8")
+        sys.modules.pop("sampler", None)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        module = importlib.import_module("sampler")
+        with SyncCounter(root=tmp_path) as counter, hot_path("sample"):
+            module.sample(list(range(64)), DEVICE)
+        return counter
+
+    clean = run("")
+    budget = SyncBudget(regions=clean.counts_by_region(), sites=clean.site_keys_by_region())
+    assert clean.total == 0 and check_budget(run(""), budget).ok
+    report = check_budget(run(".to(device)"), budget)
+    assert not report.ok
+    text = report.format()
+    assert "NEW sampler.py:6 in sample  ×1  [to_device×1]" in text, text
+    assert "NEW sampler.py:7 in sample  ×8  [index×8]" in text, text
