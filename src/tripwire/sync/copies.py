@@ -187,12 +187,13 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     if accelerator_in_use():  # the tensors say where they are: a host tensor moved to the host moves nothing
         return None
     born = host_born(source)
-    if isinstance(raw_target, str):
+    if isinstance(raw_target, str) and not made_by_user(3):  # torch's own line: a string is the place it means
         return None if born else host_bound
     if sys._getframe(3).f_code is _MODULE_CONVERT:  # torch's `Module.to` moving one of the module's tensors
         return _module_move_kind(source)
     spelled = spelling("to")
-    if spelled.target_is_host:
+    # a string the line holds in a name (`device = "cuda" if ... else "cpu"`) is a device; one it spells is the host
+    if spelled.target_is_host or (isinstance(raw_target, str) and not spelled.device_named):
         return None if born else host_bound
     if not (on_host and spelled.device_named):
         return None

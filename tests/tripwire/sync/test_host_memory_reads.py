@@ -183,6 +183,19 @@ def test_a_host_tensor_cast_by_to_is_still_uploaded_when_it_moves() -> None:
     assert counted(lambda: torch.tensor(np.zeros(3)).to(torch.float32).to(DEVICE)) == {"to_device": 1}
 
 
+def test_a_device_held_in_a_string_is_a_device() -> None:
+    """`device = "cuda" if torch.cuda.is_available() else "cpu"`: on a CPU run the name holds "cpu", on a GPU run the
+    device. A host tensor moved there is an upload and a device tensor from then on; `.to("cpu")` is the host."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def move() -> None:
+        moved = torch.zeros(3).to(device)
+        moved[0].item()
+        torch.zeros(3).to("cpu")[0].item()  # the host, spelled: nothing moves, nothing waits
+
+    assert counted(move) == {"to_device": 1, "item": 1}
+
+
 def test_a_copy_into_host_memory_counts_when_its_source_is_on_the_device() -> None:
     """A buffer built in host memory receiving device data is a device-to-host copy on a GPU run, whatever its name;
     receiving host data it is a copy within host memory."""
