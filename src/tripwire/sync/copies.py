@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import types
 import weakref
 from types import CodeType
 from typing import Any
@@ -42,6 +43,7 @@ from tripwire.sync.spelling import forget_sources, module_move, spelling
 __all__ = [
     "all_host_born",
     "copy_kind",
+    "default_device",
     "forget_host_born",
     "forget_sources",
     "host_born",
@@ -251,19 +253,60 @@ def accelerator_in_use() -> bool:
     return bool(torch.cuda.is_initialized())
 
 
+def default_device() -> torch.device | None:
+    """The default device a factory without `device=` builds on (the innermost `with torch.device(...)`, or
+    `torch.set_default_device`'s), or None when none is set."""
+    if not _MODES_ON():
+        return None
+    from torch.utils._device import DeviceContext
+
+    for at in reversed(range(torch._C._len_torch_function_stack())):
+        mode = torch._C._get_function_stack_at(at)
+        if type(mode) is DeviceContext:
+            return torch.device(mode.device)
+    return None
+
+
 def tensor_kind(args: tuple[Any, ...], kwargs: dict[str, Any], builder: str) -> str | None:
     """Kind of `torch.tensor(data, device=...)` / `torch.as_tensor(...)`: `tensor_to_device` when host data (a list,
     a number, an array) is copied to a device, which blocks the host; on a CPU run, when the `device=` the call
     names is not the host (read from its source)."""
     device = kwargs.get("device")
-    if device is None or (args and isinstance(args[0], torch.Tensor)):
+    data = args[0] if args else kwargs.get("data")
+    if isinstance(data, torch.Tensor) or (type(data) in (list, tuple) and not data):  # a tensor, or nothing to copy
         return None
+    if device is None:  # built where a default device says: `with torch.device(...)`, `torch.set_default_device`
+        default = default_device()
+        if default is None or default.type == "meta":
+            return None
+        # on a CPU run the loop's default device is the device a GPU run sets there (as `explicit._host_built` reads
+        # it); on an accelerator, where it is: a BatchNorm built in `with torch.device("cuda")` uploads its counter
+        return kinds.TENSOR_TO_DEVICE if default.type != "cpu" or not accelerator_in_use() else None
     target = _device_type(device)
     if target not in (None, "cpu", "meta"):
         return kinds.TENSOR_TO_DEVICE
     if target != "cpu" or accelerator_in_use():
         return None
+    if _placed_by_default_device():  # the function mode sees the `device=` a default device added: as above
+        return kinds.TENSOR_TO_DEVICE
     return kinds.TENSOR_TO_DEVICE if spelling(builder).device_named else None
+
+
+def _placed_by_default_device() -> bool:
+    """Whether the call being classified was made by a default device's handler (`DeviceContext`), which adds its
+    device to a factory called without one: a function mode below it sees the call with `device=`. A few frames up:
+    past this, the classifier, `watched_call` and the mode."""
+    from torch.utils._device import DeviceContext
+
+    handler = DeviceContext.__torch_function__.__code__
+    frame: types.FrameType | None = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return False
+        if frame.f_code is handler:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:

@@ -46,6 +46,7 @@ from tripwire.sync.copies import (
     _device_type,
     _host_born,
     copy_kind,
+    default_device,
     host_born,
     made_by_user,
     mark_host_born,
@@ -232,7 +233,7 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
     the tensor itself, where it is), and `torch.stack`/`cat` only of host tensors. Or a place-keeping method of a
     host-built tensor. The same tensors are marked on a CPU run and on a GPU run (`copies.host_born`)."""
     if func in _HOST_BUILDERS:
-        if not _on_host(result) or _default_device():
+        if not _on_host(result) or default_device() is not None:
             return False
         device = kwargs.get("device")
         if device is not None and not _spelled_host(func, device):
@@ -250,17 +251,6 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
 
 def _holds_tensor(data: Any) -> bool:
     return any(isinstance(item, torch.Tensor) for item in data)
-
-
-def _default_device() -> bool:
-    """Whether a default device is set (a `torch.device` context or `torch.set_default_device`): then a factory
-    without `device=` builds where the loop set it, on a GPU run the device, whatever it is on this one."""
-    if not torch._C._is_torch_function_mode_enabled():
-        return False
-    from torch.utils._device import DeviceContext
-
-    stack = torch._C._len_torch_function_stack()
-    return any(type(torch._C._get_function_stack_at(at)) is DeviceContext for at in range(stack))
 
 
 def _spelled_host(func: Any, device: object) -> bool:

@@ -141,6 +141,33 @@ def test_a_factory_under_a_default_device_builds_there(default_device_restored: 
     assert counted(under_default) == {"item": 1}
 
 
+def test_host_data_built_under_a_default_device_is_an_upload(default_device_restored: None) -> None:
+    """`torch.tensor(data)` without `device=` under a default device copies host data there while the host waits:
+    BatchNorm's `torch.tensor(0)` step counter, built in `with torch.device("cuda")`, was 3 syncs of a_baseline that
+    torch's detector flagged on the H200 and tripwire missed (2026-12-04). Counted on this run as on a GPU; not
+    under `meta`, nor for empty data (nothing is copied: `torch.get_default_device()` builds `torch.tensor([])`)."""
+
+    def batch_norm_under_context() -> None:
+        with torch.device(DEVICE):
+            torch.nn.BatchNorm2d(4)
+
+    def under_default() -> None:
+        torch.set_default_device(DEVICE)
+        torch.as_tensor(np.arange(3.0))
+        torch.tensor([])
+        torch.get_default_device()
+        torch.zeros(3)  # a factory: built there, nothing copied
+
+    def under_meta() -> None:
+        with torch.device(DEVICE), torch.device("meta"):
+            torch.nn.BatchNorm2d(4)
+
+    assert counted(lambda: torch.nn.BatchNorm2d(4)) == {}  # no default device: built in host memory
+    assert counted(batch_norm_under_context) == {"tensor_to_device": 1}
+    assert counted(under_meta) == {}
+    assert counted(under_default) == {"tensor_to_device": 1}
+
+
 @pytest.mark.parametrize("foreach", [False, True])
 def test_adams_step_counters_are_host_memory_read_without_a_wait(foreach: bool) -> None:
     """torch keeps a non-capturable optimizer's step counters in host memory and reads each with `.item()` at every
