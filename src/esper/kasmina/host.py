@@ -14,13 +14,27 @@ from esper.leyline import TaskSpec
 from esper.leyline.slots import ROW_POST_POOL, ROW_PRE_POOL, format_slot_id
 
 
+def batch_norm(channels: int) -> nn.BatchNorm2d:
+    """`nn.BatchNorm2d(channels)` built where the default device says, without an upload.
+
+    BatchNorm's own build makes its step counter with `torch.tensor(0)`: under `torch.device("cuda")` (`built_on`)
+    that copies a host scalar to the device while the host waits, one sync per BatchNorm (the H200, 2026-12-04:
+    every host and seed built). Built on `meta` and made where the default device is, its statistics and affine
+    parameters are set in place with the same values (BatchNorm draws no random numbers)."""
+    with torch.device("meta"):
+        norm = nn.BatchNorm2d(channels)
+    norm.to_empty(device=torch.get_default_device())
+    norm.reset_parameters()
+    return norm
+
+
 class ConvBlock(nn.Module):
     """conv k x k (no bias, same padding) -> BatchNorm -> ReLU."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int) -> None:
         super().__init__()
         self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2, bias=False)
-        self.bn = nn.BatchNorm2d(out_channels)
+        self.bn = batch_norm(out_channels)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(self.bn(self.conv(x)))
