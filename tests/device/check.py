@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--original", type=Path, help="the original's source folder, for the rate step")
     parser.add_argument("--archive", type=Path, help="also pack the folder into this .tar.gz after every step")
     args = parser.parse_args(argv)
+    if args.original is not None:  # the rate step runs the original from another folder: a relative path misses it
+        args.original = args.original.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     summary: list[str] = [_environment(args.device)]
     results: dict[str, dict[str, object]] = {}

@@ -75,7 +75,7 @@ def step_sync(args: argparse.Namespace) -> None:
             sites.update(counts)
         check = counter.cross_check()
         missed += len(check.missed) if check is not None else 0
-        events = Counter(event.event_type.value for event in backend.events)
+        events = Counter(event.event_type.name for event in backend.events)
         recorded[label] = {"args": extra, "total": counter.total, "sites": dict(sorted(sites.items()))}
         recorded[label] |= {"events": dict(sorted(events.items())), "compile_events": compiles.total}
         if check is not None:

@@ -51,7 +51,8 @@ def test_the_place_keeping_stand_ins_wait_for_the_first_host_built_tensor() -> N
     """Until a tensor is built in host memory no input of `.view`, `[...]`, `.float()`, ... can be one, so their
     stand-ins are put in place at the first such tensor (a loop that builds none never pays for them); the methods that
     sync have theirs from the start."""
-    value, device = torch.ones(2), torch.device("cpu")  # built before the counter: not host-built as far as it knows
+    value = torch.ones(2)  # built before the counter: not host-built as far as it knows
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the run's device: on a GPU, the GPU
     earlier = dict(_host_born)  # tensors another test marked and still holds: they would put them in place at once
     _host_born.clear()
     try:
