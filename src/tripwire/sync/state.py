@@ -7,6 +7,8 @@ module level: the hooks deliver events here, the counter installs the hooks when
 
 from __future__ import annotations
 
+import bisect
+import dis
 import importlib.util
 import linecache
 import logging
@@ -17,6 +19,8 @@ import threading
 from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
+
+from tripwire.sync import kinds
 
 OUTSIDE = "<outside>"
 # Frames in any tripwire module are skipped when the call site of a sync is looked up.
@@ -95,6 +99,9 @@ class _GlobalState:
         self.sites: dict[tuple[int, int], tuple[CodeType | None, str, str, str]] = {}  # per (code id, f_lasti): `_site`
         # each distinct event `deliver` built, by what makes it, with the site entry its key names by id
         self.events: dict[tuple[Any, ...], tuple[SyncEvent, Any]] = {}
+        # per (code id, two instructions): whether only a method's lookup stands between them (`_read_of_the_copy`),
+        # with the code, so that its id is not reused
+        self.chained: dict[tuple[int, int, int], tuple[CodeType, bool]] = {}
 
 
 class _ThreadState(threading.local):
@@ -111,6 +118,10 @@ class _ThreadState(threading.local):
         self.counting = 0  # this thread counts explicit syncs through the stand-ins (`tripwire.sync.watched`)
         self.generation: int | None = None  # inside `carried` work: the counting generation it was given
         self.carrying = 0  # depth of `hooks.thread_modes` on this thread: only the outermost pushes the modes
+        # the last sync delivered on this thread, when it was a copy to the host: the counting generation, its frame's
+        # id, its code's id and its instruction (`_read_of_the_copy`); ids, so no code of the loop is held; any later
+        # delivery replaces it
+        self.copied: tuple[int, int, int, int] | None = None
 
 
 _STATE = _GlobalState()
@@ -138,11 +149,19 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
         return
     if compiler_at_work():
         return
+    copied, local.copied = local.copied, None
+    asked = kind
     if local.label is not None:
         kind = local.label
     frame, via = _outside(sys._getframe(1))
     if via is _COMPILER:
         return
+    if frame is not None:
+        read = copied is not None and _read_of_the_copy(asked, implicit, frame, copied)
+        if asked in _HOST_COPIES:  # a copy of the copy (`x.cpu().to("cpu")`) is the copy a read may follow
+            local.copied = (_STATE.generation, id(frame), id(frame.f_code), frame.f_lasti)
+        if read:
+            return
     callers: tuple[str, ...] = ()
     caller_text = ""
     if frame is None:
@@ -169,6 +188,38 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
         if implicit and not counter.implicit:
             continue
         counter.events.append(event)
+
+
+# A copy of device data to the host, and the reads of a tensor that wait for its data: on a GPU the read of a host
+# copy waits for nothing (`x.cpu().tolist()` syncs once, at `.cpu()`). Names as `tripwire.sync.kinds` has them.
+_HOST_COPIES = frozenset({kinds.CPU, kinds.TO_CPU, kinds.COPY_TO_CPU})
+_READS = frozenset({kinds.ITEM, kinds.TOLIST, kinds.NUMPY, kinds.FORMAT, kinds.CONTAINS, kinds.TO_CPU, kinds.CPU})
+_READS |= {kinds.BOOL, kinds.FLOAT, kinds.INT, kinds.INDEX, kinds.COMPLEX}
+# What may stand between two chained calls in a frame's bytecode: the method's name looked up, constants passed
+_CHAIN = frozenset({"LOAD_ATTR", "LOAD_METHOD", "PRECALL", "CACHE", "KW_NAMES", "LOAD_CONST", "PUSH_NULL", "NOP"})
+
+
+def _read_of_the_copy(kind: str, implicit: bool, frame: FrameType, copied: tuple[int, int, int, int]) -> bool:
+    """Whether this sync reads the host copy the one before it made, on this thread: a read (or a data-dependent op)
+    called, in the same frame, directly on the result of the counted copy (`x.cpu().tolist()`,
+    `t.detach().cpu().numpy()`, `float(x.cpu())`), nothing called between them. The copy was the sync; reading it
+    waits for nothing on a GPU run, and a CPU run, where `.cpu()` returns the tensor itself and so cannot mark it,
+    counts it the same way. Read from the bytecode between the two calls (cached per code and pair of offsets)."""
+    code = frame.f_code
+    if copied[:3] != (_STATE.generation, id(frame), id(code)) or not (kind in _READS or implicit):
+        return False
+    start, end = copied[3], frame.f_lasti
+    key = (id(code), start, end)
+    known = _STATE.chained.get(key)
+    if known is None:
+        # an offset may name a call's inline cache (a Python function called from it): the call it belongs to
+        instructions = [(instruction.offset, instruction.opname) for instruction in dis.get_instructions(code)]
+        offsets = [offset for offset, _ in instructions]
+        first, last = bisect.bisect_right(offsets, start) - 1, bisect.bisect_right(offsets, end) - 1
+        # not the same call (torch's own code made both, under one call of the user's), nothing else called between
+        chained = 0 <= first < last and all(name in _CHAIN for _, name in instructions[first + 1 : last])
+        known = _STATE.chained[key] = (code, chained)
+    return known[1]
 
 
 def _region_path(regions: list[tuple[object, str]]) -> str:
@@ -450,3 +501,4 @@ def clear_caches() -> None:
     _STATE.roles = {}
     _STATE.sites = {}
     _STATE.events = {}
+    _STATE.chained = {}

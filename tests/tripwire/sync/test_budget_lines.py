@@ -1,9 +1,9 @@
 """Per-line budgets are budgets, and a move is not a change.
 
 A region whose total is unchanged but which gained a sync line fails, naming the new line and the one that went
-away (the `.cpu().tolist()` pair that became one `.tolist()` while a `float(t)` for a progress display came in:
-on a GPU that is a second device-to-host copy). A function moved verbatim to another module, re-exported where it
-was, passes: its lines are MOVED, not NEW. What moved and changed is a change.
+away (a `.cpu()` and a `.tolist()` of the device tensor that became one `.tolist()` while a `float(t)` for a
+progress display came in: on a GPU that is a second device-to-host copy). A function moved verbatim to another
+module, re-exported where it was, passes: its lines are MOVED, not NEW. What moved and changed is a change.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from helpers import report
 
 
 def step(t):
-    values = t.cpu().tolist()
+    values = t.cpu(), t.tolist()
     report(t)
     return values
 """,
@@ -40,7 +40,7 @@ def report(t):
 SWAPPED = {
     **BASE,
     "loop.py": BASE["loop.py"].replace(
-        "    values = t.cpu().tolist()\n", "    values = t.tolist()\n    shown = float(t.sum())\n"
+        "    values = t.cpu(), t.tolist()\n", "    values = t.tolist()\n    shown = float(t.sum())\n"
     ),
 }
 
@@ -109,7 +109,7 @@ def test_a_new_sync_paid_for_by_one_that_went_away_fails_naming_both(store: Gold
     text = str(raised.value)
     assert "region 'epoch': 3 syncs, within its budget of 3, but 1 line(s) the budget never saw" in text
     assert "NEW loop.py:7 in step  ×1  [float×1]  `shown = float(t.sum())`" in text
-    assert "GONE loop.py in step  ×0 (was 1)  [cpu×1]  `values = t.cpu().tolist()`" in text
+    assert "GONE loop.py in step  ×0 (was 1)  [cpu×1]  `values = t.cpu(), t.tolist()`" in text
     assert "NEW loop.py:6" not in text  # the `.tolist()` line is the old one, edited: not new
 
 

@@ -268,3 +268,27 @@ def test_indices_moved_to_the_device_fail_the_budget_at_their_line(
     text = report.format()
     assert "NEW sampler.py:6 in sample  ×1  [to_device×1]" in text, text
     assert "NEW sampler.py:7 in sample  ×8  [index×8]" in text, text
+
+
+def test_a_read_of_the_host_copy_just_made_is_not_a_second_sync() -> None:
+    """`x.cpu().tolist()` waits once on a GPU, at `.cpu()`; the H200 flagged one sync on each such line where tripwire
+    counted two (our trainer's `packed.cpu().tolist()`, 5 in a_baseline). On a CPU run `.cpu()` returns the tensor
+    itself, so the copy cannot be marked: a read called straight on the copy's result, nothing called between (read
+    from the bytecode), is not counted, here and on a GPU alike. Anything else on the copy's tensor still counts."""
+    x = torch.arange(4.0, device=DEVICE)
+
+    def chained() -> None:
+        x.cpu().tolist()
+        x.detach().cpu().numpy()
+        float(x[0].cpu())
+        np.asarray(x.cpu())
+        x.cpu().to("cpu").tolist()
+
+    def not_chained() -> None:
+        copy = x.cpu()
+        copy.tolist()  # another statement: on a CPU run this is `x.tolist()`, a device read on a GPU
+        x.cpu().sum().item()  # an op between: counted as before
+        x.cpu(), x.tolist()  # the device tensor read again
+
+    assert counted(chained) == {"cpu": 5}
+    assert counted(not_chained) == {"cpu": 3, "tolist": 2, "item": 1}
