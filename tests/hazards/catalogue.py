@@ -578,9 +578,10 @@ HAZARDS: tuple[Hazard, ...] = (
         "f_compiled",
     ),
     Hazard(
-        "net_zero_sync_swap",
-        "the action pull's `.cpu().tolist()` pair became one `.tolist()`, and a `float(...)` for a progress display "
-        "came in: the region's total holds, a second device-to-host copy on a GPU",
+        "display_copy_in_action_pull",
+        "the action pull's `.cpu().tolist()` became `.tolist()`, and a `float(...)` for a progress display came in: "
+        "a second device-to-host copy on a GPU (before the read of a host copy was left out, counted 2 and 2: a swap "
+        "the total missed, and the per-line budget caught)",
         (
             Edit(
                 CLIENT,
