@@ -7,7 +7,6 @@ module level: the hooks deliver events here, the counter installs the hooks when
 
 from __future__ import annotations
 
-import bisect
 import dis
 import importlib.util
 import linecache
@@ -214,8 +213,8 @@ def _read_of_the_copy(kind: str, implicit: bool, frame: FrameType, copied: tuple
     if known is None:
         # an offset may name a call's inline cache (a Python function called from it): the call it belongs to
         instructions = [(instruction.offset, instruction.opname) for instruction in dis.get_instructions(code)]
-        offsets = [offset for offset, _ in instructions]
-        first, last = bisect.bisect_right(offsets, start) - 1, bisect.bisect_right(offsets, end) - 1
+        first = sum(1 for offset, _ in instructions if offset <= start) - 1  # offsets ascend
+        last = sum(1 for offset, _ in instructions if offset <= end) - 1
         # not the same call (torch's own code made both, under one call of the user's), nothing else called between
         chained = 0 <= first < last and all(name in _CHAIN for _, name in instructions[first + 1 : last])
         known = _STATE.chained[key] = (code, chained)
