@@ -5,9 +5,10 @@ timer's wait and a `synchronize` behind `if cuda:` are no-ops on a CPU; the CPU 
 run waits (`tripwire.sync.copies`, `tripwire.timing`, `tolaria.devices.synchronize`). The recorded run is
 `baselines/device/h200-2026-12-04.json`: every eager scenario on an NVIDIA H200 (torch 2.11), where torch's own
 detector flagged no line that tripwire missed. Each site's CPU count must equal the GPU's, or its difference be what
-the actions decide (the GPU run samples other actions, so its seeds have other blueprints and lives). The heuristic
-scenario (b) decides without sampling on the device: there every site must agree. The sites the first recorded run
-(2026-11-28, commit 8ac9cd8) differed at, and why each went: docs/measurements.md, "The CPU gate and the GPU's syncs".
+the actions decide (the GPU run samples other actions, so its seeds have other blueprints and lives), within
+`ACTIONS_SHARE`; the heuristic scenario (b) too, whose gates read accuracies that differ on CUDA. The sites the
+first recorded run (2026-11-28, commit 8ac9cd8) differed at, and why each went: docs/measurements.md, "The CPU gate
+and the GPU's syncs".
 """
 
 from __future__ import annotations

@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import functools
 import sys
-import types
 import weakref
-from types import CodeType
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
@@ -263,7 +262,7 @@ def default_device() -> torch.device | None:
     for at in reversed(range(torch._C._len_torch_function_stack())):
         mode = torch._C._get_function_stack_at(at)
         if type(mode) is DeviceContext:
-            return torch.device(mode.device)
+            return mode.device  # a torch.device (DeviceContext makes one)
     return None
 
 
@@ -299,7 +298,7 @@ def _placed_by_default_device() -> bool:
     from torch.utils._device import DeviceContext
 
     handler = DeviceContext.__torch_function__.__code__
-    frame: types.FrameType | None = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(4):
         if frame is None:
             return False

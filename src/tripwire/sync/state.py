@@ -192,8 +192,10 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
 # A copy of device data to the host, and the reads of a tensor that wait for its data: on a GPU the read of a host
 # copy waits for nothing (`x.cpu().tolist()` syncs once, at `.cpu()`). Names as `tripwire.sync.kinds` has them.
 _HOST_COPIES = frozenset({kinds.CPU, kinds.TO_CPU, kinds.COPY_TO_CPU})
-_READS = frozenset({kinds.ITEM, kinds.TOLIST, kinds.NUMPY, kinds.FORMAT, kinds.CONTAINS, kinds.TO_CPU, kinds.CPU})
-_READS |= {kinds.BOOL, kinds.FLOAT, kinds.INT, kinds.INDEX, kinds.COMPLEX}
+_READS = frozenset(
+    {kinds.ITEM, kinds.TOLIST, kinds.NUMPY, kinds.FORMAT, kinds.CONTAINS, kinds.TO_CPU, kinds.CPU}
+    | {kinds.BOOL, kinds.FLOAT, kinds.INT, kinds.INDEX, kinds.COMPLEX}
+)
 # What may stand between two chained calls in a frame's bytecode: the method's name looked up, constants passed
 _CHAIN = frozenset({"LOAD_ATTR", "LOAD_METHOD", "PRECALL", "CACHE", "KW_NAMES", "LOAD_CONST", "PUSH_NULL", "NOP"})
 
