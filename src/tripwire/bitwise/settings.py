@@ -8,6 +8,8 @@ difference in its numbers; it can see the line. `SettingsWatch` records every ch
 - `torch.backends.cudnn.benchmark`, `.deterministic`, `.allow_tf32`, `.enabled`, `.benchmark_limit`;
 - `torch.backends.cuda.matmul.allow_tf32` and its reduced-precision reductions;
 - `torch.set_float32_matmul_precision`;
+- `torch.utils.deterministic.fill_uninitialized_memory` (with deterministic algorithms, whether new uninitialized
+  memory is filled with NaN: off, a kernel that reads memory it never wrote reads whatever was there);
 
 each named at the first frame outside torch and tripwire (`file:line in function`). The functions keep their
 identity (their code is swapped, `tripwire.sync.swaps`), the cuDNN flags are watched on their module's class, and all
@@ -34,6 +36,12 @@ __all__ = ["SettingChange", "SettingsWatch", "determinism_settings", "restore_se
 
 _CUDNN = ("benchmark", "deterministic", "allow_tf32", "enabled", "benchmark_limit")
 _MATMUL = ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
+_FILL = "torch.utils.deterministic.fill_uninitialized_memory"
+
+
+def _fill_module() -> Any:
+    """`torch.utils.deterministic` (whose class holds the fill flag as a property), None on a torch without it."""
+    return getattr(torch.utils, "deterministic", None)
 
 
 def determinism_settings() -> dict[str, Any]:
@@ -47,6 +55,8 @@ def determinism_settings() -> dict[str, Any]:
     for name in _CUDNN:
         if hasattr(torch.backends.cudnn, name):
             values[f"torch.backends.cudnn.{name}"] = getattr(torch.backends.cudnn, name)
+    if hasattr(_fill_module(), "fill_uninitialized_memory"):
+        values[_FILL] = bool(_fill_module().fill_uninitialized_memory)
     for name in _MATMUL:
         try:
             values[f"torch.backends.cuda.matmul.{name}"] = getattr(torch.backends.cuda.matmul, name)
@@ -72,6 +82,8 @@ def restore_settings(values: Mapping[str, Any]) -> None:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = values["CUBLAS_WORKSPACE_CONFIG"]
         else:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    if _FILL in values and now.get(_FILL) != values[_FILL]:
+        _fill_module().fill_uninitialized_memory = values[_FILL]
     now = determinism_settings()  # after the precision, which moved matmul's allow_tf32 with it
     for owner, prefix, flags in (
         (torch.backends.cudnn, "torch.backends.cudnn.", _CUDNN),
@@ -98,10 +110,11 @@ class SettingChange:
 
 
 class _WatchedFlag:
-    """A cuDNN flag on its module's class while watched: read as torch reads it, a set recorded first."""
+    """A flag held as a property of its module's class (cuDNN's, the fill's) while watched: read as torch reads it,
+    a set recorded as it happens."""
 
-    def __init__(self, own: Any, name: str, watch: SettingsWatch) -> None:
-        self.own, self.name, self.watch = own, name, watch
+    def __init__(self, own: Any, setting: str, watch: SettingsWatch) -> None:
+        self.own, self.setting, self.watch = own, setting, watch
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self.own.__get__(instance, owner)
@@ -109,7 +122,7 @@ class _WatchedFlag:
     def __set__(self, instance: Any, value: Any) -> None:
         before = self.own.__get__(instance, type(instance))
         self.own.__set__(instance, value)
-        self.watch.note(f"torch.backends.cudnn.{self.name}", before, self.own.__get__(instance, type(instance)))
+        self.watch.note(self.setting, before, self.own.__get__(instance, type(instance)))
 
 
 class SettingsWatch:
@@ -129,12 +142,14 @@ class SettingsWatch:
     def __enter__(self) -> SettingsWatch:
         state.ensure_skipped()
         self._before = determinism_settings()
-        cudnn_class = type(torch.backends.cudnn)
-        for name in _CUDNN:
-            own = vars(cudnn_class).get(name)
+        flags = [(type(torch.backends.cudnn), name, f"torch.backends.cudnn.{name}") for name in _CUDNN]
+        if _fill_module() is not None:
+            flags.append((type(_fill_module()), "fill_uninitialized_memory", _FILL))
+        for owner, name, setting in flags:
+            own = vars(owner).get(name)
             if own is not None and hasattr(own, "__set__"):
-                self._restores.append((cudnn_class, name, own))
-                setattr(cudnn_class, name, _WatchedFlag(own, name, self))
+                self._restores.append((owner, name, own))
+                setattr(owner, name, _WatchedFlag(own, setting, self))
         matmul_class = type(torch.backends.cuda.matmul)
         hook = "__setattr__"  # cuBLASModule's own, in Python: the class's slot stays the generic one
         own_setattr = vars(matmul_class).get(hook)

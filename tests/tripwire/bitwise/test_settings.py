@@ -45,3 +45,28 @@ def test_the_watch_leaves_torch_as_it_found_it() -> None:
     with SettingsWatch():
         assert torch.use_deterministic_algorithms is setter  # the same object, its code swapped
     assert torch.use_deterministic_algorithms.__code__ is code and dict(vars(cudnn_class)) == flags
+
+
+def test_the_fill_of_uninitialized_memory_is_watched_at_its_line_and_put_back() -> None:
+    """The trainer turns the fill off with deterministic algorithms (esper.tolaria.determinism): a recording names
+    the line, and `restore_settings` gives the caller's value back."""
+    from tripwire.bitwise.settings import restore_settings
+
+    module = torch.utils.deterministic
+    fill_class, before = type(module), determinism_settings()
+    flags = dict(vars(fill_class))
+    assert before["torch.utils.deterministic.fill_uninitialized_memory"] is True  # torch's default
+    try:
+        with SettingsWatch() as watch:
+            module.fill_uninitialized_memory = False  # type: ignore[attr-defined]
+        assert [(c.setting, c.before, c.after) for c in watch.changes] == [
+            ("torch.utils.deterministic.fill_uninitialized_memory", True, False)
+        ]
+        assert watch.changes[0].site.endswith(
+            "in test_the_fill_of_uninitialized_memory_is_watched_at_its_line_and_put_back"
+        )
+        assert dict(vars(fill_class)) == flags
+        restore_settings(before)
+        assert module.fill_uninitialized_memory is True  # type: ignore[attr-defined]
+    finally:
+        module.fill_uninitialized_memory = True  # type: ignore[attr-defined]
