@@ -6,7 +6,10 @@ so both paths run the same kernels. All operators return `h` exactly when `a` is
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +48,21 @@ class AlphaGate(nn.Module):
         return torch.sigmoid(self.fc(pooled)).view(-1, 1, 1, 1)
 
 
+_CAPTURE = threading.local()  # `.active` while this thread captures a CUDA graph of a train step
+
+
+@contextlib.contextmanager
+def reading_graph_inputs() -> Iterator[None]:
+    """While a CUDA graph of a train step is captured (`esper.tolaria.graphs`): slots read the alpha tensor that
+    `ScalarAlphaCache.refresh` fills in place. A graph replays addresses, so the tensor `get` builds anew for each
+    alpha would be read stale (or freed) by every later replay."""
+    _CAPTURE.active = True
+    try:
+        yield
+    finally:
+        _CAPTURE.active = False
+
+
 class ScalarAlphaCache:
     """A slot's scalar alpha as a [1,1,1,1] tensor, rebuilt only when alpha, device or dtype changes.
 
@@ -52,7 +70,8 @@ class ScalarAlphaCache:
 
     A compiled train step (`--compile-step`) reads `graph_input` instead, which `refresh` fills before each step,
     outside the graph: the traced code then branches on nothing of alpha's value, so an alpha that ramps does not
-    re-capture the graph (a float read inside it would be a guarded constant, one graph per value).
+    re-capture the graph (a float read inside it would be a guarded constant, one graph per value). A CUDA graph's
+    capture (`--cuda-graphs`, under `reading_graph_inputs`) reads it too, for the same reason.
     """
 
     def __init__(self) -> None:
@@ -62,7 +81,7 @@ class ScalarAlphaCache:
         self._input_value = math.nan
 
     def get(self, alpha: float, like: Tensor) -> Tensor:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or getattr(_CAPTURE, "active", False):
             return self.graph_input(like)
         cached = self._tensor
         if (
@@ -78,14 +97,16 @@ class ScalarAlphaCache:
             self._value = alpha
         return cached
 
-    def refresh(self, alpha: float, device: torch.device) -> None:
-        """Hold `alpha` in the float32 tensor a compiled step reads (call eagerly, before the step)."""
+    def refresh(self, alpha: float, device: torch.device) -> Tensor:
+        """Hold `alpha` in the float32 tensor a compiled step reads (call eagerly, before the step); return it (a
+        CUDA graph keys on its address: refilled in place, it is the same tensor from step to step)."""
         held = self._input
         if held is None or held.device != device or held.is_inference():
-            self._input = torch.full((1, 1, 1, 1), alpha, device=device, dtype=torch.float32)
+            held = self._input = torch.full((1, 1, 1, 1), alpha, device=device, dtype=torch.float32)
         elif self._input_value != alpha:
             held.fill_(alpha)
         self._input_value = alpha
+        return held
 
     def graph_input(self, like: Tensor) -> Tensor:
         """The refreshed alpha in `like`'s dtype (inside a compiled step)."""

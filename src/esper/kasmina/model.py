@@ -125,10 +125,10 @@ class MorphogeneticModel(nn.Module):
         """What the training forward branches on, slot by slot (`SeedSlot.structure_key`), and the module's mode."""
         return (self.training, *(slot.structure_key() for slot in self.seed_slots.values()))
 
-    def prepare_compiled_step(self) -> None:
-        """Before a compiled train step: every slot's alpha into the tensor the graph reads (see ScalarAlphaCache)."""
-        for slot in self.seed_slots.values():
-            slot.refresh_alpha_input()
+    def prepare_compiled_step(self) -> list[Tensor]:
+        """Before a compiled train step: every slot's alpha into the tensor the graph reads (see ScalarAlphaCache);
+        returns those tensors, slot by slot."""
+        return [slot.refresh_alpha_input() for slot in self.seed_slots.values()]
 
     # ------------------------------------------------------------------ parameters
 

@@ -357,9 +357,10 @@ class SeedSlot(nn.Module):
             state is not None and state.stage == SeedStage.TRAINING and self.alpha_controller.alpha == 0.0,
         )
 
-    def refresh_alpha_input(self) -> None:
-        """Fill the alpha tensor a compiled train step reads (`ScalarAlphaCache.refresh`), before the step."""
-        self._alpha_cache.refresh(self.alpha_controller.alpha, self._device_anchor.device)
+    def refresh_alpha_input(self) -> Tensor:
+        """Fill the alpha tensor a compiled train step reads (`ScalarAlphaCache.refresh`), before the step, and
+        return it."""
+        return self._alpha_cache.refresh(self.alpha_controller.alpha, self._device_anchor.device)
 
     def forward(self, h: Tensor, alpha_override: Tensor | None = None) -> Tensor:
         """Blend the seed into `h`; `alpha_override` [N,1,1,1] replaces the scalar alpha (fused eval)."""

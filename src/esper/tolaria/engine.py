@@ -51,6 +51,7 @@ from esper.tolaria.epoch import (
     unpack_row,
 )
 from esper.tolaria.governor import TolariaGovernor
+from esper.tolaria.graphs import GraphedSteps, StepResult
 from esper.tolaria.optim_steps import sgd_step, zero_grads
 from esper.tolaria.streams import autocast_context, join_streams, stream_context, wait_for_default_stream
 from tripwire.sync import carried, hot_path
@@ -88,10 +89,15 @@ class EngineConfig:
     env_workers: int = 1  # threads training / validating envs concurrently (1: one after another)
     compile_step: CompileBackend = CompileBackend.OFF  # each env's forward, loss and backward (`forward_loss`)
     compile_mode: CompileMode = CompileMode.DEFAULT  # inductor's; reduce-overhead captures CUDA graphs
+    cuda_graphs: bool = False  # each CUDA env's whole train step captured and replayed (`esper.tolaria.graphs`)
 
     def __post_init__(self) -> None:
         if self.env_workers < 1:
             raise ValueError(f"env_workers must be a positive integer, got {self.env_workers}")
+        if self.cuda_graphs and (self.compile_step is not CompileBackend.OFF or self.env_workers > 1):
+            raise ValueError(
+                "cuda_graphs captures the eager step of envs trained in turn: not with compile_step or env_workers"
+            )
 
 
 def forward_loss(model: nn.Module, inputs: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
@@ -255,6 +261,7 @@ class VectorizedEngine:
         self._pool: ThreadPoolExecutor | None = None
         self._forward_loss = compile_step(config.compile_step, config.compile_mode)
         self._outputs_persist = not isinstance(self._forward_loss, CompiledStep) or self._forward_loss.outputs_persist
+        self.graphs = GraphedSteps() if config.cuda_graphs else None
 
     def close(self) -> None:
         """Stop the env worker threads, if any were started."""
@@ -327,6 +334,29 @@ class VectorizedEngine:
         if not model.training:
             model.train()
         seeds = _trainable_seeds(model, self.config.seed_lr, self.config.seed_momentum)
+        result = None
+        if self.graphs is not None:
+            optimizers = [env.host_optimizer, *(seed.optimizer for seed in seeds)]
+            result = self.graphs.run(env, optimizers, inputs, targets, partial(self._step, env, seeds))
+        if result is None:
+            result = self._step(env, seeds, inputs, targets)
+            if not self._outputs_persist:  # a CUDA graph's outputs, which its next replay overwrites
+                result = StepResult(
+                    result.loss.clone(), result.logits.argmax(dim=1), result.host_norm, result.seed_norms, True
+                )
+        acc.add_host_norm(result.host_norm)
+        for index, norm in result.seed_norms:
+            acc.add_seed_norm(index, norm)
+        # Kept, without their graph, until the pass folds them (`TrainAccumulators.fold`): a detach is a view, no
+        # kernel, where adding them now was four ops with kernels (docs/measurements.md#why-the-code-is-as-it-is).
+        if result.predictions:
+            acc.add_batch(result.loss, targets, predictions=result.logits)
+        else:
+            acc.add_batch(result.loss, targets, logits=result.logits)
+
+    def _step(self, env: EnvRuntime, seeds: Sequence[_TrainableSeed], inputs: Tensor, targets: Tensor) -> StepResult:
+        """The step's arithmetic: zeroed gradients, forward and loss, backward, the clips and the optimizer steps."""
+        model = env.model
         seed_optimizers = [seed.optimizer for seed in seeds]
         zero_grads(env.host_optimizer)
         for opt in seed_optimizers:
@@ -344,11 +374,12 @@ class VectorizedEngine:
         else:
             loss.backward()
         # The norms are of gradients, which carry no graph: no detach (an aten op per batch) is needed.
-        acc.add_host_norm(clip_grad_norm_(model.host_parameters(), self.config.max_grad_norm))
+        host_norm = clip_grad_norm_(model.host_parameters(), self.config.max_grad_norm)
+        seed_norms = []
         for seed in seeds:
             with_grad = [p for p in seed.parameters if p.grad is not None]
             if with_grad:
-                acc.add_seed_norm(seed.index, clip_grad_norm_(with_grad, self.config.max_grad_norm))
+                seed_norms.append((seed.index, clip_grad_norm_(with_grad, self.config.max_grad_norm)))
         if env.scaler is not None:
             env.scaler.step(env.host_optimizer)
             for opt in seed_optimizers:
@@ -358,12 +389,7 @@ class VectorizedEngine:
             sgd_step(env.host_optimizer)
             for opt in seed_optimizers:
                 sgd_step(opt)
-        # Kept, without their graph, until the pass folds them (`TrainAccumulators.fold`): a detach is a view, no
-        # kernel, where adding them now was four ops with kernels (docs/measurements.md#why-the-code-is-as-it-is).
-        if self._outputs_persist:
-            acc.add_batch(loss.detach(), targets, logits=logits.detach())
-        else:  # a CUDA graph's outputs, which its next replay overwrites
-            acc.add_batch(loss.detach().clone(), targets, predictions=logits.argmax(dim=1))
+        return StepResult(loss.detach(), logits.detach(), host_norm, seed_norms)
 
     def train_pass(self, envs: Sequence[EnvRuntime], batches: Iterable[Sequence[EnvBatch]]) -> list[TrainAccumulators]:
         """One full training epoch for every env over the shared batches (batch-first iteration)."""

@@ -126,6 +126,14 @@ class TrainingConfig:
         "hardware",
         flag="--compile-step",
     )
+    cuda_graphs: bool = option(
+        False,
+        "on CUDA, capture each env's whole train step (forward, backward, clips, SGD steps) as a CUDA graph and "
+        "replay it: the same bits as eager, one launch a step; captured again when a seed changes the model "
+        "(docs/measurements.md); not with --amp or --compile-step",
+        "hardware",
+        flag="--cuda-graphs",
+    )
     gpu_preload: bool = option(False, "keep the whole dataset on the device", "hardware", flag="--gpu-preload")
     deterministic: bool = option(
         True,
@@ -288,6 +296,20 @@ class TrainingConfig:
                 f"--compile-mode {self.compile_mode.value} is inductor's: add --compile inductor or --compile-step "
                 "inductor, or drop --compile-mode"
             )
+        if self.cuda_graphs:
+            on = self.devices if self.devices is not None else (self.device,)
+            if not all(str(device).startswith("cuda") for device in on):
+                raise ConfigError(
+                    "--cuda-graphs captures CUDA graphs: run it with --device cuda (or --devices on CUDA only), "
+                    "or drop it"
+                )
+            if self.amp is not AmpMode.OFF or self.compile_step is not CompileBackend.OFF:
+                raise ConfigError("--cuda-graphs captures the eager fp32 step: drop --amp and --compile-step, or it")
+            if self.env_workers > 1:
+                raise ConfigError(
+                    "--cuda-graphs trains envs in turn (with env worker threads it is not yet verified on a GPU): "
+                    "drop --env-workers or --cuda-graphs"
+                )
         fault = self.inject_rank_failure
         if fault is not None and (len(fault) != 2 or fault[0] < 0 or fault[1] < 1):
             raise ConfigError(f"inject_rank_failure must be [rank >= 0, epoch >= 1], got {list(fault)}")

@@ -178,6 +178,7 @@ def build_engine(setup: RunSetup) -> VectorizedEngine:
             env_workers=config.env_workers,
             compile_step=config.compile_step,
             compile_mode=config.compile_mode,
+            cuda_graphs=config.cuda_graphs,
         )
     )
 

@@ -1,0 +1,221 @@
+"""`--cuda-graphs` (`esper.tolaria.graphs`): a captured step gives the eager step's bits, and when it is captured.
+
+A CUDA graph needs a GPU; what a CPU can check is the bookkeeping around it. `RerunGraphs` stands in for
+`CudaGraphs` with a graph's semantics: a capture changes nothing (the step runs on state it then puts back: a CUDA
+capture runs no kernel) and a replay runs the step again on the captured input tensors and writes its outputs into
+the captured ones. With it a whole run, seeds germinating, blending and fossilizing, must equal the eager run bit
+for bit, which holds only if each replay gets this batch in the captured inputs, reads the slots' alphas refreshed
+for it, hands the accumulators copies of outputs the next replay overwrites, and a structure change captures anew.
+Addresses are what it cannot check (a rerun reads Python's current tensors, a graph the captured addresses): the
+GPU tests below do, on a device, and so does the device check (tests/device/check.py, `nox -s gpu`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+from esper.kasmina.blending import reading_graph_inputs
+from esper.kasmina.model import MorphogeneticModel
+from esper.simic.training import wiring
+from esper.simic.training.config import ConfigError, TrainingConfig
+from esper.tolaria.engine import EngineConfig, VectorizedEngine
+from esper.tolaria.graphs import GraphedSteps, GraphEnv, StepResult
+from run_helpers import first_event_difference, first_weight_difference, recorded_run
+
+RUN: dict[str, Any] = {
+    "n_episodes": 2,
+    "n_envs": 2,
+    "max_epochs": 6,
+    "task": "cifar_baseline",
+    "slots": ["r0c0", "r0c1"],
+    "train_samples": 48,
+    "val_samples": 24,
+    "batch_size": 8,
+    "hidden_dim": 32,
+    "lstm_hidden_dim": 32,
+    "seed": 5,
+}
+
+
+class _Rerun:
+    def __init__(self, work: Callable[[], StepResult], outputs: StepResult) -> None:
+        self.work, self.outputs = work, outputs
+
+    def replay(self) -> None:
+        with reading_graph_inputs():
+            fresh = self.work()
+        out = self.outputs
+        with torch.no_grad():
+            for mine, new in ((out.loss, fresh.loss), (out.logits, fresh.logits), (out.host_norm, fresh.host_norm)):
+                mine.copy_(new)
+            assert [index for index, _ in out.seed_norms] == [index for index, _ in fresh.seed_norms]
+            for (_, mine), (_, new) in zip(out.seed_norms, fresh.seed_norms):
+                mine.copy_(new)
+
+
+class RerunGraphs:
+    """`CudaGraphs`' stand-in on a CPU (the module docstring)."""
+
+    def accepts(self, tensor: Tensor) -> bool:
+        return tensor.device.type == "cpu"
+
+    def warm_up(self, device: torch.device, work: Callable[[], StepResult]) -> StepResult:
+        return work()
+
+    def capture(
+        self,
+        device: torch.device,
+        env: GraphEnv,
+        optimizers: Sequence[torch.optim.Optimizer],
+        work: Callable[[], StepResult],
+    ) -> tuple[_Rerun, StepResult]:
+        state = list(env.model.state_dict(keep_vars=True).values())
+        state += [value for opt in optimizers for entry in opt.state.values() for value in entry.values()]
+        tensors = [tensor for tensor in state if isinstance(tensor, Tensor)]
+        saved = [tensor.detach().clone() for tensor in tensors]
+        with reading_graph_inputs():
+            outputs = work()
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved):
+                tensor.copy_(value)
+        return _Rerun(work, outputs), outputs
+
+
+_plain_build = wiring.build_engine
+
+
+@pytest.fixture
+def graphed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[GraphedSteps]]:
+    """Every engine the runs build gets `GraphedSteps(RerunGraphs())`; the list holds them."""
+    made: list[GraphedSteps] = []
+    build = wiring.build_engine
+
+    def with_graphs(setup: Any) -> VectorizedEngine:
+        engine = build(setup)
+        engine.graphs = GraphedSteps(RerunGraphs())
+        made.append(engine.graphs)
+        return engine
+
+    monkeypatch.setattr(wiring, "build_engine", with_graphs)
+    yield made
+
+
+@pytest.mark.parametrize("controller", ["heuristic", "ppo"])
+def test_a_graphed_run_is_the_eager_run_bitwise(
+    controller: str, graphed: list[GraphedSteps], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as eager:
+        eager.setattr(wiring, "build_engine", _plain_build)
+        result_eager, events_eager = recorded_run(RUN, controller=controller)
+    result, events = recorded_run(RUN, controller=controller)
+    graphs = graphed[-1]
+    assert first_event_difference(events, events_eager) is None
+    assert first_weight_difference(result.final_weights, result_eager.final_weights) is None
+    assert graphs.failures == []
+    assert graphs.replays > graphs.captures > 0
+    assert graphs.warmups == graphs.captures  # each capture's key ran one warm-up step first
+    if controller == "heuristic":  # seeds germinated, trained and blended: structures beyond the envs' first
+        kinds = {event["event_type"] for event in events}
+        assert {"SEED_GERMINATED", "SEED_STAGE_CHANGED"} <= kinds
+        assert graphs.captures > RUN["n_envs"] * RUN["n_episodes"]
+
+
+def test_a_replay_that_reads_a_stale_alpha_is_caught(
+    graphed: list[GraphedSteps], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard, shown: if the slots' alpha tensors were not refilled before each replay, a blending seed's ramp
+    would be frozen at its captured value, and the run's bits move."""
+    with monkeypatch.context() as eager:
+        eager.setattr(wiring, "build_engine", _plain_build)
+        result_eager, _ = recorded_run(RUN, controller="heuristic")
+    first: dict[int, list[Tensor]] = {}
+
+    def frozen(self: MorphogeneticModel) -> list[Tensor]:
+        held = first.get(id(self))
+        if held is None:
+            held = first[id(self)] = [slot.refresh_alpha_input() for slot in self.seed_slots.values()]
+        return held
+
+    monkeypatch.setattr(MorphogeneticModel, "prepare_compiled_step", frozen)
+    result, _ = recorded_run(RUN, controller="heuristic")
+    assert first_weight_difference(result.final_weights, result_eager.final_weights) is not None
+
+
+def test_a_replay_that_skips_the_new_batch_is_caught(
+    graphed: list[GraphedSteps], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard, shown: a replay on the captured batch instead of this one trains on other data."""
+    with monkeypatch.context() as eager:
+        eager.setattr(wiring, "build_engine", _plain_build)
+        result_eager, _ = recorded_run(RUN, controller="ppo")
+    monkeypatch.setattr(Tensor, "copy_", _copy_unless_into_a_captured_input(Tensor.copy_))
+    result, _ = recorded_run(RUN, controller="ppo")
+    assert graphed[-1].replays > 0
+    assert first_weight_difference(result.final_weights, result_eager.final_weights) is not None
+
+
+def _copy_unless_into_a_captured_input(copy: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    run = GraphedSteps.run.__code__
+
+    def copy_(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
+        if sys._getframe(1).f_code is run:  # GraphedSteps.run's copies into its static inputs
+            return self
+        return copy(self, src, non_blocking)
+
+    return copy_
+
+
+def test_the_cuda_backend_takes_no_cpu_batch() -> None:
+    steps = GraphedSteps()  # the CUDA backend: a CPU batch is not its
+    assert not steps.backend.accepts(torch.zeros(1))
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({}, "--device cuda"),
+        ({"device": "cuda", "amp": "bfloat16"}, "drop --amp"),
+        ({"device": "cuda", "compile_step": "aot_eager"}, "--compile-step"),
+        ({"device": "cuda", "env_workers": 2}, "--env-workers"),
+        ({"devices": ["cuda:0", "cpu"]}, "--device cuda"),
+    ],
+)
+def test_the_option_names_what_it_cannot_run_with(changes: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem.replace("-", r"\-")):
+        TrainingConfig.from_dict({"cuda_graphs": True, **changes})
+    with pytest.raises(ValueError, match="cuda_graphs"):
+        EngineConfig(cuda_graphs=True, env_workers=2)
+
+
+CUDA_RUN = {**RUN, "device": "cuda", "train_samples": 96, "val_samples": 32, "batch_size": 16}
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a GPU")
+
+
+@needs_cuda
+@pytest.mark.parametrize("controller", ["heuristic", "ppo"])
+def test_on_a_gpu_the_graphed_run_is_the_eager_run_bitwise(controller: str) -> None:
+    result_eager, events_eager = recorded_run(CUDA_RUN, controller=controller)
+    made: list[VectorizedEngine] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wiring, "build_engine", lambda setup: made.append(_plain_build(setup)) or made[-1])
+        result, events = recorded_run({**CUDA_RUN, "cuda_graphs": True}, controller=controller)
+    graphs = made[-1].graphs
+    assert graphs is not None and graphs.failures == [] and graphs.replays > graphs.captures > 0
+    assert first_event_difference(events, events_eager) is None
+    assert first_weight_difference(result.final_weights, result_eager.final_weights) is None
+
+
+@needs_cuda
+def test_on_a_gpu_a_rollback_recaptures_and_keeps_the_eager_bits() -> None:
+    run = {**CUDA_RUN, "n_episodes": 1, "inject_nan_epoch": 3}
+    result_eager, events_eager = recorded_run(run)
+    result, events = recorded_run({**run, "cuda_graphs": True})
+    assert any(event["event_type"] == "GOVERNOR_ROLLBACK" for event in events)
+    assert first_event_difference(events, events_eager) is None
+    assert first_weight_difference(result.final_weights, result_eager.final_weights) is None
