@@ -10,7 +10,9 @@ move on GPU) is not counted. The call's own source is read through the interpret
 per call site. `tripwire.sync.hooks` asks `to_kind` and `copy_kind` from its function mode.
 
 Uploads that block the host (`to_device`, `copy_to_device`, `tensor_to_device`) are counted the same way: on an
-accelerator from the tensors (a host source that is not both pinned and `non_blocking`); on a CPU run from the
+accelerator from the tensors (a host source that is not `non_blocking`, or is from pageable memory and larger than
+`STAGED_BYTES`: measured on an H200, a non-blocking pageable upload of 1 MiB returned with a kernel still running,
+one of 16 MiB waited for it, docs/measurements.md; a blocking one waits, pinned or not); on a CPU run from the
 call and from where the tensor came from. The hooks mark the tensors the user's code builds in host memory (a host
 factory or `torch.tensor` without `device=`, and their place-keeping views and casts); a `.to(<a device by name>)`
 or a `copy_` into a device buffer of a marked tensor without `non_blocking` counts, and so does a tensor built from
@@ -158,10 +160,11 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     `clip_grad_norm_`) is a no-op and does not count; on a run that uses an accelerator, a host tensor's move to the
     host is nothing either, whatever the line says.
 
-    Host-to-device: a copy from host memory that is not both pinned and `non_blocking` blocks the host until it
-    lands. On an accelerator that is read from the tensors; on a CPU run, where the target is the CPU too, from the
-    call's source: a tensor built from host data on that line (`torch.tensor(values).to(self.device)`) and moved to
-    a named device counts, unless it is pinned there (`.pin_memory()`) and the move is `non_blocking=True`; so does
+    Host-to-device: a blocking copy from host memory, or a `non_blocking` one from pageable memory larger than
+    `STAGED_BYTES`, blocks the host until the device's queue drains. On an accelerator that is read from the tensors
+    (`upload_waits`); on a CPU run, where the target is the CPU too, from the call's source: a tensor built from host
+    data on that line (`torch.tensor(values).to(self.device)`) and moved to a named device counts, unless the move is
+    `non_blocking=True` and the line pins it (`.pin_memory()`) or it is no larger than `STAGED_BYTES`; so does
     a host-built one (or a view of one), and each parameter and buffer of a module the user's line moves
     (`model.to(device)`: torch moves them one by one) that is not on the device yet.
     """
@@ -178,8 +181,7 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     place = source.device.type if isinstance(source, torch.Tensor) else None
     on_host = place == "cpu"
     if target not in (None, "cpu", "meta"):  # a real device: read the tensors
-        pinned = on_host and non_blocking and source.is_pinned()
-        return kinds.TO_DEVICE if on_host and not pinned else None
+        return kinds.TO_DEVICE if on_host and upload_waits(source, non_blocking) else None
     if target != "cpu":
         return None
     host_bound = kinds.TO_CPU_NONBLOCKING if non_blocking else kinds.TO_CPU
@@ -198,8 +200,8 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return None if born else host_bound
     if not (on_host and spelled.device_named):
         return None
-    if spelled.built_on_host:  # built right there: pageable unless the line pins it
-        uploaded = not (non_blocking and spelled.pinned)
+    if spelled.built_on_host:  # built right there: pageable unless the line pins it, and its size is known
+        uploaded = not non_blocking or (not spelled.pinned and source.numel() * source.element_size() > STAGED_BYTES)
     else:
         # built earlier in host memory: whether it was pinned is decided on the accelerator (`pin_memory()` needs
         # one), so a `non_blocking=True` copy is taken as the pinned one it is written for; without it, it counts
@@ -308,19 +310,33 @@ def _placed_by_default_device() -> bool:
     return False
 
 
+# The largest non-blocking upload from pageable memory seen to return without waiting for the device (an H200, CUDA
+# 13.0 driver 580: 1 MiB did, 16 MiB did not): the driver stages it in pinned memory of its own; past what that
+# takes, the copy waits for the stream. Between the two sizes nothing was measured, so anything larger counts.
+STAGED_BYTES = 1 << 20
+
+
+def upload_waits(source: torch.Tensor, non_blocking: bool) -> bool:
+    """Whether copying host tensor `source` to an accelerator blocks the host until the device's queue drains."""
+    if not non_blocking:
+        return True  # torch copies, then synchronizes the stream: pinned or not
+    if source.is_pinned():
+        return False
+    return source.numel() * source.element_size() > STAGED_BYTES
+
+
 def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """Kind of `dst.copy_(src)`: `copy_to_cpu` when a CPU tensor receives accelerator data, or, on a CPU run, when
     the destination is host memory (host-built, `mark_host_born`, or named as a host buffer by the user's line:
     module docstring) and the source is not; `copy_to_device` when host data lands in a device tensor and blocks
-    the host: on an accelerator a source not both pinned and `non_blocking`, on a CPU run a host-built source copied
+    the host: on an accelerator as `upload_waits` says, on a CPU run a host-built source copied
     without `non_blocking` into a destination that is not host memory."""
     destination, source = args[0], args[1] if len(args) > 1 else kwargs.get("src")
     if not isinstance(source, torch.Tensor) or source.device.type == "meta":
         return None
     non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
     if destination.device.type not in ("cpu", "meta"):
-        pinned = non_blocking and source.device.type == "cpu" and source.is_pinned()
-        return kinds.COPY_TO_DEVICE if source.device.type == "cpu" and not pinned else None
+        return kinds.COPY_TO_DEVICE if source.device.type == "cpu" and upload_waits(source, non_blocking) else None
     if destination.device.type != "cpu":
         return None
     if source.device.type == "cpu" and accelerator_in_use():  # host to host

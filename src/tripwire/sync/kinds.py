@@ -74,11 +74,16 @@ _ROWS = (
     Kind("copy_to_cpu_nonblocking", "`host.copy_(t, non_blocking=True)`: queued, as `to_cpu_nonblocking`", False),
     Kind(
         "to_device",
-        "`.to(device)`, `.cuda()`, `module.to(device)` of host memory not pinned and non-blocking: the upload waits",
+        "`.to(device)`, `.cuda()`, `module.to(device)` of host memory, blocking (or non-blocking, pageable, over 1 MiB):"
+        " the upload waits",
         True,
         BOTH,
     ),
-    Kind("copy_to_device", "`dev.copy_(host)` of host memory not pinned and non-blocking: the upload waits", True),
+    Kind(
+        "copy_to_device",
+        "`dev.copy_(host)` of host memory, blocking (or non-blocking, pageable, over 1 MiB): the upload waits",
+        True,
+    ),
     Kind("tensor_to_device", "`torch.tensor(data, device=...)`: host data uploaded while the host waits", True),
     Kind("cuda_synchronize", "`torch.cuda.synchronize()`: the host waits for every stream of the device", True, BOTH),
     Kind("accelerator_synchronize", "`torch.accelerator.synchronize()`: as `cuda_synchronize`", True, BOTH),

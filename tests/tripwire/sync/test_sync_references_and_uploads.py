@@ -165,3 +165,14 @@ def test_a_stack_or_cat_is_host_built_only_when_every_part_is() -> None:
 
     assert count_in_region(step) == ({"to_device": 2} if DEVICE.type != "cpu" else {})
     assert count_in_region(built_here) == {"to_device": 2}
+
+
+def test_a_non_blocking_upload_from_pageable_memory_counts_only_past_the_drivers_staging() -> None:
+    """Measured on an H200: a `non_blocking=True` upload of 1 MiB of pageable memory returned with a kernel still
+    running, one of 16 MiB waited for it (docs/measurements.md). A blocking one waits at any size."""
+    from tripwire.sync.copies import STAGED_BYTES
+
+    fits, past = STAGED_BYTES // 4, STAGED_BYTES // 4 + 1  # float32 elements
+    assert count_in_region(lambda: torch.zeros(fits).to(DEVICE, non_blocking=True)) == {}
+    assert count_in_region(lambda: torch.zeros(past).to(DEVICE, non_blocking=True)) == {"to_device": 1}
+    assert count_in_region(lambda: torch.zeros(fits).to(DEVICE)) == {"to_device": 1}
