@@ -74,8 +74,8 @@ _ROWS = (
     Kind("copy_to_cpu_nonblocking", "`host.copy_(t, non_blocking=True)`: queued, as `to_cpu_nonblocking`", False),
     Kind(
         "to_device",
-        "`.to(device)`, `.cuda()`, `module.to(device)` of host memory, blocking (or non-blocking, pageable, over 1 MiB):"
-        " the upload waits",
+        "`.to(device)`, `.cuda()`, `module.to(device)` of host memory, blocking (or non-blocking, pageable, over 1"
+        " MiB): the upload waits",
         True,
         BOTH,
     ),
