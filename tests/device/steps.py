@@ -27,7 +27,7 @@ GPU_TESTS = (
     "tests/tolaria/test_env_workers.py",
     "tests/tolaria/test_train_accumulators.py",
     "tests/tolaria/test_cuda_graphs.py",
-    "tests/tolaria/test_determinism.py",
+    "tests/tolaria/test_make_reproducible.py",
     "tests/tripwire/sync/test_sync_references_and_uploads.py",
     "tests/tripwire/sync/test_sync_hot_path.py",
     "tests/tripwire/sync/test_crosscheck.py",
