@@ -27,6 +27,16 @@ TINY_PPO: dict[str, Any] = {
     "lstm_hidden_dim": 32,
     "seed": 5,
 }
+# Three envs, two slots and six epochs: long enough for the heuristic controller to germinate, blend and fossilize
+SEEDED_RUN: dict[str, Any] = {
+    **TINY_PPO,
+    "n_envs": 3,
+    "max_epochs": 6,
+    "slots": ["r0c0", "r0c1"],
+    "train_samples": 48,
+    "val_samples": 24,
+    "batch_size": 8,
+}
 
 
 def recorded_run(config: dict[str, Any], *, controller: str = "ppo") -> tuple[TrainingResult, list[dict[str, Any]]]:

@@ -26,21 +26,9 @@ from esper.simic.training import wiring
 from esper.simic.training.config import ConfigError, TrainingConfig
 from esper.tolaria.engine import EngineConfig, VectorizedEngine
 from esper.tolaria.graphs import GraphedSteps, GraphEnv, StepResult
-from run_helpers import first_event_difference, first_weight_difference, recorded_run
+from run_helpers import SEEDED_RUN, first_event_difference, first_weight_difference, recorded_run
 
-RUN: dict[str, Any] = {
-    "n_episodes": 2,
-    "n_envs": 2,
-    "max_epochs": 6,
-    "task": "cifar_baseline",
-    "slots": ["r0c0", "r0c1"],
-    "train_samples": 48,
-    "val_samples": 24,
-    "batch_size": 8,
-    "hidden_dim": 32,
-    "lstm_hidden_dim": 32,
-    "seed": 5,
-}
+RUN: dict[str, Any] = {**SEEDED_RUN, "n_envs": 2}
 
 
 class _Rerun:

@@ -25,23 +25,11 @@ from esper.simic.training.config import ConfigError, TrainingConfig
 from esper.simic.training.trainer import TrainingResult
 from esper.tolaria.engine import PREFETCH_STEPS, EngineConfig, EnvRuntime, VectorizedEngine
 from esper.tolaria.epoch import TrainAccumulators
-from run_helpers import first_event_difference, first_weight_difference, recorded_run
+from run_helpers import SEEDED_RUN, first_event_difference, first_weight_difference, recorded_run
 from tripwire.sync import SyncEvent, carried, hot_path
 from tripwire.sync.counter import SyncCounter
 
-RUN: dict[str, Any] = {
-    "n_episodes": 2,
-    "n_envs": 3,
-    "max_epochs": 6,
-    "task": "cifar_baseline",
-    "slots": ["r0c0", "r0c1"],
-    "train_samples": 48,
-    "val_samples": 24,
-    "batch_size": 8,
-    "hidden_dim": 32,
-    "lstm_hidden_dim": 32,
-    "seed": 5,
-}
+RUN: dict[str, Any] = SEEDED_RUN
 
 
 def _run(controller: str, env_workers: int) -> tuple[list[dict[str, Any]], TrainingResult]:

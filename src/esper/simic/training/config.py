@@ -130,7 +130,7 @@ class TrainingConfig:
         False,
         "on CUDA, capture each env's whole train step (forward, backward, clips, SGD steps) as a CUDA graph and "
         "replay it: the same bits as eager, one launch a step; captured again when a seed changes the model "
-        "(docs/measurements.md); not with --amp or --compile-step",
+        "(docs/measurements.md); not with mixed precision, a compiled train step or env worker threads",
         "hardware",
         flag="--cuda-graphs",
     )
