@@ -201,7 +201,7 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     if not (on_host and spelled.device_named):
         return None
     if spelled.built_on_host:  # built right there: pageable unless the line pins it, and its size is known
-        uploaded = not non_blocking or (not spelled.pinned and source.numel() * source.element_size() > STAGED_BYTES)
+        uploaded = not non_blocking or (not spelled.pinned and _past_staging(source))
     else:
         # built earlier in host memory: whether it was pinned is decided on the accelerator (`pin_memory()` needs
         # one), so a `non_blocking=True` copy is taken as the pinned one it is written for; without it, it counts
@@ -322,6 +322,11 @@ def upload_waits(source: torch.Tensor, non_blocking: bool) -> bool:
         return True  # torch copies, then synchronizes the stream: pinned or not
     if source.is_pinned():
         return False
+    return _past_staging(source)
+
+
+def _past_staging(source: torch.Tensor) -> bool:
+    """Whether a non-blocking upload of pageable `source` is larger than the driver is seen to stage (STAGED_BYTES)."""
     return source.numel() * source.element_size() > STAGED_BYTES
 
 
