@@ -16,6 +16,8 @@ inside the 8 minutes a device session allows):
 - `timer`: `CUDATimer` against the wall clock around `synchronize`, on work of four lengths;
 - `rate`: throughput, env-epochs/s: ours at 1 and 4 envs (eager, bf16, `--gpu-preload`, inductor), and the
   original when `--original PATH` names a checkout (esper-lite 11ebe0f6's `src`);
+- `graph_threads`: `--cuda-graphs` with env worker threads, the pairing the option refuses until a GPU run shows it
+  works: 4 envs in turn, then on 4 threads, the same bits asked of both; a run that hangs dumps every thread's stack;
 - `ab`: the paired A/B on the device: A/A, and a 5 % train-pass slowdown it must call a regression;
 - `bench`: the benchmark suite's `--save` (`baselines/bench/<device>.json`).
 
@@ -39,10 +41,28 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ("sync", "bitwise", "tests", "timer", "rate", "ab", "bench")
-LIMITS = {"sync": 150, "bitwise": 120, "tests": 90, "timer": 40, "rate": 200, "ab": 120, "bench": 150}
+STEPS = ("sync", "bitwise", "tests", "timer", "rate", "graph_threads", "ab", "bench")
+LIMITS = {
+    "sync": 150,
+    "bitwise": 120,
+    "tests": 90,
+    "timer": 40,
+    "rate": 200,
+    "ab": 120,
+    "bench": 150,
+    "graph_threads": 90,
+}
 ARCHIVE_FILE_LIMIT = 4 * 2**20  # a file in the archive at most (scenario work folders can hold large telemetry)
-QUICK_LIMITS = {"sync": 150, "bitwise": 120, "tests": 240, "timer": 30, "rate": 120, "ab": 150, "bench": 60}
+QUICK_LIMITS = {
+    "sync": 150,
+    "bitwise": 120,
+    "tests": 240,
+    "timer": 30,
+    "rate": 120,
+    "ab": 150,
+    "bench": 60,
+    "graph_threads": 120,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +153,7 @@ def _run_step(step: str, args: argparse.Namespace, limit: float) -> dict[str, ob
     command += ["--out", str(args.out)] + (["--quick"] if args.quick else [])
     command += ["--original", str(args.original)] if args.original else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    env |= {"PYTHONHASHSEED": "0", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    env |= {"PYTHONHASHSEED": "0", "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "DEVICE_STEP_LIMIT": f"{limit:.0f}"}
     start = time.monotonic()
     try:
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit, check=False)

@@ -352,6 +352,94 @@ def step_bench(args: argparse.Namespace) -> None:
     )
 
 
+def step_graph_threads(args: argparse.Namespace) -> None:
+    """`--cuda-graphs` with env worker threads, the pairing the option refuses: its first GPU run (2026-12-04) did not
+    finish in 300 s and printed nothing. 4 envs run a few epochs with graphs in turn, then on 4 threads, each in a
+    child process whose every thread's Python stack is dumped (`faulthandler`) if it outlives its share of the
+    step's limit, which is what a hang needs to be diagnosed. Passed when the threaded run finishes with the in-turn
+    run's bits (every env's model) and no capture failed; either way its rate and graph counts are printed."""
+    import hashlib
+
+    size, epochs, n_envs = ("GATE", 2, 2) if args.quick else ("ORIGINAL", 4, 4)
+    limit = float(os.environ.get("DEVICE_STEP_LIMIT", "90"))
+    runs: dict[str, dict[str, Any]] = {}
+    for workers in (1, n_envs):
+        code = "import sys; sys.path[:0] = sys.argv[1:3]\nimport steps; steps._graph_threads_child(*sys.argv[3:])"
+        command = [sys.executable, "-c", code, str(ROOT / "benchmarks"), str(Path(__file__).parent)]
+        command += [size, str(epochs), str(n_envs), str(workers), args.device, str(limit / 2 - 5)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=limit / 2, check=False)
+        except subprocess.TimeoutExpired as exc:  # faulthandler exits first; this is the backstop
+            print((exc.stderr or b"")[-6000:] if isinstance(exc.stderr, bytes) else exc.stderr)
+            verdict(False, f"{workers} worker thread(s): killed after {limit / 2:.0f} s")
+            return
+        print(done.stdout[-3000:], done.stderr[-8000:])
+        if done.returncode:
+            if "Thread 0x" in done.stderr:  # faulthandler's dump
+                verdict(
+                    False,
+                    f"{workers} worker thread(s): no end in {limit / 2 - 5:.0f} s; every thread's stack in the log",
+                )
+            else:
+                verdict(False, f"{workers} worker thread(s): exit {done.returncode}, {done.stderr.strip()[-200:]}")
+            return
+        runs["in turn" if workers == 1 else f"{workers} threads"] = json.loads(done.stdout.strip().splitlines()[-1])
+    turn_run, thread_run = runs.values()
+    same = turn_run["digests"] == thread_run["digests"]
+    failures = turn_run["failures"] + thread_run["failures"]
+    detail = "; ".join(
+        f"{label}: {run['rate']:.1f} env-epochs/s, {run['captures']} captures, {run['replays']} replays, "
+        f"{len(run['failures'])} failures"
+        for label, run in runs.items()
+    )
+    fingerprint = hashlib.sha256("".join(thread_run["digests"]).encode()).hexdigest()[:12]
+    verdict(
+        same and not failures,
+        f"{detail}; models {'equal' if same else 'DIFFER'} ({fingerprint}){'; ' if failures else ''}"
+        + "; ".join(failures)[:300],
+        runs=runs,
+    )
+
+
+def _graph_threads_child(size: str, epochs: str, n_envs: str, workers: str, device: str, dump_after: str) -> None:
+    """One run of `step_graph_threads`: prints {rate, captures, replays, failures, digests} as its last line."""
+    import dataclasses
+    import faulthandler
+    import hashlib
+
+    import torch
+
+    import workloads
+    from esper.nissa import TelemetryHub
+    from esper.tolaria.graphs import GraphedSteps
+
+    faulthandler.dump_traceback_later(float(dump_after), exit=True)  # every thread's stack, then exit 1
+    envs, threads = int(n_envs), int(workers)
+    config = dataclasses.replace(
+        workloads.bench_config(envs, getattr(workloads, size), device=device), env_workers=threads
+    )
+    torch.set_num_threads(1 if threads > 1 else torch.get_num_threads())
+    workload = workloads.EpochWorkload(config, TelemetryHub(), episodes=True)
+    engine = workload.parts.engine
+    engine.graphs = graphs = GraphedSteps()  # past the config's refusal: this pairing is what the step tries
+    start = time.perf_counter()
+    for _ in range(int(epochs)):
+        workload.prepare()
+        workload.run()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    rate = envs * int(epochs) / (time.perf_counter() - start)
+    digests = []
+    for runtime in workload.runtimes:
+        digest = hashlib.sha256()
+        for name, tensor in sorted(runtime.model.state_dict().items()):
+            digest.update(name.encode() + tensor.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+        digests.append(digest.hexdigest())
+    faulthandler.cancel_dump_traceback_later()
+    report = {"rate": rate, "captures": graphs.captures, "replays": graphs.replays}
+    print(json.dumps({**report, "failures": graphs.failures, "digests": digests}))
+
+
 STEPS = {name.removeprefix("step_"): value for name, value in dict(globals()).items() if name.startswith("step_")}
 
 

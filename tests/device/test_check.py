@@ -25,7 +25,7 @@ def test_the_gpu_check_runs_every_step_on_cpu_and_writes_one_folder(tmp_path: Pa
     assert f"{tmp_path.name}/baselines/sync_budgets/a_baseline.json" in packed
     assert not any(name.startswith(f"{tmp_path.name}/back/gpu.tar.gz") for name in packed)  # not itself
     results = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
-    assert sorted(results) == sorted(("sync", "bitwise", "tests", "timer", "rate", "ab", "bench"))
+    assert sorted(results) == sorted(("sync", "bitwise", "tests", "timer", "rate", "graph_threads", "ab", "bench"))
     assert all(result["status"] == "passed" for result in results.values()), results
     assert (tmp_path / "summary.txt").read_text(encoding="utf-8") in done.stdout
     assert (tmp_path / "device" / "cpu.json").is_file()  # the recorded run the CPU accounting is checked against
@@ -79,3 +79,14 @@ def test_the_archive_leaves_out_what_a_device_call_could_not_bring_back_and_says
         note = tar.extractfile("gpu/left_out.txt")
         assert note is not None and note.read() == b"gpu/work/events.jsonl (2048 bytes)\n"
     assert not (folder / "gpu.tar.gz.partial").exists()
+
+
+def test_the_graph_threads_step_names_a_run_that_does_not_end_and_shows_its_threads(tmp_path: Path) -> None:
+    """A hang (here: a run given 0.1 s) fails the step, and every thread's stack is in its output for diagnosis."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DEVICE_STEP_LIMIT": "10.2"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    command = [sys.executable, str(ROOT / "tests" / "device" / "steps.py"), "graph_threads", "--device", "cpu"]
+    done = subprocess.run([*command, "--quick", "--out", str(tmp_path)], env=env, capture_output=True, text=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "failed" and "no end in 0 s" in result["detail"], result
+    assert "Thread 0x" in done.stdout and "_graph_threads_child" in done.stdout

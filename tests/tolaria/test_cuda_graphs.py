@@ -114,6 +114,21 @@ def test_a_graphed_run_is_the_eager_run_bitwise(
         assert graphs.captures > RUN["n_envs"] * RUN["n_episodes"]
 
 
+def test_graphed_steps_on_env_worker_threads_are_the_eager_run_in_turn_bitwise(
+    graphed: list[GraphedSteps], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bookkeeping under threads (the pairing the option still refuses on a GPU: tests/device/steps.py's
+    `graph_threads` step tries it there): per-env graphs, the lock around warm-ups and captures, the counts."""
+    with monkeypatch.context() as eager:
+        eager.setattr(wiring, "build_engine", _plain_build)
+        result_eager, events_eager = recorded_run(RUN, controller="heuristic")
+    result, events = recorded_run({**RUN, "env_workers": 2}, controller="heuristic")
+    graphs = graphed[-1]
+    assert first_event_difference(events, events_eager) is None
+    assert first_weight_difference(result.final_weights, result_eager.final_weights) is None
+    assert graphs.failures == [] and graphs.replays > graphs.captures > RUN["n_envs"] * RUN["n_episodes"]
+
+
 def test_a_replay_that_reads_a_stale_alpha_is_caught(
     graphed: list[GraphedSteps], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,8 +23,11 @@ replays it on each later batch of the same model:
   `torch.optim.SGD`, and a key whose capture failed (a capture that meets a host sync raises; the reason is kept in
   `GraphedSteps.failures` and the key runs eagerly from then on).
 - **Threads.** Envs are trained in turn: `EngineConfig` refuses `cuda_graphs` with env worker threads, a pairing
-  not yet verified on a GPU (its first run there did not finish: docs/measurements.md). The lock, the thread-local
-  capture mode and the per-device capture stream are written for it.
+  not yet verified on a GPU (its first run there did not finish: docs/measurements.md). The lock (one warm-up or
+  capture at a time, so the per-device capture stream is never shared), the thread-local capture mode and the
+  per-env graphs are written for it; on a CPU the bookkeeping under threads equals the eager run in turn
+  (tests/tolaria/test_cuda_graphs.py), and the device check's `graph_threads` step tries the pairing on a GPU,
+  dumping every thread's stack if it does not end.
 """
 
 from __future__ import annotations
