@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tripwire.common.errors import TripwireError
-from tripwire.common.files import PathError, output_folder
+from tripwire.common.files import PathError, folder_prefixes, output_folder
 from tripwire.common.git import GitError, check_ref, git_argv
 from tripwire.gates import exercised
 from tripwire.history.commits import list_commits
@@ -190,3 +190,14 @@ def test_a_drawn_ref_through_every_entry_point_answers_or_is_refused_and_touches
     except TripwireError as error:
         assert "\n" not in str(error), str(error)
     assert victim.read_text() == KEPT, ref
+
+
+def test_a_folders_prefixes_are_it_as_given_and_resolved_and_take_in_no_sibling(tmp_path: Path) -> None:
+    real = tmp_path / "real" / "torch"
+    real.mkdir(parents=True)
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    prefixes = folder_prefixes(str(tmp_path / "linked" / "torch"))
+    assert set(prefixes) == {f"{tmp_path}/linked/torch/", f"{tmp_path}/real/torch/"}
+    assert f"{tmp_path}/linked/torch/optim/adam.py".startswith(prefixes)
+    assert f"{tmp_path}/real/torch/nn/modules/linear.py".startswith(prefixes)
+    assert not f"{tmp_path}/real/torchvision/ops/boxes.py".startswith(prefixes)  # a sibling whose name begins alike

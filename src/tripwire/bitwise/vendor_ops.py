@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from tripwire.common.files import folder_prefixes
 from tripwire.common.kernels import override_kernels, restore_kernels
 
 _FLOATS = (torch.float32, torch.float64)
@@ -61,10 +62,10 @@ VENDOR_BOUND: dict[str, tuple[torch.dtype, ...]] = {
 _ROOT_EXPONENT = 0.5  # pow(x, 0.5) computes sqrt(x) through VML
 _POW_OVERLOADS = ("aten::pow.Tensor_Scalar", "aten::pow.Tensor_Scalar_out", "aten::pow_.Scalar")  # a number exponent
 
-_OWN = str(Path(__file__).resolve().parents[1])  # tripwire's own frames are not the caller
-_TORCH = str(Path(torch.__file__).resolve().parent)
-_TORCH_PARENT = str(Path(_TORCH).parent)
-_OPTIM = str(Path(_TORCH) / "optim")
+_OWN = folder_prefixes(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # never the caller
+_TORCH = folder_prefixes(os.path.dirname(torch.__file__))
+_TORCH_PARENT = str(Path(torch.__file__).resolve().parents[1])
+_OPTIM = tuple(os.path.join(folder, "optim", "") for folder in _TORCH)
 
 
 def vendor_bound(op_name: str, dtype: torch.dtype, exponent: object = None) -> bool:
@@ -381,7 +382,7 @@ def _caller(root: str) -> str:
             via = via or f" via {_shown(filename, _TORCH_PARENT)}"  # the innermost: adam.py, not optimizer.py
         elif filename == _CLOUDPICKLED:
             return f"{frame.f_code.co_qualname} (cloudpickled):{frame.f_lineno}{via}"
-        elif not filename.startswith((_OWN, _TORCH, "<")):
+        elif not filename.startswith((*_OWN, *_TORCH, "<")):
             return f"{_shown(filename, root)}:{frame.f_lineno}{via}"
         frame = frame.f_back  # type: ignore[assignment]
     return "<unknown>"

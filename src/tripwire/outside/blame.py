@@ -19,6 +19,7 @@ import sysconfig
 import traceback
 from dataclasses import dataclass
 
+from tripwire.common.files import folder_prefixes
 from tripwire.sync.state import _TRIPWIRE_DIR
 
 __all__ = ["Blame", "blame"]
@@ -48,11 +49,9 @@ def _beneath() -> tuple[str, ...]:
     import torch
 
     paths = sysconfig.get_paths()
-    found = {os.path.dirname(torch.__file__) + os.sep}
-    for name in ("stdlib", "platstdlib"):
-        if paths.get(name):
-            found |= {os.path.join(os.path.abspath(paths[name]), ""), os.path.join(os.path.realpath(paths[name]), "")}
-    return tuple(sorted(found))
+    return folder_prefixes(
+        os.path.dirname(torch.__file__), *(paths[name] for name in ("stdlib", "platstdlib") if paths.get(name))
+    )
 
 
 def _is_beneath(filename: str) -> bool:

@@ -27,7 +27,6 @@ Reading failures: an event's kind names the hook that saw it (`tripwire.sync.kin
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 
 import torch
@@ -57,7 +56,7 @@ def install(*, implicit: bool) -> Installation:
     try:
         installation.skipping.enter_context(dynamo_skips_tripwire())
         if not sync._STATE.counters:
-            sync._set_skip_prefixes((os.path.dirname(torch.__file__) + os.sep, sync._TRIPWIRE_DIR))
+            sync._set_skip_prefixes(sync.skip_prefixes_for(torch.__file__))
             patch_sync_functions(installation)
             if explicit.use_patches:
                 explicit.install_stand_ins(installation)

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
+from tripwire.common.files import folder_prefixes
 from tripwire.sync import kinds
 
 OUTSIDE = "<outside>"
 # Frames in any tripwire module are skipped when the call site of a sync is looked up.
 _TRIPWIRE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_TRIPWIRE_DIRS = folder_prefixes(_TRIPWIRE_DIR)  # as imported and resolved
 MAX_CALLERS = 4  # project frames recorded above a sync's call site
 
 
@@ -31,11 +33,7 @@ def _library_dirs() -> tuple[str, ...]:
     """The standard library and site-packages folders (`sysconfig`): their frames are never a project caller. A
     project installed editable is imported from its own folder, outside them."""
     paths = sysconfig.get_paths()
-    dirs = set()
-    for name in ("stdlib", "platstdlib", "purelib", "platlib"):
-        if paths.get(name):
-            dirs |= {os.path.join(os.path.abspath(paths[name]), ""), os.path.join(os.path.realpath(paths[name]), "")}
-    return tuple(sorted(dirs))
+    return folder_prefixes(*(paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(name)))
 
 
 _LIBRARY_DIRS = _library_dirs()
@@ -85,7 +83,7 @@ class _GlobalState:
         # left running counts nothing in the next.
         self.generation = 0
         self.root = ""
-        self.skip_prefixes: tuple[str, ...] = (_TRIPWIRE_DIR,)
+        self.skip_prefixes: tuple[str, ...] = folder_prefixes(_TRIPWIRE_DIR)
         self.lock = threading.Lock()  # guards `pushed` when regions are entered on several threads
         # Caches of the caller lookup, emptied when the root or the skipped folders change or the last counter stops:
         # per code object (by id; the entry holds the code, so its id is not reused), None when it is not project
@@ -252,13 +250,19 @@ def event_at(kind: str, filename: str, line: int, function: str, reason: str = "
 _LOGGING_FILE = logging.__file__ or "logging/__init__.py"
 
 
+def skip_prefixes_for(torch_file: str | None) -> tuple[str, ...]:
+    """The folders whose frames are never a call site: torch's (given its `__init__.py`) and tripwire's, each as
+    imported and with its links resolved (`folder_prefixes`)."""
+    return folder_prefixes(*([os.path.dirname(torch_file)] if torch_file else []), _TRIPWIRE_DIR)
+
+
 def ensure_skipped() -> None:
     """Skip torch's and tripwire's frames when call sites are looked up (as `SyncCounter`'s hooks do); torch need not
     be imported."""
     module = sys.modules.get("torch")
     spec = None if module is not None else importlib.util.find_spec("torch")
     origin = getattr(module, "__file__", None) or (spec.origin if spec is not None else None)
-    prefixes = (os.path.dirname(origin) + os.sep, _TRIPWIRE_DIR) if origin else (_TRIPWIRE_DIR,)
+    prefixes = skip_prefixes_for(origin)
     if _STATE.skip_prefixes != prefixes:
         _set_skip_prefixes(prefixes)
 
@@ -325,7 +329,7 @@ def _role(code: CodeType) -> tuple[CodeType, bool, str]:
         return code, True, _COMPILER
     if not filename.startswith(_STATE.skip_prefixes):
         return code, False, ""
-    if filename.startswith(_TRIPWIRE_DIR):
+    if filename.startswith(_TRIPWIRE_DIRS):
         return code, True, ""
     named = f"{_torch_relative(filename)}:{code.co_qualname}"
     return code, True, "" if machinery_via(named) else named

@@ -30,7 +30,7 @@ from typing import Any
 from unittest import mock
 
 from tripwire.sync.regions import carried
-from tripwire.sync.state import _LOCAL, _STATE, _TRIPWIRE_DIR
+from tripwire.sync.state import _LOCAL, _STATE, _TRIPWIRE_DIRS
 
 _STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
 # the pools' own files, which start their worker threads, and the methods through which a loop hands a
@@ -125,7 +125,7 @@ def _the_loops(frame: Any, *, thread_start: bool = False) -> bool:
         if thread_start and caller.f_code.co_filename.endswith(_POOL_FILES):
             return False
         caller = caller.f_back
-    if caller is not None and caller.f_code.co_filename.startswith(_TRIPWIRE_DIR):
+    if caller is not None and caller.f_code.co_filename.startswith(_TRIPWIRE_DIRS):
         return False
     return not in_compiler(frame)
 

@@ -107,3 +107,29 @@ def test_the_command_line_option(tmp_path: Path) -> None:
         found = [note for note in saved["notes"] if "aten.sqrt.default float32 at loop.py:7" in note]
         assert bool(found) == noted, (option, saved["notes"])
         assert ("aten.sqrt.default float32 at loop.py:7" in done.stdout + done.stderr) == noted  # said, not only kept
+
+
+def test_with_torch_imported_through_links_its_frames_are_still_torchs(tmp_path: Path) -> None:
+    """A site-packages made of links (a Nix environment, a venv that links a shared torch in): torch's frames carry
+    the link's path while its target is where torch lies; both are torch's, so the root is still at the loop's line,
+    through the optimizer (before, the note stopped at torch's own adam.py, under the link)."""
+    import torch
+
+    real = Path(torch.__file__).resolve().parents[1]
+    forest = tmp_path / "linked-site-packages"
+    forest.mkdir()
+    for entry in real.iterdir():
+        if not entry.name.startswith(("tripwire", "__editable__", "esper")):
+            (forest / entry.name).symlink_to(entry)
+    tree = _tree(tmp_path, ADAM_LOOP)
+    code = (
+        "import sys, torch; from pathlib import Path\n"
+        "assert Path(torch.__file__).parent == Path(sys.argv[1]) / 'torch', torch.__file__\n"
+        "from tripwire.outside.record import record; from tripwire.scenario import Scenario\n"
+        "result = record(Scenario(name='adam', call='loop:train'), Path(sys.argv[2]))\n"
+        "print('\\n'.join(result.notes))"
+    )
+    env = {"PYTHONPATH": str(forest), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code, str(forest), str(tree)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "aten.sqrt.default float32 at loop.py:6 via torch/optim/adam.py (2 calls)" in done.stdout, done.stdout
