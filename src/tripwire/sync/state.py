@@ -196,12 +196,40 @@ _READS = frozenset(
 )
 # What may stand between two chained calls in a frame's bytecode: the method's name looked up, constants passed
 _CHAIN = frozenset({"LOAD_ATTR", "LOAD_METHOD", "PRECALL", "CACHE", "KW_NAMES", "LOAD_CONST", "PUSH_NULL", "NOP"})
+# Tensor methods that, called on a host copy, give a host tensor and wait for nothing: casts, views and reshapes,
+# reductions and elementwise math. Called straight on the copy with constants alone, they may stand between it and
+# its read (`x.cpu().squeeze().numpy()`, `mask.cpu().sum().item()`). Not a move (`to`, `cuda`, `type`), and not a
+# method whose arguments are variables (a device tensor among them would be read).
+_HOST_METHODS = frozenset(
+    {"float", "double", "half", "bfloat16", "int", "long", "short", "bool", "byte", "char", "detach", "clone"}
+    | {"contiguous", "view", "reshape", "flatten", "ravel", "squeeze", "unsqueeze", "t", "permute", "transpose"}
+    | {"sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "all", "any", "count_nonzero"}
+    | {"abs", "neg", "round", "sign", "exp", "log", "sqrt", "norm", "std", "var", "nonzero", "unique", "sort"}
+)
+_LOOKUPS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
+
+def _only_lookups_and_host_methods(instructions: list[tuple[int, str, object]]) -> bool:
+    """Whether these instructions (those between a copy's call and a read's) only look up the read's method, call
+    `_HOST_METHODS` on the copy, and pass constants."""
+    method = None  # the last name looked up: a call is allowed when it calls a host method
+    for _, name, value in instructions:
+        if name in _LOOKUPS:
+            method = value
+        elif name in ("CALL", "CALL_KW"):  # CALL_KW: a call with keywords, from Python 3.13
+            if method not in _HOST_METHODS:
+                return False
+            method = None
+        elif name not in _CHAIN:
+            return False
+    return True
 
 
 def _read_of_the_copy(kind: str, implicit: bool, frame: FrameType, copied: tuple[int, int, int, int]) -> bool:
     """Whether this sync reads the host copy the one before it made, on this thread: a read (or a data-dependent op)
     called, in the same frame, directly on the result of the counted copy (`x.cpu().tolist()`,
-    `t.detach().cpu().numpy()`, `float(x.cpu())`), nothing called between them. The copy was the sync; reading it
+    `t.detach().cpu().numpy()`, `float(x.cpu())`), or on a host method's result of it (`x.cpu().float().tolist()`,
+    `_HOST_METHODS`), nothing else called between them. The copy was the sync; reading it
     waits for nothing on a GPU run, and a CPU run, where `.cpu()` returns the tensor itself and so cannot mark it,
     counts it the same way. Read from the bytecode between the two calls (cached per code and pair of offsets)."""
     code = frame.f_code
@@ -212,11 +240,11 @@ def _read_of_the_copy(kind: str, implicit: bool, frame: FrameType, copied: tuple
     known = _STATE.chained.get(key)
     if known is None:
         # an offset may name a call's inline cache (a Python function called from it): the call it belongs to
-        instructions = [(instruction.offset, instruction.opname) for instruction in dis.get_instructions(code)]
-        first = sum(1 for offset, _ in instructions if offset <= start) - 1  # offsets ascend
-        last = sum(1 for offset, _ in instructions if offset <= end) - 1
+        instructions = [(i.offset, i.opname, i.argval) for i in dis.get_instructions(code)]
+        first = sum(1 for offset, _, _ in instructions if offset <= start) - 1  # offsets ascend
+        last = sum(1 for offset, _, _ in instructions if offset <= end) - 1
         # not the same call (torch's own code made both, under one call of the user's), nothing else called between
-        chained = 0 <= first < last and all(name in _CHAIN for _, name in instructions[first + 1 : last])
+        chained = 0 <= first < last and _only_lookups_and_host_methods(instructions[first + 1 : last])
         known = _STATE.chained[key] = (code, chained)
     return known[1]
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from tripwire.sync import hot_path
+from tripwire.sync import hot_path, state
 from tripwire.sync.budget import SyncBudget, check_budget
 from tripwire.sync.counter import SyncCounter
 
@@ -276,6 +276,7 @@ def test_a_read_of_the_host_copy_just_made_is_not_a_second_sync() -> None:
     itself, so the copy cannot be marked: a read called straight on the copy's result, nothing called between (read
     from the bytecode), is not counted, here and on a GPU alike. Anything else on the copy's tensor still counts."""
     x = torch.arange(4.0, device=DEVICE)
+    step = torch.ones(())
 
     def chained() -> None:
         x.cpu().tolist()
@@ -283,12 +284,43 @@ def test_a_read_of_the_host_copy_just_made_is_not_a_second_sync() -> None:
         float(x[0].cpu())
         np.asarray(x.cpu())
         x.cpu().to("cpu").tolist()
+        # host methods of the copy between it and the read: each gives a host tensor, which waits for nothing
+        x.cpu().float().tolist()
+        x.cpu().detach().numpy()
+        x.cpu().view(2, 2).squeeze().T.numpy()
+        (x > 1).cpu().sum().item()
+        float(x.cpu().mean())
 
     def not_chained() -> None:
         copy = x.cpu()
         copy.tolist()  # another statement: on a CPU run this is `x.tolist()`, a device read on a GPU
-        x.cpu().sum().item()  # an op between: counted as before
+        x.cpu().add(step).sum().item()  # a variable passed (a device tensor could be read): counted as before
+        x.cpu().cumsum(0).tolist()  # a method not known to keep to the host: counted as before
         x.cpu(), x.tolist()  # the device tensor read again
 
-    assert counted(chained) == {"cpu": 5}
-    assert counted(not_chained) == {"cpu": 3, "tolist": 2, "item": 1}
+    assert counted(chained) == {"cpu": 10}
+    assert counted(not_chained) == {"cpu": 4, "tolist": 3, "item": 1}
+
+
+# `x.cpu().view(2, 2).squeeze(dim=0).T.numpy()` between the copy's call and the read's, as each Python compiles it
+_BETWEEN = {
+    "3.11": "LOAD_METHOD view, LOAD_CONST 2, LOAD_CONST 2, PRECALL 2, CALL 2, LOAD_METHOD squeeze, LOAD_CONST 0, "
+    "KW_NAMES dim, PRECALL 1, CALL 1, LOAD_ATTR T, LOAD_METHOD numpy, PRECALL 0",
+    "3.12": "LOAD_ATTR view, LOAD_CONST 2, LOAD_CONST 2, CALL 2, LOAD_ATTR squeeze, LOAD_CONST 0, KW_NAMES dim, "
+    "CALL 1, LOAD_ATTR T, LOAD_ATTR numpy",
+    "3.13": "LOAD_ATTR view, LOAD_CONST 2, LOAD_CONST 2, CALL 2, LOAD_ATTR squeeze, LOAD_CONST 0, LOAD_CONST dim, "
+    "CALL_KW 1, LOAD_ATTR T, LOAD_ATTR numpy",
+}
+
+
+@pytest.mark.parametrize("version", sorted(_BETWEEN))
+def test_host_methods_between_a_copy_and_its_read_are_read_from_every_pythons_bytecode(version: str) -> None:
+    """The rule reads the bytecode between the two calls, which each Python spells its own way (the device image
+    runs 3.12, CI 3.11): host methods with constants pass on each; a variable passed, or another method, does not."""
+    rows = [tuple(row.split(" ")) for row in _BETWEEN[version].split(", ")]
+    between = [(2 * index, name, value) for index, (name, value) in enumerate(rows)]
+    assert state._only_lookups_and_host_methods(between)
+    with_variable = [(at, "LOAD_FAST", "device") if value == "2" else (at, name, value) for at, name, value in between]
+    assert not state._only_lookups_and_host_methods(with_variable)
+    renamed = [(at, name, "cumsum" if value == "squeeze" else value) for at, name, value in between]
+    assert not state._only_lookups_and_host_methods(renamed)
