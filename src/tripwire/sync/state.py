@@ -500,12 +500,19 @@ def _torch_relative(filename: str) -> str:
 
 
 def relative_path(filename: str) -> str:
-    """`filename` relative to the counter's root directory (its `root`, else the working directory) when under it;
-    else relative to the longest `sys.path` entry holding it (the path its import uses, the same on every machine);
-    else unchanged. Keys relative to a declared root match between two checkouts of one project in two folders."""
+    """`filename` relative to the counter's root directory (its `root`, else the working directory) when under it,
+    either of them reached through links or not; else relative to the longest `sys.path` entry holding it (the path
+    its import uses, the same on every machine); else unchanged. Keys relative to a declared root match between two
+    checkouts of one project in two folders, and between a checkout and a link to it."""
     root = _STATE.root
-    if root and filename.startswith(root):
-        return filename[len(root) :]
+    if root:
+        # the root as given and resolved, and the file as imported and resolved: a file imported through a link (a
+        # home folder linked to another disk, on `PYTHONPATH`) is under the working directory, which is resolved
+        roots = folder_prefixes(root)
+        for name in dict.fromkeys((filename, os.path.realpath(filename) if os.path.isabs(filename) else filename)):
+            held = [prefix for prefix in roots if name.startswith(prefix)]
+            if held:
+                return name[len(max(held, key=len)) :]
     entries = [os.path.join(os.path.abspath(entry), "") for entry in sys.path if entry]
     holders = [entry for entry in entries if filename.startswith(entry)]
     if holders:

@@ -140,3 +140,31 @@ def test_a_stored_site_naming_torchs_dispatch_wrapper_reads_as_the_same_site_now
     real = "torch/optim/optimizer.py:_get_value"
     assert stored("item", real).via == real
     assert stored("compile:graph_break", "torch/_compile.py: a reason").via == "torch/_compile.py: a reason"
+
+
+def test_a_project_reached_through_a_link_keys_its_sites_as_the_checkout_does(tmp_path: Path) -> None:
+    """A home folder linked to another disk: `PYTHONPATH` names the link, the working directory is resolved. Each
+    run must key the sites as the checkout itself does (`src/pkg/mod.py`, not `pkg/mod.py`), or a budget written on
+    one machine fails on the other."""
+    import os
+    import subprocess
+    import sys
+
+    project = tmp_path / "disk" / "proj"
+    (project / "src" / "pkg").mkdir(parents=True)
+    (project / "src" / "pkg" / "mod.py").write_text("def f(t):\n    return t.sum().item()\n", encoding="utf-8")
+    (tmp_path / "home").symlink_to(tmp_path / "disk")
+    code = (
+        "import torch, pkg.mod\nfrom tripwire.sync.counter import SyncCounter\n"
+        "with SyncCounter() as counter:\n    pkg.mod.f(torch.ones(2))\n"
+        "print(*counter.site_keys_by_region()['<outside>'])"
+    )
+    keys = []
+    for base in (tmp_path / "disk", tmp_path / "home"):  # the checkout, then the same through the link
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(base / "proj" / "src"), *sys.path[1:]])}
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=base / "proj", env=env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        keys.append(done.stdout.strip())
+    assert keys == ["src/pkg/mod.py::f [item]"] * 2
