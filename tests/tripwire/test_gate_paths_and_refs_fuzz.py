@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tripwire.common.errors import TripwireError
-from tripwire.common.files import PathError, folder_prefixes, output_folder
+from tripwire.common.files import PathError, output_folder
+from tripwire.common.folders import folder_prefixes
 from tripwire.common.git import GitError, check_ref, git_argv
 from tripwire.gates import exercised
 from tripwire.history.commits import list_commits

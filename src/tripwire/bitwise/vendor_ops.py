@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from tripwire.common.files import folder_prefixes
+from tripwire.common.folders import folder_prefixes
 from tripwire.common.kernels import override_kernels, restore_kernels
 
 _FLOATS = (torch.float32, torch.float64)

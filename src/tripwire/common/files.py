@@ -20,7 +20,6 @@ from tripwire.common.errors import TripwireError
 
 __all__ = [
     "PathError",
-    "folder_prefixes",
     "input_file",
     "output_file",
     "output_folder",
@@ -42,14 +41,6 @@ def shown(path: object) -> str:
     name holding one cannot split a one-line message or drive the terminal."""
     text = str(path)
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def folder_prefixes(*folders: str) -> tuple[str, ...]:
-    """Each folder as a file name prefix (with its separator, so `.../torch/` does not take in `.../torchvision/`),
-    both as given and with its links resolved: a frame's file name is the path it was imported from, which is a
-    link's where a library's folder (or one above it) is linked in, and its target's where the folder was resolved."""
-    found = {os.path.join(form(folder), "") for folder in folders for form in (os.path.abspath, os.path.realpath)}
-    return tuple(sorted(found))
 
 
 def _kind(mode: int) -> str:

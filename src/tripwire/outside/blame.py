@@ -19,7 +19,7 @@ import sysconfig
 import traceback
 from dataclasses import dataclass
 
-from tripwire.common.files import folder_prefixes
+from tripwire.common.folders import folder_prefixes
 from tripwire.sync.state import _TRIPWIRE_DIR
 
 __all__ = ["Blame", "blame"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
-from tripwire.common.files import folder_prefixes
+from tripwire.common.folders import folder_prefixes
 from tripwire.sync import kinds
 
 OUTSIDE = "<outside>"
@@ -499,6 +499,16 @@ def _torch_relative(filename: str) -> str:
     return "torch/" + filename.rsplit(marker, 1)[1].replace(os.sep, "/") if marker in filename else filename
 
 
+def _resolved(filename: str) -> str:
+    """An absolute file name with its links resolved; any other name (`<string>`, one a file's text made) as it is."""
+    if not os.path.isabs(filename):
+        return filename
+    try:
+        return os.path.realpath(filename)
+    except (ValueError, OSError):  # a NUL in it, a loop of links
+        return filename
+
+
 def relative_path(filename: str) -> str:
     """`filename` relative to the counter's root directory (its `root`, else the working directory) when under it,
     either of them reached through links or not; else relative to the longest `sys.path` entry holding it (the path
@@ -509,7 +519,7 @@ def relative_path(filename: str) -> str:
         # the root as given and resolved, and the file as imported and resolved: a file imported through a link (a
         # home folder linked to another disk, on `PYTHONPATH`) is under the working directory, which is resolved
         roots = folder_prefixes(root)
-        for name in dict.fromkeys((filename, os.path.realpath(filename) if os.path.isabs(filename) else filename)):
+        for name in dict.fromkeys((filename, _resolved(filename))):
             held = [prefix for prefix in roots if name.startswith(prefix)]
             if held:
                 return name[len(max(held, key=len)) :]
