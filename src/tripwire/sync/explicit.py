@@ -63,7 +63,7 @@ from tripwire.sync.installation import (
     tracked_backward,
 )
 from tripwire.sync.spelling import spelling
-from tripwire.sync.watched import WatchedMethod, counted_stand_in, keeping_stand_in, stand_in
+from tripwire.sync.watched import WatchedMethod, counted_stand_in, keeping_stand_in, stand_in, torch_function
 
 __all__ = ["DUNDER_KINDS", "ExplicitSyncMode", "install_stand_ins", "routed_dunders", "use_patches", "watched_call"]
 
@@ -334,6 +334,7 @@ def install_stand_ins(installation: Installation) -> None:
         if owner is torch.Tensor:
             patch(installation, owner, name, WatchedMethod(original, replacement))
         else:
+            replacement = torch_function(replacement, original, name)
             patch(installation, owner, name, replacement)
             installation.namespace.append((name, original, replacement))
             _STAND_IN_IDS.add(id(replacement))

@@ -19,6 +19,7 @@ break. This module is kept small, importing nothing of tripwire but the inline l
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from types import MethodType
 from typing import Any
@@ -207,3 +208,76 @@ def _named(watched: Callable[..., Any], original: Any) -> Callable[..., Any]:
     watched.__module__ = getattr(original, "__module__", None)  # type: ignore[assignment]
     watched.__wrapped__ = original  # type: ignore[attr-defined]
     return watched
+
+
+class _Module:
+    """A module named in a pickle: unpickled, `importlib.import_module(name)`, in any process, tripwire or not."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (importlib.import_module, (self.name,))
+
+
+class TorchFunction:
+    """Base of the stand-ins for functions in `torch` (`torch.zeros`, `torch.stack`, ...), one subclass per function
+    whose `__call__` is the stand-in. A reference taken while a counter is active (`factory = torch.zeros`, in a
+    class body, a `functools.partial`, a table) is the stand-in, and outlives the recording; it behaves as torch's
+    function there too: a call after the recording is torch's own call; stored on a class it is not bound as a method
+    (a Python function would be: `self` passed as its first argument); it pickles and copies as a reference to
+    `torch.<name>`, resolved where it is loaded (a pickle names no tripwire); it equals and hashes as torch's
+    function. Only `is` tells them apart."""
+
+    __slots__ = ()
+    _own: Any = None
+    _watched: Callable[..., Any]
+    _owner = "torch"
+    _attribute = ""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # a method, which dynamo traces (a staticmethod it refuses)
+        return self._watched(*args, **kwargs)  # pass-through
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (getattr, (_Module(self._owner), self._attribute))
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other is self._own or (isinstance(other, TorchFunction) and other._own is self._own)
+
+    def __hash__(self) -> int:
+        return hash(self._own)
+
+    def __repr__(self) -> str:
+        return repr(self._own)
+
+    def __getattr__(self, name: str) -> Any:  # what the stand-in does not say itself: torch's function's
+        return getattr(self._own, name)
+
+
+TORCH_FUNCTION_CALL = TorchFunction.__call__.__code__  # the frame between a call of `torch.<name>` and its stand-in
+
+
+# One stand-in per function of torch's, for the process: dynamo guards a compiled function on the identity of the
+# object it found in `torch`, so a new object at each recording would recompile a function the last one warmed up
+_TORCH_FUNCTIONS: dict[tuple[str, int], TorchFunction] = {}
+
+
+def torch_function(watched: Callable[..., Any], own: Any, attribute: str) -> TorchFunction:
+    """The stand-in for `torch.<attribute>` (torch's own: `own`), a `TorchFunction` calling `watched`: the same object
+    at every recording in this process, whose call is this recording's `watched`."""
+    known = _TORCH_FUNCTIONS.get((attribute, id(own)))
+    if known is not None:
+        type(known)._watched = staticmethod(watched)  # type: ignore[assignment]
+        return known
+    names = {name: getattr(watched, name) for name in ("__name__", "__qualname__", "__doc__", "__wrapped__")}
+    body = {"_watched": staticmethod(watched), "__slots__": (), "_own": own, "_attribute": attribute}
+    kind = type(getattr(own, "__name__", attribute), (TorchFunction,), {**body, **names, "__module__": own_module(own)})
+    made = _TORCH_FUNCTIONS[(attribute, id(own))] = kind()
+    return made  # type: ignore[no-any-return]
+
+
+def own_module(own: Any) -> str:
+    module = getattr(own, "__module__", None)
+    return module if isinstance(module, str) else "torch"

@@ -22,6 +22,7 @@ from torch.overrides import TorchFunctionMode
 
 from tripwire.sync import explicit, hot_path
 from tripwire.sync.counter import SyncCounter
+from tripwire.sync.watched import TorchFunction
 
 FINGERPRINT = """
 import collections.abc, ctypes, importlib, importlib._bootstrap, json, sys, threading, concurrent.futures
@@ -310,11 +311,8 @@ def test_every_stand_in_on_torch_pickles_by_reference_as_torchs_own_does(tmp_pat
     tripwire_dir = str(Path(explicit.__file__).resolve().parents[1])
     with SyncCounter(root=tmp_path), hot_path("region"):
         torch.tensor([1.0])  # the first host-built tensor: every stand-in is in place
-        stand_ins = {
-            name: value
-            for name, value in vars(torch).items()
-            if isinstance(value, FunctionType) and value.__code__.co_filename.startswith(tripwire_dir)
-        }
+        stand_ins = {name: value for name, value in vars(torch).items() if isinstance(value, TorchFunction)}
+        assert all(type(value).__call__.__code__.co_filename.startswith(tripwire_dir) for value in stand_ins.values())
         assert {"as_tensor", "tensor", "from_numpy", "stack"} <= set(stand_ins), sorted(stand_ins)
         unpicklable = {}
         for name, stand_in in stand_ins.items():
@@ -324,6 +322,46 @@ def test_every_stand_in_on_torch_pickles_by_reference_as_torchs_own_does(tmp_pat
                 unpicklable[name] = str(error)
         assert unpicklable == {}
     assert all(pickle.loads(pickle.dumps(getattr(torch, name))) is getattr(torch, name) for name in stand_ins)
+
+
+HELD = """
+import functools, torch
+
+class Config:  # a class body run while the counter counts: its attributes are what `torch` held then
+    factory = torch.zeros
+    join = torch.cat
+
+def hold():
+    return {"ones": torch.ones, "stack": functools.partial(torch.stack, dim=0), "config": Config}
+"""
+
+
+def test_a_torch_function_held_past_the_recording_is_used_as_torchs_own(tmp_path: Path) -> None:
+    """A reference to `torch.zeros` taken while a counter counts is the stand-in, and outlives it. It was a Python
+    function: stored on a class it was bound as a method (`Config().factory(2)` passed the instance to `zeros`,
+    during and after the recording), and after it, pickling it (a hyperparameter dict saved with the checkpoint, a
+    `functools.partial` sent to a spawned worker) raised `PicklingError`: not the same object as `torch.zeros`."""
+    (tmp_path / "held.py").write_text(HELD, encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with SyncCounter(root=tmp_path):
+            torch.tensor([1.0])
+            source = compile(HELD, str(tmp_path / "held.py"), "exec")  # run as the loop's code, not as an import
+            namespace: dict[str, object] = {}
+            exec(source, namespace)
+            held = namespace["hold"]()  # type: ignore[operator]
+            config = held["config"]
+            assert torch.equal(config().factory(2), torch.zeros(2))  # not bound: the instance is not passed
+        assert torch.equal(config().join([torch.ones(1), torch.zeros(1)]), torch.tensor([1.0, 0.0]))
+        pickled = pickle.dumps({"ones": held["ones"], "stack": held["stack"]})
+        assert b"tripwire" not in pickled  # a reference to torch's function, loadable where tripwire is absent
+        loaded = pickle.loads(pickled)
+        assert loaded["ones"] is torch.ones and loaded["stack"].func is torch.stack
+        assert held["ones"] == torch.ones and hash(held["ones"]) == hash(torch.ones)
+        assert {torch.ones: "found"}[held["ones"]] == "found"  # a table keyed by torch's function finds it
+        assert held["ones"].__name__ == "ones" and held["ones"](2).tolist() == [1.0, 1.0]
+    finally:
+        sys.path.remove(str(tmp_path))
 
 
 SCRIPTED = """
