@@ -269,7 +269,7 @@ def torch_function(watched: Callable[..., Any], own: Any, attribute: str) -> Tor
     at every recording in this process, whose call is this recording's `watched`."""
     known = _TORCH_FUNCTIONS.get((attribute, id(own)))
     if known is not None:
-        type(known)._watched = staticmethod(watched)  # type: ignore[assignment]
+        type(known)._watched = staticmethod(watched)
         return known
     names = {name: getattr(watched, name) for name in ("__name__", "__qualname__", "__doc__", "__wrapped__")}
     body = {"_watched": staticmethod(watched), "__slots__": (), "_own": own, "_attribute": attribute}
