@@ -40,7 +40,6 @@ import torch
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
 from tripwire.sync.spelling import forget_sources, module_move, spelling
-from tripwire.sync.watched import TORCH_FUNCTION_CALL
 
 __all__ = [
     "all_host_born",
@@ -117,12 +116,8 @@ def forget_host_born(tensor: object) -> None:
 
 def made_by_user(depth: int) -> bool:
     """Whether the torch call being classified was made by the user's code, not by torch on its behalf (`Module.to`
-    moving the parameters a library built): `depth` frames up is the frame that made the call, or the call of a
-    stand-in for a function in `torch` (`TorchFunction.__call__`), one frame further."""
-    frame = sys._getframe(depth + 1)
-    if frame.f_code is TORCH_FUNCTION_CALL and frame.f_back is not None:
-        frame = frame.f_back
-    return not frame.f_code.co_filename.startswith(sync.skip_prefixes())
+    moving the parameters a library built): `depth` frames up is the frame that made the call."""
+    return not sys._getframe(depth + 1).f_code.co_filename.startswith(sync.skip_prefixes())
 
 
 def host_born(tensor: object) -> bool:
@@ -301,12 +296,12 @@ def tensor_kind(args: tuple[Any, ...], kwargs: dict[str, Any], builder: str) -> 
 def _placed_by_default_device() -> bool:
     """Whether the call being classified was made by a default device's handler (`DeviceContext`), which adds its
     device to a factory called without one: a function mode below it sees the call with `device=`. A few frames up:
-    past this, the classifier, `watched_call`, the mode or the stand-in, and a `TorchFunction`'s call."""
+    past this, the classifier, `watched_call` and the mode."""
     from torch.utils._device import DeviceContext
 
     handler = DeviceContext.__torch_function__.__code__
     frame: FrameType | None = sys._getframe(2)
-    for _ in range(5):
+    for _ in range(4):
         if frame is None:
             return False
         if frame.f_code is handler:

@@ -323,14 +323,24 @@ def install_stand_ins(installation: Installation) -> None:
         if key in _SIMPLE_KINDS:
             scalar = key in _SCALAR_READS
             replacement = counted_stand_in(
-                _SIMPLE_KINDS[key], original, sync.deliver, _LOCAL, in_counted_backward, scalar, handed_over, host_born
+                _SIMPLE_KINDS[key],
+                original,
+                sync.deliver,
+                _LOCAL,
+                in_counted_backward,
+                scalar,
+                handed_over,
+                host_born,
+                receiver=owner is torch,
             )
         elif key in _ONLY_KEEPS_PLACE:
             keeping = keeping_stand_in(original, _mark_kept, _host_born, _LOCAL, in_counted_backward, handed_over)
             installation.keeping.append((name, WatchedMethod(original, keeping)))
             continue
         else:
-            replacement = stand_in(key, original, watched_call, _LOCAL, in_counted_backward, handed_over)
+            replacement = stand_in(
+                key, original, watched_call, _LOCAL, in_counted_backward, handed_over, receiver=owner is torch
+            )
         if owner is torch.Tensor:
             patch(installation, owner, name, WatchedMethod(original, replacement))
         else:

@@ -62,13 +62,21 @@ def _foreign_mode() -> bool:
 
 
 def stand_in(
-    key: Any, original: Any, handle: Handler, local: Any, elsewhere: Callable[[], bool], handed_over: HandedOver
+    key: Any,
+    original: Any,
+    handle: Handler,
+    local: Any,
+    elsewhere: Callable[[], bool],
+    handed_over: HandedOver,
+    *,
+    receiver: bool = False,
 ) -> Callable[..., Any]:
     """A function to put where `original` was: `handle(key, original, args, kwargs)` on a counting thread
     (`local.counting`, or `elsewhere()`: autograd's device thread running a counting thread's backward) outside
     suppressed code, else `original(*args, **kwargs)`; through `handed_over` when a `__torch_function__` handler
     will see the call. `key` is torch's own function, which the handler classifies the call by (`original` may be
-    another tool's wrapper around it)."""
+    another tool's wrapper around it). With `receiver`, it is a `TorchFunction`'s `__call__`: the same function with
+    the stand-in object first (written out, not wrapped: the classifiers look a fixed number of frames up)."""
 
     def body(*args: Any, **kwargs: Any) -> Any:
         if local.suppress or (local.counting <= 0 and not elsewhere()):
@@ -84,7 +92,16 @@ def stand_in(
             return original(*args, **kwargs)  # pass-through
         return handle(key, original, args, kwargs)  # pass-through
 
-    return _named(watched, original)
+    def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return original(*args, **kwargs)  # pass-through
+        if reaches_handler(args, kwargs):
+            return handed_over(body, args, kwargs)  # pass-through
+        if local.suppress or (local.counting <= 0 and not elsewhere()):
+            return original(*args, **kwargs)  # pass-through
+        return handle(key, original, args, kwargs)  # pass-through
+
+    return _named(called if receiver else watched, original)
 
 
 _BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
@@ -100,6 +117,8 @@ def counted_stand_in(
     scalar: bool,
     handed_over: HandedOver,
     in_host_memory: Callable[[object], bool],
+    *,
+    receiver: bool = False,
 ) -> Callable[..., Any]:
     """A stand-in for a read that syncs (`Tensor.item`, `.cpu`, `__bool__`, ...): on a counting thread outside
     suppressed code, `deliver(kind)`, then the original with counting suppressed, so nothing it runs counts again
@@ -107,7 +126,7 @@ def counted_stand_in(
     host memory (`in_host_memory`, asked only once one is) waits for nothing, on a GPU run too: it runs the same
     way, uncounted. A `scalar` read (its only op `_local_scalar_dense`, which has no autograd formula) of a plain
     tensor runs below autograd: the same kernel, not the counting kernel registered at the autograd key, which would
-    only return at once here."""
+    only return at once here. `receiver`: as `stand_in`'s."""
 
     def body(*args: Any, **kwargs: Any) -> Any:
         if local.suppress or (local.counting <= 0 and not elsewhere()):
@@ -138,7 +157,25 @@ def counted_stand_in(
         finally:
             local.suppress -= 1
 
-    return _named(watched, original)
+    def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return original(*args, **kwargs)  # pass-through
+        if reaches_handler(args, kwargs):
+            return handed_over(body, args, kwargs)  # pass-through
+        if local.suppress or (local.counting <= 0 and not elsewhere()):
+            return original(*args, **kwargs)  # pass-through
+        if not (args and in_host_memory(args[0])):
+            deliver(kind)
+        local.suppress += 1
+        try:
+            if scalar and args and type(args[0]) in _PLAIN:
+                with _BELOW_AUTOGRAD():
+                    return original(*args, **kwargs)  # pass-through
+            return original(*args, **kwargs)  # pass-through
+        finally:
+            local.suppress -= 1
+
+    return _named(called if receiver else watched, original)
 
 
 def keeping_stand_in(
@@ -233,12 +270,11 @@ class TorchFunction:
 
     __slots__ = ()
     _own: Any = None
-    _watched: Callable[..., Any]
     _owner = "torch"
     _attribute = ""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # a method, which dynamo traces (a staticmethod it refuses)
-        return self._watched(*args, **kwargs)  # pass-through
+    # set on each function's subclass: the stand-in made with `receiver` (a method, which dynamo traces into; a
+    # staticmethod it refuses, and a call that wraps it costs a frame the classifiers' fixed depths do not expect)
+    __call__: Callable[..., Any]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (getattr, (_Module(self._owner), self._attribute))
@@ -256,23 +292,20 @@ class TorchFunction:
         return getattr(self._own, name)
 
 
-TORCH_FUNCTION_CALL = TorchFunction.__call__.__code__  # the frame between a call of `torch.<name>` and its stand-in
-
-
 # One stand-in per function of torch's, for the process: dynamo guards a compiled function on the identity of the
 # object it found in `torch`, so a new object at each recording would recompile a function the last one warmed up
 _TORCH_FUNCTIONS: dict[tuple[str, int], TorchFunction] = {}
 
 
-def torch_function(watched: Callable[..., Any], own: Any, attribute: str) -> TorchFunction:
-    """The stand-in for `torch.<attribute>` (torch's own: `own`), a `TorchFunction` calling `watched`: the same object
-    at every recording in this process, whose call is this recording's `watched`."""
+def torch_function(called: Callable[..., Any], own: Any, attribute: str) -> TorchFunction:
+    """The stand-in for `torch.<attribute>` (torch's own: `own`), a `TorchFunction` whose call is `called` (a stand-in
+    made with `receiver`): the same object at every recording in this process, calling this recording's stand-in."""
     known = _TORCH_FUNCTIONS.get((attribute, id(own)))
     if known is not None:
-        type(known)._watched = staticmethod(watched)
+        type(known).__call__ = called  # type: ignore[method-assign]
         return known
-    names = {name: getattr(watched, name) for name in ("__name__", "__qualname__", "__doc__", "__wrapped__")}
-    body = {"_watched": staticmethod(watched), "__slots__": (), "_own": own, "_attribute": attribute}
+    names = {name: getattr(called, name) for name in ("__name__", "__qualname__", "__doc__", "__wrapped__")}
+    body = {"__call__": called, "__slots__": (), "_own": own, "_attribute": attribute}
     kind = type(getattr(own, "__name__", attribute), (TorchFunction,), {**body, **names, "__module__": own_module(own)})
     made = _TORCH_FUNCTIONS[(attribute, id(own))] = kind()
     return made  # type: ignore[no-any-return]
