@@ -18,16 +18,7 @@ from pathlib import Path
 
 from tripwire.common.errors import TripwireError
 
-__all__ = [
-    "PathError",
-    "input_file",
-    "output_file",
-    "output_folder",
-    "read_text",
-    "shown",
-    "within",
-    "write_text",
-]
+__all__ = ["PathError", "input_file", "output_file", "output_folder", "read_text", "shown", "within", "write_text"]
 
 TEXT_LIMIT_BYTES = 64 * 2**20  # a TOML list, a source file: far below; /dev/zero's "file" is refused before this
 

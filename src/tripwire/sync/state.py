@@ -83,7 +83,7 @@ class _GlobalState:
         # left running counts nothing in the next.
         self.generation = 0
         self.root = ""
-        self.skip_prefixes: tuple[str, ...] = folder_prefixes(_TRIPWIRE_DIR)
+        self.skip_prefixes: tuple[str, ...] = _TRIPWIRE_DIRS
         self.lock = threading.Lock()  # guards `pushed` when regions are entered on several threads
         # Caches of the caller lookup, emptied when the root or the skipped folders change or the last counter stops:
         # per code object (by id; the entry holds the code, so its id is not reused), None when it is not project
@@ -509,6 +509,12 @@ def _resolved(filename: str) -> str:
         return filename
 
 
+def _below(name: str, prefixes: tuple[str, ...]) -> str | None:
+    """`name` past the longest of `prefixes` it starts with, or None when it starts with none."""
+    held = [prefix for prefix in prefixes if name.startswith(prefix)]
+    return name[len(max(held, key=len)) :] if held else None
+
+
 def relative_path(filename: str) -> str:
     """`filename` relative to the counter's root directory (its `root`, else the working directory) when under it,
     either of them reached through links or not; else relative to the longest `sys.path` entry holding it (the path
@@ -519,15 +525,14 @@ def relative_path(filename: str) -> str:
         # the root as given and resolved, and the file as imported and resolved: a file imported through a link (a
         # home folder linked to another disk, on `PYTHONPATH`) is under the working directory, which is resolved
         roots = folder_prefixes(root)
-        for name in dict.fromkeys((filename, _resolved(filename))):
-            held = [prefix for prefix in roots if name.startswith(prefix)]
-            if held:
-                return name[len(max(held, key=len)) :]
-    entries = [os.path.join(os.path.abspath(entry), "") for entry in sys.path if entry]
-    holders = [entry for entry in entries if filename.startswith(entry)]
-    if holders:
-        return filename[len(max(holders, key=len)) :]
-    return filename
+        relative = _below(filename, roots)
+        if relative is None:  # resolved only when the name as imported is not under the root
+            relative = _below(_resolved(filename), roots)
+        if relative is not None:
+            return relative
+    entries = tuple(os.path.join(os.path.abspath(entry), "") for entry in sys.path if entry)
+    relative = _below(filename, entries)
+    return filename if relative is None else relative
 
 
 def set_root(root: str) -> None:
