@@ -358,7 +358,7 @@ def step_graph_threads(args: argparse.Namespace) -> None:
     child process whose every thread's Python stack is dumped (`faulthandler`) if it outlives its share of the
     step's limit, which is what a hang needs to be diagnosed. Passed when the threaded run finishes with the in-turn
     run's bits (every env's model) and no capture failed; either way its rate and graph counts are printed."""
-    import hashlib
+    from tripwire.bitwise.digest import combined_digest, short
 
     size, epochs, n_envs = ("GATE", 2, 2) if args.quick else ("ORIGINAL", 4, 4)
     limit = float(os.environ.get("DEVICE_STEP_LIMIT", "90"))
@@ -392,7 +392,7 @@ def step_graph_threads(args: argparse.Namespace) -> None:
         f"{len(run['failures'])} failures"
         for label, run in runs.items()
     )
-    fingerprint = hashlib.sha256("".join(thread_run["digests"]).encode()).hexdigest()[:12]
+    fingerprint = short(combined_digest({str(env): digest for env, digest in enumerate(thread_run["digests"])}))
     verdict(
         same and not failures,
         f"{detail}; models {'equal' if same else 'DIFFER'} ({fingerprint}){'; ' if failures else ''}"
@@ -405,13 +405,13 @@ def _graph_threads_child(size: str, epochs: str, n_envs: str, workers: str, devi
     """One run of `step_graph_threads`: prints {rate, captures, replays, failures, digests} as its last line."""
     import dataclasses
     import faulthandler
-    import hashlib
 
     import torch
 
     import workloads
     from esper.nissa import TelemetryHub
     from esper.tolaria.graphs import GraphedSteps
+    from tripwire.bitwise.digest import combined_digest, state_digest
 
     faulthandler.dump_traceback_later(float(dump_after), exit=True)  # every thread's stack, then exit 1
     envs, threads = int(n_envs), int(workers)
@@ -429,12 +429,7 @@ def _graph_threads_child(size: str, epochs: str, n_envs: str, workers: str, devi
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     rate = envs * int(epochs) / (time.perf_counter() - start)
-    digests = []
-    for runtime in workload.runtimes:
-        digest = hashlib.sha256()
-        for name, tensor in sorted(runtime.model.state_dict().items()):
-            digest.update(name.encode() + tensor.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
-        digests.append(digest.hexdigest())
+    digests = [combined_digest(state_digest(runtime.model.state_dict())) for runtime in workload.runtimes]
     faulthandler.cancel_dump_traceback_later()
     report = {"rate": rate, "captures": graphs.captures, "replays": graphs.replays}
     print(json.dumps({**report, "failures": graphs.failures, "digests": digests}))
