@@ -172,6 +172,13 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
             kind = copy_kind(args, kwargs)
         elif func in _BUILDERS:
             kind = tensor_kind(args, kwargs, _BUILDERS[func])
+            if kind is not None:
+                # Not suppressed: torch reads its data's tensors one scalar at a time (`torch.tensor(kl_values,
+                # device=...)` of 0-d tensors, skrl's KL-adaptive scheduler), each a read of its own that the
+                # stand-ins of the conversions count as the loop's (none when the tensor is host-built), then
+                # uploads what it read
+                sync.deliver(kind)
+                return call(*args, **kwargs)  # pass-through
         if kind is None:
             result = call(*args, **kwargs)  # pass-through
             if _host_built(func, args, kwargs, result):
