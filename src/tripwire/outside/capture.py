@@ -13,15 +13,16 @@ the data. Two runs of such a capture compare identical whatever the loop compute
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from tripwire.bitwise.fields import MAX_DEPTH, MAX_LEAVES, Descent, object_state, plain_leaf
-from tripwire.common.names import listed
+from tripwire.common.names import listed, matching
 
-__all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "left_out", "no_value", "object_state"]
+__all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "left_out", "no_value", "not_excluded", "object_state"]
 
 LEFT_OUT_SHOWN = 12  # of what a capture left out, named in one note
 
@@ -30,6 +31,28 @@ def left_out(skipped: list[str]) -> str:
     """What a capture left out, for a note: the first `LEFT_OUT_SHOWN`, then how many more (a graph of objects past
     the bounds leaves out thousands, each once per path)."""
     return listed(skipped, LEFT_OUT_SHOWN)
+
+
+def not_excluded(spec: str, skipped: list[str], exclude: Sequence[str]) -> list[str]:
+    """What a capture left out, less what the checkpoint's `exclude` names (a patterned `self.writer.*` leaves the
+    writer's locks and threads out on purpose: no note for them). A skipped path (`writer._queue.mutex (lock)`,
+    `cfg.schedulers[0] (type)`) is matched as `compare` names leaves: under its capture, items dotted."""
+    if not exclude:
+        return skipped
+    kept = []
+    for entry in skipped:
+        path = entry.split(" (", 1)[0]
+        name = spec if path == "it" else f"{spec}.{_ITEM.sub(_dotted, path)}"
+        if not matching(name, exclude):
+            kept.append(entry)
+    return kept
+
+
+def _dotted(item: re.Match[str]) -> str:
+    return "." + (item.group(1) or item.group(2) or item.group(3) or "")
+
+
+_ITEM = re.compile(r"\[(?:'([^']*)'|\"([^\"]*)\"|([^\]]*))\]")  # `[0]`, `['key']` -> `.0`, `.key`
 
 
 def _values(state: Any) -> tuple[int, int]:

@@ -32,7 +32,7 @@ import torch
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.compile.counter import CompileCounter
-from tripwire.outside.capture import left_out, no_value, object_state
+from tripwire.outside.capture import left_out, no_value, not_excluded, object_state
 from tripwire.outside.stand import stand_in
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Scenario, ScenarioError, parse_target
 from tripwire.sync import hot_path, ignore_syncs
@@ -229,6 +229,7 @@ class TargetHooks:
                     "whatever the loop computed: capture the field that holds the data by name (`self.NAME.FIELD`, "
                     "`arg:NAME.FIELD`)"
                 )
+            skipped = not_excluded(spec, skipped, checkpoint.exclude)
             if skipped:
                 note = (
                     f"checkpoint {name} capture {spec!r} left out {left_out(skipped)} (capture one by name, "

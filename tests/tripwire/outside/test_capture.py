@@ -29,7 +29,7 @@ import torch
 
 from tripwire.bitwise.fields import MAX_CHAIN
 from tripwire.bitwise.trajectory import digest_value
-from tripwire.outside.capture import MAX_DEPTH, MAX_LEAVES, left_out, no_value, object_state
+from tripwire.outside.capture import MAX_DEPTH, MAX_LEAVES, left_out, no_value, not_excluded, object_state
 from tripwire.outside.compare import compare_results
 from tripwire.outside.instrument import jsonable
 from tripwire.outside.record import record
@@ -416,3 +416,29 @@ def test_an_event_argument_whose_repr_shows_its_address_is_logged_by_its_fields(
     assert compare_results(base, again).ok
     assert not compare_results(base, changed).ok
     assert jsonable(object()) == "<skipped object>"  # nothing to read: named, never an address
+
+
+def test_what_a_checkpoints_exclude_names_is_not_said_again_as_left_out() -> None:
+    """skrl's agent holds a tensorboard writer (locks, a thread) that its scenario excludes as `self.writer.*`: the
+    note of what the capture left out named them all, burying what was left out by mistake."""
+
+    class Writer:
+        def __init__(self) -> None:
+            self.lock = __import__("threading").Lock()
+
+    class Agent:
+        def __init__(self) -> None:
+            self.writer = Writer()
+            self.hooks = {"on-step": print}
+            self.schedulers = [print, torch.zeros(1)]
+            self.weights = torch.ones(2)
+
+    skipped: list[str] = []
+    object_state(Agent(), skipped)
+    assert len(skipped) == 3, skipped
+    assert not_excluded("self", skipped, ()) == skipped
+    assert not_excluded("self", skipped, ("self.writer.*",)) == [s for s in skipped if "writer" not in s]
+    kept = not_excluded("self", skipped, ("self.writer", "self.hooks.on-step", "self.schedulers.0"))
+    assert kept == [], kept
+    assert not_excluded("self", skipped, ("writer.*", "self.weights")) == skipped  # named as compare names them
+    assert not_excluded("return", ["it (function)"], ("return",)) == []
