@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,25 +26,25 @@ from esper.kasmina.model import MorphogeneticModel
 from esper.simic.training import wiring
 from esper.simic.training.config import ConfigError, TrainingConfig
 from esper.tolaria.engine import EngineConfig, VectorizedEngine
-from esper.tolaria.graphs import GraphedSteps, GraphEnv, StepResult
+from esper.tolaria.graphs import GraphedSteps, GraphEnv, StepResult, ValidationSums, output_tensors
 from run_helpers import SEEDED_RUN, first_event_difference, first_weight_difference, recorded_run
 
 RUN: dict[str, Any] = {**SEEDED_RUN, "n_envs": 2}
 
 
 class _Rerun:
-    def __init__(self, work: Callable[[], StepResult], outputs: StepResult) -> None:
+    def __init__(self, work: Callable[[], Any], outputs: StepResult | ValidationSums) -> None:
         self.work, self.outputs = work, outputs
 
     def replay(self) -> None:
         with reading_graph_inputs():
             fresh = self.work()
-        out = self.outputs
-        with torch.no_grad():
-            for mine, new in ((out.loss, fresh.loss), (out.logits, fresh.logits), (out.host_norm, fresh.host_norm)):
-                mine.copy_(new)
-            assert [index for index, _ in out.seed_norms] == [index for index, _ in fresh.seed_norms]
-            for (_, mine), (_, new) in zip(out.seed_norms, fresh.seed_norms):
+        if isinstance(fresh, StepResult):
+            assert isinstance(self.outputs, StepResult)
+            assert [index for index, _ in self.outputs.seed_norms] == [index for index, _ in fresh.seed_norms]
+        for mine, new in zip(output_tensors(self.outputs), output_tensors(fresh), strict=True):
+            # a validation's outputs are made under inference_mode, where alone they may be written
+            with torch.inference_mode() if mine.is_inference() else torch.no_grad():
                 mine.copy_(new)
 
 
@@ -53,7 +54,7 @@ class RerunGraphs:
     def accepts(self, tensor: Tensor) -> bool:
         return tensor.device.type == "cpu"
 
-    def warm_up(self, device: torch.device, work: Callable[[], StepResult]) -> StepResult:
+    def warm_up(self, device: torch.device, work: Callable[[], Any]) -> Any:
         return work()
 
     def capture(
@@ -61,8 +62,8 @@ class RerunGraphs:
         device: torch.device,
         env: GraphEnv,
         optimizers: Sequence[torch.optim.Optimizer],
-        work: Callable[[], StepResult],
-    ) -> tuple[_Rerun, StepResult]:
+        work: Callable[[], Any],
+    ) -> tuple[_Rerun, Any]:
         state = list(env.model.state_dict(keep_vars=True).values())
         state += [value for opt in optimizers for entry in opt.state.values() for value in entry.values()]
         tensors = [tensor for tensor in state if isinstance(tensor, Tensor)]
@@ -108,6 +109,7 @@ def test_a_graphed_run_is_the_eager_run_bitwise(
     assert graphs.failures == []
     assert graphs.replays > graphs.captures > 0
     assert graphs.warmups == graphs.captures  # each capture's key ran one warm-up step first
+    assert graphs.replays > graphs.validation_replays > 0  # fused validation replayed too
     if controller == "heuristic":  # seeds germinated, trained and blended: structures beyond the envs' first
         kinds = {event["event_type"] for event in events}
         assert {"SEED_GERMINATED", "SEED_STAGE_CHANGED"} <= kinds
@@ -163,15 +165,86 @@ def test_a_replay_that_skips_the_new_batch_is_caught(
     assert first_weight_difference(result.final_weights, result_eager.final_weights) is not None
 
 
-def _copy_unless_into_a_captured_input(copy: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    run = GraphedSteps.run.__code__
+def _copy_unless_into_a_captured_input(
+    copy: Callable[..., Tensor], *, validation: bool = False
+) -> Callable[..., Tensor]:
+    """`Tensor.copy_` that skips the copies into a graph's static inputs (a train step's; with `validation`, only
+    a fused validation's)."""
+    run = GraphedSteps._graphed.__code__
 
     def copy_(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
-        if sys._getframe(1).f_code is run:  # GraphedSteps.run's copies into its static inputs
-            return self
+        frame = sys._getframe(1)
+        if frame.f_code is run:  # GraphedSteps._graphed's copies into its static inputs
+            steps = frame.f_locals["self"]
+            if (frame.f_locals["graphs"] in steps._validations.values()) == validation:
+                return self
         return copy(self, src, non_blocking)
 
     return copy_
+
+
+def test_a_validation_replay_that_skips_the_new_batch_is_caught(
+    graphed: list[GraphedSteps], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard, shown for fused validation: a replay on the captured batch reports other accuracies."""
+    with monkeypatch.context() as eager:
+        eager.setattr(wiring, "build_engine", _plain_build)
+        _, events_eager = recorded_run(RUN, controller="heuristic")
+    monkeypatch.setattr(Tensor, "copy_", _copy_unless_into_a_captured_input(Tensor.copy_, validation=True))
+    _, events = recorded_run(RUN, controller="heuristic")
+    assert graphed[-1].validation_replays > 0
+    assert first_event_difference(events, events_eager) is not None
+
+
+class _BlendingModel(torch.nn.Module):
+    """What `GraphedSteps.validate` reads of a model, with a forward that reads every input a graph must refresh."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 4)
+        self.alpha = torch.zeros(1)
+
+    def structure_key(self) -> tuple[object, ...]:
+        return (self.training,)
+
+    def prepare_compiled_step(self) -> list[Tensor]:
+        return [self.alpha]
+
+
+def test_a_validation_replay_reads_this_passs_alpha_table() -> None:
+    """A blending seed's alpha ramps from epoch to epoch under one key: each replay must read the pass's alpha table,
+    copied into the graph's own, not the one it was captured with. Injected: without that copy the sums are the
+    captured epoch's."""
+    env = SimpleNamespace(env_id=0, model=_BlendingModel().eval(), amp_dtype=None)
+    inputs, targets = torch.randn(5, 3), torch.tensor([0, 1, 2, 3, 0])
+
+    def sums(x: Tensor, y: Tensor, table: Tensor | None) -> ValidationSums:
+        assert table is not None
+        with torch.inference_mode():
+            logits = env.model.layer(x).unsqueeze(0) * table.view(-1, 1, 1)  # one row of logits per config
+            losses = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.repeat(len(table)), reduction="none")
+            return losses.view(len(table), -1).sum(dim=1), (logits.argmax(-1) == y).sum(dim=1)
+
+    def graphed_sums(steps: GraphedSteps, table: Tensor) -> ValidationSums | None:
+        return steps.validate(env, (("r0c0",), 2), inputs, targets, table, sums)
+
+    ramp = [torch.tensor([[alpha], [0.0]]) for alpha in (0.25, 0.25, 0.5, 0.75)]
+    steps = GraphedSteps(RerunGraphs())
+    for table in ramp:  # warm-up, capture, then two replays with the ramp's later tables
+        got = graphed_sums(steps, table)
+        assert got is not None
+        want = sums(inputs, targets, table)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert (steps.warmups, steps.captures, steps.validation_replays) == (1, 1, 3)
+
+    stale = GraphedSteps(RerunGraphs())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Tensor, "copy_", _copy_unless_into_a_captured_input(Tensor.copy_, validation=True))
+        for table in ramp:
+            got = graphed_sums(stale, table)
+    assert got is not None
+    assert torch.equal(got[0], sums(inputs, targets, ramp[1])[0])  # the captured epoch's, not the last one's
+    assert not torch.equal(got[0], sums(inputs, targets, ramp[-1])[0])
 
 
 def test_the_cuda_backend_takes_no_cpu_batch() -> None:
@@ -210,6 +283,7 @@ def test_on_a_gpu_the_graphed_run_is_the_eager_run_bitwise(controller: str) -> N
         result, events = recorded_run({**CUDA_RUN, "cuda_graphs": True}, controller=controller)
     graphs = made[-1].graphs
     assert graphs is not None and graphs.failures == [] and graphs.replays > graphs.captures > 0
+    assert graphs.replays > graphs.validation_replays > 0  # fused validation captured under inference_mode too
     assert first_event_difference(events, events_eager) is None
     assert first_weight_difference(result.final_weights, result_eager.final_weights) is None
 

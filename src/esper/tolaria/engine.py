@@ -89,7 +89,7 @@ class EngineConfig:
     env_workers: int = 1  # threads training / validating envs concurrently (1: one after another)
     compile_step: CompileBackend = CompileBackend.OFF  # each env's forward, loss and backward (`forward_loss`)
     compile_mode: CompileMode = CompileMode.DEFAULT  # inductor's; reduce-overhead captures CUDA graphs
-    cuda_graphs: bool = False  # each CUDA env's whole train step captured and replayed (`esper.tolaria.graphs`)
+    cuda_graphs: bool = False  # each CUDA env's train step and validation captured, replayed (`esper.tolaria.graphs`)
 
     def __post_init__(self) -> None:
         if self.env_workers < 1:
@@ -437,6 +437,23 @@ class VectorizedEngine:
 
         `table` is `alpha_table(plan, device)`, built once per pass; it is built here when not given.
         """
+        if table is None and plan.slot_ids:
+            table = _copy_alphas(plan, inputs.device)
+        sums = None
+        if self.graphs is not None:
+            plan_key = (plan.slot_ids, plan.num_configs)
+            sums = self.graphs.validate(
+                env, plan_key, inputs, targets, table, partial(self._validation_sums, env, plan)
+            )
+        if sums is None:
+            sums = self._validation_sums(env, plan, inputs, targets, table)
+        with torch.inference_mode():
+            acc.add(*sums, targets.shape[0])
+
+    def _validation_sums(
+        self, env: EnvRuntime, plan: FusedPlan, inputs: Tensor, targets: Tensor, table: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """Fused validation's arithmetic on one batch: every config's loss sum and correct count."""
         n_cfg = plan.num_configs
         batch = targets.shape[0]
         model = env.model
@@ -444,7 +461,8 @@ class VectorizedEngine:
             if not plan.slot_ids:
                 logits = model(inputs)  # one config: the targets need no repeat (a copy per batch)
             else:
-                alphas = (table if table is not None else _copy_alphas(plan, inputs.device)).to(dtype=inputs.dtype)
+                assert table is not None
+                alphas = table.to(dtype=inputs.dtype)
                 overrides = {
                     slot_id: alphas[:, j].view(n_cfg, 1).expand(n_cfg, batch).reshape(n_cfg * batch, 1, 1, 1)
                     for j, slot_id in enumerate(plan.slot_ids)
@@ -453,7 +471,7 @@ class VectorizedEngine:
                 targets = targets.repeat(n_cfg)
             losses = F.cross_entropy(logits.float(), targets, reduction="none").view(n_cfg, batch)
             correct = (logits.argmax(dim=1) == targets).view(n_cfg, batch)
-            acc.add(losses.sum(dim=1), correct.sum(dim=1), batch)
+            return losses.sum(dim=1), correct.sum(dim=1)
 
     def validate(
         self,

@@ -128,9 +128,10 @@ class TrainingConfig:
     )
     cuda_graphs: bool = option(
         False,
-        "on CUDA, capture each env's whole train step (forward, backward, clips, SGD steps) as a CUDA graph and "
-        "replay it: the same bits as eager, one launch a step; captured again when a seed changes the model "
-        "(docs/measurements.md); not with mixed precision, a compiled train step or env worker threads",
+        "on CUDA, capture each env's whole train step (forward, backward, clips, SGD steps) and its fused "
+        "validation of a batch as CUDA graphs and replay them: the same bits as eager, one launch each; captured "
+        "again when a seed changes the model (docs/measurements.md); not with mixed precision, a compiled train "
+        "step or env worker threads",
         "hardware",
         flag="--cuda-graphs",
     )
