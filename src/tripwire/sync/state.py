@@ -92,7 +92,7 @@ class _GlobalState:
         self.codes: dict[int, tuple[CodeType, dict[int, tuple[str, str]] | None]] = {}
         self.barren: dict[int, FrameType] = {}  # frames with no project frame outward of them (`_callers`)
         self.relative: dict[str, str] = {}  # `relative_path` of each call site's file
-        self.roles: dict[int, tuple[CodeType, bool, str]] = {}  # per code object (by id): `_role`
+        self.roles: dict[int, tuple[CodeType, bool, str, bool]] = {}  # per code object (by id): `_role`
         self.sites: dict[tuple[int, int], tuple[CodeType | None, str, str, str]] = {}  # per (code id, f_lasti): `_site`
         # each distinct event `deliver` built, by what makes it, with the site entry its key names by id
         self.events: dict[tuple[Any, ...], tuple[SyncEvent, Any]] = {}
@@ -115,10 +115,10 @@ class _ThreadState(threading.local):
         self.counting = 0  # this thread counts explicit syncs through the stand-ins (`tripwire.sync.watched`)
         self.generation: int | None = None  # inside `carried` work: the counting generation it was given
         self.carrying = 0  # depth of `hooks.thread_modes` on this thread: only the outermost pushes the modes
-        # the last sync delivered on this thread, when it was a copy to the host: the counting generation, its frame's
-        # id, its code's id and its instruction (`_read_of_the_copy`); ids, so no code of the loop is held; any later
-        # delivery replaces it
-        self.copied: tuple[int, int, int, int] | None = None
+        # the last sync delivered on this thread, when it was a copy to the host: the counting generation, and its
+        # frame's id, code's id and instruction, in the site's frame and in the frame that made the call when torch's
+        # code did (`_read_of_the_copy`); ids, so no code of the loop is held; any later delivery replaces it
+        self.copied: tuple[tuple[int, int, int, int], tuple[int, int, int, int] | None] | None = None
 
 
 _STATE = _GlobalState()
@@ -150,13 +150,27 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
     asked = kind
     if local.label is not None:
         kind = local.label
-    frame, via = _outside(sys._getframe(1))
+    frame, via, maker = _outside(sys._getframe(1))
     if via is _COMPILER:
         return
     if frame is not None:
-        read = copied is not None and _read_of_the_copy(asked, implicit, frame, copied)
+        # read in the site's frame (`x.cpu().numpy()`), or in the torch frame that made both calls (tensorboard's
+        # `x.detach().cpu().numpy()` under the loop's `writer.add_scalar(tag, loss)`)
+        by_torch = maker if maker is not frame else None
+        read = copied is not None and (
+            _read_of_the_copy(asked, implicit, frame, copied[0])
+            or (
+                by_torch is not None
+                and copied[1] is not None
+                and _read_of_the_copy(asked, implicit, by_torch, copied[1])
+            )
+        )
         if asked in _HOST_COPIES:  # a copy of the copy (`x.cpu().to("cpu")`) is the copy a read may follow
-            local.copied = (_STATE.generation, id(frame), id(frame.f_code), frame.f_lasti)
+            generation = _STATE.generation
+            local.copied = (
+                (generation, id(frame), id(frame.f_code), frame.f_lasti),
+                None if by_torch is None else (generation, id(by_torch), id(by_torch.f_code), by_torch.f_lasti),
+            )
         if read:
             return
     callers: tuple[str, ...] = ()
@@ -347,20 +361,20 @@ def compiler_at_work() -> bool:
     return guards is not None and guards.CompileContext.try_get() is not None
 
 
-def _role(code: CodeType) -> tuple[CodeType, bool, str]:
-    """`(code, skipped, via)`: whether frames of `code` are passed over when a site is looked up (torch's and
-    tripwire's), and the `torch/<file>:<function>` a torch frame names as the code behind a sync ("" for tripwire's
+def _role(code: CodeType) -> tuple[CodeType, bool, str, bool]:
+    """`(code, skipped, via, own)`: whether frames of `code` are passed over when a site is looked up (torch's and
+    tripwire's), the `torch/<file>:<function>` a torch frame names as the code behind a sync ("" for tripwire's
     frames and torch's dispatch machinery; `_COMPILER` for the guards dynamo generates, whose syncs are not the
-    loop's). The entry holds the code, so its id is not reused while cached."""
+    loop's), and whether it is tripwire's own. The entry holds the code, so its id is not reused while cached."""
     filename = code.co_filename
     if filename.startswith("<") and code.co_qualname.startswith(_GUARD_FUNCTIONS):
-        return code, True, _COMPILER
+        return code, True, _COMPILER, False
     if not filename.startswith(_STATE.skip_prefixes):
-        return code, False, ""
+        return code, False, "", False
     if filename.startswith(_TRIPWIRE_DIRS):
-        return code, True, ""
+        return code, True, "", True
     named = f"{_torch_relative(filename)}:{code.co_qualname}"
-    return code, True, "" if machinery_via(named) else named
+    return code, True, "" if machinery_via(named) else named, False
 
 
 # Code run in a frame of its own only up to Python 3.11 (PEP 709 inlines the first three in 3.12).
@@ -466,25 +480,29 @@ def user_frame() -> FrameType | None:
     return _outside(sys._getframe(1))[0]
 
 
-def _outside(frame: FrameType | None) -> tuple[FrameType | None, str]:
-    """The first frame from `frame` outwards that is neither torch's nor tripwire's (None: none is), and the
-    `torch/<file>:<function>` of the innermost torch frame passed that is not dispatch machinery ("" if none): each
-    code object's `_role` looked up, not its file name matched on every call."""
+def _outside(frame: FrameType | None) -> tuple[FrameType | None, str, FrameType | None]:
+    """The first frame from `frame` outwards that is neither torch's nor tripwire's (None: none is), the
+    `torch/<file>:<function>` of the innermost torch frame passed that is not dispatch machinery ("" if none), and
+    the first frame that is not tripwire's (the one that made the call: torch's, or the first frame itself): each code
+    object's `_role` looked up, not its file name matched on every call."""
     roles = _STATE.roles
     via = ""
+    maker = None
     while frame is not None:
         code = frame.f_code
         role = roles.get(id(code))
         if role is None:
             role = roles[id(code)] = _role(code)
+        if maker is None and not role[3]:
+            maker = frame
         if not role[1]:
-            return frame, via
+            return frame, via, maker
         if role[2] is _COMPILER:
-            return None, _COMPILER
+            return None, _COMPILER, maker
         if not via:
             via = role[2]
         frame = frame.f_back
-    return None, via
+    return None, via, maker
 
 
 def site_text(filename: str, line: int) -> str:

@@ -13,6 +13,8 @@ same read of a tensor built on the run's device counted: the rule moves no devic
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -300,6 +302,45 @@ def test_a_read_of_the_host_copy_just_made_is_not_a_second_sync() -> None:
 
     assert counted(chained) == {"cpu": 10}
     assert counted(not_chained) == {"cpu": 4, "tolist": 3, "item": 1}
+
+
+TORCH_LIKE = """
+def chained(x):
+    return x.detach().cpu().numpy()
+
+
+def apart(x):
+    copy = x.cpu()
+    return copy.tolist()
+"""
+
+
+def test_a_read_of_the_copy_torchs_own_code_just_made_is_not_a_second_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CleanRL's `writer.add_scalar("losses/td_loss", loss, global_step)` hands tensorboard a device tensor, which
+    reads it as `x.detach().cpu().numpy()` in its own frame: a GPU waits once. The chain was read in the loop's frame
+    only, where both calls are one call of the loop's, and counted `cpu` and `numpy`. Now it is read in the frame
+    that made both calls too; two statements there still count twice, as in the loop's own frame."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    loss = (torch.arange(4.0, device=DEVICE) * 2).mean()
+    writer = SummaryWriter(str(tmp_path / "runs"))
+    try:
+        assert counted(lambda: writer.add_scalar("losses/td_loss", loss, 0)) == {"cpu": 1}
+    finally:
+        writer.close()
+    folder = tmp_path / "torch_like"  # a module taken for torch's own code, as the counter sees torch's
+    folder.mkdir()
+    (folder / "helpers.py").write_text(TORCH_LIKE, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("torch_like_helpers", folder / "helpers.py")
+    assert spec is not None and spec.loader is not None
+    helpers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helpers)
+    original = state.skip_prefixes_for
+    monkeypatch.setattr(state, "skip_prefixes_for", lambda torch_file: (*original(torch_file), f"{folder}{os.sep}"))
+    assert counted(lambda: helpers.chained(loss)) == {"cpu": 1}
+    assert counted(lambda: helpers.apart(loss)) == {"cpu": 1, "tolist": 1}
 
 
 # `x.cpu().view(2, 2).squeeze(dim=0).T.numpy()` between the copy's call and the read's, as each Python compiles it
