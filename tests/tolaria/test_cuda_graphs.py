@@ -152,17 +152,26 @@ def test_a_replay_that_reads_a_stale_alpha_is_caught(
     assert first_weight_difference(result.final_weights, result_eager.final_weights) is not None
 
 
+@pytest.mark.parametrize(
+    ("validation", "controller"), [(False, "ppo"), (True, "heuristic")], ids=["train", "validation"]
+)
 def test_a_replay_that_skips_the_new_batch_is_caught(
-    graphed: list[GraphedSteps], monkeypatch: pytest.MonkeyPatch
+    validation: bool, controller: str, graphed: list[GraphedSteps], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The guard, shown: a replay on the captured batch instead of this one trains on other data."""
+    """The guard, shown: a train step replayed on the captured batch instead of this one trains on other data; a
+    fused validation replayed so reports other accuracies."""
     with monkeypatch.context() as eager:
         eager.setattr(wiring, "build_engine", _plain_build)
-        result_eager, _ = recorded_run(RUN, controller="ppo")
-    monkeypatch.setattr(Tensor, "copy_", _copy_unless_into_a_captured_input(Tensor.copy_))
-    result, _ = recorded_run(RUN, controller="ppo")
-    assert graphed[-1].replays > 0
-    assert first_weight_difference(result.final_weights, result_eager.final_weights) is not None
+        result_eager, events_eager = recorded_run(RUN, controller=controller)
+    monkeypatch.setattr(Tensor, "copy_", _copy_unless_into_a_captured_input(Tensor.copy_, validation=validation))
+    result, events = recorded_run(RUN, controller=controller)
+    graphs = graphed[-1]
+    if validation:
+        assert graphs.validation_replays > 0
+        assert first_event_difference(events, events_eager) is not None
+    else:
+        assert graphs.replays > graphs.validation_replays
+        assert first_weight_difference(result.final_weights, result_eager.final_weights) is not None
 
 
 def _copy_unless_into_a_captured_input(
@@ -181,19 +190,6 @@ def _copy_unless_into_a_captured_input(
         return copy(self, src, non_blocking)
 
     return copy_
-
-
-def test_a_validation_replay_that_skips_the_new_batch_is_caught(
-    graphed: list[GraphedSteps], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The guard, shown for fused validation: a replay on the captured batch reports other accuracies."""
-    with monkeypatch.context() as eager:
-        eager.setattr(wiring, "build_engine", _plain_build)
-        _, events_eager = recorded_run(RUN, controller="heuristic")
-    monkeypatch.setattr(Tensor, "copy_", _copy_unless_into_a_captured_input(Tensor.copy_, validation=True))
-    _, events = recorded_run(RUN, controller="heuristic")
-    assert graphed[-1].validation_replays > 0
-    assert first_event_difference(events, events_eager) is not None
 
 
 class _BlendingModel(torch.nn.Module):
