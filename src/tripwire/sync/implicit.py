@@ -2,10 +2,12 @@
 
 They are the ops tagged `data_dependent_output` or `dynamic_output_shape` (`nonzero`, `unique`, `masked_select`,
 `bincount`, `equal`, `_local_scalar_dense` reached from inside torch, boolean-mask `index`, `repeat_interleave`
-without `output_size`, `one_hot` without `num_classes`), counted as a dispatch mode sees them: called from Python,
-from autograd or from an op that decomposes above autograd, never an op another op's kernel runs inside itself (a CPU
-`var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel over each such op at
-its autograd keys (and at its backend keys for inference tensors), so only those ops pay; inside
+without `output_size`, `one_hot` without `num_classes`), and `index_put_` with a boolean mask (`t[mask] = values`:
+untagged, its kernel turns the mask into indices with `nonzero`, a wait on a GPU, unless torch makes it a
+`masked_fill_`: one mask, one value held in host memory, no accumulation), counted as a dispatch mode sees them:
+called from Python, from autograd or from an op that decomposes above autograd, never an op another op's kernel runs
+inside itself (a CPU `var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel
+over each such op at its autograd keys (and at its backend keys for inference tensors), so only those ops pay; inside
 `torch.inference_mode`, where autograd is off, in a process with a running process group, and on older torch,
 `ImplicitSyncMode` (a `TorchDispatchMode`) counts, costing every op a trip through Python. The two are compared call
 by call in tests/tripwire/sync/test_sync_kernels.py. Syncs already counted explicitly are not counted twice: the
@@ -47,6 +49,8 @@ _LOCAL = sync._LOCAL
 
 _MASK_DTYPES = (torch.bool, torch.uint8)
 _NO_IMPLICIT = "-"
+# `t[mask] = values` and its spellings: untagged ops that read a boolean mask's positions (`_put_by_mask`)
+_PUTS = frozenset({"index_put", "index_put_", "_index_put_impl_"})
 _implicit_cache: dict[Any, str] = {}
 
 # c10d's ops as the dispatcher sees them -> the `torch.distributed` name a collective is counted under
@@ -88,6 +92,8 @@ def _static_kind(namespace: str, name: str, tags: Any) -> str:
     """`_static_implicit_kind` from an op's namespace, name (no overload) and tags."""
     if namespace == "c10d":
         return kinds.COLLECTIVE.of(_C10D_NAMES.get(name, name.strip("_")))
+    if namespace == "aten" and name in _PUTS:
+        return "put"
     if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
         return _NO_IMPLICIT
     if name == "index":
@@ -115,12 +121,36 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
         masked = any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
         return kinds.MASK_INDEX if masked else None
+    if static == "put":
+        return kinds.MASK_PUT if _put_by_mask(args, kwargs) else None
     if static == "rep":
         return None if kwargs.get("output_size") is not None else kinds.REPEAT_INTERLEAVE
     if static == "onehot":
         classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
         return kinds.ONE_HOT if classes == -1 else None
     return static
+
+
+def _put_by_mask(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether an `index_put_` (`self, indices, values, accumulate`) reads its boolean mask's positions: a mask among
+    its indices, and not the case torch runs as `masked_fill_` instead (`canDispatchToMaskedFill`: no accumulation,
+    one index, a value of one element in host memory: `t[mask] = 0.0`, `t[mask] = -inf`). On a CPU run every value is
+    in host memory, so a one-element value is taken as the fill it is on a GPU when written as a number; a 0-d device
+    tensor there (`t[mask] = x.mean()`) is counted on a GPU only."""
+    indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+    defined = [index for index in indices if index is not None]
+    if not any(isinstance(index, torch.Tensor) and index.dtype in _MASK_DTYPES for index in defined):
+        return False
+    values = args[2] if len(args) > 2 else kwargs.get("values")
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    fill = (
+        not accumulate
+        and len(defined) == 1
+        and isinstance(values, torch.Tensor)
+        and values.numel() == 1
+        and values.device.type == "cpu"
+    )
+    return not fill
 
 
 def _reads_host(kind: str, args: tuple[Any, ...]) -> bool:

@@ -119,9 +119,11 @@ WAIT_STREAM, WAIT_EVENT = "wait_stream", "wait_event"
 GRAPH_BREAK, DISABLE, RECOMPILE = COMPILE.of("graph_break"), COMPILE.of("disable"), COMPILE.of("recompile")
 FRAME, GRAPH, EAGER = COMPILE.of("frame"), COMPILE.of("graph"), COMPILE.of("eager")
 COMPILE_KINDS = (GRAPH_BREAK, DISABLE, RECOMPILE, FRAME, GRAPH, EAGER)
-# implicit kinds whose name says more than the op's (`index` with a boolean mask, an op missing its size argument)
-MASK_INDEX, REPEAT_INTERLEAVE, ONE_HOT = (
+# implicit kinds whose name says more than the op's (`index` with a boolean mask, an op missing its size argument;
+# `index_put_` with a boolean mask: `t[mask] = values` turns the mask into indices, unless it is a fill)
+MASK_INDEX, MASK_PUT, REPEAT_INTERLEAVE, ONE_HOT = (
     IMPLICIT.of("index(mask)"),
+    IMPLICIT.of("index_put(mask)"),
     IMPLICIT.of("repeat_interleave"),
     IMPLICIT.of("one_hot"),
 )

@@ -47,8 +47,10 @@ def test_top_level_data_dependent_ops_are_counted_once(both: Callable[..., list[
     lines: dict[str, str] = {}
 
     def body() -> None:
+        # the index's own nonzero is inside its kernel: not counted again; its backward puts the gradient through the
+        # mask (`_index_put_impl_` with accumulation), which on a GPU turns the mask into indices again and waits
         lines["mask"] = _line()
-        x[x > 0].sum().backward()  # the index's own nonzero and its backward's are inside kernels: not counted
+        x[x > 0].sum().backward()
         lines["ops"] = _line()
         torch.nonzero(x), torch.allclose(x, x), torch.unique(x), torch.repeat_interleave(x.detach().long())
         lines["item"] = _line()
@@ -57,6 +59,7 @@ def test_top_level_data_dependent_ops_are_counted_once(both: Callable[..., list[
     events = both(body)
     assert events == [
         ("implicit:index(mask)", lines["mask"]),
+        ("implicit:index_put(mask)", lines["mask"]),
         ("implicit:nonzero", lines["ops"]),
         ("implicit:allclose", lines["ops"]),
         ("implicit:_unique2", lines["ops"]),
@@ -77,6 +80,40 @@ def test_an_ops_own_reads_inside_its_kernel_are_not_counted(both: Callable[..., 
         x.detach()[torch.tensor([0, 1])]  # integer indices: no mask, nothing data-dependent
 
     assert both(body) == []
+
+
+def test_an_assignment_through_a_boolean_mask_counts_unless_torch_fills(
+    both: Callable[..., list[tuple[str, str]]],
+) -> None:
+    """`t[mask] = values` is `index_put_`, untagged: on a GPU its kernel turns the mask into indices with `nonzero`
+    and waits, unless torch runs it as `masked_fill_` (one mask, one value in host memory, no accumulation:
+    `t[mask] = 0.0`, the logits masked with `-inf`). Counted at its line, kernels and mode alike, including inside
+    inference mode and out of place."""
+    x = torch.tensor([0.0, 1.0, 2.0])
+    values = torch.tensor([3.0, 4.0, 5.0])
+    lines: dict[str, str] = {}
+
+    def body() -> None:
+        y = x.clone()
+        lines["put"] = _line()
+        y[x >= 0] = values
+        y[x > 0] = 0.0  # a fill
+        y[x > 0] = float("-inf")  # a fill
+        y[torch.tensor([0, 2])] = values[:2]  # integer indices: nothing data-dependent
+        lines["accumulate"] = _line()
+        y.index_put_((x > 0,), torch.tensor(1.0), accumulate=True)
+        lines["out_of_place"] = _line()
+        torch.index_put(y, (x >= 0,), values)
+        with torch.inference_mode():
+            lines["inference"] = _line()
+            y[x >= 0] = values
+
+    assert both(body) == [
+        ("implicit:index_put(mask)", lines["put"]),
+        ("implicit:index_put(mask)", lines["accumulate"]),
+        ("implicit:index_put(mask)", lines["out_of_place"]),
+        ("implicit:index_put(mask)", lines["inference"]),
+    ]
 
 
 def test_inference_mode_and_inference_tensors(both: Callable[..., list[tuple[str, str]]]) -> None:
