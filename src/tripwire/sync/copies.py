@@ -190,6 +190,8 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     if accelerator_in_use():  # the tensors say where they are: a host tensor moved to the host moves nothing
         return None
     born = host_born(source)
+    if isinstance(raw_target, torch.Tensor) and host_born(raw_target):  # `x.to(other)`: other's place, host memory
+        return None if born else host_bound
     if isinstance(raw_target, str) and not made_by_user(3):  # torch's own line: a string is the place it means
         return None if born else host_bound
     if sys._getframe(3).f_code is _MODULE_CONVERT:  # torch's `Module.to` moving one of the module's tensors

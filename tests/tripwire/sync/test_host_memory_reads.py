@@ -237,6 +237,19 @@ def test_a_copy_into_host_memory_counts_when_its_source_is_on_the_device() -> No
     assert counted(fill) == {"copy_to_cpu": 1}
 
 
+def test_a_move_to_a_tensor_in_host_memory_counts_when_its_source_is_on_the_device() -> None:
+    """`x.to(other)` takes `other`'s place and dtype: with `other` built in host memory, device data moved there is a
+    device-to-host copy on a GPU run, whatever the names; host data moved there moves nothing."""
+    device_data = torch.ones(3, device=DEVICE) * 2
+
+    def move() -> None:
+        template = torch.zeros(1)
+        device_data.to(template)
+        torch.ones(3).to(template)
+
+    assert counted(move) == {"to_cpu": 1}
+
+
 LOOP = """
 import torch
 
