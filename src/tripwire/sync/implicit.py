@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tripwire.common.kernels import override_kernels, restore_kernels
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
-from tripwire.sync.copies import _host_born, all_host_born
+from tripwire.sync.copies import _host_born, accelerator_in_use, all_host_born
 from tripwire.sync.explicit import ExplicitSyncMode
 from tripwire.sync.installation import Installation, in_counted_backward, patch
 
@@ -119,9 +119,14 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         return None
     if static == "mask":
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        if _uploads_its_indices(args[0] if args else kwargs.get("self"), indices):
+            return kinds.TO_DEVICE
         masked = any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
         return kinds.MASK_INDEX if masked else None
     if static == "put":
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        if _uploads_its_indices(args[0] if args else kwargs.get("self"), indices):
+            return kinds.TO_DEVICE
         return kinds.MASK_PUT if _put_by_mask(args, kwargs) else None
     if static == "rep":
         return None if kwargs.get("output_size") is not None else kinds.REPEAT_INTERLEAVE
@@ -129,6 +134,20 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
         return kinds.ONE_HOT if classes == -1 else None
     return static
+
+
+def _uploads_its_indices(source: object, indices: Any) -> bool:
+    """Whether an `index`/`index_put_` of a device tensor takes an index held in host memory, which torch uploads
+    before it indexes (`make_info`'s `indice.to(self.device())`: a blocking copy from pageable memory, a wait on a
+    GPU; CleanRL's `b_obs[mb_inds]` with a NumPy `mb_inds`, a buffer indexed by `torch.randint(n, (b,))`). Read from
+    the tensors, so on an accelerator only: on a CPU run the indexed tensor's place is unknown when it was built
+    before the recording (a host dataset indexed by host indices uploads nothing), and a NumPy array or list index
+    becomes a tensor inside torch's own `__getitem__`, where nothing marks it."""
+    if not indices or not isinstance(source, torch.Tensor) or not accelerator_in_use():
+        return False
+    return source.device.type not in ("cpu", "meta") and any(
+        isinstance(index, torch.Tensor) and index.device.type == "cpu" for index in indices
+    )
 
 
 def _put_by_mask(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

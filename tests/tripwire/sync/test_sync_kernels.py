@@ -323,3 +323,29 @@ def test_ops_registered_later_are_listed_and_only_their_schemas_are_read(monkeyp
         assert implicit._implicit_targets() == listed
     finally:
         library._destroy()
+
+
+def test_a_device_tensor_indexed_by_host_indices_uploads_them_on_an_accelerator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`b_obs[mb_inds]` (CleanRL's minibatches, a NumPy index) or a buffer indexed by `torch.randint(n, (b,))`: torch
+    uploads a host index before it indexes a device tensor, a blocking copy. Read from the tensors on an accelerator
+    (stood in for here: this machine has none); a device index, or a host tensor indexed, uploads nothing; a CPU run
+    cannot tell (the rule's docstring)."""
+    from unittest import mock
+
+    device_tensor = mock.Mock(spec=torch.Tensor)
+    device_tensor.device = torch.device("cuda", 0)
+    host_index = torch.tensor([0, 2])
+    device_index = mock.Mock(spec=torch.Tensor)
+    device_index.device = torch.device("cuda", 0)
+    device_index.dtype = torch.int64
+    index_kind = implicit._static_kind("aten", "index", (torch.Tag.dynamic_output_shape,))
+    put_kind = implicit._static_kind("aten", "index_put_", ())
+    monkeypatch.setattr(implicit, "accelerator_in_use", lambda: True)
+    assert implicit._call_kind(index_kind, (device_tensor, [host_index]), {}) == "to_device"
+    assert implicit._call_kind(put_kind, (device_tensor, [None, host_index], torch.ones(2)), {}) == "to_device"
+    assert implicit._call_kind(index_kind, (device_tensor, [device_index]), {}) is None
+    assert implicit._call_kind(index_kind, (torch.zeros(3), [host_index]), {}) is None
+    monkeypatch.setattr(implicit, "accelerator_in_use", lambda: False)
+    assert implicit._call_kind(index_kind, (device_tensor, [host_index]), {}) is None
