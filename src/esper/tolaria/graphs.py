@@ -222,7 +222,7 @@ class GraphedSteps:
         if key is None or key in self._failed:
             return None
         graphs = self._envs.setdefault(env.env_id, _EnvGraphs())
-        done = self._graphed(graphs, key, env, optimizers, (inputs, targets), lambda i, t: body(i, t))
+        done = self._graphed(graphs, key, env, optimizers, (inputs, targets), body)
         if done is None:
             return None
         result, graphed = done
@@ -239,7 +239,7 @@ class GraphedSteps:
     ) -> ValidationSums | None:
         """Fused validation of one batch (`body(inputs, targets, table)`) as a graph; `plan_key` is what the plan
         changes in its kernels (the slots it overrides, its number of configs)."""
-        key = self._validation_key(env, plan_key, inputs, targets, table)
+        key = self._validation_key(env, plan_key, inputs, targets)
         if key is None or key in self._failed:
             return None
         graphs = self._validations.setdefault(env.env_id, _EnvGraphs())
@@ -319,8 +319,7 @@ class GraphedSteps:
                         if buffer is None:  # the first step makes it: eager
                             return None
                         addresses.append(buffer.data_ptr())
-        shapes = (tuple(inputs.shape), inputs.stride(), inputs.dtype, tuple(targets.shape), targets.dtype)
-        return (model.structure_key(), shapes, tuple(settings), tuple(addresses))
+        return (model.structure_key(), _batch_key(inputs, targets), tuple(settings), tuple(addresses))
 
     def _validation_key(
         self,
@@ -328,17 +327,19 @@ class GraphedSteps:
         plan_key: tuple[object, ...],
         inputs: Tensor,
         targets: Tensor,
-        table: Tensor | None,
     ) -> tuple[object, ...] | None:
         """What a graph of this validation depends on beyond tensor values, or None when it is not graphed: the
-        model's structure (its eval mode included), the plan, the shapes, and the address of every alpha, parameter
-        and buffer its forward reads."""
+        model's structure (its eval mode included), the plan (which also sizes its alpha table), the batch's shapes,
+        and the address of every alpha, parameter and buffer its forward reads."""
         if not self.backend.accepts(inputs) or env.amp_dtype is not None:
             return None
         model = env.model
         addresses = [alpha.data_ptr() for alpha in model.prepare_compiled_step()]
         addresses += [tensor.data_ptr() for tensor in model.parameters()]
         addresses += [tensor.data_ptr() for tensor in model.buffers()]
-        shapes = (tuple(inputs.shape), inputs.stride(), inputs.dtype, tuple(targets.shape), targets.dtype)
-        table_shape = None if table is None else (tuple(table.shape), table.dtype)
-        return ("validation", model.structure_key(), plan_key, shapes, table_shape, tuple(addresses))
+        return ("validation", model.structure_key(), plan_key, _batch_key(inputs, targets), tuple(addresses))
+
+
+def _batch_key(inputs: Tensor, targets: Tensor) -> tuple[object, ...]:
+    """What a batch's tensors decide of a graph's kernels beyond their values: shapes, the inputs' strides, dtypes."""
+    return (tuple(inputs.shape), inputs.stride(), inputs.dtype, tuple(targets.shape), targets.dtype)

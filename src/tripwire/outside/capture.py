@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from tripwire.bitwise.fields import MAX_DEPTH, MAX_LEAVES, Descent, object_state, plain_leaf
-from tripwire.common.names import listed, matching
+from tripwire.common.names import excluded, listed
 
 __all__ = ["MAX_DEPTH", "MAX_LEAVES", "Descent", "left_out", "no_value", "not_excluded", "object_state"]
 
@@ -43,7 +43,7 @@ def not_excluded(spec: str, skipped: list[str], exclude: Sequence[str]) -> list[
     for entry in skipped:
         path = entry.split(" (", 1)[0]
         name = spec if path == "it" else f"{spec}.{_ITEM.sub(_dotted, path)}"
-        if not matching(name, exclude):
+        if not excluded(name, exclude):
             kept.append(entry)
     return kept
 

@@ -117,17 +117,14 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
     """An op's kind for one call's arguments, from its static kind (a boolean mask, a missing output size)."""
     if static == _NO_IMPLICIT:
         return None
-    if static == "mask":
+    if static in ("mask", "put"):  # `index` / `index_put_` (`self, indices, ...`)
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
         if _uploads_its_indices(args[0] if args else kwargs.get("self"), indices):
             return kinds.TO_DEVICE
+        if static == "put":
+            return kinds.MASK_PUT if _put_by_mask(indices, args, kwargs) else None
         masked = any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
         return kinds.MASK_INDEX if masked else None
-    if static == "put":
-        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
-        if _uploads_its_indices(args[0] if args else kwargs.get("self"), indices):
-            return kinds.TO_DEVICE
-        return kinds.MASK_PUT if _put_by_mask(args, kwargs) else None
     if static == "rep":
         return None if kwargs.get("output_size") is not None else kinds.REPEAT_INTERLEAVE
     if static == "onehot":
@@ -150,13 +147,12 @@ def _uploads_its_indices(source: object, indices: Any) -> bool:
     )
 
 
-def _put_by_mask(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _put_by_mask(indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether an `index_put_` (`self, indices, values, accumulate`) reads its boolean mask's positions: a mask among
     its indices, and not the case torch runs as `masked_fill_` instead (`canDispatchToMaskedFill`: no accumulation,
     one index, a value of one element in host memory: `t[mask] = 0.0`, `t[mask] = -inf`). On a CPU run every value is
     in host memory, so a one-element value is taken as the fill it is on a GPU when written as a number; a 0-d device
     tensor there (`t[mask] = x.mean()`) is counted on a GPU only."""
-    indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
     defined = [index for index in indices if index is not None]
     if not any(isinstance(index, torch.Tensor) and index.dtype in _MASK_DTYPES for index in defined):
         return False
