@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests" / "guardrails"), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 EAGER = ("a_baseline", "b_lifecycle", "c_rollback", "g_preset_and_flags", "h_escrow_workers", "a_baseline@envs_4")
+EAGER += ("a_baseline@save",)  # (a) writing its checkpoint: torch.save's copies to the host
 GPU_TESTS = (
     "tests/kasmina/test_building.py",
     "tests/tolaria/test_engine_validation.py",
@@ -31,6 +32,8 @@ GPU_TESTS = (
     "tests/tripwire/sync/test_sync_references_and_uploads.py",
     "tests/tripwire/sync/test_sync_hot_path.py",
     "tests/tripwire/sync/test_crosscheck.py",
+    "tests/tripwire/sync/test_saves_and_loads.py",
+    "tests/tripwire/sync/test_reads_inside_builders.py",
     "tests/tripwire/gates/test_static_audit.py",
 )
 
@@ -40,7 +43,10 @@ def verdict(ok: bool, detail: str, **extra: Any) -> None:
 
 
 def _label_args(label: str) -> tuple[str, list[str]]:
+    """The scenario a label names and its extra arguments (`--save`'s file named as the record names it)."""
     name, _, extra = label.partition("@")
+    if extra == "save":
+        return name, ["--save", "checkpoint.pt"]
     return name, (["--envs", extra.split("_")[1]] if extra.startswith("envs_") else [])
 
 
@@ -64,7 +70,8 @@ def step_sync(args: argparse.Namespace) -> None:
         name, extra = _label_args(label)
         work = args.out / "work" / label
         work.mkdir(parents=True, exist_ok=True)
-        config, controller = scenario_config(SCENARIOS[name], work, "--device", args.device, *extra)
+        written = [str(work / value) if value.endswith(".pt") else value for value in extra]
+        config, controller = scenario_config(SCENARIOS[name], work, "--device", args.device, *written)
         hub = TelemetryHub()
         backend = InMemoryBackend()
         hub.add_backend(backend)

@@ -143,11 +143,47 @@ def test_save_into_a_folder_name_is_refused_before_training(tmp_path: Path) -> N
     assert not target.exists()  # the run's checkpoint would have gone to ck.pt while the line named ck.pt/
 
 
-def test_a_state_off_the_host_is_digested_as_torch_save_writes_it_with_the_same_digest(
-    saved: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A GPU run's state is hashed through torch.save's own host copy; it must give the digest its resume (always
-    on the host, `map_location="cpu"`) computes. Shown on CPU tensors sent down the same path."""
+def test_a_host_copy_gives_the_digest_a_resume_computes(saved: tuple[Path, dict[str, Any]]) -> None:
+    """A GPU run's state is digested from its one host copy (`host_copy`, through torch.save and back, as a resume
+    reads it): the same digest. Shown on the CPU tensors of a saved checkpoint sent down the same path."""
     _, payload = saved
-    monkeypatch.setattr(checkpoint_digest, "_on_host", lambda value: False)
-    assert content_digest(payload) == payload[DIGEST_KEY]
+    assert content_digest(checkpoint_digest.host_copy(payload)) == payload[DIGEST_KEY]
+
+
+class _OnCuda(torch.Tensor):
+    """A host tensor that says it is on a GPU, as a device tensor of a GPU run would (no GPU here)."""
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", 0)
+
+
+def test_a_device_tensor_is_refused_not_digested_as_an_error_name() -> None:
+    """DLPack cannot hand numpy a device tensor: before the check its bytes were hashed as `<BufferError>`, so two
+    different device states had one digest."""
+    on_gpu = torch.zeros(3).as_subclass(_OnCuda)
+    with pytest.raises(ValueError, match=r"content_digest reads host memory, not cuda:0: digest host_copy\(payload\)"):
+        content_digest({"state": {"x": on_gpu}})
+
+
+def test_saving_copies_each_device_storage_to_the_host_once_and_the_cpu_run_counts_each(tmp_path: Path) -> None:
+    """On a GPU, torch.save copies each device storage to the host, one wait each. The state is copied once
+    (`host_copy`), then digested and written from host memory: the CPU run counts one `save` per storage the GPU run
+    copies, all at `host_copy`, none at the write (before, a GPU run saved twice: once to digest, once to write, and
+    the CPU run counted only the second)."""
+    target = tmp_path / "ck.pt"
+    with SyncCounter() as counter:
+        assert quiet_main(*RUN[:-1], "1", "--save", str(target))[0] == 0
+    saves = [event for event in counter.events if event.kind == "save"]
+    assert {(event.site.split(":")[0], event.function) for event in saves} == {
+        ("src/esper/simic/training/checkpoint_digest.py", "host_copy")
+    }
+    payload = torch.load(target, weights_only=True)
+    client = payload["state"]["client"]
+    optimizer = client["agent"]["optimizer"]
+    fused = optimizer["param_groups"][0]["fused"]  # a fused Adam keeps its step counters on the device
+    moments = [tensor for per in optimizer["state"].values() for key, tensor in per.items() if key != "step" or fused]
+    policy = [value for value in client["agent"]["policy"].values() if isinstance(value, torch.Tensor)]
+    normalizer = [value for value in client["obs_normalizer"].values() if isinstance(value, torch.Tensor)]
+    # the sampling generator's state is host memory on every device: not a wait
+    assert len(saves) == len(policy) + len(moments) + len(normalizer) > 100

@@ -10,7 +10,8 @@ rest is tripwire's own (internal: import the public names from `tripwire`).
 - `installation`: what one counter installed, and how it is put back;
 - `explicit`: `.item()`, `.cpu()`, `bool(t)`, host-bound copies: stand-ins on the watched methods and functions;
 - `implicit`: data-dependent aten ops, by kernels over those ops or a dispatch mode;
-- `patches`: the synchronize entry points and `torch.distributed`'s collectives;
+- `patches`: the synchronize entry points, `torch.distributed`'s collectives, `torch.save` and `torch.load`;
+- `saved`: the device storages a `torch.save` copies to the host, and what a `torch.load` puts in host memory;
 - `watched`: the stand-ins themselves (small, so dynamo traces through them);
 - `copies`: which copies are host-bound, and which host-to-device copies block the host;
 - `spelling`: what a line of source says about the host (no torch);

@@ -50,8 +50,10 @@ __all__ = [
     "host_born",
     "made_by_user",
     "mark_host_born",
+    "note_host_copy",
     "tensor_kind",
     "to_kind",
+    "unchanged_host_copy",
 ]
 
 
@@ -249,6 +251,33 @@ def _make_resident(tensor: torch.Tensor) -> None:
     key = id(tensor)
     if key not in _device_resident:
         _device_resident[key] = weakref.ref(tensor, functools.partial(_forget, key, table=_device_resident))
+
+
+# On a CPU run, the results of counted copies to the host (`.cpu()`, `.to("cpu")`, a `copy_` into a host buffer), by
+# id, with their version counter then: the same object as the tensor copied (`.cpu()` of a host tensor returns it),
+# so not host-born (a later read of the tensor itself waits on a GPU), but what `torch.save` of it would write from
+# host memory on a GPU run too, while nothing has written to it since (`unchanged_host_copy`).
+_host_copies: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
+
+
+def note_host_copy(tensor: object) -> None:
+    """Remember that `tensor` is a counted copy to the host, as it is now (a CPU run; a subclass is never read)."""
+    if type(tensor) in PLAIN and not accelerator_in_use():
+        assert isinstance(tensor, torch.Tensor)
+        key = id(tensor)
+        _host_copies[key] = (weakref.ref(tensor, functools.partial(_forget_copy, key)), tensor._version)
+
+
+def _forget_copy(
+    key: int, _ref: object, table: dict[int, tuple[weakref.ref[torch.Tensor], int]] = _host_copies
+) -> None:
+    table.pop(key, None)
+
+
+def unchanged_host_copy(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` is a counted copy to the host nothing has written to since (`note_host_copy`)."""
+    entry = _host_copies.get(id(tensor))
+    return entry is not None and entry[0]() is tensor and entry[1] == tensor._version
 
 
 def accelerator_in_use() -> bool:

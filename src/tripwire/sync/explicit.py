@@ -50,6 +50,7 @@ from tripwire.sync.copies import (
     host_born,
     made_by_user,
     mark_host_born,
+    note_host_copy,
     tensor_kind,
     to_kind,
     unseen,
@@ -133,6 +134,8 @@ _ONLY_KEEPS_PLACE = _KEEPS_PLACE - frozenset(_SIMPLE_KINDS) - frozenset(_BUILDER
 # call goes through (False: the earlier design, kept as a switch for tests that compare the two call by call)
 use_patches = True
 _LOCAL = sync._LOCAL
+_HOST_COPY_KINDS = frozenset({kinds.CPU, kinds.TO_CPU, kinds.TO_CPU_NONBLOCKING, kinds.COPY_TO_CPU})
+_HOST_COPY_KINDS |= {kinds.COPY_TO_CPU_NONBLOCKING}
 _routed_dunders: frozenset[str] | None = None
 
 
@@ -189,7 +192,10 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
             return result
     elif _host_born and args and host_born(args[0]):  # a read of host memory: on a GPU run too, no wait
         kind = None
-    return call_counted(kind, call, args, kwargs)  # pass-through
+    result = call_counted(kind, call, args, kwargs)  # pass-through
+    if kind in _HOST_COPY_KINDS:  # what a `torch.save` of it writes is host memory (`copies.note_host_copy`)
+        note_host_copy(args[0] if func is _COPY else result)
+    return result
 
 
 def _mark_kept(source: object, result: object) -> None:
@@ -339,6 +345,7 @@ def install_stand_ins(installation: Installation) -> None:
                 handed_over,
                 host_born,
                 receiver=owner is torch,
+                copied=note_host_copy if _SIMPLE_KINDS[key] == kinds.CPU else None,
             )
         elif key in _ONLY_KEEPS_PLACE:
             keeping = keeping_stand_in(original, _mark_kept, _host_born, _LOCAL, in_counted_backward, handed_over)

@@ -90,6 +90,7 @@ _ROWS = (
     Kind("stream_synchronize", "`stream.synchronize()`: the host waits for one stream", True, BOTH),
     Kind("event_synchronize", "`event.synchronize()`: the host waits for one recorded event", True, BOTH),
     Kind("timer_sync", "a `tripwire.timing.CUDATimer` reading its end event: the host waits for it", True),
+    Kind("save", "`torch.save` of accelerator tensors: each storage copied to the host while the host waits", True),
     Kind("wait_stream", "`s.wait_stream(other)`: the device orders two streams; the host does not wait", False, STATIC),
     Kind("wait_event", "`s.wait_event(event)`: the device waits for an event; the host does not", False, STATIC),
 )
@@ -112,7 +113,7 @@ COPY_TO_CPU, COPY_TO_CPU_NONBLOCKING = "copy_to_cpu", "copy_to_cpu_nonblocking"
 TO_DEVICE, COPY_TO_DEVICE, TENSOR_TO_DEVICE = "to_device", "copy_to_device", "tensor_to_device"
 CUDA_SYNCHRONIZE, ACCELERATOR_SYNCHRONIZE = "cuda_synchronize", "accelerator_synchronize"
 STREAM_SYNCHRONIZE, EVENT_SYNCHRONIZE = "stream_synchronize", "event_synchronize"
-TIMER_SYNC = "timer_sync"
+TIMER_SYNC, SAVE = "timer_sync", "save"
 WAIT_STREAM, WAIT_EVENT = "wait_stream", "wait_event"
 
 # what torch.compile did (`tripwire.compile.trace`), named in the `compile:` family

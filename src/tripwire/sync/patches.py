@@ -1,9 +1,11 @@
-"""The synchronize entry points and `torch.distributed`'s collectives, counted while a counter is active.
+"""The synchronize entry points, `torch.distributed`'s collectives and `torch.save`, counted while a counter is active.
 
 `torch.cuda.synchronize`, `torch.accelerator.synchronize`, `torch.cuda.Stream.synchronize` and
 `torch.cuda.Event.synchronize` count their calls, restored on exit (also when the body raised): their code is swapped
 (`tripwire.sync.swaps`), so a reference taken before the counter started (`sync = torch.cuda.synchronize`, a bound
-`stream.synchronize` kept aside) is counted too; one written in C is patched on its owner instead.
+`stream.synchronize` kept aside) is counted too; one written in C is patched on its owner instead. `torch.save` is
+swapped the same way and counts one `save` per device storage it copies to the host (a wait each on a GPU:
+`tripwire.sync.saved`); `torch.load` runs as it is, and what it loads to the host is marked as host memory.
 
 `torch.distributed` collectives and point-to-point calls (`COLLECTIVES`: `all_reduce`, `all_gather`,
 `all_gather_object`, `broadcast`, `barrier`, `send`, `recv`, ...) are replaced, in `torch.distributed` and in
@@ -25,7 +27,9 @@ from typing import Any
 import torch
 
 from tripwire.sync import kinds
+from tripwire.sync import state as sync
 from tripwire.sync.installation import Installation, call_counted, patch
+from tripwire.sync.saved import device_storages, loaded_on_host
 from tripwire.sync.swaps import swap_code
 
 __all__ = ["COLLECTIVES", "counted_method", "patch_sync_functions"]
@@ -89,6 +93,28 @@ def patch_sync_functions(installation: Installation) -> None:
         else:
             patch(installation, owner, name, functools.partial(_counted_call, kind, getattr(owner, name)))
     _patch_collectives(installation)
+    for function, counted in ((torch.serialization.save, _counted_save), (torch.serialization.load, _watched_load)):
+        swap = swap_code(function, counted)
+        if swap is not None:
+            installation.swaps.append(swap)
+
+
+def _counted_save(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`torch.save(obj, f)`: one `save` sync per device storage `obj` holds (`copies.device_storages`), each copied
+    to the host before it is written; then the save, with recording suppressed."""
+    if not sync._LOCAL.suppress:
+        for _ in range(device_storages(args[0] if args else kwargs.get("obj"))):
+            sync.deliver(kinds.SAVE)
+    return call_counted(None, original, args, kwargs)  # pass-through
+
+
+def _watched_load(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`torch.load(f, map_location=...)`: run as it is (nothing suppressed), then what it loaded to the host marked
+    as host memory (`saved.loaded_on_host`), so a later save or read of it is not taken for the device's."""
+    result = original(*args, **kwargs)  # pass-through
+    if not sync._LOCAL.suppress:
+        loaded_on_host(result)
+    return result
 
 
 def _counted_swap(kind: str, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -130,6 +130,8 @@ def _spelled(frame: FrameType, method: str) -> Spelling:
             continue
         if method == "copy_" and isinstance(node.func, ast.Attribute):
             return Spelling(target_is_host=names_host(node.func.value))
+        if method == "load":  # `torch.load(f, map_location)`: where what it reads goes
+            return _load_target(node, frame.f_code)
         if method in BUILDERS:  # a builder's `device=`: a device by name, or the host (a parameter: as passed)
             device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
             if device is None:
@@ -145,6 +147,24 @@ def _spelled(frame: FrameType, method: str) -> Spelling:
             parameter = targets[0].id
         return Spelling(host, bool(targets) and not host, built, pinned, parameter)
     return Spelling()
+
+
+def _load_target(node: ast.Call, code: CodeType) -> Spelling:
+    """`torch.load`'s `map_location`: the host (as `names_host` reads it, or `lambda storage, loc: storage`, which
+    keeps every storage where the file's reader put it, in host memory), a device by name, or none given."""
+    target = next((kw.value for kw in node.keywords if kw.arg == "map_location"), None)
+    if target is None and len(node.args) > 1:
+        target = node.args[1]
+    if target is None:
+        return Spelling()
+    host = names_host(target) or (
+        isinstance(target, ast.Lambda)
+        and bool(target.args.args)
+        and isinstance(target.body, ast.Name)
+        and target.body.id == target.args.args[0].arg
+    )
+    parameter = target.id if isinstance(target, ast.Name) and target.id in _parameters(code) else ""
+    return Spelling(target_is_host=host, device_named=not host, parameter=parameter)
 
 
 def _spelled_at(frame: FrameType, method: str) -> Spelling:

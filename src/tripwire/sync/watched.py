@@ -119,6 +119,7 @@ def counted_stand_in(
     in_host_memory: Callable[[object], bool],
     *,
     receiver: bool = False,
+    copied: Callable[[object], None] | None = None,
 ) -> Callable[..., Any]:
     """A stand-in for a read that syncs (`Tensor.item`, `.cpu`, `__bool__`, ...): on a counting thread outside
     suppressed code, `deliver(kind)`, then the original with counting suppressed, so nothing it runs counts again
@@ -126,18 +127,23 @@ def counted_stand_in(
     host memory (`in_host_memory`, asked only once one is) waits for nothing, on a GPU run too: it runs the same
     way, uncounted. A `scalar` read (its only op `_local_scalar_dense`, which has no autograd formula) of a plain
     tensor runs below autograd: the same kernel, not the counting kernel registered at the autograd key, which would
-    only return at once here. `receiver`: as `stand_in`'s."""
+    only return at once here. `receiver`: as `stand_in`'s. `copied`: called with the result of a counted copy to the
+    host (`.cpu()`: `copies.note_host_copy`)."""
 
     def body(*args: Any, **kwargs: Any) -> Any:
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
-        if not (args and in_host_memory(args[0])):
+        counted = not (args and in_host_memory(args[0]))
+        if counted:
             deliver(kind)
         local.suppress += 1
         try:
-            return original(*args, **kwargs)  # pass-through
+            result = original(*args, **kwargs)  # pass-through
         finally:
             local.suppress -= 1
+        if counted and copied is not None:
+            copied(result)
+        return result
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
@@ -146,16 +152,20 @@ def counted_stand_in(
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
-        if not (args and in_host_memory(args[0])):
+        counted = not (args and in_host_memory(args[0]))
+        if counted:
             deliver(kind)
         local.suppress += 1
         try:
             if scalar and args and type(args[0]) in _PLAIN:
                 with _BELOW_AUTOGRAD():
                     return original(*args, **kwargs)  # pass-through
-            return original(*args, **kwargs)  # pass-through
+            result = original(*args, **kwargs)  # pass-through
         finally:
             local.suppress -= 1
+        if counted and copied is not None:
+            copied(result)
+        return result
 
     def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
         if is_compiling():
@@ -164,16 +174,20 @@ def counted_stand_in(
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
-        if not (args and in_host_memory(args[0])):
+        counted = not (args and in_host_memory(args[0]))
+        if counted:
             deliver(kind)
         local.suppress += 1
         try:
             if scalar and args and type(args[0]) in _PLAIN:
                 with _BELOW_AUTOGRAD():
                     return original(*args, **kwargs)  # pass-through
-            return original(*args, **kwargs)  # pass-through
+            result = original(*args, **kwargs)  # pass-through
         finally:
             local.suppress -= 1
+        if counted and copied is not None:
+            copied(result)
+        return result
 
     return _named(called if receiver else watched, original)
 

@@ -21,7 +21,7 @@ import torch
 
 from esper.files import replace_atomically
 from esper.messages import first_line
-from esper.simic.training.checkpoint_digest import DIGEST_KEY, content_digest
+from esper.simic.training.checkpoint_digest import DIGEST_KEY, content_digest, host_copy
 from esper.simic.training.checkpoint_schema import (
     BOOL,
     COUNT,
@@ -66,16 +66,18 @@ def save_checkpoint(
     """Write atomically: a crash mid-save leaves the previous checkpoint (or none), never a partial one."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "format": CHECKPOINT_FORMAT,
-        "version": CHECKPOINT_VERSION,
-        "rounds_completed": rounds_completed,
-        "n_envs": layout.n_envs,
-        "slot_ids": list(layout.slot_ids),
-        "task": layout.task,
-        "controller": layout.controller,
-        "state": state,
-    }
+    payload = host_copy(
+        {
+            "format": CHECKPOINT_FORMAT,
+            "version": CHECKPOINT_VERSION,
+            "rounds_completed": rounds_completed,
+            "n_envs": layout.n_envs,
+            "slot_ids": list(layout.slot_ids),
+            "task": layout.task,
+            "controller": layout.controller,
+            "state": state,
+        }
+    )  # the one copy of the state to the host: digested and written as it is
     payload[DIGEST_KEY] = content_digest(payload)
     existed = target.exists()
     try:

@@ -8,9 +8,12 @@ bytes. It leaves out only what a resume never reads: Adam's kernel flags (`fused
 `differentiable`), which the resuming run replaces with its own. A checkpoint written before digests has none and
 resumes with a note.
 
-Tensor bytes are read through DLPack, in place, on the host: no host copy of the trainer's own (a GPU run's state is
-hashed as `torch.save` writes it, a host copy that `torch.save` makes anyway), so saving and resuming add no sync to
-the run's accounting.
+Tensor bytes are read through DLPack, in place, on the host: `content_digest` takes a payload in host memory, and
+refuses a device tensor. `save_checkpoint` makes that payload with `host_copy`, the one host copy of the state a save
+needs (what `torch.save` would make of device tensors anyway, one wait per storage on a GPU), then digests and writes
+that copy: a GPU run waits once per storage, not twice, and a CPU run's accounting counts those waits at the same
+line (`torch.save` of device tensors is counted, on a CPU run too; what `torch.load(..., map_location="cpu")` returns
+is host memory on both).
 """
 
 from __future__ import annotations
@@ -27,27 +30,21 @@ DIGEST_KEY = "digest"
 KERNEL_FLAGS = frozenset({"fused", "foreach", "capturable", "differentiable"})  # the resuming run's own
 
 
+def host_copy(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """`payload` with every tensor in host memory: written by `torch.save` and read back (`map_location="cpu"`), so
+    the copy is what a resume reads, and the shared storages stay shared."""
+    buffer = io.BytesIO()
+    torch.save(dict(payload), buffer)
+    buffer.seek(0)
+    copied: dict[str, Any] = torch.load(buffer, map_location="cpu", weights_only=True)
+    return copied
+
+
 def content_digest(payload: Mapping[str, Any]) -> str:
-    """`sha256:<hex>` of `payload` without its own digest field (module docstring)."""
-    body: Any = {key: value for key, value in payload.items() if key != DIGEST_KEY}
-    if not _on_host(body):
-        buffer = io.BytesIO()
-        torch.save(body, buffer)
-        buffer.seek(0)
-        body = torch.load(buffer, map_location="cpu", weights_only=True)
+    """`sha256:<hex>` of `payload` without its own digest field (module docstring); every tensor in host memory."""
     hasher = hashlib.sha256()
-    _update(hasher, body, "")
+    _update(hasher, {key: value for key, value in payload.items() if key != DIGEST_KEY}, "")
     return f"sha256:{hasher.hexdigest()}"
-
-
-def _on_host(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return value.device.type == "cpu"
-    if isinstance(value, Mapping):
-        return all(_on_host(item) for item in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(_on_host(item) for item in value)
-    return True
 
 
 def _update(hasher: Any, value: Any, path: str) -> None:
@@ -73,6 +70,8 @@ def _tensor_bytes(tensor: torch.Tensor) -> Any:
     field the schema leaves open may hold, is read as its dense or integer form)."""
     if tensor.device.type == "meta":
         return b"<meta>"
+    if tensor.device.type != "cpu":
+        raise ValueError(f"content_digest reads host memory, not {tensor.device}: digest host_copy(payload)")
     if tensor.layout != torch.strided:
         tensor = tensor.to_dense()
     if tensor.is_quantized:

@@ -1,0 +1,146 @@
+"""`torch.save` and `torch.load`: what a checkpoint costs the host on a GPU, counted on a CPU run too.
+
+`torch.save` copies every accelerator storage it writes to the host first (`storage.cpu()`), one blocking copy each:
+a `save` sync per distinct storage (`device_storages`). On an accelerator the tensors say where they are. On a CPU
+run every tensor is on the host, so a tensor counts unless it is known to be host memory on every device:
+
+- built in host memory while the counter ran (`copies.host_born`), or read by `torch.load(..., map_location="cpu")`
+  (however the line spells the host: `loaded_on_host` marks what it returns);
+- a counted copy to the host (`x.cpu()`, `{k: v.cpu() ...}`, `host.copy_(x)`) that nothing has written to since
+  (`copies.unchanged_host_copy`): on a CPU run the same object as the tensor copied, so a save of the tensor itself,
+  unchanged since its copy, is taken for a save of the copy;
+- a generator's state (`get_state()`, `torch.get_rng_state()`: a CPU byte tensor whatever the generator's device,
+  told by its dtype and size);
+- an optimizer's `step` counter, which torch's optimizers keep in host memory unless the group is `fused` or
+  `capturable` (read from the group: a saved `optimizer.state_dict()` or the optimizer itself).
+
+The saved object is walked through mappings, sequences, sets and objects' `__dict__` (a module saved whole), reading
+nothing else of them: no property, no `__getstate__`, no loop code runs; at most `WALK_LIMIT` objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from tripwire.sync.copies import PLAIN, accelerator_in_use, host_born, mark_host_born, unchanged_host_copy
+from tripwire.sync.spelling import spelling
+
+__all__ = ["WALK_LIMIT", "device_storages", "loaded_on_host"]
+
+# The most objects one walk looks at (a model's state and its optimizer's: a few thousand)
+WALK_LIMIT = 100_000
+# What `get_state()` of a CPU generator returns: a byte tensor of this many elements (a CUDA generator's is smaller,
+# and in host memory too; a CPU run has none)
+_GENERATOR_SHAPE = tuple(torch.Generator().get_state().shape)
+_ATOMS = (type, str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device)
+
+
+def device_storages(obj: object) -> int:
+    """How many distinct device storages `torch.save(obj)` copies to the host (module docstring)."""
+    on_accelerator = accelerator_in_use()
+    storages: set[tuple[str, int]] = set()
+    with torch._C.DisableTorchFunction():  # a loop's own function mode never sees tripwire's reads
+        for tensor in _tensors(obj, on_accelerator):
+            place = tensor.device
+            if place.type == "meta":
+                continue
+            if place.type == "cpu" and (on_accelerator or _host_memory(tensor)):
+                continue
+            try:
+                storages.add((str(place), tensor.untyped_storage().data_ptr()))
+            except (RuntimeError, NotImplementedError):  # no storage of its own (sparse, nested, a functional wrapper)
+                storages.add((str(place), id(tensor)))
+    return len(storages)
+
+
+def loaded_on_host(result: object) -> None:
+    """After `torch.load`: on a CPU run, mark every tensor it returned as host memory when the line loads to the host
+    (`map_location="cpu"`, `torch.device("cpu")`, a name with `cpu` or `host` in it); a tensor loaded to a device by
+    name (`map_location=self.device`) or where it was saved stays a device tensor."""
+    if accelerator_in_use() or not spelling("load").target_is_host:
+        return
+    for tensor in _tensors(result, on_accelerator=False, steps=True):
+        if type(tensor) in PLAIN:
+            mark_host_born(tensor)
+
+
+def _host_memory(tensor: torch.Tensor) -> bool:
+    """Whether a CPU run's tensor is in host memory on a GPU run too (module docstring)."""
+    generator_state = tensor.dtype == torch.uint8 and tuple(tensor.shape) == _GENERATOR_SHAPE
+    return generator_state or host_born(tensor) or unchanged_host_copy(tensor)
+
+
+def _tensors(obj: object, on_accelerator: bool, steps: bool = False) -> list[torch.Tensor]:
+    """Every tensor `obj` holds (module docstring), an optimizer's host-kept `step` counters left out on a CPU run
+    unless `steps`."""
+    found: list[torch.Tensor] = []
+    seen: set[int] = set()
+    stack: list[object] = [obj]
+    while stack and len(seen) < WALK_LIMIT:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, _ATOMS):
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, torch.optim.Optimizer):
+            stack.extend(_optimizer_state(item, on_accelerator or steps))
+        elif isinstance(item, dict):
+            if _is_optimizer_state(item) and not (on_accelerator or steps):
+                stack.extend(_saved_optimizer_state(item))
+            else:
+                stack.extend(dict.values(item))
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        else:
+            try:
+                state = object.__getattribute__(item, "__dict__")
+            except AttributeError:
+                continue
+            if isinstance(state, dict):
+                stack.extend(state.values())
+    return found
+
+
+def _host_steps(group: dict[str, Any]) -> bool:
+    """Whether torch keeps this group's `step` counters in host memory (not `fused`, not `capturable`)."""
+    return not (group.get("fused") or group.get("capturable"))
+
+
+def _is_optimizer_state(item: dict[Any, Any]) -> bool:
+    groups = item.get("param_groups")
+    return (
+        isinstance(item.get("state"), dict)
+        and isinstance(groups, list)
+        and all(isinstance(group, dict) and "params" in group for group in groups)
+    )
+
+
+def _saved_optimizer_state(item: dict[Any, Any]) -> Iterator[object]:
+    """What a saved `optimizer.state_dict()` holds, its host-kept `step` counters left out."""
+    state: dict[Any, Any] = item["state"]
+    for group in item["param_groups"]:
+        host = _host_steps(group)
+        yield from group.values()
+        for index in group["params"]:
+            per = state.get(index) if isinstance(index, (int, str)) else None
+            if isinstance(per, dict):
+                yield from (value for key, value in per.items() if not (host and key == "step"))
+    yield from (value for key, value in item.items() if key not in ("state", "param_groups"))
+
+
+def _optimizer_state(optimizer: torch.optim.Optimizer, steps: bool) -> Iterator[object]:
+    """An optimizer saved whole: its groups and per-parameter state (the host-kept `step` counters left out unless
+    `steps`), and the rest of its attributes."""
+    state = optimizer.state
+    for group in optimizer.param_groups:
+        host = _host_steps(group) and not steps
+        yield from group.values()
+        for param in group["params"]:
+            per = state.get(param)
+            if isinstance(per, dict):
+                yield from (value for key, value in per.items() if not (host and key == "step"))
+    yield from (value for key, value in vars(optimizer).items() if key not in ("state", "param_groups"))

@@ -1,0 +1,143 @@
+"""`torch.save` of device tensors copies each storage to the host, one wait each on a GPU: counted as `save`.
+
+Before, a checkpoint written from a GPU's state counted nothing, on a CPU run or a GPU: skrl writes its agent's
+modules and optimizer every `checkpoint_interval` steps from inside the loop, CleanRL and SB3 at the end. On a CPU run
+a tensor counts unless it is host memory on a GPU run too: built there while the counter ran, loaded there
+(`torch.load(..., map_location="cpu")`), a counted copy to the host nothing wrote to since, a generator's state, or an
+optimizer's `step` counter that torch keeps there (not `fused`, not `capturable`). Run on a GPU (the device check's
+test step), the same tests check the count read from the tensors' devices.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from tripwire.sync import hot_path
+from tripwire.sync.counter import SyncCounter
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def saves(body: Callable[[], object]) -> int:
+    """How many `save` syncs `body` makes in a hot-path region."""
+    with SyncCounter() as counter, hot_path("region"):
+        body()
+    return counter.counts_by_kind("region").get("save", 0)
+
+
+def written(obj: object) -> None:
+    torch.save(obj, io.BytesIO())
+
+
+def trained(**adam: bool) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)).to(DEVICE)
+    optimizer = torch.optim.Adam(model.parameters(), **adam)
+    model(torch.randn(5, 4, device=DEVICE)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def test_a_models_state_counts_one_save_per_device_storage() -> None:
+    model, _ = trained(foreach=True)
+    state = model.state_dict()
+    # weight, bias; BatchNorm's weight, bias, running mean, running var, batches tracked
+    assert saves(lambda: written(state)) == 7
+    assert saves(lambda: written(model)) == 7  # the module saved whole: found through its `__dict__`
+    assert saves(lambda: written({"a": state, "again": state, "view": state["0.weight"][0]})) == 7  # shared: once
+
+
+def test_host_memory_is_not_a_wait() -> None:
+    model, _ = trained(foreach=True)
+
+    def host_copies() -> None:
+        written({name: value.cpu() for name, value in model.state_dict().items()})
+        written(torch.zeros(3))  # built in host memory
+        written(torch.Generator().get_state())  # a generator's state is host memory on every device
+        written(torch.get_rng_state())
+
+    assert saves(host_copies) == 0
+
+
+def test_a_tensor_written_to_after_its_host_copy_is_the_device_tensor_again() -> None:
+    """On a CPU run `.cpu()` returns the tensor itself: it stands for the host copy only while nothing writes to it."""
+    model, _ = trained(foreach=True)
+    weight = model[0].weight
+
+    def copied_then_changed() -> None:
+        copy = weight.detach().cpu()
+        written(copy)
+        with torch.no_grad():
+            copy.add_(1.0)  # on a CPU run the parameter itself: an optimizer step between copy and save
+        written(copy)
+
+    assert saves(copied_then_changed) == (0 if DEVICE.type == "cuda" else 1)
+
+
+def test_an_optimizers_step_counters_count_where_torch_keeps_them() -> None:
+    """Adam keeps `step` in host memory unless fused or capturable; exp_avg and exp_avg_sq live with the parameter."""
+    _, foreach = trained(foreach=True)
+    assert saves(lambda: written(foreach.state_dict())) == 4 * 2  # 4 parameters, 2 moments each
+    assert saves(lambda: written(foreach)) == 4 * 2 + 4  # saved whole: its parameters too
+    _, fused = trained(fused=True)
+    assert saves(lambda: written(fused.state_dict())) == 4 * 3  # the step counters on the device too
+
+
+def test_what_is_loaded_to_the_host_is_host_memory_and_what_is_loaded_to_a_device_is_not() -> None:
+    model, _ = trained(foreach=True)
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    device = DEVICE
+
+    def loaded(how: Callable[[io.BytesIO], object]) -> Callable[[], None]:
+        def body() -> None:
+            buffer.seek(0)
+            written(how(buffer))
+
+        return body
+
+    assert saves(loaded(lambda f: torch.load(f, map_location="cpu"))) == 0
+    assert saves(loaded(lambda f: torch.load(f, map_location=torch.device("cpu")))) == 0
+    assert saves(loaded(lambda f: torch.load(f, map_location=lambda storage, location: storage))) == 0
+    assert saves(loaded(lambda f: torch.load(f, map_location=device))) == 7  # the run's device: a GPU on a GPU run
+    assert saves(loaded(lambda f: torch.load(f))) == 7  # where it was saved: on a GPU run, the GPU
+
+
+def test_the_walk_reads_nothing_of_the_loop_a_function_mode_would_see() -> None:
+    """The loop's own function mode sees torch.save's calls as it does without tripwire, none of tripwire's reads."""
+    model, _ = trained(foreach=True)
+    state = model.state_dict()
+
+    class Seen(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.calls.append(getattr(func, "__name__", repr(func)))
+            return func(*args, **(kwargs or {}))
+
+    def seen() -> list[str]:
+        with Seen() as mode:
+            written(state)
+        return mode.calls
+
+    alone = seen()
+    with SyncCounter():
+        watched = seen()
+    assert watched == alone
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync detector needs CUDA")
+def test_torchs_detector_flags_each_save_tripwire_counts() -> None:
+    model, _ = trained(foreach=True)
+    state = model.state_dict()
+    with SyncCounter(cuda_cross_check=True) as counter:
+        written(state)
+    check = counter.cross_check()
+    assert check is not None and check.ok, check and check.format()
+    assert counter.counts_by_kind().get("save") == 7
