@@ -6,11 +6,14 @@ original function object. `swap_code(function, counted)` changes the object itse
 trampoline that hands the call to `counted(args, kwargs)` (reached through a keyword-only default, so nothing is
 added to the function's module), which records it and calls an untouched copy of the original. `restore` puts the
 original code back. The trampoline has the original's free variables, so a method that calls `super()` (its
-`__class__` cell) can be swapped too. While swapped, the function's signature reads `(*args, **kwargs)`.
+`__class__` cell) can be swapped too. While swapped, the function's signature is still its own: `__signature__` holds
+it (what `inspect.signature` reads first), so a loop that asks which arguments `torch.load` takes (`"weights_only" in
+inspect.signature(torch.load).parameters`) gets the answer it gets without tripwire; `restore` takes it off again.
 """
 
 from __future__ import annotations
 
+import inspect
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +35,9 @@ class _MethodTrampoline:
 _TRAMPOLINES = {(): _trampoline.__code__, ("__class__",): _MethodTrampoline.method.__code__}
 
 
+_NONE = object()
+
+
 @dataclass
 class Swap:
     """One swapped function and what puts it back."""
@@ -40,11 +46,16 @@ class Swap:
     code: types.CodeType
     defaults: tuple[Any, ...] | None
     kwdefaults: dict[str, Any] | None
+    signature: Any = _NONE  # the function's own `__signature__` attribute before the swap (`_NONE`: it had none)
 
     def restore(self) -> None:
         self.function.__code__ = self.code
         self.function.__defaults__ = self.defaults
         self.function.__kwdefaults__ = self.kwdefaults
+        if self.signature is _NONE:
+            vars(self.function).pop("__signature__", None)
+        else:
+            self.function.__signature__ = self.signature  # type: ignore[attr-defined]
 
 
 def swap_code(function: Any, counted: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]) -> Swap | None:
@@ -59,7 +70,14 @@ def swap_code(function: Any, counted: Callable[[Any, tuple[Any, ...], dict[str, 
         function.__code__, function.__globals__, function.__name__, function.__defaults__, function.__closure__
     )
     original.__kwdefaults__ = function.__kwdefaults__
-    swap = Swap(function, function.__code__, function.__defaults__, function.__kwdefaults__)
+    try:
+        signature: Any = inspect.signature(function)
+    except (TypeError, ValueError):  # none Python can give: none to keep
+        signature = None
+    kept = vars(function).get("__signature__", _NONE)
+    swap = Swap(function, function.__code__, function.__defaults__, function.__kwdefaults__, kept)
+    if signature is not None:
+        function.__signature__ = signature  # type: ignore[attr-defined]
     function.__code__ = trampoline
     function.__defaults__ = None
     function.__kwdefaults__ = {"_tripwire_counted": _Bound(counted, original)}

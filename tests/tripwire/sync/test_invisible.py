@@ -516,3 +516,21 @@ def test_a_watched_callable_inspected_while_counting_reads_as_torchs_own() -> No
     for name in names:  # and, from an instance's method (a stand-in's), the class's own descriptor or function
         assert inside[f"t.{name}"][1] is inspect.unwrap(getattr(torch.Tensor, name)), name
         assert isinstance(placed[name], FunctionType) and "tripwire" in placed[name].__code__.co_filename, name
+
+
+def test_a_swapped_function_inspected_while_counting_reads_as_its_own() -> None:
+    """The functions whose code is swapped while counting (`tripwire.sync.swaps`: `torch.save`, `torch.load`, the
+    synchronize entry points) read `(*args, _tripwire_counted=..., **kwargs)` before: a loop that asks whether
+    `torch.load` takes `weights_only` (`"weights_only" in inspect.signature(torch.load).parameters`) took the other
+    path under tripwire. Their signatures read as their own while swapped, and nothing is left on them after."""
+    import inspect
+
+    swapped = [torch.save, torch.load, torch.cuda.synchronize, vars(torch.cuda.Event)["synchronize"]]
+    plain = [(_introspected(function), dict(vars(function))) for function in swapped]
+    with SyncCounter():
+        inside = [_introspected(function) for function in swapped]
+        assert "weights_only" in inspect.signature(torch.load).parameters
+        assert inspect.getfullargspec(torch.save).args[:2] == ["obj", "f"]
+        assert all("tripwire" in function.__code__.co_filename for function in swapped[:2])  # swapped indeed
+    assert inside == [introspected for introspected, _ in plain]
+    assert [dict(vars(function)) for function in swapped] == [attributes for _, attributes in plain]
