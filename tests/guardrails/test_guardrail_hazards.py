@@ -24,6 +24,7 @@ from esper.simic.rewards.normalizers import RewardNormalizer, RunningMeanStd
 from esper.simic.training.trainer import VectorizedPPOTrainer
 from esper.simic.training.wiring import BatchSource
 from esper.tolaria.engine import VectorizedEngine
+from esper.tolaria.governor import RollbackReport, TolariaGovernor
 from tripwire.common.errors import SyncBudgetExceeded, TrajectoryDivergence
 from tripwire.gates.goldens import GoldenStore
 from tripwire.gates.pytest_plugin import GateLog
@@ -74,6 +75,17 @@ def _obs_update_twice(self: RunningMeanStd, batch: torch.Tensor) -> None:
     _OBS_UPDATE(self, batch)
 
 
+_ROLLBACK = TolariaGovernor.execute_rollback
+
+
+def _rollback_then_empty_cache(self: TolariaGovernor, epoch: int, reason: str) -> RollbackReport:
+    """Hazard: the rollback hands the freed snapshot memory back to the device (`torch.cuda.empty_cache()`, a wait
+    for the device and a no-op on a CPU run; the original trainer keeps it out on purpose)."""
+    report = _ROLLBACK(self, epoch, reason)
+    torch.cuda.empty_cache()
+    return report
+
+
 @dataclass(frozen=True)
 class CheaperGermination(RewardConfig):
     """Hazard: one reward constant changed (germination cost -0.02 -> -0.03)."""
@@ -109,6 +121,19 @@ def test_extra_item_in_per_env_loop_fails_the_budget_naming_region_and_site(
     assert "region 'train_pass': 40 syncs, budget 0 (+40)" in message  # 8 batches x 5 epochs
     assert f"NEW {HERE}:" in message and "in _train_batch_with_item  ×40  [item×40]" in message
     gate_log.add("hazard: .item() in env loop", "a_baseline", "caught", message.splitlines()[1].strip())
+
+
+def test_emptying_the_cuda_cache_in_the_rollback_fails_the_budget_on_a_cpu_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_c_rollback: ScenarioRun, gate_log: GateLog
+) -> None:
+    store = golden_store(tmp_path, "c_rollback", run_c_rollback)
+    monkeypatch.setattr(TolariaGovernor, "execute_rollback", _rollback_then_empty_cache)
+    hazard = run_scenario(SCENARIOS["c_rollback"], tmp_path)
+    with pytest.raises(SyncBudgetExceeded) as failure:
+        store.check_sync_budget("c_rollback", hazard.counter, hazard.trajectory.context)
+    message = str(failure.value)
+    assert f"NEW {HERE}:" in message and "in _rollback_then_empty_cache  ×1  [cuda_empty_cache×1]" in message
+    gate_log.add("hazard: empty_cache in rollback", "c_rollback", "caught", message.splitlines()[1].strip())
 
 
 def test_changed_rng_consumption_names_the_first_diverging_checkpoint(

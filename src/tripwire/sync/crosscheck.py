@@ -44,6 +44,7 @@ REASONS: dict[str, str] = {
     **{name: _UPLOAD for name in (kinds.TO_DEVICE, kinds.COPY_TO_DEVICE, kinds.TENSOR_TO_DEVICE)},
     **{name: _WAIT for name in (kinds.CUDA_SYNCHRONIZE, kinds.ACCELERATOR_SYNCHRONIZE, kinds.STREAM_SYNCHRONIZE)},
     kinds.EVENT_SYNCHRONIZE: _WAIT,
+    **{name: _WAIT for name in (kinds.CUDA_EMPTY_CACHE, kinds.ACCELERATOR_EMPTY_CACHE)},
     kinds.TIMER_SYNC: _WAIT,
     kinds.TO_CPU_NONBLOCKING: "a copy queued without a wait",
     kinds.COPY_TO_CPU_NONBLOCKING: "a copy queued without a wait",

@@ -91,6 +91,12 @@ _ROWS = (
     Kind("event_synchronize", "`event.synchronize()`: the host waits for one recorded event", True, BOTH),
     Kind("timer_sync", "a `tripwire.timing.CUDATimer` reading its end event: the host waits for it", True),
     Kind("save", "`torch.save` of accelerator tensors: each storage copied to the host while the host waits", True),
+    Kind(
+        "cuda_empty_cache",
+        "`torch.cuda.empty_cache()`: the allocator's cached blocks freed, after a wait for the device",
+        True,
+    ),
+    Kind("accelerator_empty_cache", "`torch.accelerator.empty_cache()`: as `cuda_empty_cache`", True),
     Kind("wait_stream", "`s.wait_stream(other)`: the device orders two streams; the host does not wait", False, STATIC),
     Kind("wait_event", "`s.wait_event(event)`: the device waits for an event; the host does not", False, STATIC),
 )
@@ -114,6 +120,7 @@ TO_DEVICE, COPY_TO_DEVICE, TENSOR_TO_DEVICE = "to_device", "copy_to_device", "te
 CUDA_SYNCHRONIZE, ACCELERATOR_SYNCHRONIZE = "cuda_synchronize", "accelerator_synchronize"
 STREAM_SYNCHRONIZE, EVENT_SYNCHRONIZE = "stream_synchronize", "event_synchronize"
 TIMER_SYNC, SAVE = "timer_sync", "save"
+CUDA_EMPTY_CACHE, ACCELERATOR_EMPTY_CACHE = "cuda_empty_cache", "accelerator_empty_cache"
 WAIT_STREAM, WAIT_EVENT = "wait_stream", "wait_event"
 
 # what torch.compile did (`tripwire.compile.trace`), named in the `compile:` family

@@ -3,7 +3,10 @@
 `torch.cuda.synchronize`, `torch.accelerator.synchronize`, `torch.cuda.Stream.synchronize` and
 `torch.cuda.Event.synchronize` count their calls, restored on exit (also when the body raised): their code is swapped
 (`tripwire.sync.swaps`), so a reference taken before the counter started (`sync = torch.cuda.synchronize`, a bound
-`stream.synchronize` kept aside) is counted too; one written in C is patched on its owner instead. `torch.save` is
+`stream.synchronize` kept aside) is counted too; one written in C is patched on its owner instead. So are
+`torch.cuda.empty_cache` and `torch.accelerator.empty_cache` (`cuda_empty_cache`, `accelerator_empty_cache`): the
+caching allocator waits for the device's outstanding work before it frees its cached blocks, and `cudaFree` waits for
+the whole device (a no-op on a CPU run, counted there as the wait the same line makes on a GPU). `torch.save` is
 swapped the same way and counts one `save` per device storage it copies to the host (a wait each on a GPU:
 `tripwire.sync.saved`); `torch.load` runs as it is, and what it loads to the host is marked as host memory.
 
@@ -78,9 +81,12 @@ def patch_sync_functions(installation: Installation) -> None:
     """Count the explicit synchronize entry points (the function objects themselves, so a reference taken before the
     counter started is counted too) and every `torch.distributed` collective."""
     targets: list[tuple[Any, str, str]] = [(torch.cuda, "synchronize", kinds.CUDA_SYNCHRONIZE)]
+    targets.append((torch.cuda, "empty_cache", kinds.CUDA_EMPTY_CACHE))
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None and hasattr(accelerator, "synchronize"):
         targets.append((accelerator, "synchronize", kinds.ACCELERATOR_SYNCHRONIZE))
+    if accelerator is not None and hasattr(accelerator, "empty_cache"):
+        targets.append((accelerator, "empty_cache", kinds.ACCELERATOR_EMPTY_CACHE))
     targets.append((torch.cuda.Stream, "synchronize", kinds.STREAM_SYNCHRONIZE))
     targets.append((torch.cuda.Event, "synchronize", kinds.EVENT_SYNCHRONIZE))
     for owner, name, kind in targets:

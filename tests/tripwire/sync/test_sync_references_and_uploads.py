@@ -25,6 +25,7 @@ from tripwire.sync.counter import SyncCounter
 pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
 
 EARLY_SYNCHRONIZE = torch.cuda.synchronize  # taken at import, before any counter patched anything
+EARLY_EMPTY_CACHE = torch.cuda.empty_cache
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -70,6 +71,22 @@ def test_a_synchronize_taken_by_reference_at_import_is_counted() -> None:
     assert count_in_region(step) == {"cuda_synchronize": 1}
     assert torch.cuda.synchronize is EARLY_SYNCHRONIZE  # the function object itself, restored when counting stopped
     assert torch.cuda.synchronize.__code__.co_name == "synchronize"
+
+
+def test_emptying_the_allocators_cache_is_a_wait_on_every_device() -> None:
+    """`torch.cuda.empty_cache()` waits for the device's outstanding work before it frees the cached blocks (the
+    original trainer's own comments call it a synchronous flush and keep it out of the loop). A no-op on a CPU run,
+    counted there as the wait the same line makes on a GPU, by reference too; the functions are put back after."""
+
+    def step() -> None:
+        scratch = torch.ones(1 << 20, device=DEVICE) * 2  # a block for the cache to hold on a GPU
+        del scratch
+        torch.cuda.empty_cache()
+        EARLY_EMPTY_CACHE()
+        torch.accelerator.empty_cache()
+
+    assert count_in_region(step) == {"cuda_empty_cache": 2, "accelerator_empty_cache": 1}
+    assert torch.cuda.empty_cache is EARLY_EMPTY_CACHE and torch.cuda.empty_cache.__code__.co_name == "empty_cache"
 
 
 def test_a_list_uploaded_with_a_device_target_is_one_blocking_copy() -> None:
