@@ -34,6 +34,7 @@ GPU_TESTS = (
     "tests/tripwire/sync/test_crosscheck.py",
     "tests/tripwire/sync/test_saves_and_loads.py",
     "tests/tripwire/sync/test_reads_inside_builders.py",
+    "tests/tripwire/sync/test_linalg_checks.py",
     "tests/tripwire/gates/test_static_audit.py",
 )
 

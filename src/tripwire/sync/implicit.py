@@ -4,7 +4,9 @@ They are the ops tagged `data_dependent_output` or `dynamic_output_shape` (`nonz
 `bincount`, `equal`, `_local_scalar_dense` reached from inside torch, boolean-mask `index`, `repeat_interleave`
 without `output_size`, `one_hot` without `num_classes`), and `index_put_` with a boolean mask (`t[mask] = values`:
 untagged, its kernel turns the mask into indices with `nonzero`, a wait on a GPU, unless torch makes it a
-`masked_fill_`: one mask, one value held in host memory, no accumulation), counted as a dispatch mode sees them:
+`masked_fill_`: one mask, one value held in host memory, no accumulation), and torch.linalg's checked routines
+(`cholesky`, `inv`, `solve`, `eigh`, `svd`, `pinv`, ...: untagged, each reads its error codes to the host on a device;
+`_LINALG_READS`), counted as a dispatch mode sees them:
 called from Python, from autograd or from an op that decomposes above autograd, never an op another op's kernel runs
 inside itself (a CPU `var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel
 over each such op at its autograd keys (and at its backend keys for inference tensors), so only those ops pay; inside
@@ -52,6 +54,20 @@ _NO_IMPLICIT = "-"
 # `t[mask] = values` and its spellings: untagged ops that read a boolean mask's positions (`_put_by_mask`)
 _PUTS = frozenset({"index_put", "index_put_", "_index_put_impl_"})
 _implicit_cache: dict[Any, str] = {}
+# torch.linalg's checked routines, untagged: on a device each reads its result's error codes to the host (torch's docs
+# say each "synchronizes that device with the CPU"), counted as `implicit:linalg_check`: `cholesky`, `inv`, `solve`,
+# `lu_factor` and `ldl_factor` through `_linalg_check_errors`, a top-level op; `eigh`/`eigvalsh`, `eig`/`eigvals`,
+# `svd`/`svdvals`/`matrix_rank`/`cond` and `pinv` inside their own op. Inside `torch.inference_mode` a dispatch mode
+# meets the public ops before they decompose (`linalg_eigh`, `inverse`), so those are listed too. Their `_ex` forms
+# read the codes only with `check_errors=True` (`_LINALG_EX`), `matrix_norm` only for the orders it takes from
+# singular values (2, -2, "nuc").
+_LINALG_READS = frozenset({"_linalg_check_errors", "_linalg_eigh", "linalg_eig", "_linalg_svd", "linalg_pinv"})
+_LINALG_READS |= {"linalg_cholesky", "linalg_inv", "linalg_solve", "linalg_lu_factor", "linalg_ldl_factor"}
+_LINALG_READS |= {"linalg_eigh", "linalg_eigvalsh", "linalg_eigvals", "linalg_svd", "linalg_svdvals", "svd"}
+_LINALG_READS |= {"linalg_matrix_rank", "linalg_cond", "inverse", "pinverse", "linalg_tensorinv", "linalg_tensorsolve"}
+_LINALG_EX = frozenset({"linalg_cholesky_ex", "linalg_inv_ex", "_linalg_solve_ex", "linalg_solve_ex"})
+_LINALG_EX |= {"linalg_lu_factor_ex", "linalg_ldl_factor_ex"}
+_SINGULAR_ORDERS = (2, -2, "nuc")
 
 # c10d's ops as the dispatcher sees them -> the `torch.distributed` name a collective is counted under
 _C10D_NAMES = {
@@ -94,6 +110,12 @@ def _static_kind(namespace: str, name: str, tags: Any) -> str:
         return kinds.COLLECTIVE.of(_C10D_NAMES.get(name, name.strip("_")))
     if namespace == "aten" and name in _PUTS:
         return "put"
+    if namespace == "aten" and name in _LINALG_READS:
+        return kinds.LINALG_CHECK
+    if namespace == "aten" and name in _LINALG_EX:
+        return "checked"
+    if namespace == "aten" and name == "linalg_matrix_norm":
+        return "norm"
     if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
         return _NO_IMPLICIT
     if name == "index":
@@ -125,6 +147,11 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
             return kinds.MASK_PUT if _put_by_mask(indices, args, kwargs) else None
         masked = any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
         return kinds.MASK_INDEX if masked else None
+    if static == "checked":  # keyword-only in every schema
+        return kinds.LINALG_CHECK if kwargs.get("check_errors") else None
+    if static == "norm":  # `linalg_matrix_norm(A, ord, dim, keepdim, *, dtype)`
+        order = args[1] if len(args) > 1 else kwargs.get("ord", "fro")
+        return kinds.LINALG_CHECK if order in _SINGULAR_ORDERS else None
     if static == "rep":
         return None if kwargs.get("output_size") is not None else kinds.REPEAT_INTERLEAVE
     if static == "onehot":

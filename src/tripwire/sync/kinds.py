@@ -128,12 +128,14 @@ GRAPH_BREAK, DISABLE, RECOMPILE = COMPILE.of("graph_break"), COMPILE.of("disable
 FRAME, GRAPH, EAGER = COMPILE.of("frame"), COMPILE.of("graph"), COMPILE.of("eager")
 COMPILE_KINDS = (GRAPH_BREAK, DISABLE, RECOMPILE, FRAME, GRAPH, EAGER)
 # implicit kinds whose name says more than the op's (`index` with a boolean mask, an op missing its size argument;
-# `index_put_` with a boolean mask: `t[mask] = values` turns the mask into indices, unless it is a fill)
-MASK_INDEX, MASK_PUT, REPEAT_INTERLEAVE, ONE_HOT = (
+# `index_put_` with a boolean mask: `t[mask] = values` turns the mask into indices, unless it is a fill; a torch.linalg
+# routine reading its result's error codes, whichever op of it the counter met)
+MASK_INDEX, MASK_PUT, REPEAT_INTERLEAVE, ONE_HOT, LINALG_CHECK = (
     IMPLICIT.of("index(mask)"),
     IMPLICIT.of("index_put(mask)"),
     IMPLICIT.of("repeat_interleave"),
     IMPLICIT.of("one_hot"),
+    IMPLICIT.of("linalg_check"),
 )
 
 
