@@ -14,6 +14,10 @@ run every tensor is on the host, so a tensor counts unless it is known to be hos
 - an optimizer's `step` counter, which torch's optimizers keep in host memory unless the group is `fused` or
   `capturable` (read from the group: a saved `optimizer.state_dict()` or the optimizer itself).
 
+A storage saved as such (what pickling a tensor does: `pickle.dumps(t)` saves its storage through `torch.save`)
+counts on an accelerator, where its device is known; on a CPU run, where it cannot be told from a host tensor's, it
+does not.
+
 The saved object is walked through mappings, sequences, sets and objects' `__dict__` (a module saved whole), reading
 nothing else of them: no property, no `__getstate__`, no loop code runs; at most `WALK_LIMIT` objects.
 """
@@ -44,6 +48,10 @@ def device_storages(obj: object) -> int:
     storages: set[tuple[str, int]] = set()
     with torch._C.DisableTorchFunction():  # a loop's own function mode never sees tripwire's reads
         for tensor in _tensors(obj, on_accelerator):
+            if not isinstance(tensor, torch.Tensor):  # a storage, saved as such (a device tensor pickled)
+                if on_accelerator and tensor.device.type not in ("cpu", "meta"):
+                    storages.add((str(tensor.device), tensor.data_ptr()))
+                continue
             place = tensor.device
             if place.type == "meta":
                 continue
@@ -63,7 +71,7 @@ def loaded_on_host(result: object) -> None:
     if accelerator_in_use() or not spelling("load").target_is_host:
         return
     for tensor in _tensors(result, on_accelerator=False, steps=True):
-        if type(tensor) in PLAIN:
+        if type(tensor) in PLAIN:  # not a storage, nor a subclass
             mark_host_born(tensor)
 
 
@@ -73,10 +81,10 @@ def _host_memory(tensor: torch.Tensor) -> bool:
     return generator_state or host_born(tensor) or unchanged_host_copy(tensor)
 
 
-def _tensors(obj: object, on_accelerator: bool, steps: bool = False) -> list[torch.Tensor]:
-    """Every tensor `obj` holds (module docstring), an optimizer's host-kept `step` counters left out on a CPU run
-    unless `steps`."""
-    found: list[torch.Tensor] = []
+def _tensors(obj: object, on_accelerator: bool, steps: bool = False) -> list[Any]:
+    """Every tensor and storage `obj` holds (module docstring), an optimizer's host-kept `step` counters left out on a
+    CPU run unless `steps`."""
+    found: list[Any] = []
     seen: set[int] = set()
     stack: list[object] = [obj]
     while stack and len(seen) < WALK_LIMIT:
@@ -84,7 +92,7 @@ def _tensors(obj: object, on_accelerator: bool, steps: bool = False) -> list[tor
         if id(item) in seen or isinstance(item, _ATOMS):
             continue
         seen.add(id(item))
-        if isinstance(item, torch.Tensor):
+        if isinstance(item, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)):
             found.append(item)
         elif isinstance(item, torch.optim.Optimizer):
             stack.extend(_optimizer_state(item, on_accelerator or steps))

@@ -11,6 +11,7 @@ test step), the same tests check the count read from the tensors' devices.
 from __future__ import annotations
 
 import io
+import pickle
 from collections.abc import Callable
 
 import pytest
@@ -105,6 +106,15 @@ def test_what_is_loaded_to_the_host_is_host_memory_and_what_is_loaded_to_a_devic
     assert saves(loaded(lambda f: torch.load(f, map_location=lambda storage, location: storage))) == 0
     assert saves(loaded(lambda f: torch.load(f, map_location=device))) == 7  # the run's device: a GPU on a GPU run
     assert saves(loaded(lambda f: torch.load(f))) == 7  # where it was saved: on a GPU run, the GPU
+
+
+def test_a_pickled_device_tensor_counts_on_a_gpu_where_its_storage_is_known_to_be_there() -> None:
+    """`pickle.dumps(t)` saves `t`'s storage through `torch.save`: a wait on a GPU, counted there; on a CPU run a
+    storage cannot be told from a host tensor's (docs/guardrails.md, limits)."""
+    model, _ = trained(foreach=True)
+    weight = model[0].weight.detach()
+    assert saves(lambda: pickle.dumps(weight)) == (1 if DEVICE.type == "cuda" else 0)
+    assert saves(lambda: written(weight.untyped_storage())) == (1 if DEVICE.type == "cuda" else 0)
 
 
 def test_the_walk_reads_nothing_of_the_loop_a_function_mode_would_see() -> None:
