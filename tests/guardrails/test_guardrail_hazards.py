@@ -109,15 +109,21 @@ def diverged_run(store: GoldenStore, name: str, scenario: GateScenario, tmp_path
     return hazard, str(failure.value)
 
 
+def budget_failure(tmp_path: Path, name: str, clean: ScenarioRun) -> str:
+    """Run scenario `name` with its hazard patched in, against the budget written from its clean run: the message
+    the sync budget check fails with."""
+    store = golden_store(tmp_path, name, clean)
+    hazard = run_scenario(SCENARIOS[name], tmp_path)
+    with pytest.raises(SyncBudgetExceeded) as failure:
+        store.check_sync_budget(name, hazard.counter, hazard.trajectory.context)
+    return str(failure.value)
+
+
 def test_extra_item_in_per_env_loop_fails_the_budget_naming_region_and_site(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_a_baseline: ScenarioRun, gate_log: GateLog
 ) -> None:
-    store = golden_store(tmp_path, "a_baseline", run_a_baseline)
     monkeypatch.setattr(VectorizedEngine, "train_batch", _train_batch_with_item)
-    hazard = run_scenario(SCENARIOS["a_baseline"], tmp_path)
-    with pytest.raises(SyncBudgetExceeded) as failure:
-        store.check_sync_budget("a_baseline", hazard.counter, hazard.trajectory.context)
-    message = str(failure.value)
+    message = budget_failure(tmp_path, "a_baseline", run_a_baseline)
     assert "region 'train_pass': 40 syncs, budget 0 (+40)" in message  # 8 batches x 5 epochs
     assert f"NEW {HERE}:" in message and "in _train_batch_with_item  ×40  [item×40]" in message
     gate_log.add("hazard: .item() in env loop", "a_baseline", "caught", message.splitlines()[1].strip())
@@ -126,12 +132,8 @@ def test_extra_item_in_per_env_loop_fails_the_budget_naming_region_and_site(
 def test_emptying_the_cuda_cache_in_the_rollback_fails_the_budget_on_a_cpu_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_c_rollback: ScenarioRun, gate_log: GateLog
 ) -> None:
-    store = golden_store(tmp_path, "c_rollback", run_c_rollback)
     monkeypatch.setattr(TolariaGovernor, "execute_rollback", _rollback_then_empty_cache)
-    hazard = run_scenario(SCENARIOS["c_rollback"], tmp_path)
-    with pytest.raises(SyncBudgetExceeded) as failure:
-        store.check_sync_budget("c_rollback", hazard.counter, hazard.trajectory.context)
-    message = str(failure.value)
+    message = budget_failure(tmp_path, "c_rollback", run_c_rollback)
     assert f"NEW {HERE}:" in message and "in _rollback_then_empty_cache  ×1  [cuda_empty_cache×1]" in message
     gate_log.add("hazard: empty_cache in rollback", "c_rollback", "caught", message.splitlines()[1].strip())
 
