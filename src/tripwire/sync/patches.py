@@ -106,7 +106,7 @@ def patch_sync_functions(installation: Installation) -> None:
 
 
 def _counted_save(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """`torch.save(obj, f)`: one `save` sync per device storage `obj` holds (`copies.device_storages`), each copied
+    """`torch.save(obj, f)`: one `save` sync per device storage `obj` holds (`saved.device_storages`), each copied
     to the host before it is written; then the save, with recording suppressed."""
     if not sync._LOCAL.suppress:
         for _ in range(device_storages(args[0] if args else kwargs.get("obj"))):

@@ -24,7 +24,7 @@ nothing else of them: no property, no `__getstate__`, no loop code runs; at most
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -47,7 +47,7 @@ def device_storages(obj: object) -> int:
     on_accelerator = accelerator_in_use()
     storages: set[tuple[str, int]] = set()
     with torch._C.DisableTorchFunction():  # a loop's own function mode never sees tripwire's reads
-        for tensor in _tensors(obj, on_accelerator):
+        for tensor in _tensors(obj, steps=on_accelerator):
             if not isinstance(tensor, torch.Tensor):  # a storage, saved as such (a device tensor pickled)
                 if on_accelerator and tensor.device.type not in ("cpu", "meta"):
                     storages.add((str(tensor.device), tensor.data_ptr()))
@@ -70,7 +70,7 @@ def loaded_on_host(result: object) -> None:
     name (`map_location=self.device`) or where it was saved stays a device tensor."""
     if accelerator_in_use() or not spelling("load").target_is_host:
         return
-    for tensor in _tensors(result, on_accelerator=False, steps=True):
+    for tensor in _tensors(result, steps=True):
         if type(tensor) in PLAIN:  # not a storage, nor a subclass
             mark_host_born(tensor)
 
@@ -81,9 +81,9 @@ def _host_memory(tensor: torch.Tensor) -> bool:
     return generator_state or host_born(tensor) or unchanged_host_copy(tensor)
 
 
-def _tensors(obj: object, on_accelerator: bool, steps: bool = False) -> list[Any]:
-    """Every tensor and storage `obj` holds (module docstring), an optimizer's host-kept `step` counters left out on a
-    CPU run unless `steps`."""
+def _tensors(obj: object, steps: bool) -> list[Any]:
+    """Every tensor and storage `obj` holds (module docstring), an optimizer's host-kept `step` counters left out
+    unless `steps` (on an accelerator, where each tensor's place is read, or to mark everything loaded)."""
     found: list[Any] = []
     seen: set[int] = set()
     stack: list[object] = [obj]
@@ -95,9 +95,9 @@ def _tensors(obj: object, on_accelerator: bool, steps: bool = False) -> list[Any
         if isinstance(item, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)):
             found.append(item)
         elif isinstance(item, torch.optim.Optimizer):
-            stack.extend(_optimizer_state(item, on_accelerator or steps))
+            stack.extend(_optimizer_state(item, steps))
         elif isinstance(item, dict):
-            if _is_optimizer_state(item) and not (on_accelerator or steps):
+            if _is_optimizer_state(item) and not steps:
                 stack.extend(_saved_optimizer_state(item))
             else:
                 stack.extend(dict.values(item))
@@ -127,28 +127,32 @@ def _is_optimizer_state(item: dict[Any, Any]) -> bool:
     )
 
 
-def _saved_optimizer_state(item: dict[Any, Any]) -> Iterator[object]:
-    """What a saved `optimizer.state_dict()` holds, its host-kept `step` counters left out."""
-    state: dict[Any, Any] = item["state"]
-    for group in item["param_groups"]:
-        host = _host_steps(group)
-        yield from group.values()
-        for index in group["params"]:
-            per = state.get(index) if isinstance(index, (int, str)) else None
-            if isinstance(per, dict):
-                yield from (value for key, value in per.items() if not (host and key == "step"))
-    yield from (value for key, value in item.items() if key not in ("state", "param_groups"))
-
-
-def _optimizer_state(optimizer: torch.optim.Optimizer, steps: bool) -> Iterator[object]:
-    """An optimizer saved whole: its groups and per-parameter state (the host-kept `step` counters left out unless
-    `steps`), and the rest of its attributes."""
-    state = optimizer.state
-    for group in optimizer.param_groups:
+def _optimizer_parts(
+    groups: list[dict[str, Any]], per_param: Callable[[Any], object], rest: Iterator[object], steps: bool
+) -> Iterator[object]:
+    """What an optimizer holds: its groups, each listed parameter's state (`per_param`; the `step` counters torch keeps
+    in host memory left out unless `steps`), then `rest`."""
+    for group in groups:
         host = _host_steps(group) and not steps
         yield from group.values()
         for param in group["params"]:
-            per = state.get(param)
+            per = per_param(param)
             if isinstance(per, dict):
                 yield from (value for key, value in per.items() if not (host and key == "step"))
-    yield from (value for key, value in vars(optimizer).items() if key not in ("state", "param_groups"))
+    yield from rest
+
+
+def _saved_optimizer_state(item: dict[Any, Any]) -> Iterator[object]:
+    """What a saved `optimizer.state_dict()` holds, its host-kept `step` counters left out."""
+    state: dict[Any, Any] = item["state"]
+    rest = (value for key, value in item.items() if key not in ("state", "param_groups"))
+    return _optimizer_parts(
+        item["param_groups"], lambda index: state.get(index) if isinstance(index, (int, str)) else None, rest, False
+    )
+
+
+def _optimizer_state(optimizer: torch.optim.Optimizer, steps: bool) -> Iterator[object]:
+    """An optimizer saved whole: its groups, its per-parameter state (the host-kept `step` counters left out unless
+    `steps`), and the rest of its attributes."""
+    rest = (value for key, value in vars(optimizer).items() if key not in ("state", "param_groups"))
+    return _optimizer_parts(optimizer.param_groups, optimizer.state.get, rest, steps)
