@@ -212,6 +212,17 @@ def test_a_mutated_values_file_or_store_loads_and_compares_or_is_refused_in_one_
     read_everything(path)
 
 
+def test_a_store_named_with_a_nul_character_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Found by the test above: a store name holding a NUL reached `os.path.realpath`, which raised ValueError."""
+    kept = {"c": {"w": torch.arange(3.0)}}
+    path = save_values(tmp_path / "values.pt", kept, {"c": {"w": "ab" * 32}}, tmp_path / "store")
+    document = torch.load(path, weights_only=True)
+    torch.save({**document, "store": "store\x00"}, path)
+    with pytest.raises(GoldenFileError, match="holds a NUL character") as refused:
+        load_values(path)
+    assert "\n" not in str(refused.value)
+
+
 @pytest.mark.parametrize("damage", [b"M", b"J\x01", b"\x80\x02M\x01"])  # a 2- or 4-byte integer opcode cut short
 def test_a_store_entry_cut_inside_an_integer_is_refused_in_one_line(tmp_path: Path, damage: bytes) -> None:
     """Found by the fuzz above: torch's unpickler reads a truncated integer with `struct.unpack`, whose

@@ -201,6 +201,8 @@ def load_values(path: str | Path) -> Values:
     where = data.get("store", "")
     if not isinstance(where, str):
         raise _refused(path, f"store is a {type(where).__name__}, not a folder name")
+    if "\x00" in where:  # no path holds one: `os.path.realpath` would raise, not refuse
+        raise _refused(path, f"store {where[:40]!r} holds a NUL character, so it names no folder")
     store = Path(os.path.realpath(path.parent / where)) if where else None
     keys: dict[str, dict[str, str]] = {}
     for name, kept in checkpoints.items():
