@@ -22,6 +22,8 @@ sys.path[:0] = [str(ROOT / "tests" / "guardrails"), str(ROOT / "tests"), str(ROO
 
 EAGER = ("a_baseline", "b_lifecycle", "c_rollback", "g_preset_and_flags", "h_escrow_workers", "a_baseline@envs_4")
 EAGER += ("a_baseline@save",)  # (a) writing its checkpoint: torch.save's copies to the host
+EAGER += ("d_resume",)  # (d) resuming that checkpoint: load_state_dict's copies of it to the device
+RESUMED = "a_baseline@save"  # the label whose checkpoint (d) resumes
 GPU_TESTS = (
     "tests/kasmina/test_building.py",
     "tests/tolaria/test_engine_validation.py",
@@ -48,6 +50,8 @@ def _label_args(label: str) -> tuple[str, list[str]]:
     name, _, extra = label.partition("@")
     if extra == "save":
         return name, ["--save", "checkpoint.pt"]
+    if name == "d_resume":
+        return name, ["--resume", "checkpoint.pt"]
     return name, (["--envs", extra.split("_")[1]] if extra.startswith("envs_") else [])
 
 
@@ -71,7 +75,8 @@ def step_sync(args: argparse.Namespace) -> None:
         name, extra = _label_args(label)
         work = args.out / "work" / label
         work.mkdir(parents=True, exist_ok=True)
-        written = [str(work / value) if value.endswith(".pt") else value for value in extra]
+        files = args.out / "work" / (RESUMED if "--resume" in extra else label)  # (d) reads what (a) wrote
+        written = [str(files / value) if value.endswith(".pt") else value for value in extra]
         config, controller = scenario_config(SCENARIOS[name], work, "--device", args.device, *written)
         hub = TelemetryHub()
         backend = InMemoryBackend()

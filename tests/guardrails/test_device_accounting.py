@@ -38,8 +38,9 @@ EXPLAINED = {
 ACTIONS_SHARE = 0.10
 LABELS = ("a_baseline", "b_lifecycle", "c_rollback", "g_preset_and_flags", "h_escrow_workers", "a_baseline@envs_4")
 # Recorded by the device check from its next run on (tests/device/steps.py): (a) writing its checkpoint, whose
-# `torch.save` copies each device storage to the host; compared once the record holds it
-NEXT = ("a_baseline@save",)
+# `torch.save` copies each device storage to the host, and (d) resuming it, whose `load_state_dict` calls copy each
+# loaded tensor to the device; compared once the record holds them
+NEXT = ("a_baseline@save", "d_resume")
 
 
 def _sites(run: ScenarioRun) -> Counter[str]:
@@ -79,6 +80,9 @@ def test_the_cpu_run_counts_the_gpu_runs_syncs_site_by_site(
     if extra == "save":  # the session's (a) writes the checkpoint (d) resumes from
         assert device["args"] == ["--save", "checkpoint.pt"]
         run = request.getfixturevalue("run_a_baseline")
+    elif name == "d_resume":  # resumed from the checkpoint the device's own (a) wrote
+        assert device["args"] == ["--resume", "checkpoint.pt"]
+        run = request.getfixturevalue("run_d_resume")
     elif extra:
         assert device["args"] == ["--envs", "4"]
         run = run_scenario(SCENARIOS[name], guardrail_dir / "device", "--envs", "4")

@@ -48,6 +48,7 @@ __all__ = [
     "forget_host_born",
     "forget_sources",
     "host_born",
+    "in_host_memory",
     "made_by_user",
     "mark_host_born",
     "note_host_copy",
@@ -196,8 +197,11 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return None if born else host_bound
     if isinstance(raw_target, str) and not made_by_user(3):  # torch's own line: a string is the place it means
         return None if born else host_bound
-    if sys._getframe(3).f_code is _MODULE_CONVERT:  # torch's `Module.to` moving one of the module's tensors
+    caller = sys._getframe(3)
+    if caller.f_code is _MODULE_CONVERT:  # torch's `Module.to` moving one of the module's tensors
         return _module_move_kind(source)
+    if caller.f_code is _LOAD_INTO_OPTIMIZER:  # torch's `Optimizer.load_state_dict` moving a value to its parameter
+        return _loaded_state_kind(source, caller.f_locals.get("param"), non_blocking, kinds.TO_DEVICE)
     spelled = spelling("to")
     # a string the line holds in a name (`device = "cuda" if ... else "cpu"`) is a device; one it spells is the host
     if spelled.target_is_host or (isinstance(raw_target, str) and not spelled.device_named):
@@ -238,6 +242,34 @@ _MODULE_CONVERT: CodeType | None = next(
     ),
     None,
 )
+# torch's own code that puts a loaded state into a module's or an optimizer's tensors: `Module.load_state_dict`
+# copies each entry into its parameter or buffer (`param.copy_(input_param)`), `Optimizer.load_state_dict` moves each
+# state tensor to its parameter's place (`value.to(device=param.device)`; an Adam `step` only in a fused or capturable
+# group). On a GPU, from host memory, each is a blocking upload; on a CPU run the line is torch's, not the user's.
+_LOAD_INTO_MODULE: CodeType = torch.nn.Module._load_from_state_dict.__code__
+_LOAD_INTO_OPTIMIZER: CodeType | None = getattr(
+    getattr(torch.optim.Optimizer, "_process_value_according_to_param_policy", None), "__code__", None
+)
+
+
+def in_host_memory(tensor: torch.Tensor) -> bool:
+    """Whether a CPU run's tensor is host memory on a GPU run too: built there while the counter ran (or loaded there:
+    `saved.loaded_on_host`), or a counted copy to the host nothing has written to since."""
+    return host_born(tensor) or unchanged_host_copy(tensor)
+
+
+def _loaded_state_kind(source: torch.Tensor, place: object, non_blocking: bool, kind: str) -> str | None:
+    """On a CPU run, torch putting loaded state `source` into a module's or optimizer's tensor (`place`: the
+    parameter or buffer it lands in, or the parameter whose place it takes): an upload when the state is host memory
+    and the parameter is not (a module moved to the device, or built before the counter ran). What an optimizer's
+    `.to` returns (on a CPU run, the tensor itself) is device state from then on."""
+    if not in_host_memory(source) or (isinstance(place, torch.Tensor) and host_born(place)):
+        return None
+    if kind == kinds.TO_DEVICE:
+        forget_host_born(source)
+    return None if non_blocking else kind
+
+
 # Tensors a module move put on the device, by id (a CPU run's move leaves the same object): moved again, not counted
 _device_resident: dict[int, weakref.ref[torch.Tensor]] = {}
 
@@ -381,5 +413,9 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     if source.device.type != "cpu":
         return host_bound
     if host_born(destination) or spelling("copy_").target_is_host:  # into host memory: from the device, or not
-        return None if host_born(source) else host_bound
+        # torch's own copy into a tensor it was handed copies what it computed beside it (`nn.init.orthogonal_` of a
+        # module built on the host: `tensor.view_as(q).copy_(q)`), host memory on a GPU run too
+        return None if host_born(source) or not made_by_user(3) else host_bound
+    if sys._getframe(3).f_code is _LOAD_INTO_MODULE:  # torch's `Module.load_state_dict` copying into a parameter
+        return _loaded_state_kind(source, destination, non_blocking, kinds.COPY_TO_DEVICE)
     return kinds.COPY_TO_DEVICE if not non_blocking and host_born(source) and made_by_user(3) else None

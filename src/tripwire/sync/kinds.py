@@ -91,6 +91,7 @@ _ROWS = (
     Kind("event_synchronize", "`event.synchronize()`: the host waits for one recorded event", True, BOTH),
     Kind("timer_sync", "a `tripwire.timing.CUDATimer` reading its end event: the host waits for it", True),
     Kind("save", "`torch.save` of accelerator tensors: each storage copied to the host while the host waits", True),
+    Kind("load", "`torch.load` onto an accelerator: each storage copied from host memory while the host waits", True),
     Kind(
         "cuda_empty_cache",
         "`torch.cuda.empty_cache()`: the allocator's cached blocks freed, after a wait for the device",
@@ -119,7 +120,7 @@ COPY_TO_CPU, COPY_TO_CPU_NONBLOCKING = "copy_to_cpu", "copy_to_cpu_nonblocking"
 TO_DEVICE, COPY_TO_DEVICE, TENSOR_TO_DEVICE = "to_device", "copy_to_device", "tensor_to_device"
 CUDA_SYNCHRONIZE, ACCELERATOR_SYNCHRONIZE = "cuda_synchronize", "accelerator_synchronize"
 STREAM_SYNCHRONIZE, EVENT_SYNCHRONIZE = "stream_synchronize", "event_synchronize"
-TIMER_SYNC, SAVE = "timer_sync", "save"
+TIMER_SYNC, SAVE, LOAD = "timer_sync", "save", "load"
 CUDA_EMPTY_CACHE, ACCELERATOR_EMPTY_CACHE = "cuda_empty_cache", "accelerator_empty_cache"
 WAIT_STREAM, WAIT_EVENT = "wait_stream", "wait_event"
 

@@ -8,7 +8,9 @@
 caching allocator waits for the device's outstanding work before it frees its cached blocks, and `cudaFree` waits for
 the whole device (a no-op on a CPU run, counted there as the wait the same line makes on a GPU). `torch.save` is
 swapped the same way and counts one `save` per device storage it copies to the host (a wait each on a GPU:
-`tripwire.sync.saved`); `torch.load` runs as it is, and what it loads to the host is marked as host memory.
+`tripwire.sync.saved`); `torch.load` runs as it is, then counts one `load` per storage it copied to a device, and
+what it loaded to the host is marked as host memory. `nn.Parameter` is swapped too, counting nothing: a parameter
+made of host memory (a module built on the host while the counter runs) is marked as host memory as its data was.
 
 `torch.distributed` collectives and point-to-point calls (`COLLECTIVES`: `all_reduce`, `all_gather`,
 `all_gather_object`, `broadcast`, `barrier`, `send`, `recv`, ...) are replaced, in `torch.distributed` and in
@@ -31,8 +33,9 @@ import torch
 
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
+from tripwire.sync.copies import host_born, mark_host_born
 from tripwire.sync.installation import Installation, call_counted, patch
-from tripwire.sync.saved import device_storages, loaded_on_host
+from tripwire.sync.saved import device_storages, loaded_on_host, loaded_storages
 from tripwire.sync.swaps import swap_code
 
 __all__ = ["COLLECTIVES", "counted_method", "patch_sync_functions"]
@@ -99,7 +102,9 @@ def patch_sync_functions(installation: Installation) -> None:
         else:
             patch(installation, owner, name, functools.partial(_counted_call, kind, getattr(owner, name)))
     _patch_collectives(installation)
-    for function, counted in ((torch.serialization.save, _counted_save), (torch.serialization.load, _watched_load)):
+    swapped = [(torch.serialization.save, _counted_save), (torch.serialization.load, _watched_load)]
+    swapped.append((torch.nn.Parameter.__new__, _watched_parameter))
+    for function, counted in swapped:
         swap = swap_code(function, counted)
         if swap is not None:
             installation.swaps.append(swap)
@@ -115,11 +120,25 @@ def _counted_save(original: Callable[..., Any], args: tuple[Any, ...], kwargs: d
 
 
 def _watched_load(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """`torch.load(f, map_location=...)`: run as it is (nothing suppressed), then what it loaded to the host marked
+    """`torch.load(f, map_location=...)`: run as it is (nothing suppressed: unpickling may run the loop's code), then
+    one `load` sync per storage it copied to a device (`saved.loaded_storages`), and what it loaded to the host marked
     as host memory (`saved.loaded_on_host`), so a later save or read of it is not taken for the device's."""
     result = original(*args, **kwargs)  # pass-through
     if not sync._LOCAL.suppress:
+        for _ in range(loaded_storages(result)):
+            sync.deliver(kinds.LOAD)
         loaded_on_host(result)
+    return result
+
+
+def _watched_parameter(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`nn.Parameter(data)`: a new tensor over `data`'s memory; marked as host memory when `data` is (a module built
+    on the host: torch makes its weights with `torch.empty` and wraps them), so loading a state into it or reading it
+    is not taken for the device's, and moving the module to a device counts each parameter's upload."""
+    result = original(*args, **kwargs)  # pass-through
+    data = args[1] if len(args) > 1 else kwargs.get("data")
+    if data is not None and not sync._LOCAL.suppress and host_born(data):
+        mark_host_born(result)
     return result
 
 

@@ -14,6 +14,12 @@ run every tensor is on the host, so a tensor counts unless it is known to be hos
 - an optimizer's `step` counter, which torch's optimizers keep in host memory unless the group is `fused` or
   `capturable` (read from the group: a saved `optimizer.state_dict()` or the optimizer itself).
 
+`torch.load` onto an accelerator reads each storage into host memory and copies it to the device (`storage.cuda()`), a
+blocking copy each: a `load` sync per distinct storage (`loaded_storages`). On an accelerator the loaded tensors say
+where they are; on a CPU run the line says: none when it loads to the host (`map_location="cpu"`), every storage when
+it names a device (`map_location=self.device`), and without `map_location` what a GPU run's save would have written
+from a device (the rule above: an optimizer's host-kept `step` and a generator's state are loaded to the host).
+
 A storage saved as such (what pickling a tensor does: `pickle.dumps(t)` saves its storage through `torch.save`)
 counts on an accelerator, where its device is known; on a CPU run, where it cannot be told from a host tensor's, it
 does not.
@@ -29,10 +35,10 @@ from typing import Any
 
 import torch
 
-from tripwire.sync.copies import PLAIN, accelerator_in_use, host_born, mark_host_born, unchanged_host_copy
+from tripwire.sync.copies import PLAIN, accelerator_in_use, in_host_memory, mark_host_born
 from tripwire.sync.spelling import spelling
 
-__all__ = ["WALK_LIMIT", "device_storages", "loaded_on_host"]
+__all__ = ["WALK_LIMIT", "device_storages", "loaded_on_host", "loaded_storages"]
 
 # The most objects one walk looks at (a model's state and its optimizer's: a few thousand)
 WALK_LIMIT = 100_000
@@ -57,11 +63,33 @@ def device_storages(obj: object) -> int:
                 continue
             if place.type == "cpu" and (on_accelerator or _host_memory(tensor)):
                 continue
-            try:
-                storages.add((str(place), tensor.untyped_storage().data_ptr()))
-            except (RuntimeError, NotImplementedError):  # no storage of its own (sparse, nested, a functional wrapper)
-                storages.add((str(place), id(tensor)))
+            storages.add(_storage_key(tensor))
     return len(storages)
+
+
+def loaded_storages(result: object) -> int:
+    """How many storages `torch.load` copied from host memory to a device to return `result` (module docstring), read
+    before `loaded_on_host` marks what it loaded to the host."""
+    if accelerator_in_use():
+        with torch._C.DisableTorchFunction():
+            return len({_storage_key(t) for t in _tensors(result, steps=True) if t.device.type not in ("cpu", "meta")})
+    spelled = spelling("load")
+    if spelled.target_is_host:
+        return 0
+    if not spelled.device_named:  # where it was saved
+        return device_storages(result)
+    with torch._C.DisableTorchFunction():
+        return len({_storage_key(t) for t in _tensors(result, steps=True) if t.device.type != "meta"})
+
+
+def _storage_key(tensor: Any) -> tuple[str, int]:
+    """A tensor's or storage's place and storage address (its own id where it has no storage of its own)."""
+    if not isinstance(tensor, torch.Tensor):
+        return str(tensor.device), tensor.data_ptr()
+    try:
+        return str(tensor.device), tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # sparse, nested, a functional wrapper
+        return str(tensor.device), id(tensor)
 
 
 def loaded_on_host(result: object) -> None:
@@ -78,7 +106,7 @@ def loaded_on_host(result: object) -> None:
 def _host_memory(tensor: torch.Tensor) -> bool:
     """Whether a CPU run's tensor is in host memory on a GPU run too (module docstring)."""
     generator_state = tensor.dtype == torch.uint8 and tuple(tensor.shape) == _GENERATOR_SHAPE
-    return generator_state or host_born(tensor) or unchanged_host_copy(tensor)
+    return generator_state or in_host_memory(tensor)
 
 
 def _tensors(obj: object, steps: bool) -> list[Any]:
