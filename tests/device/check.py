@@ -18,6 +18,8 @@ inside the 8 minutes a device session allows):
   original when `--original PATH` names a checkout (esper-lite 11ebe0f6's `src`);
 - `graph_threads`: `--cuda-graphs` with env worker threads, the pairing the option refuses until a GPU run shows it
   works: 4 envs in turn, then on 4 threads, the same bits asked of both; a run that hangs dumps every thread's stack;
+- `profile`: where an epoch's host time goes, under cProfile: 1 env eager and with `--cuda-graphs`, 4 envs with
+  graphs, each run's functions by own and cumulative time in `profile/<run>.txt`;
 - `ab`: the paired A/B on the device: A/A, and a 5 % train-pass slowdown it must call a regression;
 - `bench`: the benchmark suite's `--save` (`baselines/bench/<device>.json`).
 
@@ -41,7 +43,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ("sync", "bitwise", "tests", "timer", "rate", "graph_threads", "ab", "bench")
+STEPS = ("sync", "bitwise", "tests", "timer", "rate", "graph_threads", "profile", "ab", "bench")
 LIMITS = {
     "sync": 150,
     "bitwise": 120,
@@ -51,6 +53,7 @@ LIMITS = {
     "ab": 120,
     "bench": 150,
     "graph_threads": 90,
+    "profile": 90,
 }
 ARCHIVE_FILE_LIMIT = 4 * 2**20  # a file in the archive at most (scenario work folders can hold large telemetry)
 QUICK_LIMITS = {
@@ -62,6 +65,7 @@ QUICK_LIMITS = {
     "ab": 150,
     "bench": 60,
     "graph_threads": 120,
+    "profile": 60,
 }
 
 

@@ -365,6 +365,64 @@ def step_bench(args: argparse.Namespace) -> None:
     )
 
 
+# The runs whose host time the profile step splits (issue 55: on the H200 the GPU waits on the host); on a CPU only the
+# eager one (a CUDA graph needs a GPU)
+PROFILED = ("eager 1 env", "cuda graphs 1 env", "cuda graphs 4 envs")
+
+
+def step_profile(args: argparse.Namespace) -> None:
+    """Where an epoch's host time goes: each of PROFILED at the original's sizes under cProfile, its captures and
+    warm-ups in two untimed epochs first; per run, ms of wall time per env-epoch and its functions by own time and by
+    cumulative time, in `profile/<run>.txt` (a wait shows as the own time of the call that waits)."""
+    import cProfile
+    import dataclasses
+    import io
+    import pstats
+
+    import torch
+
+    from esper.nissa import TelemetryHub
+    from workloads import GATE, ORIGINAL, EpochWorkload, bench_config
+
+    size, epochs = (GATE, 1) if args.quick else (ORIGINAL, 3)
+    variants = rate_variants(quick=False)
+    on_gpu = args.device.startswith("cuda")
+    folder = args.out / "profile"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for label in (label for label in PROFILED if on_gpu or "cuda graphs" not in label):
+        n_envs, options = variants[label]
+        config = dataclasses.replace(bench_config(n_envs, size, device=args.device), **options)
+        workload = EpochWorkload(config, TelemetryHub(), episodes=True)
+        for _ in range(2):  # a graph's warm-up step, then its capture
+            workload.prepare()
+            workload.run()
+        profiler, elapsed = cProfile.Profile(), 0.0
+        for _ in range(epochs):
+            workload.prepare()
+            if on_gpu:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            profiler.enable()
+            workload.run()
+            profiler.disable()
+            if on_gpu:
+                torch.cuda.synchronize()
+            elapsed += time.perf_counter() - start
+        per_env_epoch = 1000 * elapsed / (epochs * n_envs)
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        text.write(
+            f"{label}: {per_env_epoch:.1f} ms per env-epoch under cProfile, {epochs} epochs of {n_envs} env(s)\n"
+        )
+        stats.sort_stats("tottime").print_stats(40)
+        stats.sort_stats("cumulative").print_stats(40)
+        (folder / f"{label.replace(' ', '_')}.txt").write_text(text.getvalue(), encoding="utf-8")
+        lines.append(f"{label} {per_env_epoch:.1f} ms per env-epoch")
+        print(text.getvalue()[:3000], flush=True)
+    verdict(bool(lines), "; ".join(lines) + "; profile/*.txt")
+
+
 def step_graph_threads(args: argparse.Namespace) -> None:
     """`--cuda-graphs` with env worker threads, the pairing the option refuses: its first GPU run (2026-12-04) did not
     finish in 300 s and printed nothing. 4 envs run a few epochs with graphs in turn, then on 4 threads, each in a

@@ -25,12 +25,14 @@ def test_the_gpu_check_runs_every_step_on_cpu_and_writes_one_folder(tmp_path: Pa
     assert f"{tmp_path.name}/baselines/sync_budgets/a_baseline.json" in packed
     assert not any(name.startswith(f"{tmp_path.name}/back/gpu.tar.gz") for name in packed)  # not itself
     results = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
-    assert sorted(results) == sorted(("sync", "bitwise", "tests", "timer", "rate", "graph_threads", "ab", "bench"))
+    steps = ("sync", "bitwise", "tests", "timer", "rate", "graph_threads", "profile", "ab", "bench")
+    assert sorted(results) == sorted(steps)
     assert all(result["status"] == "passed" for result in results.values()), results
     assert (tmp_path / "summary.txt").read_text(encoding="utf-8") in done.stdout
     assert (tmp_path / "device" / "cpu.json").is_file()  # the recorded run the CPU accounting is checked against
     assert (tmp_path / "baselines" / "sync_budgets" / "a_baseline.json").is_file()
     assert "29 checkpoints identical" in results["bitwise"]["detail"]
+    assert "eager 1 env" in results["profile"]["detail"] and (tmp_path / "profile" / "eager_1_env.txt").is_file()
 
 
 def test_a_step_past_the_deadline_is_skipped_and_said(tmp_path: Path) -> None:
