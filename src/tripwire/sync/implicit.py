@@ -6,7 +6,8 @@ without `output_size`, `one_hot` without `num_classes`), and `index_put_` with a
 untagged, its kernel turns the mask into indices with `nonzero`, a wait on a GPU, unless torch makes it a
 `masked_fill_`: one mask, one value held in host memory, no accumulation), and torch.linalg's checked routines
 (`cholesky`, `inv`, `solve`, `eigh`, `svd`, `pinv`, ...: untagged, each reads its error codes to the host on a device;
-`_LINALG_READS`), counted as a dispatch mode sees them:
+`_LINALG_READS`), and `histc` over its input's own range (untagged: on a device it reads the minimum and maximum),
+counted as a dispatch mode sees them:
 called from Python, from autograd or from an op that decomposes above autograd, never an op another op's kernel runs
 inside itself (a CPU `var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel
 over each such op at its autograd keys (and at its backend keys for inference tensors), so only those ops pay; inside
@@ -116,6 +117,8 @@ def _static_kind(namespace: str, name: str, tags: Any) -> str:
         return "checked"
     if namespace == "aten" and name == "linalg_matrix_norm":
         return "norm"
+    if namespace == "aten" and name == "histc":
+        return "histc"
     if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
         return _NO_IMPLICIT
     if name == "index":
@@ -152,12 +155,32 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
     if static == "norm":  # `linalg_matrix_norm(A, ord, dim, keepdim, *, dtype)`
         order = args[1] if len(args) > 1 else kwargs.get("ord", "fro")
         return kinds.LINALG_CHECK if order in _SINGULAR_ORDERS else None
+    if static == "histc":  # `histc(self, bins, min, max)`: the default range (min == max) is the input's own
+        return _histc_kind(args, kwargs)
     if static == "rep":
         return None if kwargs.get("output_size") is not None else kinds.REPEAT_INTERLEAVE
     if static == "onehot":
         classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
         return kinds.ONE_HOT if classes == -1 else None
     return static
+
+
+# Ops that wait more than once in one call: `histc` reads its input's minimum, then its maximum
+_WAITS = {kinds.HISTC: 2}
+
+
+def _histc_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """`torch.histc` with `min == max` (the default 0, 0) on a device reads its input's minimum and maximum to the host
+    (`self.min().cpu()`, then the maximum's) to size its bins: two waits (`_WAITS`).
+    A CPU kernel computes them on the host: nothing to wait for on a GPU run; a CPU run counts where a GPU run waits."""
+    source = args[0] if args else kwargs.get("self")
+    low = args[2] if len(args) > 2 else kwargs.get("min", 0)
+    high = args[3] if len(args) > 3 else kwargs.get("max", 0)
+    if not isinstance(source, torch.Tensor) or low != high or source.numel() == 0:
+        return None
+    if accelerator_in_use() and source.device.type == "cpu":
+        return None
+    return kinds.HISTC
 
 
 def _uploads_its_indices(source: object, indices: Any) -> bool:
@@ -230,7 +253,8 @@ class ImplicitSyncMode(TorchDispatchMode):
             kwargs = {}
         kind = _implicit_kind(func, args, kwargs)
         if kind is not None and not _reads_host(kind, args):
-            sync.deliver(kind, implicit=not kinds.COLLECTIVE.holds(kind))
+            for _ in range(_WAITS.get(kind, 1)):
+                sync.deliver(kind, implicit=not kinds.COLLECTIVE.holds(kind))
         return func(*args, **kwargs)  # pass-through
 
 
@@ -356,7 +380,8 @@ def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[...
                 return call(keyset, *args, **kwargs)  # pass-through
         kind = _call_kind(static, args, kwargs)
         if kind is not None and not _reads_host(kind, args):
-            sync.deliver(kind, implicit=True)
+            for _ in range(_WAITS.get(kind, 1)):
+                sync.deliver(kind, implicit=True)
         local.nested += 1
         try:
             return call(keyset, *args, **kwargs)  # pass-through

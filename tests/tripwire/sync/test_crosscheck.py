@@ -89,3 +89,15 @@ def test_the_loops_warning_filters_decide_its_warnings_while_watched() -> None:
         _warn("added while watched")
         assert shown == ["the loop's own"] and warnings.filters[0][0] == "ignore"
         assert not any(SYNC_WARNING in str(entry[1]) for entry in warnings.filters)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync detector needs CUDA")
+def test_histc_over_its_inputs_own_range_is_the_two_reads_torch_flags() -> None:
+    """`torch.histc(x)` on a GPU reads `x`'s minimum and maximum to the host (`implicit:histc`, two waits)."""
+    x = torch.randn(64, device="cuda")
+    with SyncCounter(cuda_cross_check=True) as counter:
+        torch.histc(x)
+        torch.histc(x, 10, -1.0, 1.0)  # a range given: no read
+    check = counter.cross_check()
+    assert check is not None and check.ok, check and check.format()
+    assert counter.counts_by_kind().get("implicit:histc") == 2

@@ -68,6 +68,25 @@ def test_top_level_data_dependent_ops_are_counted_once(both: Callable[..., list[
     ]
 
 
+def test_histc_over_its_inputs_own_range_is_counted_by_both(both: Callable[..., list[tuple[str, str]]]) -> None:
+    """`torch.histc` with the default range (`min == max`) reads its input's minimum and maximum to the host on a
+    device, untagged: it was counted nowhere. Given a range it reads nothing; host data built in the recording reads
+    host memory on a GPU run too; inside inference mode the dispatch mode counts it."""
+    x = torch.randn(8, device="cuda" if torch.cuda.is_available() else "cpu")  # built before the recording
+    lines: dict[str, str] = {}
+
+    def body() -> None:
+        lines["default"] = _line()
+        torch.histc(x), x.histc(bins=5), torch.histc(x, 10, 0.0, 0.0)
+        torch.histc(x, 10, -1.0, 1.0), torch.histc(torch.randn(4))  # a range given; host data
+        with torch.inference_mode():
+            lines["inference"] = _line()
+            torch.histc(x)
+
+    # two reads each: the minimum, then the maximum
+    assert both(body) == [("implicit:histc", lines["default"])] * 6 + [("implicit:histc", lines["inference"])] * 2
+
+
 def test_an_ops_own_reads_inside_its_kernel_are_not_counted(both: Callable[..., list[tuple[str, str]]]) -> None:
     """A CPU `var` and CPU fused Adam read scalars inside their kernels: not a sync on a GPU, so not counted."""
     x = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)
