@@ -80,6 +80,8 @@ def install(*, implicit: bool) -> Installation:
             else:
                 installation.dispatch_mode = implicit_module.ImplicitSyncMode()
                 installation.dispatch_mode.__enter__()
+                if implicit_module.kernels_available():  # the ops the mode meets decomposed: counted whole
+                    installation.kernels = implicit_module.ImplicitKernels(installation, whole_only=True)
                 _implicit_by = "mode"
     except BaseException:
         uninstall(installation)
@@ -155,8 +157,9 @@ def uninstall(installation: Installation) -> None:
     global _implicit_by, _explicit_by
     try:
         if installation.kernels is not None:
-            _implicit_by = ""
-            _LOCAL.implicit -= 1
+            if installation.dispatch_mode is None:  # the kernels counted: this thread's depth was taken with them
+                _implicit_by = ""
+                _LOCAL.implicit -= 1
             installation.kernels.close()
             installation.kernels = None
         if installation.dispatch_mode is not None:

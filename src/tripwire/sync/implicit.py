@@ -12,9 +12,10 @@ called from Python, from autograd or from an op that decomposes above autograd, 
 inside itself (a CPU `var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel
 over each such op at its autograd keys (and at its backend keys for inference tensors), so only those ops pay; inside
 `torch.inference_mode`, where autograd is off, in a process with a running process group, and on older torch,
-`ImplicitSyncMode` (a `TorchDispatchMode`) counts, costing every op a trip through Python. The two are compared call
-by call in tests/tripwire/sync/test_sync_kernels.py. Syncs already counted explicitly are not counted twice: the
-explicit hook suppresses recording while the call it counted runs.
+`ImplicitSyncMode` (a `TorchDispatchMode`) counts, costing every op a trip through Python; beside it the kernels of
+the ops counted whole (`one_hot`, which the mode meets decomposed into its CPU kernel's range checks) still count.
+The two are compared call by call in tests/tripwire/sync/test_sync_kernels.py. Syncs already counted explicitly are
+not counted twice: the explicit hook suppresses recording while the call it counted runs.
 
 The dispatch mode also sees `torch.distributed`'s c10d ops, and counts one issued past the patched Python functions
 (`tripwire.sync.patches`) as the collective it is (`collective:all_reduce`). Each kind is named in the
@@ -161,10 +162,16 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         return None if kwargs.get("output_size") is not None else kinds.REPEAT_INTERLEAVE
     if static == "onehot":
         classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
-        return kinds.ONE_HOT if classes == -1 else None
+        source = args[0] if args else kwargs.get("self")
+        on_host = isinstance(source, torch.Tensor) and source.device.type == "cpu" and accelerator_in_use()
+        return kinds.ONE_HOT if classes == -1 and not on_host else None
     return static
 
 
+# Ops that decompose above the backends but are counted whole, by the rule a GPU follows, not by the reads their
+# decomposition makes on a CPU: `one_hot`'s CPU kernel checks its classes' range (`self.min().item()`,
+# `self.max().item()`), where its CUDA kernel reads only the maximum, and only without `num_classes`
+_COUNTED_WHOLE = frozenset({"onehot"})
 # Ops that wait more than once in one call: `histc` reads its input's minimum, then its maximum
 _WAITS = {kinds.HISTC: 2}
 
@@ -251,6 +258,8 @@ class ImplicitSyncMode(TorchDispatchMode):
     ) -> Any:
         if kwargs is None:
             kwargs = {}
+        if _LOCAL.nested:  # inside an op counted whole by its kernel (`_COUNTED_WHOLE`): its decomposition's reads
+            return func(*args, **kwargs)  # pass-through
         kind = _implicit_kind(func, args, kwargs)
         if kind is not None and not _reads_host(kind, args):
             for _ in range(_WAITS.get(kind, 1)):
@@ -321,7 +330,8 @@ def _implicit_targets() -> list[tuple[str, str, str, tuple[str, ...]]]:
         if static is None or static == _NO_IMPLICIT or kinds.COLLECTIVE.holds(static):
             continue
         namespace, _, name = full.partition(".")[0].partition("::")
-        if torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd"):
+        composite = torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd")
+        if composite and static not in _COUNTED_WHOLE:
             continue
         # `_local_scalar_dense` run at a backend key outside autograd is another op's own read (a CPU `var`), but a
         # top-level one is `.item()`, already counted explicitly
@@ -441,10 +451,16 @@ class ImplicitKernels:
     pay for counting, where a dispatch mode costs every op a trip through Python. Counted on the threads a dispatch
     mode would be active on; `close` restores each op's own kernel."""
 
-    def __init__(self, installation: Installation) -> None:
+    def __init__(self, installation: Installation, *, whole_only: bool = False) -> None:
+        """`whole_only`: only the ops counted whole (`_COUNTED_WHOLE`), beside the dispatch mode, which counts the
+        rest (it meets those ops decomposed) and needs no inference-mode watch."""
         self.libraries: list[torch.library.Library] = []
         self.watch: _InferenceWatch | None = None
-        static_of = {f"{namespace}::{name}": (static, keys) for namespace, name, static, keys in _implicit_targets()}
+        static_of = {
+            f"{namespace}::{name}": (static, keys)
+            for namespace, name, static, keys in _implicit_targets()
+            if not whole_only or static in _COUNTED_WHOLE
+        }
 
         def make(full: str, key: str, original: Any) -> Callable[..., Any]:
             return _counting_kernel(static_of[full][0], original, key.startswith("Autograd"))
@@ -452,7 +468,8 @@ class ImplicitKernels:
         targets = [(full, key) for full, (_, keys) in static_of.items() for key in keys]
         try:
             self.libraries = override_kernels(targets, make)
-            self.watch = _InferenceWatch(installation)
+            if not whole_only:
+                self.watch = _InferenceWatch(installation)
         except BaseException:
             self.close()
             raise

@@ -87,6 +87,27 @@ def test_histc_over_its_inputs_own_range_is_counted_by_both(both: Callable[..., 
     assert both(body) == [("implicit:histc", lines["default"])] * 6 + [("implicit:histc", lines["inference"])] * 2
 
 
+def test_one_hot_counts_the_read_a_gpu_makes_not_its_cpu_kernels_checks(
+    both: Callable[..., list[tuple[str, str]]],
+) -> None:
+    """`F.one_hot` decomposes above the backends; on a CPU its kernel checks the classes' range with two reads, which
+    were counted (`implicit:_local_scalar_dense` twice a call), where its CUDA kernel reads the maximum once, and only
+    without `num_classes`. Counted whole, as a GPU reads; host data built in the recording reads nothing."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    classes = torch.tensor([0, 3, 1], device=device).clone()
+    lines: dict[str, str] = {}
+
+    def body() -> None:
+        lines["auto"] = _line()
+        torch.nn.functional.one_hot(classes)
+        torch.nn.functional.one_hot(classes, 4), torch.nn.functional.one_hot(torch.tensor([1, 2]))
+        with torch.inference_mode():
+            lines["inference"] = _line()
+            torch.nn.functional.one_hot(classes)
+
+    assert both(body) == [("implicit:one_hot", lines["auto"]), ("implicit:one_hot", lines["inference"])]
+
+
 def test_an_ops_own_reads_inside_its_kernel_are_not_counted(both: Callable[..., list[tuple[str, str]]]) -> None:
     """A CPU `var` and CPU fused Adam read scalars inside their kernels: not a sync on a GPU, so not counted."""
     x = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)
