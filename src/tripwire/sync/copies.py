@@ -201,7 +201,10 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     if caller.f_code is _MODULE_CONVERT:  # torch's `Module.to` moving one of the module's tensors
         return _module_move_kind(source)
     if caller.f_code is _LOAD_INTO_OPTIMIZER:  # torch's `Optimizer.load_state_dict` moving a value to its parameter
-        return _loaded_state_kind(source, caller.f_locals.get("param"), non_blocking, kinds.TO_DEVICE)
+        if not _loaded_onto_device(source, caller.f_locals.get("param")):
+            return None
+        forget_host_born(source)  # what `.to` returns (on a CPU run, the tensor itself) is device state from here on
+        return None if non_blocking else kinds.TO_DEVICE
     spelled = spelling("to")
     # a string the line holds in a name (`device = "cuda" if ... else "cpu"`) is a device; one it spells is the host
     if spelled.target_is_host or (isinstance(raw_target, str) and not spelled.device_named):
@@ -258,16 +261,11 @@ def in_host_memory(tensor: torch.Tensor) -> bool:
     return host_born(tensor) or unchanged_host_copy(tensor)
 
 
-def _loaded_state_kind(source: torch.Tensor, place: object, non_blocking: bool, kind: str) -> str | None:
-    """On a CPU run, torch putting loaded state `source` into a module's or optimizer's tensor (`place`: the
-    parameter or buffer it lands in, or the parameter whose place it takes): an upload when the state is host memory
-    and the parameter is not (a module moved to the device, or built before the counter ran). What an optimizer's
-    `.to` returns (on a CPU run, the tensor itself) is device state from then on."""
-    if not in_host_memory(source) or (isinstance(place, torch.Tensor) and host_born(place)):
-        return None
-    if kind == kinds.TO_DEVICE:
-        forget_host_born(source)
-    return None if non_blocking else kind
+def _loaded_onto_device(source: torch.Tensor, place: object) -> bool:
+    """On a CPU run, whether torch putting loaded state `source` into a module's or optimizer's tensor (`place`: the
+    parameter or buffer it lands in, or the parameter whose place it takes) uploads it: the state is host memory and
+    the parameter is not (a module moved to the device, or built before the counter ran)."""
+    return in_host_memory(source) and not (isinstance(place, torch.Tensor) and host_born(place))
 
 
 # Tensors a module move put on the device, by id (a CPU run's move leaves the same object): moved again, not counted
@@ -417,5 +415,5 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         # module built on the host: `tensor.view_as(q).copy_(q)`), host memory on a GPU run too
         return None if host_born(source) or not made_by_user(3) else host_bound
     if sys._getframe(3).f_code is _LOAD_INTO_MODULE:  # torch's `Module.load_state_dict` copying into a parameter
-        return _loaded_state_kind(source, destination, non_blocking, kinds.COPY_TO_DEVICE)
+        return kinds.COPY_TO_DEVICE if not non_blocking and _loaded_onto_device(source, destination) else None
     return kinds.COPY_TO_DEVICE if not non_blocking and host_born(source) and made_by_user(3) else None

@@ -163,8 +163,7 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
     if static == "onehot":
         classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
         source = args[0] if args else kwargs.get("self")
-        on_host = isinstance(source, torch.Tensor) and source.device.type == "cpu" and accelerator_in_use()
-        return kinds.ONE_HOT if classes == -1 and not on_host else None
+        return kinds.ONE_HOT if classes == -1 and not _host_input_beside_accelerator(source) else None
     return static
 
 
@@ -185,9 +184,12 @@ def _histc_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     high = args[3] if len(args) > 3 else kwargs.get("max", 0)
     if not isinstance(source, torch.Tensor) or low != high or source.numel() == 0:
         return None
-    if accelerator_in_use() and source.device.type == "cpu":
-        return None
-    return kinds.HISTC
+    return None if _host_input_beside_accelerator(source) else kinds.HISTC
+
+
+def _host_input_beside_accelerator(source: object) -> bool:
+    """Whether an op's input is host memory on a run that uses an accelerator: its CPU kernel reads it in place."""
+    return isinstance(source, torch.Tensor) and source.device.type == "cpu" and accelerator_in_use()
 
 
 def _uploads_its_indices(source: object, indices: Any) -> bool:

@@ -56,7 +56,7 @@ def device_storages(obj: object) -> int:
         for tensor in _tensors(obj, steps=on_accelerator):
             if not isinstance(tensor, torch.Tensor):  # a storage, saved as such (a device tensor pickled)
                 if on_accelerator and tensor.device.type not in ("cpu", "meta"):
-                    storages.add((str(tensor.device), tensor.data_ptr()))
+                    storages.add(_storage_key(tensor))
                 continue
             place = tensor.device
             if place.type == "meta":
@@ -70,9 +70,8 @@ def device_storages(obj: object) -> int:
 def loaded_storages(result: object) -> int:
     """How many storages `torch.load` copied from host memory to a device to return `result` (module docstring), read
     before `loaded_on_host` marks what it loaded to the host."""
-    if accelerator_in_use():
-        with torch._C.DisableTorchFunction():
-            return len({_storage_key(t) for t in _tensors(result, steps=True) if t.device.type not in ("cpu", "meta")})
+    if accelerator_in_use():  # its device storages, read from the tensors: what a save of it would copy back
+        return device_storages(result)
     spelled = spelling("load")
     if spelled.target_is_host:
         return 0
