@@ -6,14 +6,15 @@ without `output_size`, `one_hot` without `num_classes`), and `index_put_` with a
 untagged, its kernel turns the mask into indices with `nonzero`, a wait on a GPU, unless torch makes it a
 `masked_fill_`: one mask, one value held in host memory, no accumulation), and torch.linalg's checked routines
 (`cholesky`, `inv`, `solve`, `eigh`, `svd`, `pinv`, ...: untagged, each reads its error codes to the host on a device;
-`_LINALG_READS`), and `histc` over its input's own range (untagged: on a device it reads the minimum and maximum),
-counted as a dispatch mode sees them:
+`_LINALG_READS`), and `histc` over its input's own range (untagged: on a device it reads the minimum and maximum;
+`bincount` reads both too), counted as a dispatch mode sees them, each wait once (`_waits`):
 called from Python, from autograd or from an op that decomposes above autograd, never an op another op's kernel runs
 inside itself (a CPU `var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel
 over each such op at its autograd keys (and at its backend keys for inference tensors), so only those ops pay; inside
 `torch.inference_mode`, where autograd is off, in a process with a running process group, and on older torch,
 `ImplicitSyncMode` (a `TorchDispatchMode`) counts, costing every op a trip through Python; beside it the kernels of
 the ops counted whole (`one_hot`, which the mode meets decomposed into its CPU kernel's range checks) still count.
+A check torch makes on a CPU only is not a GPU's wait: `quantile`'s range check of `q` (`equal`) is not counted.
 The two are compared call by call in tests/tripwire/sync/test_sync_kernels.py. Syncs already counted explicitly are
 not counted twice: the explicit hook suppresses recording while the call it counted runs.
 
@@ -120,6 +121,8 @@ def _static_kind(namespace: str, name: str, tags: Any) -> str:
         return "norm"
     if namespace == "aten" and name == "histc":
         return "histc"
+    if namespace == "aten" and name in _HOST_ONLY_CHECKS:
+        return "hostcheck"
     if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
         return _NO_IMPLICIT
     if name == "index":
@@ -158,8 +161,17 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         return kinds.LINALG_CHECK if order in _SINGULAR_ORDERS else None
     if static == "histc":  # `histc(self, bins, min, max)`: the default range (min == max) is the input's own
         return _histc_kind(args, kwargs)
-    if static == "rep":
-        return None if kwargs.get("output_size") is not None else kinds.REPEAT_INTERLEAVE
+    if static == kinds.BINCOUNT:
+        source = args[0] if args else kwargs.get("self")
+        empty = isinstance(source, torch.Tensor) and source.numel() == 0  # zeros of `minlength`, nothing read
+        return None if empty or _host_input_beside_accelerator(source) else kinds.BINCOUNT
+    if static == "hostcheck":
+        return None
+    if static == "rep":  # `repeat_interleave(repeats, *, output_size)`: an empty `repeats` returns before reading
+        repeats = args[0] if args else kwargs.get("repeats")
+        empty = isinstance(repeats, torch.Tensor) and repeats.numel() == 0
+        sized = kwargs.get("output_size") is not None or empty or _host_input_beside_accelerator(repeats)
+        return None if sized else kinds.REPEAT_INTERLEAVE
     if static == "onehot":
         classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
         source = args[0] if args else kwargs.get("self")
@@ -170,14 +182,28 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
 # Ops that decompose above the backends but are counted whole, by the rule a GPU follows, not by the reads their
 # decomposition makes on a CPU: `one_hot`'s CPU kernel checks its classes' range (`self.min().item()`,
 # `self.max().item()`), where its CUDA kernel reads only the maximum, and only without `num_classes`
-_COUNTED_WHOLE = frozenset({"onehot"})
-# Ops that wait more than once in one call: `histc` reads its input's minimum, then its maximum
-_WAITS = {kinds.HISTC: 2}
+# (`quantile` checks its `q` range with `.all()` and `equal` on a CPU only, `if (self.device().is_cpu())`: counted
+# whole, it counts nothing)
+_COUNTED_WHOLE = frozenset({"onehot", "hostcheck"})
+_HOST_ONLY_CHECKS = frozenset({"quantile", "nanquantile"})
+
+
+def _waits(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """How many times one call of an op of `kind` waits for the device: `histc` reads its input's minimum, then its
+    maximum; `bincount` the minimum with `.cpu()` (skipped for uint8, which cannot be negative), then the maximum with
+    `.item()` to size its bins; `repeat_interleave` its total (`cumsum[-1].item()`), then whether every repeat is
+    non-negative (`.all().item()`); every other op once."""
+    if kind in (kinds.HISTC, kinds.REPEAT_INTERLEAVE):
+        return 2
+    if kind == kinds.BINCOUNT:
+        source = args[0] if args else kwargs.get("self")
+        return 1 if isinstance(source, torch.Tensor) and source.dtype == torch.uint8 else 2
+    return 1
 
 
 def _histc_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """`torch.histc` with `min == max` (the default 0, 0) on a device reads its input's minimum and maximum to the host
-    (`self.min().cpu()`, then the maximum's) to size its bins: two waits (`_WAITS`).
+    (`self.min().cpu()`, then the maximum's) to size its bins: two waits (`_waits`).
     A CPU kernel computes them on the host: nothing to wait for on a GPU run; a CPU run counts where a GPU run waits."""
     source = args[0] if args else kwargs.get("self")
     low = args[2] if len(args) > 2 else kwargs.get("min", 0)
@@ -264,7 +290,7 @@ class ImplicitSyncMode(TorchDispatchMode):
             return func(*args, **kwargs)  # pass-through
         kind = _implicit_kind(func, args, kwargs)
         if kind is not None and not _reads_host(kind, args):
-            for _ in range(_WAITS.get(kind, 1)):
+            for _ in range(_waits(kind, args, kwargs)):
                 sync.deliver(kind, implicit=not kinds.COLLECTIVE.holds(kind))
         return func(*args, **kwargs)  # pass-through
 
@@ -392,7 +418,7 @@ def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[...
                 return call(keyset, *args, **kwargs)  # pass-through
         kind = _call_kind(static, args, kwargs)
         if kind is not None and not _reads_host(kind, args):
-            for _ in range(_WAITS.get(kind, 1)):
+            for _ in range(_waits(kind, args, kwargs)):
                 sync.deliver(kind, implicit=True)
         local.nested += 1
         try:

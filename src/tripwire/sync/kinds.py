@@ -130,7 +130,8 @@ FRAME, GRAPH, EAGER = COMPILE.of("frame"), COMPILE.of("graph"), COMPILE.of("eage
 COMPILE_KINDS = (GRAPH_BREAK, DISABLE, RECOMPILE, FRAME, GRAPH, EAGER)
 # implicit kinds whose name says more than the op's (`index` with a boolean mask, an op missing its size argument;
 # `index_put_` with a boolean mask: `t[mask] = values` turns the mask into indices, unless it is a fill; a torch.linalg
-# routine reading its result's error codes, whichever op of it the counter met; `histc` reading its input's range)
+# routine reading its result's error codes, whichever op of it the counter met; `histc` reading its input's range,
+# `bincount` its input's minimum and maximum)
 MASK_INDEX, MASK_PUT, REPEAT_INTERLEAVE, ONE_HOT, LINALG_CHECK = (
     IMPLICIT.of("index(mask)"),
     IMPLICIT.of("index_put(mask)"),
@@ -138,7 +139,7 @@ MASK_INDEX, MASK_PUT, REPEAT_INTERLEAVE, ONE_HOT, LINALG_CHECK = (
     IMPLICIT.of("one_hot"),
     IMPLICIT.of("linalg_check"),
 )
-HISTC = IMPLICIT.of("histc")
+HISTC, BINCOUNT = IMPLICIT.of("histc"), IMPLICIT.of("bincount")
 
 
 def _family(kind: str) -> Prefix | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -101,3 +102,29 @@ def test_histc_over_its_inputs_own_range_is_the_two_reads_torch_flags() -> None:
     check = counter.cross_check()
     assert check is not None and check.ok, check and check.format()
     assert counter.counts_by_kind().get("implicit:histc") == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync detector needs CUDA")
+@pytest.mark.parametrize(
+    ("name", "call", "expected"),
+    [
+        ("bincount", lambda x: torch.bincount(x), {"implicit:bincount": 2}),  # its minimum, then its maximum
+        ("bincount uint8", lambda x: torch.bincount(x.to(torch.uint8)), {"implicit:bincount": 1}),  # no minimum
+        ("bincount empty", lambda x: torch.bincount(x[:0]), {}),
+        ("repeat_interleave", lambda x: torch.repeat_interleave(x), {"implicit:repeat_interleave": 2}),
+        ("repeat_interleave sized", lambda x: torch.repeat_interleave(x, output_size=5), {}),
+        ("quantile", lambda x: torch.quantile(x.float(), 0.5), {}),  # its range check runs on a CPU only
+        ("multinomial", lambda x: torch.multinomial(x.float(), 1), {}),  # its checks are asynchronous asserts
+    ],
+)
+def test_each_wait_of_a_data_dependent_op_is_one_count(
+    name: str, call: Callable[[torch.Tensor], object], expected: dict[str, int]
+) -> None:
+    """The counts a CPU run gives these ops (tests/tripwire/sync/test_sync_kernels.py) are the waits a GPU makes."""
+    values = torch.tensor([1, 2, 2], device="cuda")
+    torch.cuda.synchronize()
+    with SyncCounter(cuda_cross_check=True) as counter:
+        call(values)
+    check = counter.cross_check()
+    assert check is not None and check.ok, check and check.format()
+    assert dict(counter.counts_by_kind()) == expected, name

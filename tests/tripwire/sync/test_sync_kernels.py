@@ -63,6 +63,7 @@ def test_top_level_data_dependent_ops_are_counted_once(both: Callable[..., list[
         ("implicit:nonzero", lines["ops"]),
         ("implicit:allclose", lines["ops"]),
         ("implicit:_unique2", lines["ops"]),
+        ("implicit:repeat_interleave", lines["ops"]),  # its total, then its check that no repeat is negative
         ("implicit:repeat_interleave", lines["ops"]),
         ("item", lines["item"]),
     ]
@@ -85,6 +86,55 @@ def test_histc_over_its_inputs_own_range_is_counted_by_both(both: Callable[..., 
 
     # two reads each: the minimum, then the maximum
     assert both(body) == [("implicit:histc", lines["default"])] * 6 + [("implicit:histc", lines["inference"])] * 2
+
+
+def test_bincount_and_repeat_interleave_count_each_read_a_gpu_makes(
+    both: Callable[..., list[tuple[str, str]]],
+) -> None:
+    """On a device `bincount` reads its input's minimum (`.cpu()`; not for uint8) and maximum (`.item()`), and
+    `repeat_interleave` its total and its check that no repeat is negative (two `.item()`s): one count per wait, as
+    the device's sync warnings count them. An empty input returns before reading; an `output_size` skips both reads."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ints = torch.tensor([1, 2, 2], device=device).clone()  # built before the recording: device data on a GPU run
+    small, empty = ints.to(torch.uint8), ints[:0]
+    lines: dict[str, str] = {}
+
+    def body() -> None:
+        lines["bincount"] = _line()
+        torch.bincount(ints), torch.bincount(ints, minlength=8)
+        lines["uint8"] = _line()
+        torch.bincount(small), torch.bincount(empty)
+        lines["repeat"] = _line()
+        torch.repeat_interleave(ints), torch.repeat_interleave(ints, output_size=5), torch.repeat_interleave(empty)
+        with torch.inference_mode():
+            lines["inference"] = _line()
+            torch.bincount(ints), torch.repeat_interleave(ints)
+
+    assert both(body) == (
+        [("implicit:bincount", lines["bincount"])] * 4
+        + [("implicit:bincount", lines["uint8"])]
+        + [("implicit:repeat_interleave", lines["repeat"])] * 2
+        + [("implicit:bincount", lines["inference"])] * 2
+        + [("implicit:repeat_interleave", lines["inference"])] * 2
+    )
+
+
+def test_quantiles_range_check_on_a_cpu_alone_is_not_counted(both: Callable[..., list[tuple[str, str]]]) -> None:
+    """`torch.quantile` checks that `q` lies in [0, 1] only when its input is on a CPU (`self.device().is_cpu()`: an
+    `.all()` read through `equal`), to spare a GPU the wait: a CPU run counted `implicit:equal` a call that a GPU run
+    never makes. Counted whole, as a GPU runs it: nothing; the same under the dispatch mode, which torch already
+    spared the check (a mode makes every tensor subclass-like). The counter still sees every other read."""
+    values = torch.randn(16, device="cuda" if torch.cuda.is_available() else "cpu")
+    q = torch.tensor([0.1, 0.9], device=values.device)
+    lines: dict[str, str] = {}
+
+    def body() -> None:
+        torch.quantile(values, 0.5), torch.nanquantile(values, q)
+        values.quantile(0.25, dim=0, keepdim=True)
+        lines["equal"] = _line()
+        torch.equal(values, values)
+
+    assert both(body) == [("implicit:equal", lines["equal"])]
 
 
 def test_one_hot_counts_the_read_a_gpu_makes_not_its_cpu_kernels_checks(
