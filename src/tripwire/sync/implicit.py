@@ -14,7 +14,8 @@ over each such op at its autograd keys (and at its backend keys for inference te
 `torch.inference_mode`, where autograd is off, in a process with a running process group, and on older torch,
 `ImplicitSyncMode` (a `TorchDispatchMode`) counts, costing every op a trip through Python; beside it the kernels of
 the ops counted whole (`one_hot`, which the mode meets decomposed into its CPU kernel's range checks) still count.
-A check torch makes on a CPU only is not a GPU's wait: `quantile`'s range check of `q` (`equal`) is not counted.
+A read of host memory on a GPU run too is not a wait: `quantile`'s range check of `q`, which torch makes on a CPU
+only (`equal`), and `tensor_split`'s read of a 0-d count of sections, which torch requires in host memory.
 The two are compared call by call in tests/tripwire/sync/test_sync_kernels.py. Syncs already counted explicitly are
 not counted twice: the explicit hook suppresses recording while the call it counted runs.
 
@@ -121,8 +122,8 @@ def _static_kind(namespace: str, name: str, tags: Any) -> str:
         return "norm"
     if namespace == "aten" and name == "histc":
         return "histc"
-    if namespace == "aten" and name in _HOST_ONLY_CHECKS:
-        return "hostcheck"
+    if namespace == "aten" and name in _HOST_ONLY_READS:
+        return "hostonly"
     if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
         return _NO_IMPLICIT
     if name == "index":
@@ -165,7 +166,7 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         source = args[0] if args else kwargs.get("self")
         empty = isinstance(source, torch.Tensor) and source.numel() == 0  # zeros of `minlength`, nothing read
         return None if empty or _host_input_beside_accelerator(source) else kinds.BINCOUNT
-    if static == "hostcheck":
+    if static == "hostonly":
         return None
     if static == "rep":  # `repeat_interleave(repeats, *, output_size)`: an empty `repeats` returns before reading
         repeats = args[0] if args else kwargs.get("repeats")
@@ -182,10 +183,10 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
 # Ops that decompose above the backends but are counted whole, by the rule a GPU follows, not by the reads their
 # decomposition makes on a CPU: `one_hot`'s CPU kernel checks its classes' range (`self.min().item()`,
 # `self.max().item()`), where its CUDA kernel reads only the maximum, and only without `num_classes`
-# (`quantile` checks its `q` range with `.all()` and `equal` on a CPU only, `if (self.device().is_cpu())`: counted
-# whole, it counts nothing)
-_COUNTED_WHOLE = frozenset({"onehot", "hostcheck"})
-_HOST_ONLY_CHECKS = frozenset({"quantile", "nanquantile"})
+# (`quantile` checks its `q` range with `.all()` and `equal` on a CPU only, `if (self.device().is_cpu())`;
+# `tensor_split` reads a 0-d count of sections torch requires in host memory: counted whole, they count nothing)
+_COUNTED_WHOLE = frozenset({"onehot", "hostonly"})
+_HOST_ONLY_READS = frozenset({"quantile", "nanquantile", "tensor_split"})
 
 
 def _waits(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:

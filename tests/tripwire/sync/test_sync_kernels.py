@@ -119,18 +119,19 @@ def test_bincount_and_repeat_interleave_count_each_read_a_gpu_makes(
     )
 
 
-def test_quantiles_range_check_on_a_cpu_alone_is_not_counted(both: Callable[..., list[tuple[str, str]]]) -> None:
+def test_reads_of_host_memory_on_a_gpu_too_are_not_counted(both: Callable[..., list[tuple[str, str]]]) -> None:
     """`torch.quantile` checks that `q` lies in [0, 1] only when its input is on a CPU (`self.device().is_cpu()`: an
     `.all()` read through `equal`), to spare a GPU the wait: a CPU run counted `implicit:equal` a call that a GPU run
-    never makes. Counted whole, as a GPU runs it: nothing; the same under the dispatch mode, which torch already
-    spared the check (a mode makes every tensor subclass-like). The counter still sees every other read."""
+    never makes. `tensor_split` given its number of sections as a 0-d tensor reads it with `.item()`, from a tensor
+    torch requires in host memory: a CPU run counted `implicit:_local_scalar_dense` a call. Counted whole, as a GPU
+    runs them: nothing; the same under the dispatch mode. The counter still sees every other read."""
     values = torch.randn(16, device="cuda" if torch.cuda.is_available() else "cpu")
-    q = torch.tensor([0.1, 0.9], device=values.device)
+    q, points, sections = torch.tensor([0.1, 0.9], device=values.device), torch.tensor([2, 5]), torch.tensor(3)
     lines: dict[str, str] = {}
 
     def body() -> None:
         torch.quantile(values, 0.5), torch.nanquantile(values, q)
-        values.quantile(0.25, dim=0, keepdim=True)
+        values.quantile(0.25, dim=0, keepdim=True), values.tensor_split(points), values.tensor_split(sections)
         lines["equal"] = _line()
         torch.equal(values, values)
 
