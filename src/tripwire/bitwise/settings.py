@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from tripwire.common.unhook import put_back
 from tripwire.sync import state
 from tripwire.sync.swaps import Swap, swap_code
 
@@ -132,7 +133,7 @@ class SettingsWatch:
         self.changes: list[SettingChange] = []
         self._before: dict[str, Any] = {}
         self._swaps: list[Swap] = []
-        self._restores: list[tuple[Any, str, Any]] = []
+        self._restores: list[tuple[Any, str, Any, Any]] = []  # owner, name, own, ours
 
     def note(self, setting: str, before: Any, after: Any) -> None:
         """Record a change made now (nothing when the value did not change), named at the caller's line."""
@@ -148,14 +149,16 @@ class SettingsWatch:
         for owner, name, setting in flags:
             own = vars(owner).get(name)
             if own is not None and hasattr(own, "__set__"):
-                self._restores.append((owner, name, own))
-                setattr(owner, name, _WatchedFlag(own, setting, self))
+                flag = _WatchedFlag(own, setting, self)
+                self._restores.append((owner, name, own, flag))
+                setattr(owner, name, flag)
         matmul_class = type(torch.backends.cuda.matmul)
         hook = "__setattr__"  # cuBLASModule's own, in Python: the class's slot stays the generic one
         own_setattr = vars(matmul_class).get(hook)
         if own_setattr is not None:
-            self._restores.append((matmul_class, hook, own_setattr))
-            setattr(matmul_class, hook, _matmul_setattr(own_setattr, self))
+            watched = _matmul_setattr(own_setattr, self)
+            self._restores.append((matmul_class, hook, own_setattr, watched))
+            setattr(matmul_class, hook, watched)
         for function, setting, reader in (
             (torch.use_deterministic_algorithms, "torch.use_deterministic_algorithms", _deterministic),
             (torch.set_deterministic_debug_mode, "torch.use_deterministic_algorithms", _deterministic),
@@ -172,8 +175,8 @@ class SettingsWatch:
         for swap in reversed(self._swaps):
             swap.restore()
         self._swaps.clear()
-        for owner, name, own in reversed(self._restores):
-            setattr(owner, name, own)
+        for owner, name, own, ours in reversed(self._restores):
+            put_back(owner, name, True, own, ours)
         self._restores.clear()
         after = determinism_settings()
         seen = {change.setting for change in self.changes}

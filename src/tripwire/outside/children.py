@@ -33,6 +33,7 @@ from pathlib import Path
 from types import FrameType, ModuleType, TracebackType
 from typing import Any
 
+from tripwire.common.unhook import put_back
 from tripwire.sync.threads import in_compiler
 
 _ACTIVE: list[ChildWatch] = []
@@ -113,12 +114,11 @@ def _wrap_starts() -> None:
 
 
 def _unwrap_starts() -> None:
-    """Put each function back, unless something has since replaced the wrapper (then it stays, and counts nothing
-    with no watch active)."""
+    """Put each function back, unless something has since replaced the wrapper: then what replaced it stays, holding
+    the original where it held the wrapper (`tripwire.common.unhook`)."""
     while _PUT_IN:
         owner, name, original, wrapper = _PUT_IN.pop()
-        if owner.__dict__.get(name) is wrapper:
-            setattr(owner, name, original)
+        put_back(owner, name, True, original, wrapper)
 
 
 @dataclass

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
+from tripwire.common.unhook import put_back, unhook
 from tripwire.compile.counter import CompileCounter
 from tripwire.outside.capture import left_out, no_value, not_excluded, object_state
 from tripwire.outside.stand import stand_in
@@ -350,6 +351,7 @@ class _Patch:
     attribute: str
     had_own: bool
     original: Any
+    ours: Any  # the stand-in put there: restored only while it is still there
 
 
 def _resolve(spec: str, namespace: Mapping[str, Any] | None) -> tuple[Any, str, Any]:
@@ -465,17 +467,18 @@ class Instrumentation:
             owner_map = namespace
             if not isinstance(owner_map, dict):
                 raise ScenarioError(f"target {target}: cannot rebind a name in a read-only namespace")
-            self._patches.append(_Patch(owner_map, attribute, True, raw))
-            owner_map[attribute] = self._stand_in(target, raw)
+            stand = self._stand_in(target, raw)
+            self._patches.append(_Patch(owner_map, attribute, True, raw, stand))
+            owner_map[attribute] = stand
             self.bound.add(target)
             return
         had_own = attribute in vars(owner) if isinstance(owner, type) else True
-        self._patches.append(_Patch(owner, attribute, had_own, raw))
         stand = self._stand_in(target, raw)
+        self._patches.append(_Patch(owner, attribute, had_own, raw, stand))
         setattr(owner, attribute, stand)
         if isinstance(owner, types.ModuleType) and isinstance(raw, _FUNCTIONS):
             for namespace, name in _aliases(raw, owner):
-                self._patches.append(_Patch(namespace, name, True, raw))
+                self._patches.append(_Patch(namespace, name, True, raw, stand))
                 namespace[name] = stand
         self.bound.add(target)
 
@@ -490,15 +493,17 @@ class Instrumentation:
         return stand_in(raw, hooks.call)
 
     def restore(self) -> None:
-        """Put every original back, newest first."""
+        """Put every original back, newest first. A name the loop bound anew while it ran keeps the loop's object,
+        with the stand-in it wrapped, if any, replaced by the original (torch's optimizer wraps `Adam.step` at the
+        first `Adam()`: `tripwire.common.unhook`)."""
         while self._patches:
             patch = self._patches.pop()
-            if isinstance(patch.owner, dict):
+            if not isinstance(patch.owner, dict):
+                put_back(patch.owner, patch.attribute, patch.had_own, patch.original, patch.ours)
+            elif patch.owner.get(patch.attribute) is patch.ours:
                 patch.owner[patch.attribute] = patch.original
-            elif patch.had_own:
-                setattr(patch.owner, patch.attribute, patch.original)
-            else:
-                delattr(patch.owner, patch.attribute)
+            elif patch.attribute in patch.owner:
+                unhook(patch.owner[patch.attribute], patch.ours, patch.original)
 
     def unbound(self) -> list[str]:
         """Targets never bound (a `__main__` name the script did not define)."""

@@ -466,8 +466,9 @@ def with_own_functions(
         with _OWN_LOCK:
             _OWN_SHOWN[0] -= 1
             if _OWN_SHOWN[0] == 0:
-                for name, _, stand_in_for in namespace:
-                    setattr(torch, name, stand_in_for)
+                for name, own, stand_in_for in namespace:
+                    if vars(torch).get(name) is own:  # else the import replaced it (a library's wrapper): it stays
+                        setattr(torch, name, stand_in_for)
 
 
 def _load_hidden(load: Callable[[Any], Any], namespace: list[tuple[str, Any, Any]], spec: Any) -> Any:

@@ -22,6 +22,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tripwire.common.unhook import put_back
 from tripwire.sync import state as sync
 from tripwire.sync.swaps import Swap
 
@@ -55,7 +56,7 @@ class Installation:
     counting: bool = False  # stand-ins installed and this thread marked as counting (`_LOCAL.counting`)
     dispatch_mode: TorchDispatchMode | None = None
     kernels: Closable | None = None  # counting implicit syncs in place of `dispatch_mode`
-    restores: list[tuple[Any, str, bool, Any]] = field(default_factory=list)
+    restores: list[tuple[Any, str, bool, Any, Any]] = field(default_factory=list)  # owner, name, had own, own, ours
     skipping: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # `tripwire.sync.dynamo`
     swaps: list[Swap] = field(default_factory=list)  # functions whose code counts their calls
     keeping: list[tuple[str, Any]] = field(default_factory=list)  # place-keeping stand-ins not yet in place
@@ -69,7 +70,7 @@ class Installation:
 def patch(installation: Installation, owner: Any, name: str, replacement: Any) -> None:
     """Replace `owner.name`, remembering how to restore it."""
     had_own = name in vars(owner)
-    installation.restores.append((owner, name, had_own, vars(owner).get(name)))
+    installation.restores.append((owner, name, had_own, vars(owner).get(name), replacement))
     if isinstance(owner, ModuleType) and isinstance(replacement, FunctionType):
         # pickled by reference, as `torch.as_tensor` itself is (a spawned DataLoader's `collate_fn=torch.stack`, a
         # `Pool.map(torch.as_tensor, ...)`): under the name it stands in for, which finds this very object here and
@@ -94,12 +95,11 @@ def as_script_builtin(installation: Installation, own: Any, stand_in: Any) -> No
 
 def restore(installation: Installation) -> None:
     """Put back every attribute `patch` replaced for this installation, newest first, and take its stand-ins out of
-    TorchScript's table of builtins (their ids are free once they are gone)."""
-    for owner, name, had_own, original in reversed(installation.restores):
-        if had_own:
-            setattr(owner, name, original)
-        else:
-            delattr(owner, name)
+    TorchScript's table of builtins (their ids are free once they are gone). An attribute the loop replaced while it
+    was recorded (a library imported then that patches `torch.as_tensor`) keeps the loop's object, with the stand-in
+    it wrapped, if any, replaced by torch's own (`tripwire.common.unhook`)."""
+    for owner, name, had_own, original, ours in reversed(installation.restores):
+        put_back(owner, name, had_own, original, ours)
     installation.restores.clear()
     if installation.script_builtins:
         from torch.jit import _builtins

@@ -141,3 +141,51 @@ def test_recordings_leave_every_process_wide_setting_as_they_found_it(tmp_path: 
     """Failed before the compile counter kept the trace logger's level from before the first counter: the loop's
     WARNING stayed DEBUG, because another handler (the loop's) was still on the logger."""
     assert _changed(tmp_path) == {}
+
+
+WRAPPED_BY_TORCH = r"""
+import json, sys
+import torch
+from tripwire.outside.record import record
+from tripwire.scenario import Checkpoint, Scenario
+
+own = torch.optim.Adamax.step  # no Adamax made yet in this process: torch has not wrapped it
+step = Checkpoint("torch.optim:Adamax.step", capture=("self",))
+scenario = Scenario(name="wrapped", script="loop.py", checkpoints=[step])
+result = record(scenario, sys.argv[1])
+step = torch.optim.Adamax.step
+cells = [cell.cell_contents for cell in step.__closure__ or ()]
+print("STATE " + json.dumps({
+    "status": result.status + (f": {result.cause}" if result.status != "ok" else ""),
+    "hooked": bool(getattr(step, "hooked", False)),
+    "wraps own": own in cells and step.__wrapped__ is own,
+    "tripwire left": [repr(value) for value in cells if "tripwire" in getattr(value, "__module__", "") or ""],
+}))
+"""
+
+
+def test_a_wrapper_torch_puts_on_a_checkpointed_method_keeps_wrapping_the_original(tmp_path: Path) -> None:
+    """torch's optimizer wraps its class's `step` for the profiler at the first optimizer made (`profile_hook_step`),
+    during the recording: it wrapped the checkpoint's stand-in. After the recording torch's wrapper stays, as with no
+    recording, around the original: no stand-in outlives it."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "loop.py").write_text(
+        "import torch\nmodel = torch.nn.Linear(2, 1)\noptimizer = torch.optim.Adamax(model.parameters())\n"
+        "for _ in range(3):\n    optimizer.zero_grad()\n    model(torch.ones(1, 2)).sum().backward()\n"
+        "    optimizer.step()\n",
+        encoding="utf-8",
+    )
+    probe = tmp_path / "probe.py"
+    probe.write_text(WRAPPED_BY_TORCH, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(probe), str(tree)], capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("STATE "))
+    assert json.loads(line.removeprefix("STATE ")) == {
+        "status": "ok",
+        "hooked": True,
+        "wraps own": True,
+        "tripwire left": [],
+    }

@@ -535,3 +535,77 @@ def test_a_swapped_function_inspected_while_counting_reads_as_its_own() -> None:
         assert all("tripwire" in function.__code__.co_filename for function in swapped[:2])  # swapped indeed
     assert inside == [introspected for introspected, _ in plain]
     assert [dict(vars(function)) for function in swapped] == [attributes for _, attributes in plain]
+
+
+def _holds(function: object, target: object) -> bool:
+    """Whether `function` reaches `target` through its `__wrapped__` or a closure cell (one level)."""
+    cells = [cell.cell_contents for cell in getattr(function, "__closure__", None) or ()]
+    return getattr(function, "__wrapped__", None) is target or any(value is target for value in cells)
+
+
+def test_an_attribute_the_loop_replaced_while_recorded_keeps_the_loops_object() -> None:
+    """A library imported during a recording that patches torch (its own `Tensor.item`, its own `torch.as_tensor`):
+    the counter's exit put torch's own back over it, so the loop ran on without its patch after the recording."""
+    own_item, own_as_tensor = torch._C.TensorBase.item, torch.as_tensor
+
+    def loops_item(self: torch.Tensor) -> object:
+        return own_item(self)
+
+    def loops_as_tensor(*args: object, **kwargs: object) -> torch.Tensor:
+        return own_as_tensor(*args, **kwargs)  # type: ignore[arg-type]
+
+    try:
+        with SyncCounter():
+            torch.Tensor.item = loops_item  # type: ignore[method-assign]
+            torch.as_tensor = loops_as_tensor
+        assert torch.Tensor.item is loops_item and torch.as_tensor is loops_as_tensor
+        assert torch.ones(1).item() == 1.0
+    finally:
+        del torch.Tensor.item
+        torch.as_tensor = own_as_tensor
+    assert torch.Tensor.item is own_item
+
+
+def test_a_wrapper_the_loop_made_of_a_stand_in_keeps_wrapping_torchs_own_after() -> None:
+    """A decorator applied while recorded wraps what it finds, the counter's stand-in: after the recording the
+    wrapper stays, as the loop made it, and wraps torch's own function, as it would have with no recording."""
+    import functools
+
+    own = torch.as_tensor
+    try:
+        with SyncCounter():
+            seen = stand_in = torch.as_tensor  # `seen` is the wrapper's cell, shared with this frame
+            assert stand_in is not own  # the stand-in, wrapped next
+
+            @functools.wraps(seen)
+            def logged(*args: object, **kwargs: object) -> torch.Tensor:
+                return seen(*args, **kwargs)  # type: ignore[arg-type]
+
+            torch.as_tensor = logged
+        assert torch.as_tensor is logged
+        assert _holds(logged, own) and not _holds(logged, stand_in)
+        assert logged([1.0]).tolist() == [1.0]
+    finally:
+        torch.as_tensor = own
+
+
+def test_a_library_that_patches_torch_when_imported_while_recorded_keeps_its_patch(tmp_path: Path) -> None:
+    """An import while counting runs with torch's own functions in `torch` (`hidden_from_imports`): putting the
+    stand-ins back after it overwrote a patch the imported module made."""
+    (tmp_path / "patches_torch_on_import.py").write_text(
+        "import torch\n_own = torch.as_tensor\n\n\ndef as_tensor(*a, **k):\n    return _own(*a, **k)\n\n\n"
+        "torch.as_tensor = as_tensor\n"
+    )
+    own = torch.as_tensor
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with SyncCounter():
+            import patches_torch_on_import  # type: ignore[import-not-found]
+
+            assert torch.as_tensor is patches_torch_on_import.as_tensor
+        assert torch.as_tensor is patches_torch_on_import.as_tensor
+        assert patches_torch_on_import._own is own
+    finally:
+        torch.as_tensor = own
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("patches_torch_on_import", None)
