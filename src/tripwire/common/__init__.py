@@ -11,7 +11,9 @@
 - `quiet`: one warning ignored while tripwire raises it, every record of the loop's warnings left as it was;
 - `names`: dotted names made distinct, so that no leaf of a digested value is lost to another of the same name;
 - `closure`: what of a source tree one run read (the files, folder listings and questions a history walk reuses a
-  result by).
+  result by);
+- `unhook`: putting back what a recording replaced, keeping what the loop replaced meanwhile (a wrapper it made of a
+  stand-in holds the original after).
 
 Nothing here imports another tripwire package. This package, `errors` and `numerics` load no torch (the noxfile
 and a `conftest.py` set the pin before torch starts).
