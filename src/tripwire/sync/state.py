@@ -172,6 +172,8 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
                 None if by_torch is None else (generation, id(by_torch), id(by_torch.f_code), by_torch.f_lasti),
             )
         if read:
+            if asked not in _HOST_COPIES:  # the same call may read it again: numpy's `np.array(x.cpu())` asks
+                local.copied = copied  # `__array__` with `copy=`, then, refused, without
             return
     callers: tuple[str, ...] = ()
     caller_text = ""

@@ -20,6 +20,7 @@ break. This module is kept small, importing nothing of tripwire but the inline l
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from types import MethodType
 from typing import Any
@@ -108,6 +109,18 @@ _BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+def _keywords(original: Any) -> frozenset[str] | None:
+    """The keywords a function written in Python takes (None: any, or a builtin whose signature is not read)."""
+    try:
+        parameters = inspect.signature(original).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(parameter.name for parameter in parameters if parameter.kind in keyword)
+
+
 def counted_stand_in(
     kind: str,
     original: Any,
@@ -128,11 +141,16 @@ def counted_stand_in(
     way, uncounted. A `scalar` read (its only op `_local_scalar_dense`, which has no autograd formula) of a plain
     tensor runs below autograd: the same kernel, not the counting kernel registered at the autograd key, which would
     only return at once here. `receiver`: as `stand_in`'s. `copied`: called with the result of a counted copy to the
-    host (`.cpu()`: `copies.note_host_copy`)."""
+    host (`.cpu()`: `copies.note_host_copy`). A call the original refuses at a keyword it does not take reads
+    nothing, and is not counted: NumPy 2's `np.array(t)` asks torch's `__array__(self, dtype=None)` with `copy=`
+    first, then, refused, without (one read, counted once)."""
+    takes = _keywords(original)
 
     def body(*args: Any, **kwargs: Any) -> Any:
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
+        if kwargs and takes is not None and not takes.issuperset(kwargs):
+            return original(*args, **kwargs)  # pass-through: refused at its arguments, it raises
         counted = not (args and in_host_memory(args[0]))
         if counted:
             deliver(kind)
@@ -152,6 +170,8 @@ def counted_stand_in(
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
+        if kwargs and takes is not None and not takes.issuperset(kwargs):
+            return original(*args, **kwargs)  # pass-through: refused at its arguments, it raises
         counted = not (args and in_host_memory(args[0]))
         if counted:
             deliver(kind)
@@ -174,6 +194,8 @@ def counted_stand_in(
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
+        if kwargs and takes is not None and not takes.issuperset(kwargs):
+            return original(*args, **kwargs)  # pass-through: refused at its arguments, it raises
         counted = not (args and in_host_memory(args[0]))
         if counted:
             deliver(kind)

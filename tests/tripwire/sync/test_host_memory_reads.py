@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -305,6 +306,7 @@ def test_a_read_of_the_host_copy_just_made_is_not_a_second_sync() -> None:
         x.cpu().view(2, 2).squeeze().T.numpy()
         (x > 1).cpu().sum().item()
         float(x.cpu().mean())
+        np.array(x.cpu())  # NumPy 2 asks `__array__` twice (with `copy=`, refused, then without): one read
 
     def not_chained() -> None:
         copy = x.cpu()
@@ -313,8 +315,23 @@ def test_a_read_of_the_host_copy_just_made_is_not_a_second_sync() -> None:
         x.cpu().cumsum(0).tolist()  # a method not known to keep to the host: counted as before
         x.cpu(), x.tolist()  # the device tensor read again
 
-    assert counted(chained) == {"cpu": 10}
+    assert counted(chained) == {"cpu": 11}
     assert counted(not_chained) == {"cpu": 4, "tolist": 3, "item": 1}
+
+
+def test_a_read_the_original_refuses_at_its_arguments_is_not_counted() -> None:
+    """`np.array(t)` under NumPy 2 calls torch's `__array__(self, dtype=None)` with `copy=`, which raises before it
+    reads anything, then calls it again without: one read, counted once (it was counted twice)."""
+    x = torch.arange(4.0, device=DEVICE)
+
+    def read() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # NumPy's note that `__array__` takes no `copy=`
+            np.array(x.cpu().numpy()), np.array(x.detach().cpu())
+            if DEVICE.type == "cpu":
+                np.array(x)  # a device tensor has no NumPy array: on a GPU this raises
+
+    assert counted(read) == ({"cpu": 2, "numpy": 1} if DEVICE.type == "cpu" else {"cpu": 2})
 
 
 TORCH_LIKE = """
