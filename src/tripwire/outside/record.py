@@ -36,6 +36,7 @@ from tripwire.bitwise.vendor_ops import VendorBoundOps
 from tripwire.common import closure
 from tripwire.common.context import capture_context, imported_distributions
 from tripwire.common.errors import TripwireError
+from tripwire.common.unhook import put_back
 from tripwire.compile.counter import CompileCounter
 from tripwire.outside.blame import blame
 from tripwire.outside.children import ChildWatch, tree_site
@@ -94,7 +95,7 @@ def _tree_on_path(root: Path, paths: Sequence[str]) -> Iterator[None]:
 def _adapted(adapters: Sequence[Adapter]) -> Iterator[None]:
     """Module aliases, patches and wraps of the applying adapters, in place for the run and undone after."""
     saved_modules: dict[str, Any] = {}
-    restores: list[tuple[Any, str, Any, bool]] = []
+    restores: list[tuple[Any, str, Any, bool, Any]] = []  # owner, attribute, own, had own, the replacement
     try:
         for adapter in adapters:
             for alias, real in adapter.aliases.items():
@@ -111,15 +112,12 @@ def _adapted(adapters: Sequence[Adapter]) -> Iterator[None]:
                 replacements[target] = adapt(getattr(owner, attribute))
             for target, replacement in replacements.items():
                 owner, attribute, raw = _resolve(target, None)
-                restores.append((owner, attribute, raw, attribute in vars(owner)))
+                restores.append((owner, attribute, raw, attribute in vars(owner), replacement))
                 setattr(owner, attribute, replacement)
         yield
     finally:
-        for owner, attribute, raw, had_own in reversed(restores):
-            if had_own:
-                setattr(owner, attribute, raw)
-            else:
-                delattr(owner, attribute)
+        for owner, attribute, raw, had_own, replacement in reversed(restores):
+            put_back(owner, attribute, had_own, raw, replacement)
         for alias, module in saved_modules.items():
             if module is None:
                 sys.modules.pop(alias, None)
