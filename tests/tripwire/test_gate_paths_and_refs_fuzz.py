@@ -112,6 +112,19 @@ def test_a_budget_is_written_whole_or_refused_in_one_line_leaving_everything_as_
     assert listing(root) == before, target
 
 
+def test_a_refused_budget_write_removes_the_folder_it_made_on_the_way(result: Path, tmp_path: Path) -> None:
+    """Found by this fuzzer unseeded: `box/folder/new/../folder` makes `box/folder/new` to reach `box/folder/folder`,
+    which is then a folder, so the write is refused; the folder it made stayed behind. A write that succeeds through
+    the same kind of path keeps the folder its path made."""
+    root = sandbox(tmp_path / "box")
+    before = listing(root)
+    code, err = quiet(["write", str(result), str(root / "folder" / "folder" / ".." / "folder")])
+    assert code == 2 and "Is a directory" in err and err.count("\n") == 1, err
+    assert listing(root) == before
+    code, _ = quiet(["write", str(result), str(root / "new" / "deeper" / ".." / "b.json")])
+    assert code == 0 and (root / "new" / "b.json").is_file() and (root / "new" / "deeper").is_dir()
+
+
 @settings(FUZZ, max_examples=350)
 @given(data=st.data())
 def test_an_output_folder_that_passes_the_check_takes_a_result_and_one_that_fails_is_one_line(

@@ -11,6 +11,7 @@ writes a file whole or not at all (a temporary file renamed). Loads no torch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -161,13 +162,37 @@ def output_file(path: str | Path, flag: str, error: type[TripwireError] = PathEr
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` whole or not at all: a temporary file beside it, renamed over it (OSError raised)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write `text` to `path` whole or not at all: a temporary file beside it, renamed over it (OSError raised).
+    A folder made on the way is removed again when the write fails: `a/new/../x` makes `a/new` to reach `a/x`, and a
+    refused write leaves no trace."""
+    made: list[str] = []
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        _make_folders(path.parent, made)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                stream.write(text)
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+    except BaseException:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):  # only an empty folder goes: something else may have used it since
+                os.rmdir(folder)
+        raise
+
+
+def _make_folders(folder: Path, made: list[str]) -> None:
+    """Make `folder` and each missing folder on its way, as the path spells them (`..` after a folder made here),
+    adding the real path of each one made to `made`, outermost first."""
+    current = Path(folder.anchor) if folder.is_absolute() else Path()
+    for part in folder.parts[1:] if folder.is_absolute() else folder.parts:
+        current = current / part
+        if os.path.lexists(current):
+            continue
+        try:
+            os.mkdir(current)
+        except FileExistsError:  # made meanwhile by another process: not ours to remove
+            continue
+        made.append(os.path.realpath(current))
