@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tripwire.common.errors import GoldenFileError
 from tripwire.history import cli as history_cli
 from tripwire.outside.commands import budget_main, compare_main, run_main
 from tripwire.outside.result import Result, SyncSummary
+from tripwire.sync.budget import write_budget
 
 DIGEST = "ab" * 32
 
@@ -194,3 +196,19 @@ def test_a_budget_is_written_whole_where_it_can_be(tmp_path: Path, capsys: pytes
     assert json.loads((tmp_path / "b" / "budget.json").read_text())["regions"] == {"r": 0}
     assert [path.name for path in (tmp_path / "b").iterdir()] == ["budget.json"]
     assert budget_main(["check", str(result), str(tmp_path / "b" / "budget.json")]) == 0
+
+
+def test_a_rewritten_golden_keeps_its_mode_and_a_new_one_takes_the_umasks(tmp_path: Path) -> None:
+    """Goldens are written whole through a temporary file, which is private (0600): renamed over a golden it gave the
+    file that mode (a `tripwire budget write` made every budget 0600). A new file takes the umask's mode, a rewritten
+    one keeps its own; the trajectory and both budget goldens are written this way, never in place."""
+    result = recorded(tmp_path, "r", 1.0)
+    budget = tmp_path / "budget.json"
+    assert budget_main(["write", str(result), str(budget)]) == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(budget.stat().st_mode) == 0o666 & ~umask
+    budget.chmod(0o640)
+    write_budget(budget, {"r": 1})
+    assert stat.S_IMODE(budget.stat().st_mode) == 0o640 and json.loads(budget.read_text())["regions"] == {"r": 1}
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.endswith(".tmp")) == []

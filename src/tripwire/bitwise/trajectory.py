@@ -39,6 +39,7 @@ from tripwire.bitwise.magnitude import Magnitude, checkpoint_deltas, classify, g
 from tripwire.bitwise.tensor_diff import TensorChanges, tensor_changes
 from tripwire.bitwise.values import Values, load_values, save_values
 from tripwire.common.errors import GoldenFileError, TrajectoryDivergence, TripwireError, read_golden_json
+from tripwire.common.files import write_text
 from tripwire.common.names import listed, matching
 from tripwire.sync import ignore_syncs
 
@@ -157,7 +158,6 @@ class Trajectory:
     def save(self, path: str | Path) -> Path:
         """Write the golden form: one checkpoint per line, so a diff shows which checkpoints changed."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         data = self.to_json()
         lines = [
             "{",
@@ -168,7 +168,7 @@ class Trajectory:
         rows = [f"    {json.dumps(item)}" for item in data["checkpoints"]]
         lines.append(",\n".join(rows))
         lines.extend(["  ]", "}"])
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_text(path, "\n".join(lines) + "\n")  # whole or not at all: a golden is never left half-written
         return path
 
 

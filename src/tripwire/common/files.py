@@ -170,6 +170,7 @@ def write_text(path: Path, text: str) -> None:
         _make_folders(path.parent, made)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
+            os.fchmod(handle, _mode_for(path))  # a temporary file is private (0600); the file keeps its own mode
             with os.fdopen(handle, "w", encoding="utf-8") as stream:
                 stream.write(text)
             os.replace(temporary, path)
@@ -181,6 +182,26 @@ def write_text(path: Path, text: str) -> None:
             with contextlib.suppress(OSError):  # only an empty folder goes: something else may have used it since
                 os.rmdir(folder)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions a rewritten file keeps: its own, or a new file's under the process's umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux's `/proc/self/status`; 0o022 where it cannot be read)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _make_folders(folder: Path, made: list[str]) -> None:

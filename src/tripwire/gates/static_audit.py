@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.common.errors import GoldenFileError, GuardrailFailure, read_golden_json, update_command
+from tripwire.common.files import write_text
 from tripwire.sync import kinds
 from tripwire.sync.spelling import name_of, names_host
 
@@ -289,8 +290,7 @@ def budget_payload(sites: StaticSites) -> dict[str, Any]:
 def write_budget(path: str | Path, sites: StaticSites) -> Path:
     """Write the static budget (the regenerate path)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(budget_payload(sites), indent=2) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(budget_payload(sites), indent=2) + "\n")  # whole or not at all
     return path
 
 

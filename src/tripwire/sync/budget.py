@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tripwire.common.errors import GoldenFileError, read_golden_json, update_command
+from tripwire.common.files import write_text
 from tripwire.sync.rows import (
     CountSource,
     IterationProblem,
@@ -383,10 +384,8 @@ def write_budget(
 ) -> Path:
     """Write a budget file (the regenerate path): sorted, indented JSON with a trailing newline."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = budget_payload(counts, sites, context, lines, per_iteration, callers, compile)
-    text = json.dumps(payload, indent=2) + "\n"
-    path.write_text(text, encoding="utf-8")
+    write_text(path, json.dumps(payload, indent=2) + "\n")  # whole or not at all: never a half-written golden
     return path
 
 
