@@ -119,6 +119,17 @@ def test_a_mutated_result_loads_and_compares_or_is_refused_in_one_line(
     loaded.summary()
 
 
+@pytest.mark.parametrize("commit", [float("inf"), 5, ["abc"], {"sha": "abc"}])
+def test_a_result_whose_source_holds_no_text_is_refused_in_one_line(
+    seeds: tuple[Result, dict[str, Any], dict[str, Any]], tmp_path: Path, commit: Any
+) -> None:
+    """Found by this fuzzer run unseeded: `"source": {"commit": Infinity}` loaded, and comparing it raised a
+    `TypeError` from the label (`commit[:12]`)."""
+    _, document, _ = seeds
+    (tmp_path / "result.json").write_text(json.dumps({**document, "source": {"commit": commit}}))
+    assert _loaded_or_refused(Result.load, tmp_path) is None
+
+
 @FUZZ
 @given(data=st.data())
 def test_a_mutated_budget_loads_and_checks_or_is_refused_in_one_line(

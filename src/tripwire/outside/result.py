@@ -216,7 +216,7 @@ class Result:
                 status=str(data["status"]),
                 cause=str(data.get("cause", "")),
                 context=dict(data.get("context", {})),
-                source=dict(data.get("source", {})),
+                source=_texts(dict(data.get("source", {})), "source"),
                 seconds=float(data.get("seconds", 0.0)),
                 syncs=SyncSummary.from_json(data.get("syncs", {})),
                 compile=SyncSummary.from_json(data["compile"]) if isinstance(data.get("compile"), Mapping) else None,
@@ -252,3 +252,12 @@ def describe_sites(records: Sequence[SiteRecord]) -> list[str]:
         + (f"  ({via_label(record.kind)}: {record.via})" if record.via else "")
         for record in records
     ]
+
+
+def _texts(fields: dict[str, Any], name: str) -> dict[str, Any]:
+    """`fields` (a result's `source`: its root, commit and scenario file) if every value is text or null; else a
+    `TypeError` naming `name`, which `Result.load` reports in one line."""
+    wrong = next((key for key, value in fields.items() if value is not None and not isinstance(value, str)), None)
+    if wrong is not None:
+        raise TypeError(f"{name}.{wrong} is {type(fields[wrong]).__name__}, not text")
+    return {str(key): value for key, value in fields.items()}
