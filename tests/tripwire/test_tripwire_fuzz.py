@@ -126,8 +126,8 @@ def test_a_result_whose_source_holds_no_text_is_refused_in_one_line(
     """Found by this fuzzer run unseeded: `"source": {"commit": Infinity}` loaded, and comparing it raised a
     `TypeError` from the label (`commit[:12]`)."""
     _, document, _ = seeds
-    (tmp_path / "result.json").write_text(json.dumps({**document, "source": {"commit": commit}}))
-    assert _loaded_or_refused(Result.load, tmp_path) is None
+    (tmp_path / "result.json").write_text(json.dumps({**document, "source": {"a\nb": commit, "commit": commit}}))
+    assert _loaded_or_refused(Result.load, tmp_path) is None  # one line, though a key holds a line break
 
 
 @FUZZ

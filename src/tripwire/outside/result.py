@@ -259,5 +259,5 @@ def _texts(fields: dict[str, Any], name: str) -> dict[str, Any]:
     `TypeError` naming `name`, which `Result.load` reports in one line."""
     wrong = next((key for key, value in fields.items() if value is not None and not isinstance(value, str)), None)
     if wrong is not None:
-        raise TypeError(f"{name}.{wrong} is {type(fields[wrong]).__name__}, not text")
+        raise TypeError(f"{name}[{wrong!r}] is {type(fields[wrong]).__name__}, not text")  # a key may hold a line break
     return {str(key): value for key, value in fields.items()}
