@@ -195,9 +195,9 @@ def _mode_for(path: Path) -> int:
 def _umask() -> int:
     """The process's umask, read without changing it (Linux's `/proc/self/status`; 0o022 where it cannot be read)."""
     try:
-        with open("/proc/self/status", encoding="ascii") as status:
+        with open("/proc/self/status", "rb") as status:  # bytes: no codec to import mid-recording
             for line in status:
-                if line.startswith("Umask:"):
+                if line.startswith(b"Umask:"):
                     return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
