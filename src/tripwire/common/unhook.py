@@ -20,11 +20,15 @@ _DEPTH = 6  # wrappers of wrappers followed, at most
 
 
 def put_back(owner: Any, name: str, had_own: bool, original: Any, ours: Any) -> None:
-    """Undo `setattr(owner, name, ours)`: put `original` back (or remove the attribute `owner` did not hold) while
-    `ours` is still there; else leave the loop's object, with `ours` taken out of it (`unhook`)."""
-    held = vars(owner).get(name)
+    """Undo `setattr(owner, name, ours)` (or `owner[name] = ours`, for a script's namespace dict): put `original` back
+    (or remove the attribute `owner` did not hold) while `ours` is still there; else leave the loop's object, with
+    `ours` taken out of it (`unhook`)."""
+    namespace = owner if isinstance(owner, dict) else None
+    held = (namespace if namespace is not None else vars(owner)).get(name)
     if held is ours:
-        if had_own:
+        if namespace is not None:
+            namespace[name] = original
+        elif had_own:
             setattr(owner, name, original)
         else:
             delattr(owner, name)

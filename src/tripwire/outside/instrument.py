@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
-from tripwire.common.unhook import put_back, unhook
+from tripwire.common.unhook import put_back
 from tripwire.compile.counter import CompileCounter
 from tripwire.outside.capture import left_out, no_value, not_excluded, object_state
 from tripwire.outside.stand import stand_in
@@ -498,12 +498,7 @@ class Instrumentation:
         first `Adam()`: `tripwire.common.unhook`)."""
         while self._patches:
             patch = self._patches.pop()
-            if not isinstance(patch.owner, dict):
-                put_back(patch.owner, patch.attribute, patch.had_own, patch.original, patch.ours)
-            elif patch.owner.get(patch.attribute) is patch.ours:
-                patch.owner[patch.attribute] = patch.original
-            elif patch.attribute in patch.owner:
-                unhook(patch.owner[patch.attribute], patch.ours, patch.original)
+            put_back(patch.owner, patch.attribute, patch.had_own, patch.original, patch.ours)
 
     def unbound(self) -> list[str]:
         """Targets never bound (a `__main__` name the script did not define)."""
