@@ -143,13 +143,18 @@ def _implicit_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     return _call_kind(static, args, kwargs)
 
 
+def _first(args: tuple[Any, ...], kwargs: dict[str, Any], name: str = "self") -> Any:
+    """An op's first argument, passed by position or by its name."""
+    return args[0] if args else kwargs.get(name)
+
+
 def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """An op's kind for one call's arguments, from its static kind (a boolean mask, a missing output size)."""
     if static == _NO_IMPLICIT:
         return None
     if static in ("mask", "put"):  # `index` / `index_put_` (`self, indices, ...`)
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
-        if _uploads_its_indices(args[0] if args else kwargs.get("self"), indices):
+        if _uploads_its_indices(_first(args, kwargs), indices):
             return kinds.TO_DEVICE
         if static == "put":
             return kinds.MASK_PUT if _put_by_mask(indices, args, kwargs) else None
@@ -163,19 +168,19 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
     if static == "histc":  # `histc(self, bins, min, max)`: the default range (min == max) is the input's own
         return _histc_kind(args, kwargs)
     if static == kinds.BINCOUNT:
-        source = args[0] if args else kwargs.get("self")
+        source = _first(args, kwargs)
         empty = isinstance(source, torch.Tensor) and source.numel() == 0  # zeros of `minlength`, nothing read
         return None if empty or _host_input_beside_accelerator(source) else kinds.BINCOUNT
     if static == "hostonly":
         return None
     if static == "rep":  # `repeat_interleave(repeats, *, output_size)`: an empty `repeats` returns before reading
-        repeats = args[0] if args else kwargs.get("repeats")
+        repeats = _first(args, kwargs, "repeats")
         empty = isinstance(repeats, torch.Tensor) and repeats.numel() == 0
         sized = kwargs.get("output_size") is not None or empty or _host_input_beside_accelerator(repeats)
         return None if sized else kinds.REPEAT_INTERLEAVE
     if static == "onehot":
         classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
-        source = args[0] if args else kwargs.get("self")
+        source = _first(args, kwargs)
         return kinds.ONE_HOT if classes == -1 and not _host_input_beside_accelerator(source) else None
     return static
 
@@ -197,7 +202,7 @@ def _waits(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     if kind in (kinds.HISTC, kinds.REPEAT_INTERLEAVE):
         return 2
     if kind == kinds.BINCOUNT:
-        source = args[0] if args else kwargs.get("self")
+        source = _first(args, kwargs)
         return 1 if isinstance(source, torch.Tensor) and source.dtype == torch.uint8 else 2
     return 1
 
@@ -206,7 +211,7 @@ def _histc_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """`torch.histc` with `min == max` (the default 0, 0) on a device reads its input's minimum and maximum to the host
     (`self.min().cpu()`, then the maximum's) to size its bins: two waits (`_waits`).
     A CPU kernel computes them on the host: nothing to wait for on a GPU run; a CPU run counts where a GPU run waits."""
-    source = args[0] if args else kwargs.get("self")
+    source = _first(args, kwargs)
     low = args[2] if len(args) > 2 else kwargs.get("min", 0)
     high = args[3] if len(args) > 3 else kwargs.get("max", 0)
     if not isinstance(source, torch.Tensor) or low != high or source.numel() == 0:
