@@ -195,9 +195,10 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     born = host_born(source)
     if isinstance(raw_target, torch.Tensor) and host_born(raw_target):  # `x.to(other)`: other's place, host memory
         return None if born else host_bound
-    if isinstance(raw_target, str) and not made_by_user(3):  # torch's own line: a string is the place it means
+    caller = sys._getframe(3)  # the frame that made the call: past this, `watched_call` and the mode or stand-in
+    by_user = not caller.f_code.co_filename.startswith(sync.skip_prefixes())
+    if isinstance(raw_target, str) and not by_user:  # torch's own line: a string is the place it means
         return None if born else host_bound
-    caller = sys._getframe(3)
     if caller.f_code is _MODULE_CONVERT:  # torch's `Module.to` moving one of the module's tensors
         return _module_move_kind(source)
     if caller.f_code is _LOAD_INTO_OPTIMIZER:  # torch's `Optimizer.load_state_dict` moving a value to its parameter
@@ -205,7 +206,8 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
             return None
         forget_host_born(source)  # what `.to` returns (on a CPU run, the tensor itself) is device state from here on
         return None if non_blocking else kinds.TO_DEVICE
-    spelled = spelling("to")
+    # the user's line: the caller itself when it is the user's (one walk of the stack a call, not two)
+    spelled = spelling("to", sync.site_frame(caller) if by_user else None)
     # a string the line holds in a name (`device = "cuda" if ... else "cpu"`) is a device; one it spells is the host
     if spelled.target_is_host or (isinstance(raw_target, str) and not spelled.device_named):
         return None if born else host_bound
@@ -216,7 +218,7 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     else:
         # built earlier in host memory: whether it was pinned is decided on the accelerator (`pin_memory()` needs
         # one), so a `non_blocking=True` copy is taken as the pinned one it is written for; without it, it counts
-        uploaded = not non_blocking and born and made_by_user(3)
+        uploaded = not non_blocking and born and by_user
     forget_host_born(source)  # what `.to` returns (on a CPU run, the tensor itself) is a device tensor from here on
     return kinds.TO_DEVICE if uploaded else None
 

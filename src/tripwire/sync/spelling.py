@@ -175,10 +175,12 @@ def _spelled_at(frame: FrameType, method: str) -> Spelling:
     return cached[1]
 
 
-def spelling(method: str) -> Spelling:
+def spelling(method: str, frame: FrameType | None = None) -> Spelling:
     """How the user's line running now spells its `method(...)` call (cached per call site and instruction); a target
-    that is a parameter of the function is read where the function was called."""
-    frame = sync.user_frame()
+    that is a parameter of the function is read where the function was called. `frame`: that line's frame, when the
+    caller has found it (`state.site_frame`), else looked up."""
+    if frame is None:
+        frame = sync.user_frame(2)
     if frame is None:
         return Spelling()
     known = _spelled_at(frame, method)

@@ -477,9 +477,15 @@ def skip_prefixes() -> tuple[str, ...]:
     return _STATE.skip_prefixes
 
 
-def user_frame() -> FrameType | None:
-    """The innermost frame outside torch and tripwire: the user's line whose call is running now."""
-    return _outside(sys._getframe(1))[0]
+def user_frame(depth: int = 1) -> FrameType | None:
+    """The innermost frame outside torch and tripwire: the user's line whose call is running now (looked for from
+    `depth` frames up)."""
+    return _outside(sys._getframe(depth))[0]
+
+
+def site_frame(frame: FrameType) -> FrameType | None:
+    """`user_frame` looked for from `frame` outwards (a caller that holds a frame of the call already)."""
+    return _outside(frame)[0]
 
 
 def _outside(frame: FrameType | None) -> tuple[FrameType | None, str, FrameType | None]:
