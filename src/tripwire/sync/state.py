@@ -7,6 +7,7 @@ module level: the hooks deliver events here, the counter installs the hooks when
 
 from __future__ import annotations
 
+import bisect
 import dis
 import importlib.util
 import linecache
@@ -99,6 +100,10 @@ class _GlobalState:
         # per (code id, two instructions): whether only a method's lookup stands between them (`_read_of_the_copy`),
         # with the code, so that its id is not reused
         self.chained: dict[tuple[int, int, int], tuple[CodeType, bool]] = {}
+        # per code object (by id): its instructions' offsets, and each `(offset, opname, argval)`, read once (a loop
+        # written at a script's top level is one code object of thousands of instructions, and its copies and reads
+        # make many pairs)
+        self.instructions: dict[int, tuple[CodeType, list[int], list[tuple[int, str, object]]]] = {}
 
 
 class _ThreadState(threading.local):
@@ -255,10 +260,15 @@ def _read_of_the_copy(kind: str, implicit: bool, frame: FrameType, copied: tuple
     key = (id(code), start, end)
     known = _STATE.chained.get(key)
     if known is None:
-        # an offset may name a call's inline cache (a Python function called from it): the call it belongs to
-        instructions = [(i.offset, i.opname, i.argval) for i in dis.get_instructions(code)]
-        first = sum(1 for offset, _, _ in instructions if offset <= start) - 1  # offsets ascend
-        last = sum(1 for offset, _, _ in instructions if offset <= end) - 1
+        listed = _STATE.instructions.get(id(code))
+        if listed is None:
+            instructions = [(i.offset, i.opname, i.argval) for i in dis.get_instructions(code)]
+            listed = _STATE.instructions[id(code)] = (code, [offset for offset, _, _ in instructions], instructions)
+        offsets, instructions = listed[1], listed[2]
+        # an offset may name a call's inline cache (a Python function called from it): the call it belongs to, the
+        # last instruction at or before it (offsets ascend)
+        first = bisect.bisect_right(offsets, start) - 1
+        last = bisect.bisect_right(offsets, end) - 1
         # not the same call (torch's own code made both, under one call of the user's), nothing else called between
         chained = 0 <= first < last and _only_lookups_and_host_methods(instructions[first + 1 : last])
         known = _STATE.chained[key] = (code, chained)
@@ -583,3 +593,4 @@ def clear_caches() -> None:
     _STATE.sites = {}
     _STATE.events = {}
     _STATE.chained = {}
+    _STATE.instructions = {}
