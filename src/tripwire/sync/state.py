@@ -7,7 +7,6 @@ module level: the hooks deliver events here, the counter installs the hooks when
 
 from __future__ import annotations
 
-import bisect
 import dis
 import importlib.util
 import linecache
@@ -267,12 +266,25 @@ def _read_of_the_copy(kind: str, implicit: bool, frame: FrameType, copied: tuple
         offsets, instructions = listed[1], listed[2]
         # an offset may name a call's inline cache (a Python function called from it): the call it belongs to, the
         # last instruction at or before it (offsets ascend)
-        first = bisect.bisect_right(offsets, start) - 1
-        last = bisect.bisect_right(offsets, end) - 1
+        first, last = _at_or_before(offsets, start), _at_or_before(offsets, end)
         # not the same call (torch's own code made both, under one call of the user's), nothing else called between
         chained = 0 <= first < last and _only_lookups_and_host_methods(instructions[first + 1 : last])
         known = _STATE.chained[key] = (code, chained)
     return known[1]
+
+
+def _at_or_before(offsets: list[int], offset: int) -> int:
+    """The index of the last of `offsets` (ascending) at or before `offset`, -1 when none is: a bisection, written
+    here because the standard library's `bisect` is not imported by the time `python -m tripwire` runs, and a file of
+    that name in the folder it runs from would be imported in its place (tests/tripwire/history)."""
+    low, high = 0, len(offsets)
+    while low < high:
+        middle = (low + high) // 2
+        if offsets[middle] <= offset:
+            low = middle + 1
+        else:
+            high = middle
+    return low - 1
 
 
 def _region_path(regions: list[tuple[object, str]]) -> str:
