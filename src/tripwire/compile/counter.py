@@ -33,7 +33,7 @@ from tripwire.compile.trace import TRACE_LOGGER, CompileNote, TraceReader, id_gu
 from tripwire.sync.dynamo import dynamo_skips_tripwire
 from tripwire.sync.kinds import COMPILE_KINDS as KINDS
 from tripwire.sync.log import EventLog
-from tripwire.sync.state import _STATE, clear_caches, ensure_skipped, event_at, set_root
+from tripwire.sync.state import _STATE, clear_caches, ensure_skipped, event_at, new_recording, set_root
 
 __all__ = ["CompileCounter"]
 
@@ -73,8 +73,9 @@ class CompileCounter(EventLog):
         self.events.append(event_at(note.kind, note.file, note.line, note.function, note.reason))
 
     def __enter__(self) -> CompileCounter:
-        if not _STATE.active:
+        if not _STATE.active:  # no counter of either kind runs: a recording starts
             set_root(self.root or os.path.join(os.getcwd(), ""))
+            new_recording()
         ensure_skipped()
         self._skipping.enter_context(dynamo_skips_tripwire())
         if not _LISTENING:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from tripwire.sync.log import EventLog
 from tripwire.sync.sites import via_label
-from tripwire.sync.state import _STATE, clear_caches, set_root
+from tripwire.sync.state import _STATE, clear_caches, new_recording, set_root
 
 if TYPE_CHECKING:
     from tripwire.sync.crosscheck import CrossCheck, WarningSites
@@ -83,6 +83,8 @@ class SyncCounter(EventLog):
         if not _STATE.counters:
             set_root(self.root or os.path.join(os.getcwd(), ""))
             _STATE.generation += 1
+        if not _STATE.active:  # no counter of either kind runs: a recording starts
+            new_recording()
         self._installation = _sync_hooks.install(implicit=self.implicit)
         _STATE.counters.append(self)
         _STATE.active += 1

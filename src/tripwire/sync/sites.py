@@ -15,7 +15,6 @@ imports no torch.
 from __future__ import annotations
 
 import difflib
-import linecache
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -240,9 +239,6 @@ def group_records(events: Iterable[SyncEvent]) -> list[SiteRecord]:
         if callers is None:
             callers = counts[fields] = Counter()
         callers[(tuple(event.callers), event.caller_text)] += 1  # a list when read back from JSON
-    for path in {fields[5] for fields in counts}:
-        if path:
-            linecache.checkcache(path)  # the file may have been rewritten since it was first read
     return sorted(
         SiteRecord(
             region, site, function, kind, via, site_text(path, line), sum(callers.values()), _event_callers(callers)

@@ -11,7 +11,6 @@ positions, once per call site (`spelling`), and a target that is a parameter of 
 from __future__ import annotations
 
 import ast
-import linecache
 from dataclasses import dataclass, replace
 from types import CodeType, FrameType
 
@@ -105,7 +104,8 @@ def call_source(frame: FrameType) -> str:
     start, end, first_col, last_col = positions[index]
     if start is None or end is None or first_col is None or last_col is None:
         return ""
-    lines = [linecache.getline(frame.f_code.co_filename, n).encode() for n in range(start, end + 1)]
+    source = sync.source_lines(frame.f_code.co_filename)  # as the recording first read it
+    lines = [(source[n - 1] if 0 < n <= len(source) else "").encode() for n in range(start, end + 1)]
     if start == end:
         return lines[0][first_col:last_col].decode(errors="replace")
     return b"".join([lines[0][first_col:], *lines[1:-1], lines[-1][:last_col]]).decode(errors="replace")

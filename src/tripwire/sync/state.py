@@ -103,6 +103,11 @@ class _GlobalState:
         # written at a script's top level is one code object of thousands of instructions, and its copies and reads
         # make many pairs)
         self.instructions: dict[int, tuple[CodeType, list[int], list[tuple[int, str, object]]]] = {}
+        # The lines of each file a recording read a call site's or a caller's source from, as they were at its first
+        # read (`source_lines`): a file the user edits while the loop runs is read as the loop runs it, by the sites
+        # met after the edit and by the report at the end. Kept past the counter (the report is made after it) and
+        # emptied when the next recording starts (`new_recording`).
+        self.sources: dict[str, list[str]] = {}
 
 
 class _ThreadState(threading.local):
@@ -367,6 +372,7 @@ def _site(frame: FrameType) -> tuple[CodeType | None, str, str, str]:
     if relative is None:
         relative = _STATE.relative[filename] = relative_path(filename)
     site = (code, f"{relative}:{frame.f_lineno}", function_name(code), filename)
+    source_lines(filename)  # its text as the loop runs it, whenever the report reads it
     # one entry per key even when two threads meet a site at once: events are keyed by the entry's id
     return _STATE.sites.setdefault((id(code), frame.f_lasti), site)
 
@@ -490,7 +496,7 @@ def _is_project(filename: str) -> bool:
 def _describe(code: CodeType, line: int) -> tuple[str, str]:
     """`("relpath:line in qualname", stripped source line)` of one line of `code`."""
     filename = code.co_filename
-    linecache.checkcache(filename)  # the file may have been rewritten since it was first read
+    source_lines(filename)  # read as it is now, at its first read of the recording (`_STATE.sources`)
     return f"{relative_path(filename)}:{line} in {code.co_qualname}", site_text(filename, line)
 
 
@@ -536,10 +542,30 @@ def _outside(frame: FrameType | None) -> tuple[FrameType | None, str, FrameType 
 
 
 def site_text(filename: str, line: int) -> str:
-    """The stripped source line `line` of `filename` ("" when unreadable)."""
+    """The stripped source line `line` of `filename` ("" when unreadable): as the recording first read the file
+    (`source_lines`), else as it is on disk now."""
     if not filename or line <= 0:
         return ""
-    return linecache.getline(filename, line).strip()
+    lines = _STATE.sources.get(filename)
+    if lines is None:
+        linecache.checkcache(filename)  # the file may have been rewritten since it was first read
+        return linecache.getline(filename, line).strip()
+    return lines[line - 1].strip() if line <= len(lines) else ""
+
+
+def source_lines(filename: str) -> list[str]:
+    """The lines of `filename`, read at the recording's first read of it and kept for the rest of the recording (and
+    its report): a file rewritten while the loop runs is not read again (`_STATE.sources`). [] when unreadable."""
+    lines = _STATE.sources.get(filename)
+    if lines is None:
+        linecache.checkcache(filename)  # the file may have been rewritten since linecache first read it
+        lines = _STATE.sources[filename] = list(linecache.getlines(filename))
+    return lines
+
+
+def new_recording() -> None:
+    """The first counter of a recording starts: the files read by the last recording are read again when needed."""
+    _STATE.sources = {}
 
 
 def _torch_relative(filename: str) -> str:
