@@ -23,10 +23,11 @@ instrument acts, and the run says so (`instrument never fired: model:GPT.forward
 events: a frame and a graph in the evaluation, then a recompile on grad mode in training) and compares identical.
 
 Of the 976 syncs then, 752 were in `data` and 165 were AdamW reading its step counters. Since 2026-12-04 a read of
-host memory is not counted (on a GPU it waits for nothing): 623 syncs. AdamW's counters live in host memory, so its
-reads are gone; in `data`, `data[i:i+block_size]` reads `i`, a row of a host tensor of indices (not counted), and
-`i+block_size`, an op's result, which tripwire does not follow: 564 of those reads still count, on a GPU too, where
-the device cross-check lists them as unflagged.
+host memory is not counted (on a GPU it waits for nothing): AdamW's counters live in host memory, so its reads are
+gone. Since 2026-12-05 what Python's operators make of host tensors alone is host memory too: in `data`,
+`data[i:i+block_size]` reads `i`, a row of a host tensor of indices, and `i+block_size`, neither counted (564 reads
+counted before). Seen on 2026-12-05: 153 syncs, 94 of them the CPU branch's blocking `x.to(device)` in `data` (a GPU
+run takes the pinned, non-blocking branch).
 """
 
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Region, Scenario

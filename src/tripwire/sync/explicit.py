@@ -15,12 +15,13 @@ check (`torch.nn.functional.*`) is seen as what it is (`item`, `bool`), where th
 ran that function, saw it only as a kernel's `implicit:_local_scalar_dense`, if at all. Autograd's device threads
 count while a counting thread's backward runs (`installation.in_counted_backward`).
 
-Host-built tensors (a host factory or `torch.tensor` without `device=` or with a `device=` that spells the host, and
-their place-keeping views and casts) are marked as they are made, by the loop's code or by torch's own (an optimizer's
-step counters), so that a CPU run can tell a later `.to(device)` of one is an upload (`tripwire.sync.copies`), and
-so that a read of one is not counted: the tensor is in host memory on a GPU run too, and its read waits for nothing
-there. The same tensors are marked on a CPU run and on a GPU, so one budget serves both. A tensor an op computes
-from host tensors (`i + 4`) is not followed, nor one built before the counter started: a read of either counts.
+Host-built tensors (a host factory or `torch.tensor` without `device=` or with a `device=` that spells the host, their
+place-keeping views and casts, and what Python's operators make of them alone: `i + 4`) are marked as they are made,
+by the loop's code or by torch's own (an optimizer's step counters), so that a CPU run can tell a later `.to(device)`
+of one is an upload (`tripwire.sync.copies`), and so that a read of one is not counted: the tensor is in host memory
+on a GPU run too, and its read waits for nothing there. The same tensors are marked on a CPU run and on a GPU, so one
+budget serves both. A tensor another op computes from host tensors (`x.sum()`, `torch.add(i, 4)`) is not followed,
+nor one built before the counter started: a read of either counts.
 """
 
 from __future__ import annotations
@@ -111,10 +112,25 @@ _PLACE_KEEPING += ("unsqueeze", "squeeze", "flatten", "t", "clone", "detach")
 # (Indexing, `split` and the other view ops are not watched: a view's `_base` is the tensor it views, which
 # `copies.host_born` reads. `__getitem__` must not be: see `_SLOT_WRAPPERS`.)
 _KEEPS_PLACE = frozenset(getattr(torch.Tensor, name) for name in _PLACE_KEEPING)
+# Python's operators on tensors, whose result is where their tensors are: host memory when every tensor they take is
+# (`i + block_size`, `(step + 1) % n`, `i < n`, over a host tensor of indices), else the device's. With the methods
+# that a function mode is handed for some of them (`a + b` reaches it as `Tensor.add`), so both ways of watching
+# follow the same calls (`test_every_operator_reaches_a_function_mode_as_a_followed_call`)
+_OPERATORS: tuple[str, ...] = tuple(
+    f"__{name}__"
+    for name in (
+        *("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv", "mod"),
+        *("rmod", "pow", "rpow", "neg", "pos", "abs", "invert", "and", "rand", "or", "ror", "xor", "rxor"),
+        *("lshift", "rlshift", "rshift", "rrshift", "lt", "le", "gt", "ge", "eq", "ne"),
+    )
+)
+_OPERATORS += ("add", "sub", "mul", "div", "remainder", "pow", "neg", "positive", "abs", "bitwise_and", "bitwise_or")
+_OPERATORS += ("bitwise_xor", "lt", "le", "gt", "ge", "eq", "ne")
+_COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _OPERATORS)
 # torch's own functions, for identity checks that must not meet the stand-ins put in their place
 _TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
 # Where the watched functions live, for the stand-ins that replace them while a counter is active (`use_patches`)
-_WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", *_PLACE_KEEPING)
+_WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", *_PLACE_KEEPING, *_OPERATORS)
 _WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", *_HOST_BUILDER_NAMES)
 _CANONICAL = {("Tensor", name): getattr(torch.Tensor, name) for name in _WATCHED_METHODS}
 # Only methods whose slot on `torch.Tensor` is CPython's generic one (the base's attribute is a method or the class's
@@ -130,6 +146,7 @@ _CANONICAL |= {("torch", name): getattr(torch, name) for name in _WATCHED_FUNCTI
 _WATCHED = frozenset(_CANONICAL.values())
 # Place-keeping methods that are nothing else: `watched_call` only marks their results (`_mark_kept`)
 _ONLY_KEEPS_PLACE = _KEEPS_PLACE - frozenset(_SIMPLE_KINDS) - frozenset(_BUILDERS) - _HOST_BUILDERS - {_TO, _COPY}
+assert not _COMPUTES & (_KEEPS_PLACE | frozenset(_SIMPLE_KINDS) | {_TO, _COPY}), "an operator watched twice"
 # Explicit syncs are seen by stand-ins on the watched functions alone (True), or by a function mode that every torch
 # call goes through (False: the earlier design, kept as a switch for tests that compare the two call by call)
 use_patches = True
@@ -198,10 +215,26 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
     return result
 
 
-def _mark_kept(source: object, result: object) -> None:
+def _mark_kept(args: tuple[Any, ...], result: object) -> None:
     """Mark a place-keeping method's result when it is host-built (`_kept_on_host`): the keeping stand-ins' step."""
-    if _kept_on_host(result, source):
+    if _kept_on_host(result, args[0]):
         _mark(result)
+
+
+def _mark_computed(args: tuple[Any, ...], result: object) -> None:
+    """Mark an operator's result when it is host-built (`_computed_on_host`): the operators' stand-ins' step."""
+    if _computed_on_host(result, args):
+        _mark(result)
+
+
+def _computed_on_host(result: object, args: tuple[Any, ...]) -> TypeGuard[torch.Tensor]:
+    """Whether an operator's result is host-built: every tensor it took is (a device tensor among them puts the
+    result on the device, a 0-d host tensor with it too), and it is a CPU tensor."""
+    return (
+        host_born(args[0])
+        and all(host_born(arg) for arg in args[1:] if isinstance(arg, torch.Tensor))
+        and _on_host(result)
+    )
 
 
 # Installations whose place-keeping stand-ins wait for the first host-built tensor (`_mark`). Until a tensor is marked
@@ -258,6 +291,8 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
             data = args[0] if args else kwargs.get("data")
             return not (isinstance(data, torch.Tensor) or (type(data) in (list, tuple) and _holds_tensor(data)))
         return True
+    if func in _COMPUTES:  # an operator: of host tensors alone
+        return bool(args) and _computed_on_host(result, args)
     # a place-keeping method, or a `.to` that left a host tensor marked (a dtype's; one to a device unmarks it first)
     return (func in _KEEPS_PLACE or func is _TO) and bool(args) and _kept_on_host(result, args[0])
 
@@ -347,8 +382,9 @@ def install_stand_ins(installation: Installation) -> None:
                 receiver=owner is torch,
                 copied=note_host_copy if _SIMPLE_KINDS[key] == kinds.CPU else None,
             )
-        elif key in _ONLY_KEEPS_PLACE:
-            keeping = keeping_stand_in(original, _mark_kept, _host_born, _LOCAL, in_counted_backward, handed_over)
+        elif key in _ONLY_KEEPS_PLACE or key in _COMPUTES:
+            mark = _mark_kept if key in _ONLY_KEEPS_PLACE else _mark_computed
+            keeping = keeping_stand_in(original, mark, _host_born, _LOCAL, in_counted_backward, handed_over)
             installation.keeping.append((name, WatchedMethod(original, keeping)))
             continue
         else:

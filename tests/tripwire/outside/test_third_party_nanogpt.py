@@ -59,6 +59,10 @@ def test_nanogpt_records_with_every_instrument_firing_and_twice_identical(base: 
     assert base.calls["torch.serialization:save"] == 2  # called as `torch.save`
     regions = base.syncs.counts_by_region() if base.syncs is not None else {}
     assert regions["forward"] == 0 and regions["eval"] == 24  # the evaluation reads each loss: 3 x 2 splits x 4
+    # the batch loader indexes its memory-mapped tokens with `i` and `i + block_size`, a row of a host tensor of
+    # indices and an operator's result of it: host memory on a GPU run too, read without a wait (564 counted before)
+    loader = [site for site in base.syncs.records if site.region == "data"] if base.syncs is not None else []
+    assert loader and {site.kind for site in loader} == {"to_device"}, [(site.kind, site.text) for site in loader]
     assert compare_results(base, run(checkout(tmp_path / "again"))).ok
 
 

@@ -32,6 +32,8 @@ from multiprocessing.pool import ThreadPool
 
 import torch
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
 
 def train_step(w, i):
     loss = (w * i).sum()
@@ -58,7 +60,7 @@ def rollout(w, how):
 
 
 def main(how):
-    w = torch.arange(4.0)
+    w = torch.arange(4.0, device=DEVICE)  # on the run's device: a tensor built in host memory is read without a wait
     if how == "main":
         steps(w)
     elif how == "pool":
@@ -117,7 +119,7 @@ def test_a_new_sync_in_a_thread_is_named_at_its_line(tree: Path) -> None:
     head = _record(tree, "thread")
     syncs = compare_results(base, head).verdict("syncs")
     assert syncs.status == "differs"
-    assert "NEW   '<outside>' loop.py:18 in steps  ×4 [item]  `w.max().item()`" in syncs.details
+    assert "NEW   '<outside>' loop.py:20 in steps  ×4 [item]  `w.max().item()`" in syncs.details
 
 
 def test_threads_started_outside_a_watch_and_after_it_count_nothing() -> None:
