@@ -64,7 +64,7 @@ from tripwire.sync.installation import (
     patch,
     tracked_backward,
 )
-from tripwire.sync.spelling import spelling
+from tripwire.sync.spelling import LIKE, spelling
 from tripwire.sync.watched import WatchedMethod, counted_stand_in, keeping_stand_in, stand_in, torch_function
 
 __all__ = ["DUNDER_KINDS", "ExplicitSyncMode", "install_stand_ins", "routed_dunders", "use_patches", "watched_call"]
@@ -104,8 +104,10 @@ _SCALAR_READS = frozenset({getattr(torch.Tensor, name) for name in _SCALAR_NAMES
 _BUILDERS: dict[Any, str] = {torch.tensor: "tensor", torch.as_tensor: "as_tensor"}  # host data to a device
 # Calls whose result, built without `device=`, is in host memory (marked: a later `.to(device)` of it is an upload)
 _HOST_BUILDER_NAMES: tuple[str, ...] = ("tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full")
-_HOST_BUILDER_NAMES += ("arange", "linspace", "eye", "rand", "randn", "randint", "stack", "cat")
+_HOST_BUILDER_NAMES += ("arange", "linspace", "eye", "rand", "randn", "randint", "randperm", "stack", "cat")
 _HOST_BUILDERS = frozenset(getattr(torch, name) for name in _HOST_BUILDER_NAMES)
+# Factories whose result is where their input is, unless a `device=` says where (a default device does not apply)
+_LIKE = frozenset(getattr(torch, name) for name in LIKE)
 # Tensor methods whose result stays where their input is (a host tensor's `.float()` is a host tensor)
 _PLACE_KEEPING: tuple[str, ...] = ("float", "long", "int", "double", "half", "bool", "view", "reshape", "contiguous")
 _PLACE_KEEPING += ("unsqueeze", "squeeze", "flatten", "t", "clone", "detach")
@@ -131,7 +133,7 @@ _COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _OPERATORS)
 _TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
 # Where the watched functions live, for the stand-ins that replace them while a counter is active (`use_patches`)
 _WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", *_PLACE_KEEPING, *_OPERATORS)
-_WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", *_HOST_BUILDER_NAMES)
+_WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", *_HOST_BUILDER_NAMES, *LIKE)
 _CANONICAL = {("Tensor", name): getattr(torch.Tensor, name) for name in _WATCHED_METHODS}
 # Only methods whose slot on `torch.Tensor` is CPython's generic one (the base's attribute is a method or the class's
 # own function) may be watched: replacing and deleting a name whose base attribute is a slot wrapper
@@ -291,6 +293,11 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
             data = args[0] if args else kwargs.get("data")
             return not (isinstance(data, torch.Tensor) or (type(data) in (list, tuple) and _holds_tensor(data)))
         return True
+    if func in _LIKE:  # `torch.zeros_like(x)`: where `x` is, or where its `device=` says
+        if not _on_host(result):
+            return False
+        device = kwargs.get("device")
+        return bool(args) and host_born(args[0]) if device is None else _spelled_host(func, device)
     if func in _COMPUTES:  # an operator: of host tensors alone
         return bool(args) and _computed_on_host(result, args)
     # a place-keeping method, or a `.to` that left a host tensor marked (a dtype's; one to a device unmarks it first)

@@ -22,7 +22,9 @@ HOST_WORDS = ("cpu", "host", "pinned")
 CALLERS_READ = 3  # how many calls out a parameter target is followed
 # Calls that build a tensor in host memory when no `device=` is given: from host data, or a host factory
 BUILDERS = {"tensor", "as_tensor", "from_numpy", "Tensor", "FloatTensor", "LongTensor", "IntTensor", "BoolTensor"}
-BUILDERS |= {"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "randint"}
+BUILDERS |= {"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "randint", "randperm"}
+# Factories that build where their input is, unless given a `device=` (read as a builder's, not as a receiver's)
+LIKE = ("zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like")
 KEEPS_PLACE = {"float", "long", "int", "double", "half", "bool", "view", "reshape", "contiguous", "unsqueeze"}
 KEEPS_PLACE |= {"squeeze", "flatten", "t", "clone", "detach"}  # a host tensor stays a host tensor
 
@@ -132,7 +134,7 @@ def _spelled(frame: FrameType, method: str) -> Spelling:
             return Spelling(target_is_host=names_host(node.func.value))
         if method == "load":  # `torch.load(f, map_location)`: where what it reads goes
             return _load_target(node, frame.f_code)
-        if method in BUILDERS:  # a builder's `device=`: a device by name, or the host (a parameter: as passed)
+        if method in BUILDERS or method in LIKE:  # a builder's `device=`: a device by name, or the host (a parameter)
             device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
             if device is None:
                 return Spelling()

@@ -487,3 +487,33 @@ def test_every_operator_reaches_a_function_mode_as_a_followed_call() -> None:
         with Probe():
             operators(a, b)[index]
         assert handed and handed[-1] in explicit._COMPUTES, (index, handed)
+
+
+@pytest.mark.parametrize("like", ["zeros_like", "ones_like", "empty_like", "rand_like", "randn_like"])
+def test_a_factory_like_a_host_tensor_builds_in_host_memory_unless_its_device_says(like: str) -> None:
+    """`torch.zeros_like(x)` builds where `x` is (a default device does not apply), or where its `device=` says:
+    like a host tensor it is host memory, its reads not counted and its move to the device an upload; like a device
+    tensor, or given the run's device, it is device memory."""
+
+    def build(*args: object, **kwargs: object) -> torch.Tensor:
+        return getattr(torch, like)(*args, **kwargs)  # looked up in the call, as `torch.zeros_like(x)` is
+
+    def read_and_move(made: torch.Tensor) -> None:
+        made[0].item()
+        made.to(DEVICE)
+
+    assert counted(lambda: read_and_move(build(torch.zeros(3)))) == {"to_device": 1}
+    assert counted(lambda: read_and_move(torch.zeros_like(torch.zeros(3), device="cpu"))) == {"to_device": 1}
+    assert counted(lambda: read_and_move(build(torch.zeros(3), device=DEVICE))) == {"item": 1}
+    assert counted(lambda: read_and_move(build(torch.zeros(3, device=DEVICE)))) == {"item": 1}
+    assert counted(lambda: read_and_move(torch.full_like(torch.zeros(3), 2.0))) == {"to_device": 1}
+    assert counted(lambda: read_and_move(torch.randint_like(torch.zeros(3), 5))) == {"to_device": 1}
+
+
+def test_a_permutation_drawn_without_a_device_is_host_memory() -> None:
+    """`perm = torch.randperm(n)`, then `int(perm[i])` or `perm.to(device)`: the permutation is drawn in host memory,
+    on a GPU run too (its reads wait for nothing, its move to the device is an upload); with `device=` it is not."""
+    assert counted(lambda: (int(torch.randperm(5)[0]), torch.randperm(5).to(DEVICE))) == {"to_device": 1}
+    assert counted(lambda: (int(torch.randperm(5, device=DEVICE)[0]), torch.randperm(5, device=DEVICE).to(DEVICE))) == {
+        "int": 1
+    }
