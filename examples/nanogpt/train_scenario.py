@@ -24,10 +24,10 @@ events: a frame and a graph in the evaluation, then a recompile on grad mode in 
 
 Of the 976 syncs then, 752 were in `data` and 165 were AdamW reading its step counters. Since 2026-12-04 a read of
 host memory is not counted (on a GPU it waits for nothing): AdamW's counters live in host memory, so its reads are
-gone. Since 2026-12-05 what Python's operators make of host tensors alone is host memory too: in `data`,
-`data[i:i+block_size]` reads `i`, a row of a host tensor of indices, and `i+block_size`, neither counted (564 reads
-counted before). Seen on 2026-12-05: 153 syncs, 94 of them the CPU branch's blocking `x.to(device)` in `data` (a GPU
-run takes the pinned, non-blocking branch).
+gone. Since 2026-12-05 what Python's operators and reductions make of host tensors alone is host memory too: in
+`data`, `data[i:i+block_size]` reads `i`, a row of a host tensor of indices, and `i+block_size`, neither counted (564
+reads counted before), nor the evaluation's reads of `losses.mean()`. Seen on 2026-12-05: 144 syncs, 94 of them the
+CPU branch's blocking `x.to(device)` in `data` (a GPU run takes the pinned, non-blocking branch).
 """
 
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Region, Scenario

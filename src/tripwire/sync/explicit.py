@@ -16,12 +16,12 @@ ran that function, saw it only as a kernel's `implicit:_local_scalar_dense`, if 
 count while a counting thread's backward runs (`installation.in_counted_backward`).
 
 Host-built tensors (a host factory or `torch.tensor` without `device=` or with a `device=` that spells the host, their
-place-keeping views and casts, and what Python's operators make of them alone: `i + 4`) are marked as they are made,
-by the loop's code or by torch's own (an optimizer's step counters), so that a CPU run can tell a later `.to(device)`
-of one is an upload (`tripwire.sync.copies`), and so that a read of one is not counted: the tensor is in host memory
-on a GPU run too, and its read waits for nothing there. The same tensors are marked on a CPU run and on a GPU, so one
-budget serves both. A tensor another op computes from host tensors (`x.sum()`, `torch.add(i, 4)`) is not followed,
-nor one built before the counter started: a read of either counts.
+place-keeping views and casts, and what Python's operators and a few reductions make of them alone: `i + 4`,
+`x.sum()`) are marked as they are made, by the loop's code or by torch's own (an optimizer's step counters), so that
+a CPU run can tell a later `.to(device)` of one is an upload (`tripwire.sync.copies`), and so that a read of one is
+not counted: the tensor is in host memory on a GPU run too, and its read waits for nothing there. The same tensors
+are marked on a CPU run and on a GPU, so one budget serves both. A tensor another op computes from host tensors
+(`torch.where(...)`, `x[idx]`) is not followed, nor one built before the counter started: a read of either counts.
 """
 
 from __future__ import annotations
@@ -128,6 +128,11 @@ _OPERATORS: tuple[str, ...] = tuple(
 )
 _OPERATORS += ("add", "sub", "mul", "div", "remainder", "pow", "neg", "positive", "abs", "bitwise_and", "bitwise_or")
 _OPERATORS += ("bitwise_xor", "lt", "le", "gt", "ge", "eq", "ne")
+# Reductions and elementwise math a loop applies to its host bookkeeping (`episode_returns.mean().item()`,
+# `if done.any():`): where their tensors are, as the operators' results
+_OPERATORS += ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "all", "any")
+_OPERATORS += ("count_nonzero", "cumsum", "exp", "log", "sqrt", "floor", "ceil", "round", "sign", "clamp", "clip")
+_OPERATORS += ("std", "var")
 _COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _OPERATORS)
 # torch's own functions, for identity checks that must not meet the stand-ins put in their place
 _TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
@@ -217,24 +222,25 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
     return result
 
 
-def _mark_kept(args: tuple[Any, ...], result: object) -> None:
+def _mark_kept(args: tuple[Any, ...], _kwargs: dict[str, Any], result: object) -> None:
     """Mark a place-keeping method's result when it is host-built (`_kept_on_host`): the keeping stand-ins' step."""
     if _kept_on_host(result, args[0]):
         _mark(result)
 
 
-def _mark_computed(args: tuple[Any, ...], result: object) -> None:
-    """Mark an operator's result when it is host-built (`_computed_on_host`): the operators' stand-ins' step."""
-    if _computed_on_host(result, args):
+def _mark_computed(args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> None:
+    """Mark an operator's or a reduction's result when it is host-built (`_computed_on_host`): their stand-ins' step."""
+    if _computed_on_host(result, args, kwargs):
         _mark(result)
 
 
-def _computed_on_host(result: object, args: tuple[Any, ...]) -> TypeGuard[torch.Tensor]:
-    """Whether an operator's result is host-built: every tensor it took is (a device tensor among them puts the
-    result on the device, a 0-d host tensor with it too), and it is a CPU tensor."""
+def _computed_on_host(result: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeGuard[torch.Tensor]:
+    """Whether an operator's or a reduction's result is host-built: every tensor it took is (a device tensor among
+    them puts the result on the device, a 0-d host tensor with it too), and it is a CPU tensor."""
     return (
         host_born(args[0])
         and all(host_born(arg) for arg in args[1:] if isinstance(arg, torch.Tensor))
+        and (not kwargs or all(host_born(arg) for arg in kwargs.values() if isinstance(arg, torch.Tensor)))
         and _on_host(result)
     )
 
@@ -299,7 +305,7 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
         device = kwargs.get("device")
         return bool(args) and host_born(args[0]) if device is None else _spelled_host(func, device)
     if func in _COMPUTES:  # an operator: of host tensors alone
-        return bool(args) and _computed_on_host(result, args)
+        return bool(args) and _computed_on_host(result, args, kwargs)
     # a place-keeping method, or a `.to` that left a host tensor marked (a dtype's; one to a device unmarks it first)
     return (func in _KEEPS_PLACE or func is _TO) and bool(args) and _kept_on_host(result, args[0])
 

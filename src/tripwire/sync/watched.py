@@ -216,16 +216,16 @@ def counted_stand_in(
 
 def keeping_stand_in(
     original: Any,
-    mark: Callable[[tuple[Any, ...], Any], None],
+    mark: Callable[[tuple[Any, ...], dict[str, Any], Any], None],
     marked: Any,
     local: Any,
     elsewhere: Callable[[], bool],
     handed_over: HandedOver,
 ) -> Callable[..., Any]:
     """A stand-in for a method whose result stays where its input is (`.view`, `.float()`, `.detach()`, ...), or where
-    its tensors are (an operator: `i + 1`): on a counting thread outside suppressed code, the original, then
-    `mark(args, result)` (a host-built input's result is host-built too), what the counter's handler does for these
-    calls, a frame and a classification shorter.
+    its tensors are (an operator, a reduction: `i + 1`, `x.sum()`): on a counting thread outside suppressed code, the
+    original, then `mark(args, kwargs, result)` (a host-built input's result is host-built too), what the counter's
+    handler does for these calls, a frame and a classification shorter.
     `marked` is the table of host-built tensors: while it is empty no input can be one, and nothing is asked."""
 
     def body(*args: Any, **kwargs: Any) -> Any:
@@ -233,7 +233,7 @@ def keeping_stand_in(
             return original(*args, **kwargs)  # pass-through
         result = original(*args, **kwargs)  # pass-through
         if marked and args:
-            mark(args, result)
+            mark(args, kwargs, result)
         return result
 
     def watched(*args: Any, **kwargs: Any) -> Any:
@@ -245,7 +245,7 @@ def keeping_stand_in(
             return original(*args, **kwargs)  # pass-through
         result = original(*args, **kwargs)  # pass-through
         if marked and args:
-            mark(args, result)
+            mark(args, kwargs, result)
         return result
 
     return _named(watched, original)

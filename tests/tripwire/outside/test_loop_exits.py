@@ -24,6 +24,8 @@ import time
 
 import torch
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the loop's tensors are on its device
+
 
 def step(w):
     return (w * 2).sum().item()
@@ -32,7 +34,7 @@ def step(w):
 def main(code, extra, linger):
     if linger:  # a thread never joined, why loops reach for os._exit (only where run's own process records)
         threading.Thread(target=time.sleep, args=(3600,)).start()
-    w = torch.ones(3)
+    w = torch.ones(3, device=DEVICE)
     for _ in range(3):
         step(w)
         if extra:
@@ -123,13 +125,15 @@ import os
 
 import torch
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the loop's tensors are on its device
+
 
 def step(w):
     return (w * 2).sum().item()
 
 
 def main():
-    w = torch.ones(3)
+    w = torch.ones(3, device=DEVICE)
     step(w)
     try:
         os._exit(4)
@@ -150,7 +154,7 @@ def test_a_loop_that_catches_its_own_os_exit_is_said_to_have_run_on(tmp_path: Pa
     result = record(scenario, tmp_path)
     assert (result.status, result.cause) == ("crash", "os._exit(4)")
     assert result.ended_by_exit
-    assert any("os._exit(4) at loop.py:15, caught the exit" in note for note in result.notes), result.notes
+    assert any("os._exit(4) at loop.py:17, caught the exit" in note for note in result.notes), result.notes
 
 
 FROM_A_THREAD = """
@@ -158,6 +162,8 @@ import os
 import threading
 
 import torch
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the loop's tensors are on its device
 
 
 def step(w):
@@ -168,7 +174,7 @@ def watchdog():
     os._exit(0)  # the loop's way to end: from a thread of its own
 
 
-w = torch.ones(3)
+w = torch.ones(3, device=DEVICE)
 step(w)
 done = threading.Thread(target=watchdog)
 done.start()
@@ -190,5 +196,5 @@ def test_os_exit_on_another_thread_fails_run_with_a_line_instead_of_passing(tmp_
     command = [sys.executable, "-m", "tripwire", "run", str(scenario), "--root", str(tmp_path), "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "the loop called os._exit(0) on its thread 'Thread-1 (watchdog)' at loop.py:13" in done.stderr
+    assert "the loop called os._exit(0) on its thread 'Thread-1 (watchdog)' at loop.py:15" in done.stderr
     assert not (out / "result.json").exists()

@@ -156,7 +156,8 @@ def test_a_project_reached_through_a_link_keys_its_sites_as_the_checkout_does(tm
     (tmp_path / "home").symlink_to(tmp_path / "disk")
     code = (
         "import torch, pkg.mod\nfrom tripwire.sync.counter import SyncCounter\n"
-        "with SyncCounter() as counter:\n    pkg.mod.f(torch.ones(2))\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "with SyncCounter() as counter:\n    pkg.mod.f(torch.ones(2, device=device))\n"
         "print(*counter.site_keys_by_region()['<outside>'])"
     )
     keys = []

@@ -18,6 +18,8 @@ import asyncio
 
 import torch
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
 
 def batches(w):
     try:
@@ -69,7 +71,7 @@ async def consume(w):
 
 
 def main():
-    w = torch.ones(2)
+    w = torch.ones(2, device=DEVICE)  # on the run's device: a host tensor's reads wait for nothing
     steps = batches(w)
     next(steps)
     steps.send(5.0)  # sent in: the body's sync on it counts in the region

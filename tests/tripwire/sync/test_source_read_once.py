@@ -54,13 +54,13 @@ def test_a_file_edited_mid_recording_is_read_as_the_loop_runs_it(tmp_path: Path)
 
 
 def test_the_next_recording_reads_the_file_as_it_is_then(tmp_path: Path) -> None:
-    module = load(tmp_path, LOOP)
+    module, device = load(tmp_path, LOOP), torch.device("cpu")  # a device held in a name: the GPU run's `cuda`
     with SyncCounter(), hot_path("step"):
-        module.first(torch.arange(4.0))
+        module.first(torch.arange(4.0, device=device))
     _rewrite(tmp_path / "loop.py", EDITED)
     edited = load(tmp_path, EDITED)
     with SyncCounter() as counter, hot_path("step"):
-        edited.first(torch.arange(4.0))
+        edited.first(torch.arange(4.0, device=device))
     assert [record.text for record in counter.site_records("step")] == ["return t.sum().item()"]
     assert counter.site_records("step")[0].site.endswith("loop.py:7")
     assert state.site_text(str(tmp_path / "loop.py"), 1) == "# a comment"

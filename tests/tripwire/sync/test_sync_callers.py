@@ -35,6 +35,8 @@ from tripwire.sync.state import MAX_CALLERS
 
 pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the loop's tensors are on its device
+
 BASE = """
 def barrier(t):
     return t.sum().item()
@@ -69,7 +71,7 @@ MORE_CALLS = BASE.replace("def evaluate(t):\n    barrier(t)\n", "def evaluate(t)
 def run(folder: Path, source: str) -> SyncCounter:
     module = load(folder, source)
     with SyncCounter(root=folder) as counter, hot_path("exchange"):
-        module.run(torch.arange(4.0))
+        module.run(torch.arange(4.0, device=DEVICE))  # on the run's device: a host tensor's reads wait for nothing
     return counter
 
 
@@ -301,7 +303,7 @@ def test_a_library_calling_back_into_the_project_keeps_no_frame_of_each_call_ali
     batches: list[weakref.ref[torch.Tensor]] = []
 
     def make(i: int) -> torch.Tensor:
-        batch = torch.full((4,), float(i))
+        batch = torch.full((4,), float(i), device=DEVICE)
         batches.append(weakref.ref(batch))
         return batch
 
