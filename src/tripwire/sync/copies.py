@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
+from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
@@ -93,6 +94,11 @@ def unseen(read: Any, tensor: object) -> Any:
         return read(tensor)
 
 
+# The key of a live object in the tables below: its address, as `id` gives it, but without the audit event `id` raises
+# (`builtins.id`): a loop's own audit hook would run at every operator a counter follows, and, in the eager part of a
+# compiled function, dynamo would compile the hook's frame, a frame the loop does not have
+_key: Callable[[object], int] = object.__hash__
+
 # Tensors built in host memory from host data or by a host factory (no `device=`) while a counter ran, by id: on a
 # CPU run every tensor is on the host, so this is what tells a later `.to(device)` of one of them is an upload.
 _host_born: dict[int, weakref.ref[torch.Tensor]] = {}
@@ -100,7 +106,7 @@ _host_born: dict[int, weakref.ref[torch.Tensor]] = {}
 
 def mark_host_born(tensor: torch.Tensor) -> None:
     """Remember that `tensor` was built in host memory (until it is freed)."""
-    key = id(tensor)
+    key = _key(tensor)
     if key not in _host_born:
         _host_born[key] = weakref.ref(tensor, functools.partial(_forget, key))
 
@@ -112,7 +118,7 @@ def _forget(key: int, _ref: object, table: dict[int, weakref.ref[torch.Tensor]] 
 def forget_host_born(tensor: object) -> None:
     """`tensor` now stands for a device tensor (a CPU run's `.to(device)` returns the tensor itself): not host memory
     from here on, nor when it is a view of host memory (`_resident` outranks its `_base`)."""
-    _host_born.pop(id(tensor), None)
+    _host_born.pop(_key(tensor), None)
     if isinstance(tensor, torch.Tensor):
         _make_resident(tensor)
 
@@ -126,7 +132,7 @@ def made_by_user(depth: int) -> bool:
 def host_born(tensor: object) -> bool:
     """Whether `tensor` was marked by `mark_host_born` (the same object, still alive), or is a view of one (`t[i]`,
     `t.split(...)`: a view's `_base` is the tensor it views)."""
-    ref = _host_born.get(id(tensor))
+    ref = _host_born.get(_key(tensor))
     if ref is not None and ref() is tensor:
         return True
     if not (_host_born and type(tensor) in PLAIN):  # a subclass's `_base` would reach its `__torch_function__`
@@ -135,7 +141,7 @@ def host_born(tensor: object) -> bool:
     base = unseen(_BASE, tensor)
     if base is None or _resident(tensor):  # not a view, or one the run moved to the device (the same object on CPU)
         return False
-    ref = _host_born.get(id(base))
+    ref = _host_born.get(_key(base))
     return ref is not None and ref() is base
 
 
@@ -275,12 +281,12 @@ _device_resident: dict[int, weakref.ref[torch.Tensor]] = {}
 
 
 def _resident(tensor: torch.Tensor) -> bool:
-    ref = _device_resident.get(id(tensor))
+    ref = _device_resident.get(_key(tensor))
     return ref is not None and ref() is tensor
 
 
 def _make_resident(tensor: torch.Tensor) -> None:
-    key = id(tensor)
+    key = _key(tensor)
     if key not in _device_resident:
         _device_resident[key] = weakref.ref(tensor, functools.partial(_forget, key, table=_device_resident))
 
@@ -296,7 +302,7 @@ def note_host_copy(tensor: object) -> None:
     """Remember that `tensor` is a counted copy to the host, as it is now (a CPU run; a subclass is never read)."""
     if type(tensor) in PLAIN and not accelerator_in_use():
         assert isinstance(tensor, torch.Tensor)
-        key = id(tensor)
+        key = _key(tensor)
         _host_copies[key] = (weakref.ref(tensor, functools.partial(_forget_copy, key)), tensor._version)
 
 
@@ -308,7 +314,7 @@ def _forget_copy(
 
 def unchanged_host_copy(tensor: torch.Tensor) -> bool:
     """Whether `tensor` is a counted copy to the host nothing has written to since (`note_host_copy`)."""
-    entry = _host_copies.get(id(tensor))
+    entry = _host_copies.get(_key(tensor))
     return entry is not None and entry[0]() is tensor and entry[1] == tensor._version
 
 

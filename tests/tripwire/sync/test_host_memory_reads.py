@@ -535,3 +535,28 @@ def test_a_reduction_of_host_bookkeeping_is_host_memory() -> None:
     assert counted(lambda: bookkeeping(DEVICE)) == {"item": 8, "bool": 2, "int": 1}
     bound = torch.tensor(0.5, device=DEVICE)
     assert counted(lambda: torch.zeros(4).clamp(min=bound)[0].item()) == {"item": 1}
+
+
+def test_a_followed_operator_raises_no_audit_event() -> None:
+    """`id()` raises an audit event (`builtins.id`): keyed by it, every operator a counter follows called the loop's
+    audit hooks, and in the eager part of a compiled function dynamo compiled the hook's frame, a frame the loop does
+    not have (`test_watching_changes_neither_what_dynamo_compiles_nor_where` failed after a test had installed one).
+    Run in a child: an audit hook cannot be removed."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from tripwire.sync.counter import SyncCounter\n"
+        "seen, armed = [], [False]\n"
+        "sys.addaudithook(lambda event, args: seen.append(event) if armed[0] else None)\n"
+        "with SyncCounter():\n"
+        "    x = torch.ones(3)\n"
+        "    y = x + 1\n"
+        "    armed[0] = True\n"
+        "    z = (y + 1, x.sum(), y < 2, x.view(3))\n"
+        "    armed[0] = False\n"
+        "print(sorted(set(seen)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
