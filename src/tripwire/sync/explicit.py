@@ -46,6 +46,7 @@ from tripwire.sync.copies import (
     PLAIN,
     _device_type,
     _host_born,
+    all_host_born,
     copy_kind,
     default_device,
     host_born,
@@ -118,7 +119,7 @@ _KEEPS_PLACE = frozenset(getattr(torch.Tensor, name) for name in _PLACE_KEEPING)
 # (`i + block_size`, `(step + 1) % n`, `i < n`, over a host tensor of indices), else the device's. With the methods
 # that a function mode is handed for some of them (`a + b` reaches it as `Tensor.add`), so both ways of watching
 # follow the same calls (`test_every_operator_reaches_a_function_mode_as_a_followed_call`)
-_OPERATORS: tuple[str, ...] = tuple(
+_COMPUTING: tuple[str, ...] = tuple(
     f"__{name}__"
     for name in (
         *("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv", "mod"),
@@ -126,18 +127,18 @@ _OPERATORS: tuple[str, ...] = tuple(
         *("lshift", "rlshift", "rshift", "rrshift", "lt", "le", "gt", "ge", "eq", "ne"),
     )
 )
-_OPERATORS += ("add", "sub", "mul", "div", "remainder", "pow", "neg", "positive", "abs", "bitwise_and", "bitwise_or")
-_OPERATORS += ("bitwise_xor", "lt", "le", "gt", "ge", "eq", "ne")
+_COMPUTING += ("add", "sub", "mul", "div", "remainder", "pow", "neg", "positive", "abs", "bitwise_and", "bitwise_or")
+_COMPUTING += ("bitwise_xor", "lt", "le", "gt", "ge", "eq", "ne")
 # Reductions and elementwise math a loop applies to its host bookkeeping (`episode_returns.mean().item()`,
 # `if done.any():`): where their tensors are, as the operators' results
-_OPERATORS += ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "all", "any")
-_OPERATORS += ("count_nonzero", "cumsum", "exp", "log", "sqrt", "floor", "ceil", "round", "sign", "clamp", "clip")
-_OPERATORS += ("std", "var")
-_COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _OPERATORS)
+_COMPUTING += ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "all", "any")
+_COMPUTING += ("count_nonzero", "cumsum", "exp", "log", "sqrt", "floor", "ceil", "round", "sign", "clamp", "clip")
+_COMPUTING += ("std", "var")
+_COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _COMPUTING)
 # torch's own functions, for identity checks that must not meet the stand-ins put in their place
 _TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
 # Where the watched functions live, for the stand-ins that replace them while a counter is active (`use_patches`)
-_WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", *_PLACE_KEEPING, *_OPERATORS)
+_WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", *_PLACE_KEEPING, *_COMPUTING)
 _WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", *_HOST_BUILDER_NAMES, *LIKE)
 _CANONICAL = {("Tensor", name): getattr(torch.Tensor, name) for name in _WATCHED_METHODS}
 # Only methods whose slot on `torch.Tensor` is CPython's generic one (the base's attribute is a method or the class's
@@ -237,12 +238,7 @@ def _mark_computed(args: tuple[Any, ...], kwargs: dict[str, Any], result: object
 def _computed_on_host(result: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeGuard[torch.Tensor]:
     """Whether an operator's or a reduction's result is host-built: every tensor it took is (a device tensor among
     them puts the result on the device, a 0-d host tensor with it too), and it is a CPU tensor."""
-    return (
-        host_born(args[0])
-        and all(host_born(arg) for arg in args[1:] if isinstance(arg, torch.Tensor))
-        and (not kwargs or all(host_born(arg) for arg in kwargs.values() if isinstance(arg, torch.Tensor)))
-        and _on_host(result)
-    )
+    return all_host_born((*args, *kwargs.values()) if kwargs else args) and _on_host(result)
 
 
 # Installations whose place-keeping stand-ins wait for the first host-built tensor (`_mark`). Until a tensor is marked
