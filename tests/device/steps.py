@@ -474,8 +474,12 @@ def step_graph_threads(args: argparse.Namespace) -> None:
 
 def _graph_threads_child(size: str, epochs: str, n_envs: str, workers: str, device: str, dump_after: str) -> None:
     """One run of `step_graph_threads`: prints {rate, captures, replays, failures, digests} as its last line."""
-    import dataclasses
     import faulthandler
+
+    # Armed before the imports, so its deadline and the parent's backstop (5 s later) count from the same start: armed
+    # after them, an import slowed by a loaded machine (CI: over 5 s) let the backstop kill the child before its dump.
+    faulthandler.dump_traceback_later(float(dump_after), exit=True)  # every thread's stack, then exit 1
+    import dataclasses
 
     import torch
 
@@ -484,7 +488,6 @@ def _graph_threads_child(size: str, epochs: str, n_envs: str, workers: str, devi
     from esper.tolaria.graphs import GraphedSteps
     from tripwire.bitwise.digest import combined_digest, state_digest
 
-    faulthandler.dump_traceback_later(float(dump_after), exit=True)  # every thread's stack, then exit 1
     envs, threads = int(n_envs), int(workers)
     config = dataclasses.replace(
         workloads.bench_config(envs, getattr(workloads, size), device=device), env_workers=threads
