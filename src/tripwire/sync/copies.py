@@ -50,6 +50,7 @@ __all__ = [
     "forget_sources",
     "host_born",
     "in_host_memory",
+    "indexed_copy_kind",
     "made_by_user",
     "mark_host_born",
     "note_host_copy",
@@ -425,3 +426,42 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     if sys._getframe(3).f_code is _LOAD_INTO_MODULE:  # torch's `Module.load_state_dict` copying into a parameter
         return kinds.COPY_TO_DEVICE if not non_blocking and _loaded_onto_device(source, destination) else None
     return kinds.COPY_TO_DEVICE if not non_blocking and host_born(source) and made_by_user(3) else None
+
+
+def indexed_copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Kind of an `aten::copy_` that torch's C++ makes for a Python call that is not itself a copy: `dst[i] = src`
+    and `dst[a:b] = src` of a tensor (torch copies `src` into the view; a 0-d host tensor into a larger view is a
+    `fill_` instead, nothing copied, nothing counted), or `Tensor.copy_` reached through the class, past the stand-in.
+    The same rule as `copy_kind`'s without the user's line to read (the statement spells no copy):
+    `copy_to_device` when host data lands in a device tensor and blocks the host, `copy_to_cpu` when device data
+    lands in host memory. On a CPU run a source or destination is host memory when it was built there
+    (`host_born`) or is a counted copy to the host (`x.cpu()`), as a GPU run would hold them; a destination built
+    before the counter ran is taken for the device's, as `copy_kind` takes it."""
+    destination: Any = args[0] if args else kwargs.get("self")
+    source: Any = args[1] if len(args) > 1 else kwargs.get("src")
+    if type(source) not in PLAIN or type(destination) not in PLAIN:  # a subclass's reads reach its handler
+        return None
+    non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
+    if accelerator_in_use():  # the tensors say where they are
+        to_place, from_place = destination.device.type, source.device.type
+        if to_place == from_place or "meta" in (to_place, from_place):
+            return None
+        if to_place != "cpu":
+            return kinds.COPY_TO_DEVICE if from_place == "cpu" and upload_waits(source, non_blocking) else None
+        return kinds.COPY_TO_CPU_NONBLOCKING if non_blocking else kinds.COPY_TO_CPU
+    if not (_host_born or _host_copies) or source.is_meta or destination.is_meta:  # nothing in host memory yet
+        return None
+    if in_host_memory(source):
+        return None if non_blocking or in_host_memory(destination) else kinds.COPY_TO_DEVICE
+    if not in_host_memory(destination) or _made_from_a_number(source, destination):
+        return None
+    return kinds.COPY_TO_CPU_NONBLOCKING if non_blocking else kinds.COPY_TO_CPU
+
+
+def _made_from_a_number(source: torch.Tensor, destination: torch.Tensor) -> bool:
+    """On a CPU run, whether `source` is the 0-d tensor torch made from a Python number for `dst[k] = 2.5` (torch
+    copies it into a 0-d view; into a larger one it fills): made where the destination is, host memory into host
+    memory on a GPU run (`losses[k] = loss.item()`, nanoGPT's evaluation). Nothing of Python's holds it: it has no
+    more references than the view torch made for the destination (both reached here the same way), where a tensor
+    the loop assigns (`losses[k] = loss`, a download on a GPU) has the loop's own besides."""
+    return source.dim() == 0 and destination.dim() == 0 and sys.getrefcount(source) <= sys.getrefcount(destination)

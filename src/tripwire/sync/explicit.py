@@ -196,8 +196,12 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
     if kind is None:
         if func is _TO:
             kind = to_kind(args, kwargs)
-        elif func is _COPY:
+        elif func is _COPY:  # classified here, from the user's line: its `aten::copy_` is not counted again
             kind = copy_kind(args, kwargs)
+            result = call_counted(kind, call, args, kwargs)  # pass-through
+            if kind in _HOST_COPY_KINDS:
+                note_host_copy(args[0])
+            return result
         elif func in _BUILDERS:
             kind = tensor_kind(args, kwargs, _BUILDERS[func])
             if kind is not None:
@@ -219,7 +223,7 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
         kind = None
     result = call_counted(kind, call, args, kwargs)  # pass-through
     if kind in _HOST_COPY_KINDS:  # what a `torch.save` of it writes is host memory (`copies.note_host_copy`)
-        note_host_copy(args[0] if func is _COPY else result)
+        note_host_copy(result)
     return result
 
 

@@ -4,10 +4,14 @@ They are the ops tagged `data_dependent_output` or `dynamic_output_shape` (`nonz
 `bincount`, `equal`, `_local_scalar_dense` reached from inside torch, boolean-mask `index`, `repeat_interleave`
 without `output_size`, `one_hot` without `num_classes`), and `index_put_` with a boolean mask (`t[mask] = values`:
 untagged, its kernel turns the mask into indices with `nonzero`, a wait on a GPU, unless torch makes it a
-`masked_fill_`: one mask, one value held in host memory, no accumulation), and torch.linalg's checked routines
+`masked_fill_`: one mask, one value held in host memory, no accumulation; through tensor indices a 0-d value in
+host memory is uploaded first, `to_device`), and torch.linalg's checked routines
 (`cholesky`, `inv`, `solve`, `eigh`, `svd`, `pinv`, ...: untagged, each reads its error codes to the host on a device;
 `_LINALG_READS`), and `histc` over its input's own range (untagged: on a device it reads the minimum and maximum;
-`bincount` reads both too), counted as a dispatch mode sees them, each wait once (`_waits`):
+`bincount` reads both too), and the copies torch's C++ makes at the top of the dispatcher (`dst[i] = src` copies
+`src` into the view `dst[i]` with `aten::copy_`: an upload that blocks, or a download, on a GPU, as
+`copies.indexed_copy_kind` says; a Python `.copy_` is classified by its stand-in, from its line), counted as a
+dispatch mode sees them, each wait once (`_waits`):
 called from Python, from autograd or from an op that decomposes above autograd, never an op another op's kernel runs
 inside itself (a CPU `var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel
 over each such op at its autograd keys (and at its backend keys for inference tensors), so only those ops pay; inside
@@ -30,6 +34,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch.compiler import is_compiling
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -37,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tripwire.common.kernels import override_kernels, restore_kernels
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
-from tripwire.sync.copies import _host_born, accelerator_in_use, all_host_born
+from tripwire.sync.copies import _host_born, accelerator_in_use, all_host_born, in_host_memory, indexed_copy_kind
 from tripwire.sync.explicit import ExplicitSyncMode
 from tripwire.sync.installation import Installation, in_counted_backward, patch
 
@@ -114,6 +119,8 @@ def _static_kind(namespace: str, name: str, tags: Any) -> str:
         return kinds.COLLECTIVE.of(_C10D_NAMES.get(name, name.strip("_")))
     if namespace == "aten" and name in _PUTS:
         return "put"
+    if namespace == "aten" and name == "copy_":
+        return "copy"
     if namespace == "aten" and name in _LINALG_READS:
         return kinds.LINALG_CHECK
     if namespace == "aten" and name in _LINALG_EX:
@@ -157,9 +164,13 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         if _uploads_its_indices(_first(args, kwargs), indices):
             return kinds.TO_DEVICE
         if static == "put":
-            return kinds.MASK_PUT if _put_by_mask(indices, args, kwargs) else None
+            if _put_by_mask(indices, args, kwargs):
+                return kinds.MASK_PUT
+            return kinds.TO_DEVICE if _uploads_its_value(_first(args, kwargs), indices, args, kwargs) else None
         masked = any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
         return kinds.MASK_INDEX if masked else None
+    if static == "copy":  # `dst[i] = src`: torch's own `dst.copy_(src)`, at the top of the dispatcher
+        return indexed_copy_kind(args, kwargs)
     if static == "checked":  # keyword-only in every schema
         return kinds.LINALG_CHECK if kwargs.get("check_errors") else None
     if static == "norm":  # `linalg_matrix_norm(A, ord, dim, keepdim, *, dtype)`
@@ -236,6 +247,21 @@ def _uploads_its_indices(source: object, indices: Any) -> bool:
     return source.device.type not in ("cpu", "meta") and any(
         isinstance(index, torch.Tensor) and index.device.type == "cpu" for index in indices
     )
+
+
+def _uploads_its_value(target: object, indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether an `index_put_` of a device tensor uploads its value first: a 0-d value in host memory is moved to the
+    target's device (`value.to(self.device())`, a blocking copy) unless torch fills through a mask instead
+    (`_put_by_mask`'s case, which reads the value on the host). `buf[idx] = torch.tensor(0.0)` with a tensor index; a
+    number is made on the target's device, nothing uploaded. On a CPU run, by which tensors are host memory."""
+    values = args[2] if len(args) > 2 else kwargs.get("values")
+    if not isinstance(values, torch.Tensor) or values.dim() != 0 or not isinstance(target, torch.Tensor):
+        return False
+    if any(isinstance(index, torch.Tensor) and index.dtype in _MASK_DTYPES for index in indices if index is not None):
+        return False  # the fill, or a put by mask, counted as that
+    if accelerator_in_use():
+        return target.device.type not in ("cpu", "meta") and values.device.type == "cpu"
+    return bool(_host_born) and in_host_memory(values) and not in_host_memory(target)
 
 
 def _put_by_mask(indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -369,7 +395,9 @@ def _implicit_targets() -> list[tuple[str, str, str, tuple[str, ...]]]:
             continue
         # `_local_scalar_dense` run at a backend key outside autograd is another op's own read (a CPU `var`), but a
         # top-level one is `.item()`, already counted explicitly
-        wanted = _AUTOGRAD_KEYS + (() if name == "_local_scalar_dense" else _BACKEND_KEYS)
+        # (nor is a `copy_` there: every copy another op makes, `.to()`'s and `clone`'s, runs at its backend key; the
+        # ones that matter are made at the top, `dst[i] = src`, and reach the autograd keys)
+        wanted = _AUTOGRAD_KEYS + (() if name in ("_local_scalar_dense", "copy_") else _BACKEND_KEYS)
         keys = tuple(key for key in wanted if _has_kernel(full, key))
         if keys:
             found.append((namespace, full.split("::", 1)[1], static, keys))
@@ -426,6 +454,49 @@ def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[...
         if kind is not None and not _reads_host(kind, args):
             for _ in range(_waits(kind, args, kwargs)):
                 sync.deliver(kind, implicit=True)
+        local.nested += 1
+        try:
+            return call(keyset, *args, **kwargs)  # pass-through
+        finally:
+            local.nested -= 1
+
+    return kernel
+
+
+# `t.copy_(2.5)`: torch takes a Python number for `src` as a 0-d host tensor marked a wrapped number, which reaches a
+# Python kernel as the number again, and the op's own kernel refuses a number (LeanRL's
+# `optimizer.param_groups[0]["lr"].copy_(lrnow)` failed at the kernel's pass-through). It is handed on as the tensor
+# torch made: the number's own dtype, in host memory, built without an op a dispatch mode would see (`from_numpy`
+# wraps NumPy's memory); copied into `t` it casts to `t`'s dtype as the wrapped number does.
+_FROM_NUMPY = torch.from_numpy  # torch's own, taken before any stand-in stands there
+_WRAPPED: dict[type, type] = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}
+_NUMBERS = frozenset(_WRAPPED)
+
+
+def _wrapped(number: Any) -> Any:
+    """A number given for a tensor, as the 0-d host tensor torch made of it (see `_WRAPPED`)."""
+    try:
+        return _FROM_NUMPY(np.array(number, dtype=_WRAPPED[type(number)]))
+    except (OverflowError, TypeError):  # past int64: handed on as it came, to fail as the op itself would
+        return number
+
+
+def _copy_kernel(original: Any) -> Callable[..., Any]:
+    """`_counting_kernel` for `aten::copy_` at an autograd key, shortened: it runs at every tensor assignment
+    (`buffer[step] = obs`), nearly always a copy within one place, so it classifies the call directly
+    (`copies.indexed_copy_kind`, which reads host memory itself) and marks nothing nested unless it counted."""
+    call = original.call_boxed
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(args) > 1 and type(args[1]) in _NUMBERS:  # `t.copy_(2.5)`: see `_WRAPPED`
+            args = (args[0], _wrapped(args[1]), *args[2:])
+        local = _LOCAL
+        if local.suppress or local.nested or local.by_mode or not (local.counting > 0 or counting_here()):
+            return call(keyset, *args, **kwargs)  # pass-through
+        kind = indexed_copy_kind(args, kwargs)
+        if kind is None or is_compiling():
+            return call(keyset, *args, **kwargs)  # pass-through
+        sync.deliver(kind, implicit=True)
         local.nested += 1
         try:
             return call(keyset, *args, **kwargs)  # pass-through
@@ -497,7 +568,10 @@ class ImplicitKernels:
         }
 
         def make(full: str, key: str, original: Any) -> Callable[..., Any]:
-            return _counting_kernel(static_of[full][0], original, key.startswith("Autograd"))
+            static = static_of[full][0]
+            if static == "copy":
+                return _copy_kernel(original)
+            return _counting_kernel(static, original, key.startswith("Autograd"))
 
         targets = [(full, key) for full, (_, keys) in static_of.items() for key in keys]
         try:

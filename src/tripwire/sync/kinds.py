@@ -70,7 +70,11 @@ _ROWS = (
     Kind("contains", "`x in t`: a membership test read on the host", True),
     Kind("to_cpu", "`.to('cpu')` (however spelled) of accelerator data: the host waits for the copy", True, BOTH),
     Kind("to_cpu_nonblocking", "`.to('cpu', non_blocking=True)`: queued; reading it before a sync is a race", False),
-    Kind("copy_to_cpu", "`host.copy_(t)`: accelerator data copied into a host buffer; the host waits", True),
+    Kind(
+        "copy_to_cpu",
+        "`host.copy_(t)`, `host[i] = t`: accelerator data copied into a host buffer; the host waits",
+        True,
+    ),
     Kind("copy_to_cpu_nonblocking", "`host.copy_(t, non_blocking=True)`: queued, as `to_cpu_nonblocking`", False),
     Kind(
         "to_device",
@@ -81,7 +85,8 @@ _ROWS = (
     ),
     Kind(
         "copy_to_device",
-        "`dev.copy_(host)` of host memory, blocking (or non-blocking, pageable, over 1 MiB): the upload waits",
+        "`dev.copy_(host)`, `dev[i] = host` of host memory, blocking (or non-blocking, pageable, over 1 MiB): the"
+        " upload waits",
         True,
     ),
     Kind("tensor_to_device", "`torch.tensor(data, device=...)`: host data uploaded while the host waits", True),

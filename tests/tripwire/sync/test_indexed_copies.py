@@ -1,0 +1,227 @@
+"""`dst[i] = src` copies: torch's C++ makes `dst[i].copy_(src)`, which no Python stand-in sees.
+
+On a GPU, host data assigned into a device tensor (`buffer[step] = torch.as_tensor(reward)`) is an upload that
+blocks the host, as `buffer[step].copy_(...)` is, and device data assigned into a host buffer is a download that
+waits for the device. tripwire counted neither, on a CPU run or a GPU: a refactor from `torch.as_tensor(reward,
+device=device)` (counted, `tensor_to_device`) to the assignment of a host tensor lowered the count while the GPU
+kept its wait. They are counted now at the `aten::copy_` the assignment makes (a kernel at the autograd keys, or the
+dispatch mode), by `copies.indexed_copy_kind`: on a CPU run, by which tensors were built in host memory. A 0-d host
+tensor assigned into a larger view is a fill, nothing copied; a Python `.copy_` is classified by its stand-in alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from loop_modules import load
+
+from tripwire.common.errors import SyncBudgetExceeded
+from tripwire.gates.goldens import GoldenStore
+from tripwire.sync import hot_path, implicit
+from tripwire.sync.counter import SyncCounter
+
+pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.fixture(params=["kernels", "mode"], autouse=True)
+def counting(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the copies are counted (`implicit.use_kernels`)."""
+    if request.param == "kernels" and not implicit.kernels_available():
+        pytest.skip("this torch cannot hand back an op's kernel: the dispatch mode counts")
+    monkeypatch.setattr(implicit, "use_kernels", request.param == "kernels")
+    return str(request.param)
+
+
+def counted(body: Callable[[], object]) -> dict[str, int]:
+    with SyncCounter() as counter, hot_path("region"):
+        body()
+    return counter.counts_by_kind("region")
+
+
+def test_host_data_assigned_into_a_device_tensor_is_a_blocking_upload() -> None:
+    buffer = torch.zeros(4, 3, device=DEVICE)
+
+    def rows() -> None:
+        buffer[1] = torch.ones(3)  # a row
+        buffer[2:4] = torch.ones(2, 3)  # a slice
+        buffer[0, 2] = torch.tensor(5.0)  # one element: a 0-d view, copied as the row is
+
+    assert counted(rows) == {"copy_to_device": 3}
+
+
+def test_a_0d_host_tensor_assigned_into_a_larger_view_is_a_fill_not_a_copy() -> None:
+    buffer = torch.zeros(4, 3, device=DEVICE)
+
+    def fills() -> None:
+        buffer[1] = torch.tensor(2.0)  # torch fills the row with the value it reads from host memory
+        buffer[2:4] = 0.5  # a number: a fill on the device
+
+    assert counted(fills) == {}
+
+
+def test_device_data_assigned_into_a_device_tensor_is_not_counted() -> None:
+    buffer = torch.zeros(4, 3, device=DEVICE)
+    values = torch.randn(3, device=DEVICE)
+
+    def on_device() -> None:
+        buffer[1] = values * 2
+        buffer[2] = buffer[3]
+
+    assert counted(on_device) == {}
+
+
+def test_device_data_assigned_into_a_host_buffer_is_a_download() -> None:
+    values = torch.randn(3, device=DEVICE)
+
+    def downloads() -> None:
+        host = torch.zeros(4, 3)
+        host[1] = values * 2  # computed on the device: the host waits for it
+        host[2] = torch.ones(3)  # host to host
+        host[3] = (values * 3).cpu()  # the copy is `.cpu()`'s, counted there; the assignment copies host memory
+
+    assert counted(downloads) == {"copy_to_cpu": 1, "cpu": 1}
+
+
+def test_a_python_copy_is_counted_once_by_its_stand_in_and_one_past_it_by_the_kernel() -> None:
+    buffer = torch.zeros(3, device=DEVICE)
+
+    def copies() -> None:
+        buffer.copy_(torch.ones(3))  # the stand-in's, from the line: not again at its `aten::copy_`
+        torch.zeros(3).copy_(torch.ones(3))  # host to host: the stand-in says none, and the kernel agrees
+        torch.Tensor.copy_(buffer, torch.ones(3))  # through the class, past the stand-in: the kernel counts it
+
+    assert counted(copies) == {"copy_to_device": 2}
+
+
+def test_inside_inference_mode_too() -> None:
+    buffer = torch.zeros(4, 3, device=DEVICE)
+
+    def rollout() -> None:
+        with torch.inference_mode():
+            buffer[1] = torch.ones(3)
+
+    assert counted(rollout) == {"copy_to_device": 1}
+
+
+def test_the_count_is_at_the_assignment_line() -> None:
+    buffer = torch.zeros(2, device=DEVICE)
+    with SyncCounter() as counter, hot_path("region"):
+        buffer[0:2] = torch.ones(2)
+    line = test_the_count_is_at_the_assignment_line.__code__.co_firstlineno + 3
+    assert [(event.kind, event.site.rsplit(":", 1)[-1]) for event in counter.events] == [("copy_to_device", str(line))]
+
+
+def test_a_0d_host_value_put_through_tensor_indices_is_uploaded_first() -> None:
+    """`buffer[idx] = torch.tensor(0.0)` with a tensor index is an `index_put_`, which moves a 0-d value in host
+    memory to the buffer's device before it writes (`value.to(self.device())`); through a boolean mask the same
+    value is a fill read on the host, and a number is made on the device: neither uploads."""
+    buffer = torch.zeros(5, device=DEVICE)
+    rows = torch.tensor([0, 2], device=DEVICE)
+
+    def puts() -> None:
+        buffer[rows] = torch.tensor(1.0)  # the upload
+        buffer[buffer > 0] = torch.tensor(2.0)  # a mask and a host value: `masked_fill_`
+        buffer[rows] = 0.5
+        buffer[rows] = buffer[1].clone()
+
+    assert counted(puts) == {"to_device": 1}
+
+
+BEFORE = """
+import torch
+
+def step(buffer, t, reward):
+    buffer[t] = torch.as_tensor(reward, device=buffer.device)
+"""
+
+AFTER = """
+import torch
+
+def step(buffer, t, reward):
+    buffer[t] = torch.as_tensor(reward)
+"""
+
+
+def run(module: ModuleType) -> SyncCounter:
+    buffer = torch.zeros(3, 2, device=DEVICE)
+    with SyncCounter() as counter, hot_path("rollout"):
+        for t in range(3):
+            module.step(buffer, t, [1.0, 2.0])
+    return counter
+
+
+def test_a_refactor_that_moves_the_upload_into_the_assignment_keeps_its_count(tmp_path: Path) -> None:
+    """`torch.as_tensor(reward, device=...)` uploads on its line (`tensor_to_device`); assigning the host tensor
+    uploads in the assignment. Same waits on a GPU, so the budget recorded from the first still holds the second to
+    three uploads a rollout, and a fourth, added, is caught."""
+    GoldenStore(tmp_path / "baselines", update=True).check_sync_budget("s", run(load(tmp_path, BEFORE)), {})
+    after = run(load(tmp_path, AFTER))
+    assert after.counts_by_kind("rollout") == {"copy_to_device": 3}
+    extra = AFTER + "    buffer[0] = torch.as_tensor(reward)\n"
+    with pytest.raises(SyncBudgetExceeded) as failure:
+        GoldenStore(tmp_path / "baselines").check_sync_budget("s", run(load(tmp_path, extra)), {})
+    assert "6 syncs, budget 3" in str(failure.value), failure.value
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync detector needs CUDA")
+def test_torchs_detector_flags_no_assignment_tripwire_missed() -> None:
+    buffer = torch.zeros(4, 3, device=DEVICE)
+    with SyncCounter(cuda_cross_check=True) as counter:
+        buffer[1] = torch.ones(3)
+        buffer[0, 2] = torch.tensor(5.0)
+        host = torch.zeros(4, 3)
+        host[1] = buffer[2] * 2
+    check = counter.cross_check()
+    assert check is not None and check.ok, check and check.format()
+    assert counter.counts_by_kind() == {"copy_to_device": 2, "copy_to_cpu": 1}
+
+
+def test_a_number_assigned_into_one_element_of_a_host_tensor_is_not_a_download() -> None:
+    """`losses[k] = loss.item()` (nanoGPT's evaluation): torch makes a 0-d tensor of the number where `losses` is and
+    copies it into the element, host memory into host memory on a GPU. The `.item()` is the wait. Assigning the
+    0-d tensor itself (`losses[k] = loss`) is the download, the same line's wait moved into the assignment."""
+    loss = torch.randn((), device=DEVICE) * 2
+
+    def numbers() -> None:
+        losses = torch.zeros(3)
+        losses[0] = loss.item()
+        losses[1] = 2.5
+        losses[2] = loss
+
+    assert counted(numbers) == {"item": 1, "copy_to_cpu": 1}
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_a_number_copied_into_a_tensor_runs_as_without_tripwire(inference: bool) -> None:
+    """`t.copy_(2.5)` (LeanRL's `optimizer.param_groups[0]["lr"].copy_(lrnow)`): torch hands a Python kernel the
+    number for `src`, and the op's own kernel refused it, so the loop failed at tripwire's kernel. Each number lands
+    with the bits it lands with unwatched, in every dtype, and nothing is counted (nothing is copied across)."""
+    numbers: list[bool | int | float | complex] = [True, 7, -(2**40) - 3, 0.1, 1e-30, 3.0e38, float("nan"), 1 + 2j]
+    dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.bool]
+
+    def fill(into: list[torch.Tensor]) -> None:
+        with torch.inference_mode(inference):
+            for dtype in dtypes:
+                for number in numbers:
+                    if isinstance(number, complex):
+                        continue
+                    target = torch.zeros(3, dtype=dtype, device=DEVICE)
+                    target.copy_(number)
+                    into.append(target)
+            target = torch.zeros(2, dtype=torch.complex64, device=DEVICE)
+            torch.Tensor.copy_(target, 1 + 2j)  # past the stand-in: the kernel alone
+            into.append(target)
+
+    plain: list[torch.Tensor] = []
+    fill(plain)
+    watched: list[torch.Tensor] = []
+    assert counted(lambda: fill(watched)) == {}
+    assert len(watched) == len(plain)
+    for got, expected in zip(watched, plain, strict=True):
+        assert got.dtype == expected.dtype and torch.equal(got.view(torch.uint8), expected.view(torch.uint8))
