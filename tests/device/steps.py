@@ -423,6 +423,11 @@ def step_profile(args: argparse.Namespace) -> None:
     verdict(bool(lines), "; ".join(lines) + "; profile/*.txt")
 
 
+# What the graph_threads step's backstop allows a child for its imports (torch, the trainer), before the hang dump it
+# arms after them: a loaded 2-core CI machine took over 5 s
+_IMPORTS_S = 30.0
+
+
 def step_graph_threads(args: argparse.Namespace) -> None:
     """`--cuda-graphs` with env worker threads, the pairing the option refuses: its first GPU run (2026-12-04) did not
     finish in 300 s and printed nothing. 4 envs run a few epochs with graphs in turn, then on 4 threads, each in a
@@ -439,10 +444,11 @@ def step_graph_threads(args: argparse.Namespace) -> None:
         command = [sys.executable, "-c", code, str(ROOT / "benchmarks"), str(Path(__file__).parent)]
         command += [size, str(epochs), str(n_envs), str(workers), args.device, str(limit / 2 - 5)]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=limit / 2, check=False)
+            backstop = limit / 2 + _IMPORTS_S
+            done = subprocess.run(command, capture_output=True, text=True, timeout=backstop, check=False)
         except subprocess.TimeoutExpired as exc:  # faulthandler exits first; this is the backstop
             print((exc.stderr or b"")[-6000:] if isinstance(exc.stderr, bytes) else exc.stderr)
-            verdict(False, f"{workers} worker thread(s): killed after {limit / 2:.0f} s")
+            verdict(False, f"{workers} worker thread(s): killed after {backstop:.0f} s")
             return
         print(done.stdout[-3000:], done.stderr[-8000:])
         if done.returncode:
@@ -474,12 +480,8 @@ def step_graph_threads(args: argparse.Namespace) -> None:
 
 def _graph_threads_child(size: str, epochs: str, n_envs: str, workers: str, device: str, dump_after: str) -> None:
     """One run of `step_graph_threads`: prints {rate, captures, replays, failures, digests} as its last line."""
-    import faulthandler
-
-    # Armed before the imports, so its deadline and the parent's backstop (5 s later) count from the same start: armed
-    # after them, an import slowed by a loaded machine (CI: over 5 s) let the backstop kill the child before its dump.
-    faulthandler.dump_traceback_later(float(dump_after), exit=True)  # every thread's stack, then exit 1
     import dataclasses
+    import faulthandler
 
     import torch
 
@@ -488,6 +490,9 @@ def _graph_threads_child(size: str, epochs: str, n_envs: str, workers: str, devi
     from esper.tolaria.graphs import GraphedSteps
     from tripwire.bitwise.digest import combined_digest, state_digest
 
+    # Armed after the imports: armed before, a dump taken inside torch's import is over faulthandler's 100 frames and
+    # loses this function's own; the parent's backstop allows the imports `_IMPORTS_S` on top
+    faulthandler.dump_traceback_later(float(dump_after), exit=True)  # every thread's stack, then exit 1
     envs, threads = int(n_envs), int(workers)
     config = dataclasses.replace(
         workloads.bench_config(envs, getattr(workloads, size), device=device), env_workers=threads
