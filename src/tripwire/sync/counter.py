@@ -104,6 +104,7 @@ class SyncCounter(EventLog):
     ) -> None:
         from tripwire.sync import copies as _sync_copies
         from tripwire.sync import hooks as _sync_hooks
+        from tripwire.sync import watched as _sync_watched
 
         try:
             if self.cuda_cross_check:
@@ -116,6 +117,7 @@ class SyncCounter(EventLog):
             if not _STATE.counters:
                 clear_caches()  # the caller lookup's caches hold code objects and frames
                 _sync_copies.forget_sources()  # and the decoded instruction positions of the `.to` spellings read
+                _sync_watched.forget_callers()  # and the runners made on the loop's lines, with its modules' globals
             installation, self._installation = self._installation, None
             if installation is not None:
                 _sync_hooks.uninstall(installation)

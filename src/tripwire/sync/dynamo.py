@@ -18,12 +18,28 @@ import contextlib
 import importlib.abc
 import importlib.machinery
 import sys
+import weakref
 from collections.abc import Iterator
+from types import CodeType
 from typing import Any
 
-__all__ = ["dynamo_skips_tripwire", "inline_when_called", "outside_compile"]
+__all__ = ["dynamo_skips_tripwire", "inline_when_called", "never_compiled", "outside_compile"]
 
 _INLINED: set[str] = set()
+# Code of tripwire's that wears another file's name, made before dynamo was imported: skipped as it is imported
+_UNCOMPILED: weakref.WeakSet[CodeType] = weakref.WeakSet()
+
+
+def never_compiled(code: CodeType) -> None:
+    """Have dynamo run every frame of `code` as it is: tripwire's own code that wears another file's name (a
+    stand-in's runner wears the loop's line, `watched.as_caller`), which the skip list, by file, cannot tell from the
+    loop's. Started while a compiled function runs, dynamo took it for the loop's frame and tried to compile it."""
+    frames = sys.modules.get(f"{_DYNAMO}.eval_frame")
+    skip = getattr(frames, "skip_code", None)
+    if callable(skip):
+        skip(code)
+    else:
+        _UNCOMPILED.add(code)
 
 
 def inline_when_called(path: str) -> None:
@@ -79,6 +95,9 @@ def _skip_tripwire() -> None:
     rules.add("tripwire")  # also recompiles the skip list's pattern
     rules._tripwire_skipped = True  # type: ignore[attr-defined]  # our mark on dynamo's module
     _build_dynamo_tables()
+    for code in list(_UNCOMPILED):
+        never_compiled(code)
+    _UNCOMPILED.clear()
 
 
 def _build_dynamo_tables() -> None:

@@ -30,6 +30,7 @@ import functools
 import importlib._bootstrap as _bootstrap
 import operator
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeGuard
@@ -46,10 +47,12 @@ from tripwire.sync.copies import (
     PLAIN,
     _device_type,
     _host_born,
+    accelerator_in_use,
     all_host_born,
     copy_kind,
     default_device,
     host_born,
+    in_host_memory,
     made_by_user,
     mark_host_born,
     note_host_copy,
@@ -66,7 +69,14 @@ from tripwire.sync.installation import (
     tracked_backward,
 )
 from tripwire.sync.spelling import LIKE, spelling
-from tripwire.sync.watched import WatchedMethod, counted_stand_in, keeping_stand_in, stand_in, torch_function
+from tripwire.sync.watched import (
+    WatchedMethod,
+    as_caller,
+    counted_stand_in,
+    keeping_stand_in,
+    stand_in,
+    torch_function,
+)
 
 __all__ = ["DUNDER_KINDS", "ExplicitSyncMode", "install_stand_ins", "routed_dunders", "use_patches", "watched_call"]
 
@@ -135,10 +145,14 @@ _COMPUTING += ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", 
 _COMPUTING += ("count_nonzero", "cumsum", "exp", "log", "sqrt", "floor", "ceil", "round", "sign", "clamp", "clip")
 _COMPUTING += ("std", "var")
 _COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _COMPUTING)
+# Of those, the ones whose C++ warns in ordinary use (`std()`/`var()` of one element: no degrees of freedom left): run
+# on the caller's line (`watched.as_caller`), so the warning is the loop's, not tripwire's
+_WARNING = frozenset({"std", "var"})
 # torch's own functions, for identity checks that must not meet the stand-ins put in their place
 _TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
+_NEW_TENSOR = torch.Tensor.new_tensor  # `t.new_tensor(data)`: built where `t` is, or where its `device=` says
 # Where the watched functions live, for the stand-ins that replace them while a counter is active (`use_patches`)
-_WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", *_PLACE_KEEPING, *_COMPUTING)
+_WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", "new_tensor", *_PLACE_KEEPING, *_COMPUTING)
 _WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", *_HOST_BUILDER_NAMES, *LIKE)
 _CANONICAL = {("Tensor", name): getattr(torch.Tensor, name) for name in _WATCHED_METHODS}
 # Only methods whose slot on `torch.Tensor` is CPython's generic one (the base's attribute is a method or the class's
@@ -198,10 +212,12 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
             kind = to_kind(args, kwargs)
         elif func is _COPY:  # classified here, from the user's line: its `aten::copy_` is not counted again
             kind = copy_kind(args, kwargs)
-            result = call_counted(kind, call, args, kwargs)  # pass-through
+            result = call_counted(kind, as_caller(sys._getframe(2)), (call, *args), kwargs)  # pass-through
             if kind in _HOST_COPY_KINDS:
                 note_host_copy(args[0])
             return result
+        elif func is _NEW_TENSOR:
+            return _new_tensor(call, as_caller(sys._getframe(2)), args, kwargs)
         elif func in _BUILDERS:
             kind = tensor_kind(args, kwargs, _BUILDERS[func])
             if kind is not None:
@@ -210,9 +226,9 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
                 # stand-ins of the conversions count as the loop's (none when the tensor is host-built), then
                 # uploads what it read
                 sync.deliver(kind)
-                return call(*args, **kwargs)  # pass-through
+                return as_caller(sys._getframe(2))(call, *args, **kwargs)  # pass-through
         if kind is None:
-            result = call(*args, **kwargs)  # pass-through
+            result = as_caller(sys._getframe(2))(call, *args, **kwargs)  # pass-through
             if _host_built(func, args, kwargs, result):
                 if made_by_user(2):  # 2 frames up: past the mode or stand-in
                     _mark(result)
@@ -221,9 +237,43 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
             return result
     elif _host_born and args and host_born(args[0]):  # a read of host memory: on a GPU run too, no wait
         kind = None
-    result = call_counted(kind, call, args, kwargs)  # pass-through
+    result = call_counted(kind, as_caller(sys._getframe(2)), (call, *args), kwargs)  # pass-through
     if kind in _HOST_COPY_KINDS:  # what a `torch.save` of it writes is host memory (`copies.note_host_copy`)
         note_host_copy(result)
+    return result
+
+
+def _new_tensor(call: Any, run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`t.new_tensor(data)`: a tensor of `data` built where `t` is (or where `device=` says). Into device memory it is
+    an upload of host data that blocks the host (`tensor_to_device`, as `torch.tensor(data, device=...)`), unless
+    `data` is a device tensor already; into host memory it is a host build, marked (torch's own `nn.init.trunc_normal_`
+    reads its bounds with `tensor.new_tensor(a, device="cpu").item()`, no wait on a GPU). On a CPU run the place is
+    `t`'s host memory or not (`copies.in_host_memory`: a `t` built before the counter is taken for the device's), or
+    the `device=` as the call spells it (`_spelled_host`). Not suppressed, as `torch.tensor`'s upload: its data's
+    device tensors are read one scalar at a time."""
+    source = args[0] if args else None
+    device = kwargs.get("device")
+    data = args[1] if len(args) > 1 else kwargs.get("data")
+    if accelerator_in_use():
+        place = _device_type(device) if device is not None else getattr(source, "device", torch.device("cpu")).type
+        on_host = place in (None, "cpu")
+        onto_device = not on_host and place != "meta"
+        from_device = isinstance(data, torch.Tensor) and data.device.type not in ("cpu", "meta")
+    else:
+        if device is None:
+            on_host = isinstance(source, torch.Tensor) and in_host_memory(source)
+        else:
+            on_host = _spelled_host(_NEW_TENSOR, device)
+        onto_device = not on_host and (device is None or _device_type(device) != "meta")
+        from_device = isinstance(data, torch.Tensor) and not in_host_memory(data)
+    if onto_device and not from_device:
+        sync.deliver(kinds.TENSOR_TO_DEVICE)
+    result = run(call, *args, **kwargs)  # pass-through
+    if on_host and _on_host(result) and not (isinstance(data, torch.Tensor) and not in_host_memory(data)):
+        if made_by_user(3):  # past this, `watched_call` and the mode or stand-in
+            _mark(result)
+        else:
+            mark_host_born(result)
     return result
 
 
@@ -397,7 +447,9 @@ def install_stand_ins(installation: Installation) -> None:
             )
         elif key in _ONLY_KEEPS_PLACE or key in _COMPUTES:
             mark = _mark_kept if key in _ONLY_KEEPS_PLACE else _mark_computed
-            keeping = keeping_stand_in(original, mark, _host_born, _LOCAL, in_counted_backward, handed_over)
+            keeping = keeping_stand_in(
+                original, mark, _host_born, _LOCAL, in_counted_backward, handed_over, warns=name in _WARNING
+            )
             installation.keeping.append((name, WatchedMethod(original, keeping)))
             continue
         else:

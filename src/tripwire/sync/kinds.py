@@ -89,7 +89,11 @@ _ROWS = (
         " upload waits",
         True,
     ),
-    Kind("tensor_to_device", "`torch.tensor(data, device=...)`: host data uploaded while the host waits", True),
+    Kind(
+        "tensor_to_device",
+        "`torch.tensor(data, device=...)`, `dev.new_tensor(data)`: host data uploaded while the host waits",
+        True,
+    ),
     Kind("cuda_synchronize", "`torch.cuda.synchronize()`: the host waits for every stream of the device", True, BOTH),
     Kind("accelerator_synchronize", "`torch.accelerator.synchronize()`: as `cuda_synchronize`", True, BOTH),
     Kind("stream_synchronize", "`stream.synchronize()`: the host waits for one stream", True, BOTH),

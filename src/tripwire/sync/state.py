@@ -391,12 +391,19 @@ def compiler_at_work() -> bool:
     return guards is not None and guards.CompileContext.try_get() is not None
 
 
+# The first constant of the code a stand-in runs its original through on the caller's behalf (`watched.as_caller`): it
+# wears the caller's file and line, and is tripwire's own frame
+RUNNER_MARK = "tripwire: the caller's line, running a stand-in's original"
+
+
 def _role(code: CodeType) -> tuple[CodeType, bool, str, bool]:
     """`(code, skipped, via, own)`: whether frames of `code` are passed over when a site is looked up (torch's and
     tripwire's), the `torch/<file>:<function>` a torch frame names as the code behind a sync ("" for tripwire's
     frames and torch's dispatch machinery; `_COMPILER` for the guards dynamo generates, whose syncs are not the
     loop's), and whether it is tripwire's own. The entry holds the code, so its id is not reused while cached."""
     filename = code.co_filename
+    if code.co_consts[:1] == (RUNNER_MARK,):
+        return code, True, "", True
     if filename.startswith("<") and code.co_qualname.startswith(_GUARD_FUNCTIONS):
         return code, True, _COMPILER, False
     if not filename.startswith(_STATE.skip_prefixes):

@@ -14,27 +14,85 @@ without tripwire, never a stand-in.
 
 Dynamo traces through the stand-ins (this file is on its inline-when-called list) and, as it traces,
 `is_compiling()` is true, so what it puts in the graph is the original call: watching a compiled loop adds no graph
-break. This module is kept small, importing nothing of tripwire but the inline list, for that reason.
+break. This module is kept small, importing nothing of tripwire but the inline list (and the mark of its runners'
+code), for that reason.
+
+A stand-in runs the original on the caller's line (`as_caller`) where torch's C++ may warn: a warning is the loop's,
+at its line and under its filters, as without tripwire.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from collections.abc import Callable
-from types import MethodType
+from types import CodeType, FrameType, FunctionType, MethodType
 from typing import Any
 
 import torch
 from torch.compiler import is_compiling
 
-from tripwire.sync.dynamo import inline_when_called
+from tripwire.sync.dynamo import inline_when_called, never_compiled
+from tripwire.sync.state import RUNNER_MARK
 
 inline_when_called(__file__)
 
 Handler = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
 # runs a call with torch's own functions in `torch` (`tripwire.sync.explicit.with_own_functions`)
 HandedOver = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+
+# What a stand-in runs its original through on the caller's behalf (`as_caller`): a call spelled at column 0 of the
+# line after its `return`, padded past any line's length (a traceback through it underlines nothing), its code marked
+# by its first constant so that tripwire's own frame walks pass it over (`state._role`). The call is the source's
+# fourth line; a caller's line 1 to 3 gets the one-line form (a traceback through it may underline a stretch).
+_RUN_SOURCE = f"def run(function, /, *args, **kwargs):\n    {RUNNER_MARK!r}\n    return \\\n"
+_RUN_SOURCE += "function(*args, **kwargs" + " " * 4096 + ")\n"
+_RUN_SHORT_SOURCE = f"def run(function, /, *args, **kwargs): {RUNNER_MARK!r}; return function(*args, **kwargs)\n"
+_RUN, _RUN_SHORT = (
+    next(c for c in compile(source, "<tripwire>", "exec").co_consts if isinstance(c, CodeType))
+    for source in (_RUN_SOURCE, _RUN_SHORT_SOURCE)
+)
+_RUN_CALL_LINE = 4  # the line of `function(...)` in `_RUN_SOURCE`
+# (the caller's code object, its instruction) -> a runner wearing that code's file, name and line, its module's globals
+_AS_CALLER: dict[tuple[CodeType, int], Callable[..., Any]] = {}
+
+
+def _run_here(function: Any, /, *args: Any, **kwargs: Any) -> Any:
+    return function(*args, **kwargs)  # pass-through
+
+
+def as_caller(frame: FrameType) -> Callable[..., Any]:
+    """A runner (`runner(function, *args, **kwargs)` calls `function(*args, **kwargs)`) as if it were the caller's
+    line: a warning torch's C++ raises while the original runs (TORCH_WARN, at Python's stack level 1: the innermost
+    Python frame) is the caller's, its file, line and module, and registered in its module's `__warningregistry__`,
+    so the loop's filters and once-per-line records apply as without tripwire. Called from a stand-in's frame, the
+    warning was tripwire's: `torch.tensor(t)`'s copy-construct advice, NumPy data's "list of numpy.ndarrays is
+    extremely slow", `std()` of one element, each shown at tripwire's line, once for every line of the loop, past a
+    filter on the loop's module. One runner per call site, made on first use; where none can be made (a frame without
+    a line), one of tripwire's own, as before."""
+    code = frame.f_code
+    runner = _AS_CALLER.get((code, frame.f_lasti))  # not `f_lineno`, which decodes the line table up to the call
+    if runner is None:
+        runner = _AS_CALLER[(code, frame.f_lasti)] = _runner(frame, code, frame.f_lineno)
+    return runner
+
+
+def _runner(frame: FrameType, code: CodeType, line: int | None) -> Callable[..., Any]:
+    if line is None or line < 1:
+        return _run_here
+    template, first = (_RUN, line - _RUN_CALL_LINE + 1) if line >= _RUN_CALL_LINE else (_RUN_SHORT, line)
+    made = template.replace(
+        co_filename=code.co_filename, co_name=code.co_name, co_qualname=code.co_qualname, co_firstlineno=first
+    )
+    never_compiled(made)
+    return FunctionType(made, frame.f_globals)
+
+
+def forget_callers() -> None:
+    """Drop the runners made (`as_caller`): each holds a code object and a module's globals of the loop."""
+    _AS_CALLER.clear()
+
 
 _HAS_HANDLER = torch._C._has_torch_function
 _MODES_ON = torch._C._is_torch_function_mode_enabled
@@ -74,10 +132,11 @@ def stand_in(
 ) -> Callable[..., Any]:
     """A function to put where `original` was: `handle(key, original, args, kwargs)` on a counting thread
     (`local.counting`, or `elsewhere()`: autograd's device thread running a counting thread's backward) outside
-    suppressed code, else `original(*args, **kwargs)`; through `handed_over` when a `__torch_function__` handler
-    will see the call. `key` is torch's own function, which the handler classifies the call by (`original` may be
-    another tool's wrapper around it). With `receiver`, it is a `TorchFunction`'s `__call__`: the same function with
-    the stand-in object first (written out, not wrapped: the classifiers look a fixed number of frames up)."""
+    suppressed code, else `original(*args, **kwargs)` on the caller's line (`as_caller`; `handle` runs it so too);
+    through `handed_over` when a `__torch_function__` handler will see the call. `key` is torch's own function, which
+    the handler classifies the call by (`original` may be another tool's wrapper around it). With `receiver`, it is a
+    `TorchFunction`'s `__call__`: the same function with the stand-in object first (written out, not wrapped: the
+    classifiers look a fixed number of frames up)."""
 
     def body(*args: Any, **kwargs: Any) -> Any:
         if local.suppress or (local.counting <= 0 and not elsewhere()):
@@ -90,7 +149,7 @@ def stand_in(
         if reaches_handler(args, kwargs):
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
-            return original(*args, **kwargs)  # pass-through
+            return as_caller(sys._getframe(1))(original, *args, **kwargs)  # pass-through
         return handle(key, original, args, kwargs)  # pass-through
 
     def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
@@ -99,7 +158,7 @@ def stand_in(
         if reaches_handler(args, kwargs):
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
-            return original(*args, **kwargs)  # pass-through
+            return as_caller(sys._getframe(1))(original, *args, **kwargs)  # pass-through
         return handle(key, original, args, kwargs)  # pass-through
 
     return _named(called if receiver else watched, original)
@@ -221,17 +280,26 @@ def keeping_stand_in(
     local: Any,
     elsewhere: Callable[[], bool],
     handed_over: HandedOver,
+    *,
+    warns: bool = False,
 ) -> Callable[..., Any]:
     """A stand-in for a method whose result stays where its input is (`.view`, `.float()`, `.detach()`, ...), or where
     its tensors are (an operator, a reduction: `i + 1`, `x.sum()`): on a counting thread outside suppressed code, the
     original, then `mark(args, kwargs, result)` (a host-built input's result is host-built too), what the counter's
     handler does for these calls, a frame and a classification shorter.
-    `marked` is the table of host-built tensors: while it is empty no input can be one, and nothing is asked."""
+    `marked` is the table of host-built tensors: while it is empty no input can be one, and nothing is asked.
+    `warns`: the original warns from C++ in ordinary use (`x.std()` of one element), so it runs on the caller's line
+    (`as_caller`), at about 0.5 µs a call, which the others do not pay."""
+    run = original
+    if warns:
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return as_caller(sys._getframe(2))(original, *args, **kwargs)  # pass-through
 
     def body(*args: Any, **kwargs: Any) -> Any:
         if local.suppress or (local.counting <= 0 and not elsewhere()):
-            return original(*args, **kwargs)  # pass-through
-        result = original(*args, **kwargs)  # pass-through
+            return run(*args, **kwargs)  # pass-through
+        result = run(*args, **kwargs)  # pass-through
         if marked and args:
             mark(args, kwargs, result)
         return result
@@ -242,8 +310,8 @@ def keeping_stand_in(
         if reaches_handler(args, kwargs):
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
-            return original(*args, **kwargs)  # pass-through
-        result = original(*args, **kwargs)  # pass-through
+            return run(*args, **kwargs)  # pass-through
+        result = run(*args, **kwargs)  # pass-through
         if marked and args:
             mark(args, kwargs, result)
         return result
