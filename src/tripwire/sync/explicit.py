@@ -205,19 +205,21 @@ class ExplicitSyncMode(TorchFunctionMode):
 def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """One call of the watched function `func` (run as `call`) on a counting thread, from the function mode or a
     stand-in (`tripwire.sync.watched`), either one frame below the code that made it: counted if it syncs, else run,
-    and its result marked when it is a tensor built in host memory."""
+    and its result marked when it is a tensor built in host memory. The call runs on the maker's line
+    (`watched.as_caller`), so what torch warns of there is the loop's."""
+    run = as_caller(sys._getframe(2))  # 2 frames up: past the mode or stand-in
     kind = _SIMPLE_KINDS.get(func)
     if kind is None:
         if func is _TO:
             kind = to_kind(args, kwargs)
         elif func is _COPY:  # classified here, from the user's line: its `aten::copy_` is not counted again
             kind = copy_kind(args, kwargs)
-            result = call_counted(kind, as_caller(sys._getframe(2)), (call, *args), kwargs)  # pass-through
+            result = call_counted(kind, run, (call, *args), kwargs)  # pass-through
             if kind in _HOST_COPY_KINDS:
                 note_host_copy(args[0])
             return result
         elif func is _NEW_TENSOR:
-            return _new_tensor(call, as_caller(sys._getframe(2)), args, kwargs)
+            return _new_tensor(call, run, args, kwargs)
         elif func in _BUILDERS:
             kind = tensor_kind(args, kwargs, _BUILDERS[func])
             if kind is not None:
@@ -226,9 +228,9 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
                 # stand-ins of the conversions count as the loop's (none when the tensor is host-built), then
                 # uploads what it read
                 sync.deliver(kind)
-                return as_caller(sys._getframe(2))(call, *args, **kwargs)  # pass-through
+                return run(call, *args, **kwargs)  # pass-through
         if kind is None:
-            result = as_caller(sys._getframe(2))(call, *args, **kwargs)  # pass-through
+            result = run(call, *args, **kwargs)  # pass-through
             if _host_built(func, args, kwargs, result):
                 if made_by_user(2):  # 2 frames up: past the mode or stand-in
                     _mark(result)
@@ -237,7 +239,7 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
             return result
     elif _host_born and args and host_born(args[0]):  # a read of host memory: on a GPU run too, no wait
         kind = None
-    result = call_counted(kind, as_caller(sys._getframe(2)), (call, *args), kwargs)  # pass-through
+    result = call_counted(kind, run, (call, *args), kwargs)  # pass-through
     if kind in _HOST_COPY_KINDS:  # what a `torch.save` of it writes is host memory (`copies.note_host_copy`)
         note_host_copy(result)
     return result
@@ -254,6 +256,7 @@ def _new_tensor(call: Any, run: Callable[..., Any], args: tuple[Any, ...], kwarg
     source = args[0] if args else None
     device = kwargs.get("device")
     data = args[1] if len(args) > 1 else kwargs.get("data")
+    data_in_host = not isinstance(data, torch.Tensor) or in_host_memory(data)  # as both runs hold it
     if accelerator_in_use():
         place = _device_type(device) if device is not None else getattr(source, "device", torch.device("cpu")).type
         on_host = place in (None, "cpu")
@@ -265,11 +268,11 @@ def _new_tensor(call: Any, run: Callable[..., Any], args: tuple[Any, ...], kwarg
         else:
             on_host = _spelled_host(_NEW_TENSOR, device)
         onto_device = not on_host and (device is None or _device_type(device) != "meta")
-        from_device = isinstance(data, torch.Tensor) and not in_host_memory(data)
+        from_device = not data_in_host
     if onto_device and not from_device:
         sync.deliver(kinds.TENSOR_TO_DEVICE)
     result = run(call, *args, **kwargs)  # pass-through
-    if on_host and _on_host(result) and not (isinstance(data, torch.Tensor) and not in_host_memory(data)):
+    if on_host and _on_host(result) and data_in_host:
         if made_by_user(3):  # past this, `watched_call` and the mode or stand-in
             _mark(result)
         else:

@@ -454,13 +454,19 @@ def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[...
         if kind is not None and not _reads_host(kind, args):
             for _ in range(_waits(kind, args, kwargs)):
                 sync.deliver(kind, implicit=True)
-        local.nested += 1
-        try:
-            return call(keyset, *args, **kwargs)  # pass-through
-        finally:
-            local.nested -= 1
+        return _nested(call, keyset, args, kwargs)  # pass-through
 
     return kernel
+
+
+def _nested(call: Callable[..., Any], keyset: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A counted op's own kernel, run with `nested` raised: nothing it runs inside itself is counted again."""
+    local = _LOCAL
+    local.nested += 1
+    try:
+        return call(keyset, *args, **kwargs)  # pass-through
+    finally:
+        local.nested -= 1
 
 
 # `t.copy_(2.5)`: torch takes a Python number for `src` as a 0-d host tensor marked a wrapped number, which reaches a
@@ -497,11 +503,7 @@ def _copy_kernel(original: Any) -> Callable[..., Any]:
         if kind is None or is_compiling():
             return call(keyset, *args, **kwargs)  # pass-through
         sync.deliver(kind, implicit=True)
-        local.nested += 1
-        try:
-            return call(keyset, *args, **kwargs)  # pass-through
-        finally:
-            local.nested -= 1
+        return _nested(call, keyset, args, kwargs)  # pass-through
 
     return kernel
 
