@@ -29,6 +29,7 @@ marked tensor from one that is not is a copy to the host.
 
 from __future__ import annotations
 
+import dis
 import functools
 import sys
 import weakref
@@ -36,6 +37,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
+import numpy as np
 import torch
 
 from tripwire.sync import kinds
@@ -54,6 +56,7 @@ __all__ = [
     "made_by_user",
     "mark_host_born",
     "note_host_copy",
+    "number_copy_kind",
     "tensor_kind",
     "to_kind",
     "unchanged_host_copy",
@@ -407,9 +410,15 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     the host: on an accelerator as `upload_waits` says, on a CPU run a host-built source copied
     without `non_blocking` into a destination that is not host memory."""
     destination, source = args[0], args[1] if len(args) > 1 else kwargs.get("src")
+    non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
+    if isinstance(source, NUMBERS):  # `lr.copy_(lrnow)`: see `number_copy_kind`
+        if accelerator_in_use() or not isinstance(destination, torch.Tensor):
+            return number_copy_kind(destination, non_blocking)
+        if host_born(destination) or spelling("copy_").target_is_host or not made_by_user(3):
+            return None
+        return number_copy_kind(destination, non_blocking)
     if not isinstance(source, torch.Tensor) or source.device.type == "meta":
         return None
-    non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
     if destination.device.type not in ("cpu", "meta"):
         return kinds.COPY_TO_DEVICE if source.device.type == "cpu" and upload_waits(source, non_blocking) else None
     if destination.device.type != "cpu":
@@ -439,9 +448,10 @@ def indexed_copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | No
     before the counter ran is taken for the device's, as `copy_kind` takes it."""
     destination: Any = args[0] if args else kwargs.get("self")
     source: Any = args[1] if len(args) > 1 else kwargs.get("src")
-    if type(source) not in PLAIN or type(destination) not in PLAIN:  # a subclass's reads reach its handler
-        return None
     non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
+    if type(source) not in PLAIN or type(destination) not in PLAIN:  # a subclass's reads reach its handler
+        number = isinstance(source, NUMBERS) and type(destination) in PLAIN  # `torch.Tensor.copy_(t, 2.5)`
+        return number_copy_kind(destination, non_blocking) if number else None
     if accelerator_in_use():  # the tensors say where they are
         to_place, from_place = destination.device.type, source.device.type
         if to_place == from_place or "meta" in (to_place, from_place):
@@ -449,19 +459,73 @@ def indexed_copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | No
         if to_place != "cpu":
             return kinds.COPY_TO_DEVICE if from_place == "cpu" and upload_waits(source, non_blocking) else None
         return kinds.COPY_TO_CPU_NONBLOCKING if non_blocking else kinds.COPY_TO_CPU
+    if _made_from_a_number(source, destination):  # `dst[k] = 2.5`
+        if in_host_memory(destination):  # made there, copied there: `losses[k] = loss.item()`
+            return None
+        # into the view torch made for the assignment (into the tensor itself, `t[...] = x`, `x` may be the loop's
+        # 0-d tensor, held longer than `t`: not counted), and a subscript assignment's, not a graph's `aten.copy_`
+        if destination._is_view() and _assigned_by_subscript():
+            return number_copy_kind(destination, non_blocking)
     if not (_host_born or _host_copies) or source.is_meta or destination.is_meta:  # nothing in host memory yet
         return None
     if in_host_memory(source):
         return None if non_blocking or in_host_memory(destination) else kinds.COPY_TO_DEVICE
-    if not in_host_memory(destination) or _made_from_a_number(source, destination):
+    if not in_host_memory(destination):
         return None
     return kinds.COPY_TO_CPU_NONBLOCKING if non_blocking else kinds.COPY_TO_CPU
 
 
+# A Python number given for a tensor's data: torch makes a 0-d tensor of it in host memory whenever the target is on
+# an accelerator (`valueToTensor` for a CUDA tensor's `__setitem__`, a wrapped number for `copy_`'s `src`)
+NUMBERS = (bool, int, float, complex, np.generic)
+
+
+def number_copy_kind(destination: object, non_blocking: bool) -> str | None:
+    """Kind of a Python number copied into `destination`: `dev[k] = 2.5` (one element: torch copies the 0-d tensor it
+    made of the number into the 0-d view; into a larger view it fills, nothing copied), `lr.copy_(lrnow)`, and
+    `dev[idx] = 2.5` through tensor indices (`index_put_` moves the 0-d value to the target's device first). On an
+    accelerator each is a copy from host memory into the device that synchronizes the stream (`memcpy_and_sync`):
+    `copy_to_device`, unless `non_blocking` (a few bytes of pageable memory, staged). On a CPU run the same into any
+    destination that is not host memory; into host memory it is made there and copied there, nothing waits. A
+    destination built inside `torch.inference_mode` is an inference tensor, whose views keep no `_base`: where a view
+    of one is cannot be told on a CPU run, and it is not counted."""
+    if not isinstance(destination, torch.Tensor) or non_blocking or destination.is_meta:
+        return None
+    if accelerator_in_use():
+        return None if destination.device.type == "cpu" else kinds.COPY_TO_DEVICE
+    return None if in_host_memory(destination) or destination.is_inference() else kinds.COPY_TO_DEVICE
+
+
+_STORE_SUBSCR = dis.opmap["STORE_SUBSCR"]
+# Per code object, whether the instruction at an offset is a subscript assignment (`co_code` is built on each read)
+_SUBSCRIPT_STORES: weakref.WeakKeyDictionary[CodeType, dict[int, bool]] = weakref.WeakKeyDictionary()
+
+
+def _assigned_by_subscript() -> bool:
+    """Whether the copy being classified runs for a subscript assignment (`dst[k] = 2.5`): the user's frame is at a
+    `STORE_SUBSCR`, where a compiled graph's `aten.copy_(buffer, add)` (a BatchNorm's step count) is at a call."""
+    frame = sync.user_frame(3)
+    if frame is None:
+        return False
+    stores = _SUBSCRIPT_STORES.setdefault(frame.f_code, {})
+    found = stores.get(frame.f_lasti)
+    if found is None:
+        found = stores[frame.f_lasti] = frame.f_code.co_code[frame.f_lasti] == _STORE_SUBSCR
+    return found
+
+
 def _made_from_a_number(source: torch.Tensor, destination: torch.Tensor) -> bool:
     """On a CPU run, whether `source` is the 0-d tensor torch made from a Python number for `dst[k] = 2.5` (torch
-    copies it into a 0-d view; into a larger one it fills): made where the destination is, host memory into host
-    memory on a GPU run (`losses[k] = loss.item()`, nanoGPT's evaluation). Nothing of Python's holds it: it has no
-    more references than the view torch made for the destination (both reached here the same way), where a tensor
-    the loop assigns (`losses[k] = loss`, a download on a GPU) has the loop's own besides."""
-    return source.dim() == 0 and destination.dim() == 0 and sys.getrefcount(source) <= sys.getrefcount(destination)
+    copies it into a 0-d view; into a larger one it fills): made where the destination is on a CPU run, in host
+    memory on a GPU run (`number_copy_kind`). Nothing of Python's holds it: it has no more references than the view
+    torch made for the destination (both reached here the same way), where a tensor the loop assigns
+    (`losses[k] = loss`, a download on a GPU; `dev[k] = x.sum()`, on the device) has the loop's own besides, and it
+    is not a view (a one-element tensor assigned into a 0-d view is copied through a view torch makes of it). Into
+    a device tensor the copy must be an assignment's too (`_assigned_by_subscript`: a direct `aten.copy_` of two 0-d
+    tensors, the destination held long, the source a fresh result, passes the count)."""
+    return (
+        source.dim() == 0
+        and destination.dim() == 0
+        and sys.getrefcount(source) <= sys.getrefcount(destination)
+        and not source._is_view()
+    )

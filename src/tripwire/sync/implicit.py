@@ -5,12 +5,13 @@ They are the ops tagged `data_dependent_output` or `dynamic_output_shape` (`nonz
 without `output_size`, `one_hot` without `num_classes`), and `index_put_` with a boolean mask (`t[mask] = values`:
 untagged, its kernel turns the mask into indices with `nonzero`, a wait on a GPU, unless torch makes it a
 `masked_fill_`: one mask, one value held in host memory, no accumulation; through tensor indices a 0-d value in
-host memory is uploaded first, `to_device`), and torch.linalg's checked routines
+host memory is uploaded first, `to_device`, a number's too: `buf[idx] = 0.5`), and torch.linalg's checked routines
 (`cholesky`, `inv`, `solve`, `eigh`, `svd`, `pinv`, ...: untagged, each reads its error codes to the host on a device;
 `_LINALG_READS`), and `histc` over its input's own range (untagged: on a device it reads the minimum and maximum;
 `bincount` reads both too), and the copies torch's C++ makes at the top of the dispatcher (`dst[i] = src` copies
 `src` into the view `dst[i]` with `aten::copy_`: an upload that blocks, or a download, on a GPU, as
-`copies.indexed_copy_kind` says; a Python `.copy_` is classified by its stand-in, from its line), counted as a
+`copies.indexed_copy_kind` says, a number into one element of a device tensor an upload too; a Python `.copy_` is
+classified by its stand-in, from its line), counted as a
 dispatch mode sees them, each wait once (`_waits`):
 called from Python, from autograd or from an op that decomposes above autograd, never an op another op's kernel runs
 inside itself (a CPU `var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel
@@ -30,6 +31,7 @@ The dispatch mode also sees `torch.distributed`'s c10d ops, and counts one issue
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +44,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tripwire.common.kernels import override_kernels, restore_kernels
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
-from tripwire.sync.copies import _host_born, accelerator_in_use, all_host_born, in_host_memory, indexed_copy_kind
+from tripwire.sync.copies import (
+    PLAIN,
+    _host_born,
+    accelerator_in_use,
+    all_host_born,
+    in_host_memory,
+    indexed_copy_kind,
+    number_copy_kind,
+)
 from tripwire.sync.explicit import ExplicitSyncMode
 from tripwire.sync.installation import Installation, in_counted_backward, patch
 
@@ -160,13 +170,15 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
     if static == _NO_IMPLICIT:
         return None
     if static in ("mask", "put"):  # `index` / `index_put_` (`self, indices, ...`)
+        number = static == "put" and not accelerator_in_use() and _value_of_a_number(args)  # before a name holds it
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
         if _uploads_its_indices(_first(args, kwargs), indices):
             return kinds.TO_DEVICE
         if static == "put":
             if _put_by_mask(indices, args, kwargs):
                 return kinds.MASK_PUT
-            return kinds.TO_DEVICE if _uploads_its_value(_first(args, kwargs), indices, args, kwargs) else None
+            target = _first(args, kwargs)
+            return kinds.TO_DEVICE if _uploads_its_value(target, indices, args, kwargs, number) else None
         masked = any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
         return kinds.MASK_INDEX if masked else None
     if static == "copy":  # `dst[i] = src`: torch's own `dst.copy_(src)`, at the top of the dispatcher
@@ -249,11 +261,15 @@ def _uploads_its_indices(source: object, indices: Any) -> bool:
     )
 
 
-def _uploads_its_value(target: object, indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _uploads_its_value(
+    target: object, indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any], number: bool = False
+) -> bool:
     """Whether an `index_put_` of a device tensor uploads its value first: a 0-d value in host memory is moved to the
     target's device (`value.to(self.device())`, a blocking copy) unless torch fills through a mask instead
-    (`_put_by_mask`'s case, which reads the value on the host). `buf[idx] = torch.tensor(0.0)` with a tensor index; a
-    number is made on the target's device, nothing uploaded. On a CPU run, by which tensors are host memory."""
+    (`_put_by_mask`'s case, which reads the value on the host). `buf[idx] = torch.tensor(0.0)` with a tensor index,
+    and `buf[idx] = 0.5`: torch makes a number's tensor in host memory for a target on an accelerator
+    (`copies.number_copy_kind`). On a CPU run, by which tensors are host memory, and a value torch made of a number
+    (`number`, `_value_of_a_number`) as the host memory it is on a GPU."""
     values = args[2] if len(args) > 2 else kwargs.get("values")
     if not isinstance(values, torch.Tensor) or values.dim() != 0 or not isinstance(target, torch.Tensor):
         return False
@@ -261,7 +277,40 @@ def _uploads_its_value(target: object, indices: Any, args: tuple[Any, ...], kwar
         return False  # the fill, or a put by mask, counted as that
     if accelerator_in_use():
         return target.device.type not in ("cpu", "meta") and values.device.type == "cpu"
+    if number:
+        return number_copy_kind(target, False) is not None
     return bool(_host_born) and in_host_memory(values) and not in_host_memory(target)
+
+
+def _held_by_torch() -> int:
+    """The references a tensor's Python object gains while torch's C++ holds the tensor too: 1 on a torch that keeps
+    the object alive that way, 0 on one that does not. Measured once, on a tensor autograd saves for a backward."""
+    with torch.inference_mode(False), torch.enable_grad():
+        probe = torch.zeros((), requires_grad=True)
+        alone = sys.getrefcount(probe)
+        product = probe * probe  # saves `probe` in C++
+        held = sys.getrefcount(probe) - alone
+        del product
+    return held
+
+
+_HELD_BY_TORCH = _held_by_torch()  # at import: no stand-in stands in the probe's way
+
+
+def _value_of_a_number(args: tuple[Any, ...]) -> bool:
+    """On a CPU run, whether an `index_put_`'s value (`self, indices, values`) is the 0-d tensor torch made of a
+    Python number for `buf[idx] = 0.5`. Nothing of Python's holds it: it has no more references than the list of
+    indices torch made for the call, both held by the call's arguments alone (so read before any name here holds
+    either), past the one torch's own hold adds to a tensor (`_HELD_BY_TORCH`), where a value the loop assigns
+    (`buf[idx] = v`, `buf[idx] = x.sum()`) has the loop's own besides."""
+    return (
+        len(args) > 2
+        and type(args[2]) in PLAIN
+        and isinstance(args[1], list)
+        and args[2].dim() == 0
+        and sys.getrefcount(args[2]) <= sys.getrefcount(args[1]) + _HELD_BY_TORCH
+        and not args[2]._is_view()
+    )
 
 
 def _put_by_mask(indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -494,12 +543,13 @@ def _copy_kernel(original: Any) -> Callable[..., Any]:
     call = original.call_boxed
 
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        given = args  # a number as given, for the count (`copies.number_copy_kind`)
         if len(args) > 1 and type(args[1]) in _NUMBERS:  # `t.copy_(2.5)`: see `_WRAPPED`
             args = (args[0], _wrapped(args[1]), *args[2:])
         local = _LOCAL
         if local.suppress or local.nested or local.by_mode or not (local.counting > 0 or counting_here()):
             return call(keyset, *args, **kwargs)  # pass-through
-        kind = indexed_copy_kind(args, kwargs)
+        kind = indexed_copy_kind(given, kwargs)
         if kind is None or is_compiling():
             return call(keyset, *args, **kwargs)  # pass-through
         sync.deliver(kind, implicit=True)

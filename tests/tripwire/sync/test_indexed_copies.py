@@ -120,17 +120,67 @@ def test_the_count_is_at_the_assignment_line() -> None:
 def test_a_0d_host_value_put_through_tensor_indices_is_uploaded_first() -> None:
     """`buffer[idx] = torch.tensor(0.0)` with a tensor index is an `index_put_`, which moves a 0-d value in host
     memory to the buffer's device before it writes (`value.to(self.device())`); through a boolean mask the same
-    value is a fill read on the host, and a number is made on the device: neither uploads."""
+    value is a fill read on the host; a device value uploads nothing."""
     buffer = torch.zeros(5, device=DEVICE)
     rows = torch.tensor([0, 2], device=DEVICE)
 
     def puts() -> None:
         buffer[rows] = torch.tensor(1.0)  # the upload
         buffer[buffer > 0] = torch.tensor(2.0)  # a mask and a host value: `masked_fill_`
-        buffer[rows] = 0.5
         buffer[rows] = buffer[1].clone()
 
     assert counted(puts) == {"to_device": 1}
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_a_number_into_one_device_element_or_through_tensor_indices_is_a_blocking_upload(inference: bool) -> None:
+    """torch makes a Python number a 0-d tensor in host memory when the target is on an accelerator
+    (`valueToTensor`), then copies it into a one-element view (`memcpy_and_sync`), or moves it to the device first
+    through tensor indices (`index_put_`'s `value.to(self.device())`); `lr.copy_(lrnow)` copies a wrapped number the
+    same way. Each waits for the stream on a GPU (pytorch/pytorch#186482, #186486), and a CPU run counts them where
+    the target is not host memory. Into a larger view a number is a fill, through a mask a `masked_fill_`: no wait."""
+    buffer = torch.zeros(5, device=DEVICE)
+    rows = torch.tensor([0, 2], device=DEVICE)
+    lr = torch.tensor(3e-4, device=DEVICE)
+
+    def numbers() -> None:
+        with torch.inference_mode(inference):
+            buffer[1] = 2.5  # one element
+            buffer[rows] = 0  # through tensor indices: the upload before the put
+            lr.copy_(1e-4)  # LeanRL's learning-rate anneal into a capturable optimizer
+            torch.Tensor.copy_(lr, 2e-4)  # past the stand-in
+            buffer[1:3] = 0.5  # a fill
+            buffer[buffer > 1] = 1.0  # `masked_fill_`
+            lr.copy_(5e-5, non_blocking=True)  # a few staged bytes: nothing waits
+
+    assert counted(numbers) == {"copy_to_device": 3, "to_device": 1}
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_the_loops_own_values_are_not_taken_for_numbers(inference: bool) -> None:
+    """A number is told from a tensor the loop assigns by what holds it (only torch's call): a 0-d device value the
+    loop holds, a temporary it computes, or a one-element view, lands on the device without an upload; numbers into
+    host memory stay there."""
+    buffer = torch.zeros(5, device=DEVICE)
+    rows = torch.tensor([0, 2], device=DEVICE)
+    value = torch.tensor(0.5, device=DEVICE)
+    total = torch.zeros((), device=DEVICE)
+    held = [total, total, total]  # `total` has more references than `value`, as a number's tensor than its view
+
+    def values() -> None:
+        with torch.inference_mode(inference):
+            host = torch.zeros(3)
+            held[0][...] = value  # the tensor itself, not a view: a 0-d device tensor into a 0-d device tensor
+            buffer[1] = value
+            buffer[2] = value * 2
+            buffer[3] = buffer[0:1]  # a one-element view, which torch views again as 0-d
+            buffer[rows] = value
+            buffer[rows] = value.sum()
+            host[0] = 1.5
+            host[torch.tensor([1, 2])] = 0.5
+            host.copy_(2.0)
+
+    assert counted(values) == {}
 
 
 BEFORE = """
@@ -169,17 +219,40 @@ def test_a_refactor_that_moves_the_upload_into_the_assignment_keeps_its_count(tm
     assert "6 syncs, budget 3" in str(failure.value), failure.value
 
 
+@pytest.mark.parametrize("inference", [False, True])
+def test_a_graphs_copy_between_0d_device_tensors_is_not_taken_for_a_number(inference: bool) -> None:
+    """A compiled graph (aot_eager) updates a BatchNorm's step count with `aten.copy_(num_batches_tracked, add)`:
+    two 0-d tensors, the destination held long (more references than the fresh source, as a number's tensor has
+    fewer than its destination), both on the device. Only an assignment's copy is a number's."""
+    norm = torch.nn.BatchNorm1d(3).to(DEVICE)
+    steps = norm.num_batches_tracked
+    assert steps is not None
+
+    def graph_epilogue() -> None:
+        with torch.inference_mode(inference):
+            add = torch.ops.aten.add.Tensor(steps, 1)
+            torch.ops.aten.copy_.default(steps, add)
+
+    assert counted(graph_epilogue) == {}
+    assert int(steps) == 1
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync detector needs CUDA")
 def test_torchs_detector_flags_no_assignment_tripwire_missed() -> None:
     buffer = torch.zeros(4, 3, device=DEVICE)
+    rows = torch.tensor([0, 2], device=DEVICE)
+    lr = torch.tensor(3e-4, device=DEVICE)
     with SyncCounter(cuda_cross_check=True) as counter:
         buffer[1] = torch.ones(3)
         buffer[0, 2] = torch.tensor(5.0)
         host = torch.zeros(4, 3)
         host[1] = buffer[2] * 2
+        buffer[0, 1] = 2.5  # a number into one element
+        buffer[rows] = 0.0  # a number through tensor indices
+        lr.copy_(1e-4)
     check = counter.cross_check()
     assert check is not None and check.ok, check and check.format()
-    assert counter.counts_by_kind() == {"copy_to_device": 2, "copy_to_cpu": 1}
+    assert counter.counts_by_kind() == {"copy_to_device": 4, "copy_to_cpu": 1, "to_device": 1}
 
 
 def test_a_number_assigned_into_one_element_of_a_host_tensor_is_not_a_download() -> None:
@@ -201,7 +274,9 @@ def test_a_number_assigned_into_one_element_of_a_host_tensor_is_not_a_download()
 def test_a_number_copied_into_a_tensor_runs_as_without_tripwire(inference: bool) -> None:
     """`t.copy_(2.5)` (LeanRL's `optimizer.param_groups[0]["lr"].copy_(lrnow)`): torch hands a Python kernel the
     number for `src`, and the op's own kernel refused it, so the loop failed at tripwire's kernel. Each number lands
-    with the bits it lands with unwatched, in every dtype, and nothing is counted (nothing is copied across)."""
+    with the bits it lands with unwatched, in every dtype, and each copy into a device tensor counts as the upload it
+    is on a GPU (one made inside inference mode is an inference tensor, whose place a CPU run cannot tell: not
+    counted there)."""
     numbers: list[bool | int | float | complex] = [True, 7, -(2**40) - 3, 0.1, 1e-30, 3.0e38, float("nan"), 1 + 2j]
     dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.bool]
 
@@ -221,7 +296,9 @@ def test_a_number_copied_into_a_tensor_runs_as_without_tripwire(inference: bool)
     plain: list[torch.Tensor] = []
     fill(plain)
     watched: list[torch.Tensor] = []
-    assert counted(lambda: fill(watched)) == {}
-    assert len(watched) == len(plain)
+    copies = len(dtypes) * sum(not isinstance(number, complex) for number in numbers) + 1
+    uploads = {} if inference and DEVICE.type == "cpu" else {"copy_to_device": copies}
+    assert counted(lambda: fill(watched)) == uploads
+    assert len(watched) == len(plain) == copies
     for got, expected in zip(watched, plain, strict=True):
         assert got.dtype == expected.dtype and torch.equal(got.view(torch.uint8), expected.view(torch.uint8))
