@@ -9,7 +9,7 @@ The example trains for 100,000 timesteps, a figure written in the script: an ada
 constructor to cap it at 2,048 (two updates of its 1,024-step rollout) without touching the file. The instruments
 sit on skrl's own classes: the agent's `act` and `update` as regions, an iteration per update, checkpoints of the
 agent (models, optimizer, preprocessors, scheduler, its tracked data) after each update, and each scalar skrl's own
-tensorboard writer adds as an event. Two runs of one tree compare identical (seen: 2 checkpoints, 20,752 syncs, 575
+tensorboard writer adds as an event. Two runs of one tree compare identical (seen: 2 checkpoints, 20,772 syncs, 575
 events); wall-clock figures, the run's folder and writer and the spaces' unseeded generators are left out by name.
 """
 

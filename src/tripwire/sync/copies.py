@@ -46,6 +46,7 @@ from tripwire.sync.spelling import forget_sources, module_move, spelling
 
 __all__ = [
     "all_host_born",
+    "at_subscript",
     "copy_kind",
     "default_device",
     "forget_host_born",
@@ -464,7 +465,7 @@ def indexed_copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | No
             return None
         # into the view torch made for the assignment (into the tensor itself, `t[...] = x`, `x` may be the loop's
         # 0-d tensor, held longer than `t`: not counted), and a subscript assignment's, not a graph's `aten.copy_`
-        if destination._is_view() and _assigned_by_subscript():
+        if destination._is_view() and at_subscript():
             return number_copy_kind(destination, non_blocking)
     if not (_host_born or _host_copies) or source.is_meta or destination.is_meta:  # nothing in host memory yet
         return None
@@ -496,21 +497,35 @@ def number_copy_kind(destination: object, non_blocking: bool) -> str | None:
     return None if in_host_memory(destination) or destination.is_inference() else kinds.COPY_TO_DEVICE
 
 
-_STORE_SUBSCR = dis.opmap["STORE_SUBSCR"]
-# Per code object, whether the instruction at an offset is a subscript assignment (`co_code` is built on each read)
-_SUBSCRIPT_STORES: weakref.WeakKeyDictionary[CodeType, dict[int, bool]] = weakref.WeakKeyDictionary()
+def _subscript_codes() -> tuple[frozenset[int], int | None]:
+    """The opcodes of a subscript read or store, and the `BINARY_OP` argument that is a subscript read where there is
+    no `BINARY_SUBSCR` (CPython 3.14 folded it into `BINARY_OP`)."""
+    codes = {dis.opmap[name] for name in ("BINARY_SUBSCR", "STORE_SUBSCR") if name in dis.opmap}
+    operations = [name for name, _ in getattr(dis, "_nb_ops", ())]
+    read = operations.index("NB_SUBSCR") if "BINARY_SUBSCR" not in dis.opmap and "NB_SUBSCR" in operations else None
+    return frozenset(codes), read
 
 
-def _assigned_by_subscript() -> bool:
-    """Whether the copy being classified runs for a subscript assignment (`dst[k] = 2.5`): the user's frame is at a
-    `STORE_SUBSCR`, where a compiled graph's `aten.copy_(buffer, add)` (a BatchNorm's step count) is at a call."""
-    frame = sync.user_frame(3)
+_SUBSCRIPTS, _NB_SUBSCR = _subscript_codes()
+_BINARY_OP = dis.opmap["BINARY_OP"]
+# Per code object, whether the instruction at an offset is a subscript (`co_code` is built on each read)
+_AT_SUBSCRIPT: weakref.WeakKeyDictionary[CodeType, dict[int, bool]] = weakref.WeakKeyDictionary()
+
+
+def at_subscript() -> bool:
+    """Whether the op being classified runs for a subscript in the user's code (`dst[k] = 2.5`, `b_obs[mb_inds]`):
+    the user's frame is at a subscript read or store, where a compiled graph's `aten.copy_(buffer, add)` (a
+    BatchNorm's step count) or a `loss.backward()` whose formulas index with saved indices is at a call."""
+    frame = sync.user_frame(2)
     if frame is None:
         return False
-    stores = _SUBSCRIPT_STORES.setdefault(frame.f_code, {})
-    found = stores.get(frame.f_lasti)
+    found_at = _AT_SUBSCRIPT.setdefault(frame.f_code, {})
+    found = found_at.get(frame.f_lasti)
     if found is None:
-        found = stores[frame.f_lasti] = frame.f_code.co_code[frame.f_lasti] == _STORE_SUBSCR
+        code = frame.f_code.co_code
+        op = code[frame.f_lasti]
+        found = op in _SUBSCRIPTS or (op == _BINARY_OP and code[frame.f_lasti + 1] == _NB_SUBSCR)
+        found_at[frame.f_lasti] = found
     return found
 
 
@@ -521,7 +536,7 @@ def _made_from_a_number(source: torch.Tensor, destination: torch.Tensor) -> bool
     torch made for the destination (both reached here the same way), where a tensor the loop assigns
     (`losses[k] = loss`, a download on a GPU; `dev[k] = x.sum()`, on the device) has the loop's own besides, and it
     is not a view (a one-element tensor assigned into a 0-d view is copied through a view torch makes of it). Into
-    a device tensor the copy must be an assignment's too (`_assigned_by_subscript`: a direct `aten.copy_` of two 0-d
+    a device tensor the copy must be an assignment's too (`at_subscript`: a direct `aten.copy_` of two 0-d
     tensors, the destination held long, the source a fresh result, passes the count)."""
     return (
         source.dim() == 0

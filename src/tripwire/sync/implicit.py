@@ -49,6 +49,7 @@ from tripwire.sync.copies import (
     _host_born,
     accelerator_in_use,
     all_host_born,
+    at_subscript,
     in_host_memory,
     indexed_copy_kind,
     number_copy_kind,
@@ -172,7 +173,7 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
     if static in ("mask", "put"):  # `index` / `index_put_` (`self, indices, ...`)
         number = static == "put" and not accelerator_in_use() and _value_of_a_number(args)  # before a name holds it
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
-        if _uploads_its_indices(_first(args, kwargs), indices):
+        if _uploads_its_indices(_first(args, kwargs), indices) or _indexed_by_host_data(_first(args, kwargs), indices):
             return kinds.TO_DEVICE
         if static == "put":
             if _put_by_mask(indices, args, kwargs):
@@ -261,6 +262,37 @@ def _uploads_its_indices(source: object, indices: Any) -> bool:
     )
 
 
+def _indexed_by_host_data(target: object, indices: Any) -> bool:
+    """Whether torch made an index of this call from a Python list or a NumPy array (`b_obs[mb_inds]`, CleanRL's
+    minibatches; `memory[batch]` with a list) for a tensor that is not host memory. `__getitem__` and `__setitem__`
+    build such an index with the indexed tensor's options, on its device, through a blocking `.to()` before the op
+    runs (torch's `IndicesFromTuple`, `internal_new_from_data`): an upload that waits on a GPU, which neither the op
+    (its index is on the device by then) nor a watched `.to` shows. Told by what holds the index (torch's list of
+    indices alone: `_least_refs`) and by the user's line being a subscript (`copies.at_subscript`: the indices an
+    autograd formula saved are held by torch alone too). A target built inside inference mode is not counted on a CPU
+    run: a view of it keeps no `_base`, so where it is cannot be told."""
+    if type(indices) is not list or _least_refs(indices) > _FRESH_IN_A_LIST or type(target) not in PLAIN:
+        return False  # an index the loop holds (`buf[idx]`, `buf[idx + 1]`): the usual case, first
+    assert isinstance(target, torch.Tensor)
+    if accelerator_in_use():
+        if target.device.type in ("cpu", "meta"):
+            return False
+    elif target.is_meta or target.is_inference() or in_host_memory(target):
+        return False
+    return at_subscript()
+
+
+def _least_refs(indices: list[Any]) -> int:
+    """The fewest references any tensor among an op's indices has, read while no name here holds one."""
+    least = sys.maxsize
+    for position in range(len(indices)):
+        if type(indices[position]) in PLAIN:
+            refs = sys.getrefcount(indices[position])
+            if refs < least:
+                least = refs
+    return least
+
+
 def _uploads_its_value(
     target: object, indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any], number: bool = False
 ) -> bool:
@@ -295,6 +327,9 @@ def _held_by_torch() -> int:
 
 
 _HELD_BY_TORCH = _held_by_torch()  # at import: no stand-in stands in the probe's way
+# A tensor held by a list alone (read as `_least_refs` reads it), past the reference torch's own hold adds: an index
+# torch made for the call, where one the loop passes has the loop's own besides
+_FRESH_IN_A_LIST = _least_refs([torch.empty(0)]) + _HELD_BY_TORCH
 
 
 def _value_of_a_number(args: tuple[Any, ...]) -> bool:
