@@ -79,9 +79,10 @@ def test_syncs_are_counted_per_iteration_and_the_steady_state_repeats(base: Resu
     assert len(iterations) == 3  # boundaries at Agent.get_value: rollout 1 is setup
     assert iterations[0] == iterations[1]  # update + next rollout, the same every iteration
     # <outside>: 46 host pulls (the `.numpy()` of a `.cpu()` copy just made is no second sync: 34 of the 80 reads)
-    # and 96 host-to-device copies that block (3 per step: torch.tensor(...).to(device))
+    # and 96 host-to-device copies that block (3 per step: torch.tensor(...).to(device)), and 64 uploads of the
+    # minibatches' NumPy indices (8 a minibatch: `b_obs[mb_inds]`, ..., which the subscript uploads on a GPU)
     # optimizer: Adam reads its step counters, which torch keeps in host memory, without a wait: none counted
-    assert iterations[0] == {"<outside>": 142, "policy": 80}
+    assert iterations[0] == {"<outside>": 206, "policy": 80}
     assert base.syncs.counts_by_region()["env"] == 0  # a declared region that never synced is counted as 0
     assert base.syncs.counts_by_region()["optimizer"] == 0
     policy = {record.via for record in base.syncs.records if record.region == "policy"}
@@ -108,7 +109,7 @@ def test_an_injected_item_is_named_at_its_own_line(base: Result, tmp_path: Path)
     new = [line for line in verdict.details if line.startswith("NEW")]
     line = 1 + SCRIPT.read_text().splitlines().index(INJECTED_ITEM[0].rstrip("\n")) + 1
     assert new == [f"NEW   '<outside>' ppo_script.py:{line} in <module>  ×24 [item]  `kl_seen = approx_kl.item()`"]
-    assert "per iteration: <outside> 142 -> 150" in verdict.details  # 8 minibatches per iteration
+    assert "per iteration: <outside> 206 -> 214" in verdict.details  # 8 minibatches per iteration
     assert not any("inside torch" in line for line in new)
 
 

@@ -53,7 +53,7 @@ def test_a_per_iteration_budget_is_written_and_fails_naming_the_line_and_the_com
     over = tripwire("budget", "check", "results/head", "budget.json", cwd=results)
     assert over.returncode == 1
     lines = over.stdout.splitlines()
-    assert "region '<outside>' per iteration: budget 142 per iteration, exceeded in #0 150, #1 150" in over.stdout
+    assert "region '<outside>' per iteration: budget 206 per iteration, exceeded in #0 214, #1 214" in over.stdout
     assert any(
         line.strip().startswith("NEW ppo_script.py:") and "`kl_seen = approx_kl.item()`" in line for line in lines
     )
