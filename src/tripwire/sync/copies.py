@@ -308,7 +308,14 @@ def note_host_copy(tensor: object) -> None:
     if type(tensor) in PLAIN and not accelerator_in_use():
         assert isinstance(tensor, torch.Tensor)
         key = _key(tensor)
-        _host_copies[key] = (weakref.ref(tensor, functools.partial(_forget_copy, key)), tensor._version)
+        _host_copies[key] = (weakref.ref(tensor, functools.partial(_forget_copy, key)), _version(tensor))
+
+
+def _version(tensor: torch.Tensor) -> int:
+    """`tensor`'s version counter, or -1 for an inference tensor, which keeps none (reading it raises): a copy made
+    inside `torch.inference_mode` (the original esper-lite's `values_tensor.cpu().tolist()`) is taken as unchanged
+    while it lives, since a write to it cannot be seen."""
+    return -1 if tensor.is_inference() else tensor._version
 
 
 def _forget_copy(
@@ -320,7 +327,7 @@ def _forget_copy(
 def unchanged_host_copy(tensor: torch.Tensor) -> bool:
     """Whether `tensor` is a counted copy to the host nothing has written to since (`note_host_copy`)."""
     entry = _host_copies.get(_key(tensor))
-    return entry is not None and entry[0]() is tensor and entry[1] == tensor._version
+    return entry is not None and entry[0]() is tensor and entry[1] == _version(tensor)
 
 
 def accelerator_in_use() -> bool:

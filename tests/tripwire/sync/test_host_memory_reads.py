@@ -13,6 +13,7 @@ same read of a tensor built on the run's device counted: the rule moves no devic
 from __future__ import annotations
 
 import importlib
+import io
 import importlib.util
 import os
 import sys
@@ -328,6 +329,23 @@ def test_indices_moved_to_the_device_fail_the_budget_at_their_line(
     text = report.format()
     assert "NEW sampler.py:6 in sample  ×1  [to_device×1]" in text, text
     assert "NEW sampler.py:7 in sample  ×8  [index×8]" in text, text
+
+
+def test_a_host_copy_of_an_inference_tensor_is_counted_without_a_fault() -> None:
+    """An inference tensor keeps no version counter, and reading it raises: tripwire's note of a counted copy to the
+    host read it, so `values_tensor.cpu().tolist()` under `torch.inference_mode` (the original esper-lite's rollout,
+    recorded with examples/esper-lite/cli_training_loop.py) failed the loop inside tripwire. Each copy counts once, as
+    outside inference mode, and a save of the copy writes host memory on a GPU run too."""
+    with torch.inference_mode():
+        values = torch.arange(4.0, device=DEVICE) * 2
+
+    with SyncCounter() as counter, hot_path("rollout"), torch.inference_mode():
+        values.cpu().tolist()
+        moved = values.to("cpu")
+        host = torch.zeros(4)
+        host.copy_(values)
+        torch.save({"moved": moved}, io.BytesIO())
+    assert counter.counts_by_kind("rollout") == {"cpu": 1, "to_cpu": 1, "copy_to_cpu": 1}
 
 
 def test_a_read_of_the_host_copy_just_made_is_not_a_second_sync() -> None:
