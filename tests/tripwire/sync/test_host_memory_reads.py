@@ -13,8 +13,8 @@ same read of a tensor built on the run's device counted: the rule moves no devic
 from __future__ import annotations
 
 import importlib
-import io
 import importlib.util
+import io
 import os
 import sys
 import warnings
