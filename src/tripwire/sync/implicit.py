@@ -309,8 +309,8 @@ def _uploads_its_value(
         return False  # the fill, or a put by mask, counted as that
     if accelerator_in_use():
         return target.device.type not in ("cpu", "meta") and values.device.type == "cpu"
-    if number:
-        return number_copy_kind(target, False) is not None
+    if number:  # at a subscript, as `copies.indexed_copy_kind` asks of a number's copy
+        return number_copy_kind(target, False) is not None and at_subscript()
     return bool(_host_born) and in_host_memory(values) and not in_host_memory(target)
 
 
@@ -318,7 +318,7 @@ def _held_by_torch() -> int:
     """The references a tensor's Python object gains while torch's C++ holds the tensor too: 1 on a torch that keeps
     the object alive that way, 0 on one that does not. Measured once, on a tensor autograd saves for a backward."""
     with torch.inference_mode(False), torch.enable_grad():
-        probe = torch.zeros((), requires_grad=True)
+        probe = torch.zeros((), requires_grad=True, device="cpu")  # not where a default device says
         alone = sys.getrefcount(probe)
         product = probe * probe  # saves `probe` in C++
         held = sys.getrefcount(probe) - alone
@@ -329,7 +329,7 @@ def _held_by_torch() -> int:
 _HELD_BY_TORCH = _held_by_torch()  # at import: no stand-in stands in the probe's way
 # A tensor held by a list alone (read as `_least_refs` reads it), past the reference torch's own hold adds: an index
 # torch made for the call, where one the loop passes has the loop's own besides
-_FRESH_IN_A_LIST = _least_refs([torch.empty(0)]) + _HELD_BY_TORCH
+_FRESH_IN_A_LIST = _least_refs([torch.empty(0, device="cpu")]) + _HELD_BY_TORCH
 
 
 def _value_of_a_number(args: tuple[Any, ...]) -> bool:
