@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tripwire.sync import explicit
+from tripwire.sync import explicit, implicit
 
 
 @pytest.fixture(params=[True, False], ids=["stand-ins", "function mode"])
@@ -16,3 +16,13 @@ def explicit_hooks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     the same counts, kinds and lines under both."""
     monkeypatch.setattr(explicit, "use_patches", request.param)
     yield request.param
+
+
+@pytest.fixture(params=["kernels", "mode"])
+def counting(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test under each way implicit syncs are counted (`implicit.use_kernels`): kernels registered over the
+    ops, and the dispatch mode (inside inference mode, and on a torch that cannot hand back an op's kernel)."""
+    if request.param == "kernels" and not implicit.kernels_available():
+        pytest.skip("this torch cannot hand back an op's kernel: the dispatch mode counts")
+    monkeypatch.setattr(implicit, "use_kernels", request.param == "kernels")
+    return str(request.param)

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sync_counts import counted
 
 from tripwire.sync import hot_path, state
 from tripwire.sync.budget import SyncBudget, check_budget
@@ -32,12 +33,6 @@ from tripwire.sync.counter import SyncCounter
 pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def counted(action: Callable[[], object]) -> dict[str, int]:
-    with SyncCounter() as counter, hot_path("step"):
-        action()
-    return counter.counts_by_kind("step")
 
 
 def reads(tensor: torch.Tensor) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from tripwire.sync import hot_path, implicit
+from tripwire.sync import hot_path
 from tripwire.sync.counter import SyncCounter
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -62,15 +62,6 @@ SILENT: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
     "matrix_norm": lambda a, b: LINALG.matrix_norm(a),
     "solve_triangular": lambda a, b: LINALG.solve_triangular(a, b, upper=True),
 }
-
-
-@pytest.fixture(params=["kernels", "mode"])
-def counting(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways implicit syncs are counted (`implicit.use_kernels`)."""
-    if request.param == "kernels" and not implicit.kernels_available():
-        pytest.skip("this torch cannot hand back an op's kernel: the dispatch mode counts")
-    monkeypatch.setattr(implicit, "use_kernels", request.param == "kernels")
-    return str(request.param)
 
 
 @pytest.mark.parametrize("name", list(READING))

@@ -9,7 +9,6 @@ index is host memory nobody marked. Both count it now (`to_device`, at the line)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -17,30 +16,16 @@ import numpy as np
 import pytest
 import torch
 from loop_modules import load
+from sync_counts import counted
 
 from tripwire.common.errors import SyncBudgetExceeded
 from tripwire.gates.goldens import GoldenStore
-from tripwire.sync import hot_path, implicit
+from tripwire.sync import hot_path
 from tripwire.sync.counter import SyncCounter
 
-pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
+pytestmark = pytest.mark.usefixtures("counting", "explicit_hooks")  # every way of watching
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-@pytest.fixture(params=["kernels", "mode"], autouse=True)
-def counting(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways the indices are counted (`implicit.use_kernels`)."""
-    if request.param == "kernels" and not implicit.kernels_available():
-        pytest.skip("this torch cannot hand back an op's kernel: the dispatch mode counts")
-    monkeypatch.setattr(implicit, "use_kernels", request.param == "kernels")
-    return str(request.param)
-
-
-def counted(body: Callable[[], object]) -> dict[str, int]:
-    with SyncCounter() as counter, hot_path("region"):
-        body()
-    return counter.counts_by_kind("region")
 
 
 @pytest.mark.parametrize("inference", [False, True])

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 import torch
+from sync_counts import counted
 
 from tripwire.sync import hot_path
 from tripwire.sync.counter import SyncCounter
@@ -117,12 +118,6 @@ def test_an_error_in_a_watched_call_still_names_the_loops_line_last() -> None:
     ours = [entry for entry in recorded.traceback if str(entry.path) == __file__]
     assert str(recorded.value) == str(plain.value)
     assert ours[-1].lineno == plain.traceback[-1].lineno
-
-
-def counted(body: Callable[[], object]) -> dict[str, int]:
-    with SyncCounter() as counter, hot_path("region"):
-        body()
-    return counter.counts_by_kind("region")
 
 
 @pytest.mark.filterwarnings("ignore:To copy construct from a tensor")
