@@ -420,11 +420,9 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     destination, source = args[0], args[1] if len(args) > 1 else kwargs.get("src")
     non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
     if isinstance(source, NUMBERS):  # `lr.copy_(lrnow)`: see `number_copy_kind`
-        if accelerator_in_use() or not isinstance(destination, torch.Tensor):
-            return number_copy_kind(destination, non_blocking)
-        if host_born(destination) or spelling("copy_").target_is_host or not made_by_user(3):
-            return None
-        return number_copy_kind(destination, non_blocking)
+        # on a CPU run, not into a buffer the line names as the host's, nor for torch's own code
+        named_host = not accelerator_in_use() and (spelling("copy_").target_is_host or not made_by_user(3))
+        return None if named_host else number_copy_kind(destination, non_blocking)
     if not isinstance(source, torch.Tensor) or source.device.type == "meta":
         return None
     if destination.device.type not in ("cpu", "meta"):

@@ -172,13 +172,12 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         return None
     if static in ("mask", "put"):  # `index` / `index_put_` (`self, indices, ...`)
         number = static == "put" and not accelerator_in_use() and _value_of_a_number(args)  # before a name holds it
-        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
-        if _uploads_its_indices(_first(args, kwargs), indices) or _indexed_by_host_data(_first(args, kwargs), indices):
+        target, indices = _first(args, kwargs), args[1] if len(args) > 1 else kwargs.get("indices", ())
+        if _uploads_its_indices(target, indices) or _indexed_by_host_data(target, indices):
             return kinds.TO_DEVICE
         if static == "put":
             if _put_by_mask(indices, args, kwargs):
                 return kinds.MASK_PUT
-            target = _first(args, kwargs)
             return kinds.TO_DEVICE if _uploads_its_value(target, indices, args, kwargs, number) else None
         masked = any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
         return kinds.MASK_INDEX if masked else None
