@@ -47,6 +47,7 @@ from tripwire.sync.spelling import forget_sources, module_move, spelling
 __all__ = [
     "all_host_born",
     "at_subscript",
+    "builder_data",
     "copy_kind",
     "default_device",
     "forget_host_born",
@@ -349,12 +350,20 @@ def default_device() -> torch.device | None:
     return None
 
 
+def builder_data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+    """The data a builder was handed: its first argument, or `data=` (`torch.tensor`, `as_tensor`) or `obj=`
+    (`torch.asarray`)."""
+    if args:
+        return args[0]
+    return kwargs["data"] if "data" in kwargs else kwargs.get("obj")
+
+
 def tensor_kind(args: tuple[Any, ...], kwargs: dict[str, Any], builder: str) -> str | None:
     """Kind of `torch.tensor(data, device=...)` / `torch.as_tensor(...)`: `tensor_to_device` when host data (a list,
     a number, an array) is copied to a device, which blocks the host; on a CPU run, when the `device=` the call
     names is not the host (read from its source)."""
     device = kwargs.get("device")
-    data = args[0] if args else kwargs.get("data")
+    data = builder_data(args, kwargs)
     if isinstance(data, torch.Tensor) or (type(data) in (list, tuple) and not data):  # a tensor, or nothing to copy
         return None
     if device is None:  # built where a default device says: `with torch.device(...)`, `torch.set_default_device`

@@ -49,8 +49,10 @@ from tripwire.sync.copies import (
     _host_born,
     accelerator_in_use,
     all_host_born,
+    builder_data,
     copy_kind,
     default_device,
+    forget_host_born,
     host_born,
     in_host_memory,
     made_by_user,
@@ -112,10 +114,11 @@ _SIMPLE_KINDS: dict[Any, str] = {getattr(torch.Tensor, name): kind for name, kin
 _SIMPLE_KINDS[torch.is_nonzero] = kinds.BOOL
 _SCALAR_READS = frozenset({getattr(torch.Tensor, name) for name in _SCALAR_NAMES} | {torch.is_nonzero})
 
-_BUILDERS: dict[Any, str] = {torch.tensor: "tensor", torch.as_tensor: "as_tensor"}  # host data to a device
+# Host data to a device (or, of a tensor, a move of it)
+_BUILDERS: dict[Any, str] = {torch.tensor: "tensor", torch.as_tensor: "as_tensor", torch.asarray: "asarray"}
 # Calls whose result, built without `device=`, is in host memory (marked: a later `.to(device)` of it is an upload)
-_HOST_BUILDER_NAMES: tuple[str, ...] = ("tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full")
-_HOST_BUILDER_NAMES += ("arange", "linspace", "eye", "rand", "randn", "randint", "randperm", "stack", "cat")
+_HOST_BUILDER_NAMES: tuple[str, ...] = ("tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "empty")
+_HOST_BUILDER_NAMES += ("full", "arange", "linspace", "eye", "rand", "randn", "randint", "randperm", "stack", "cat")
 _HOST_BUILDERS = frozenset(getattr(torch, name) for name in _HOST_BUILDER_NAMES)
 # Factories whose result is where their input is, unless a `device=` says where (a default device does not apply)
 _LIKE = frozenset(getattr(torch, name) for name in LIKE)
@@ -221,6 +224,9 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
         elif func is _NEW_TENSOR:
             return _new_tensor(call, run, args, kwargs)
         elif func in _BUILDERS:
+            data = builder_data(args, kwargs)
+            if isinstance(data, torch.Tensor) and type(data) in PLAIN:  # a subclass's place is its own to say
+                return _tensor_of_a_tensor(func, call, run, data, args, kwargs)
             kind = tensor_kind(args, kwargs, _BUILDERS[func])
             if kind is not None:
                 # Not suppressed: torch reads its data's tensors one scalar at a time (`torch.tensor(kl_values,
@@ -273,6 +279,46 @@ def _new_tensor(call: Any, run: Callable[..., Any], args: tuple[Any, ...], kwarg
         sync.deliver(kinds.TENSOR_TO_DEVICE)
     result = run(call, *args, **kwargs)  # pass-through
     if on_host and _on_host(result) and data_in_host:
+        if made_by_user(3):  # past this, `watched_call` and the mode or stand-in
+            _mark(result)
+        else:
+            mark_host_born(result)
+    return result
+
+
+def _tensor_of_a_tensor(
+    func: Any, call: Any, run: Callable[..., Any], data: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`torch.as_tensor(t, device=...)`, `torch.tensor(t, ...)`, `torch.asarray(t, ...)` of a tensor `t`: torch moves
+    it with a blocking `t.to(device)` of its own C++, which no stand-in sees. From host memory onto a device it is the
+    upload `tensor_to_device`; from a device to the host the download `to_cpu` (torch's own
+    `torch.as_tensor(lengths, device="cpu")` too); to where `t` is, or with no `device=` and no default device, nothing
+    moves. On an accelerator the tensors say where they are; on a CPU run, where `t` is host memory
+    (`copies.in_host_memory`) and whether the call spells the host (`_spelled_host`; a default device is the device
+    a GPU run sets there, as for host data). What comes back is where it landed: an upload's result (on a CPU run, `t`
+    itself) is device memory from then on, a download's is a counted copy to the host, and a copy of host memory
+    made on the host is host memory."""
+    device = kwargs.get("device")
+    if device is None:
+        device = default_device()  # a default device's handler adds it to the call: `as_tensor` is a factory to it
+    target = _device_type(device) if device is not None else None
+    if accelerator_in_use():
+        source = unseen(PLACE, data).type
+        from_host, from_device = source == "cpu", source not in ("cpu", "meta")
+        onto_host, onto_device = target == "cpu", target not in (None, "cpu", "meta")
+    else:
+        from_host = in_host_memory(data)
+        from_device = not from_host
+        onto_host = kwargs.get("device") is not None and _spelled_host(func, device)
+        onto_device = target not in (None, "meta") and not onto_host
+    kind = kinds.TENSOR_TO_DEVICE if onto_device and from_host else kinds.TO_CPU if onto_host and from_device else None
+    result = call_counted(kind, run, (call, *args), kwargs)  # pass-through
+    if kind == kinds.TO_CPU:
+        note_host_copy(result)  # as `.cpu()`'s: on a CPU run, possibly `t` itself
+    elif kind == kinds.TENSOR_TO_DEVICE:
+        if result is data:
+            forget_host_born(result)  # a CPU run's `t` itself: device memory from here on
+    elif result is not data and _on_host(result) and in_host_memory(data):  # a copy of host memory, on the host
         if made_by_user(3):  # past this, `watched_call` and the mode or stand-in
             _mark(result)
         else:
@@ -349,7 +395,7 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
             parts = args[0] if args else kwargs.get("tensors", ())
             return bool(parts) and all(host_born(part) for part in parts)
         if func in _BUILDERS:
-            data = args[0] if args else kwargs.get("data")
+            data = builder_data(args, kwargs)
             return not (isinstance(data, torch.Tensor) or (type(data) in (list, tuple) and _holds_tensor(data)))
         return True
     if func in _LIKE:  # `torch.zeros_like(x)`: where `x` is, or where its `device=` says

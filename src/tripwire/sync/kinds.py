@@ -68,7 +68,13 @@ _ROWS = (
     Kind("complex", "`complex(t)`: one element read as a Python complex", True),
     Kind("format", "printing or formatting a tensor (`print(t)`, `f'{t}'`): its values read to the host", True),
     Kind("contains", "`x in t`: a membership test read on the host", True),
-    Kind("to_cpu", "`.to('cpu')` (however spelled) of accelerator data: the host waits for the copy", True, BOTH),
+    Kind(
+        "to_cpu",
+        "`.to('cpu')` (however spelled, `torch.as_tensor(t, device='cpu')` too) of accelerator data: the host waits"
+        " for the copy",
+        True,
+        BOTH,
+    ),
     Kind("to_cpu_nonblocking", "`.to('cpu', non_blocking=True)`: queued; reading it before a sync is a race", False),
     Kind(
         "copy_to_cpu",
@@ -91,7 +97,8 @@ _ROWS = (
     ),
     Kind(
         "tensor_to_device",
-        "`torch.tensor(data, device=...)`, `dev.new_tensor(data)`: host data uploaded while the host waits",
+        "`torch.tensor(data, device=...)`, `torch.as_tensor(host_t, device=...)`, `dev.new_tensor(data)`: host data"
+        " uploaded while the host waits",
         True,
     ),
     Kind("cuda_synchronize", "`torch.cuda.synchronize()`: the host waits for every stream of the device", True, BOTH),
