@@ -237,7 +237,9 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
                 return run(call, *args, **kwargs)  # pass-through
         if kind is None:
             result = run(call, *args, **kwargs)  # pass-through
-            if _host_built(func, args, kwargs, result):
+            if func in _COMPUTES:  # an operator or a reduction: of host tensors alone
+                _mark_computed(args, kwargs, result)
+            elif _host_built(func, args, kwargs, result):
                 if made_by_user(2):  # 2 frames up: past the mode or stand-in
                     _mark(result)
                 else:  # torch's own (an optimizer's step counter): its reads, not its derived tensors, followed
@@ -333,15 +335,21 @@ def _mark_kept(args: tuple[Any, ...], _kwargs: dict[str, Any], result: object) -
 
 
 def _mark_computed(args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> None:
-    """Mark an operator's or a reduction's result when it is host-built (`_computed_on_host`): their stand-ins' step."""
-    if _computed_on_host(result, args, kwargs):
-        _mark(result)
+    """Mark an operator's or a reduction's results that are host-built (`_computed_on_host`): both watching ways'
+    step."""
+    for part in _computed_on_host(result, args, kwargs):
+        _mark(part)
 
 
-def _computed_on_host(result: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeGuard[torch.Tensor]:
-    """Whether an operator's or a reduction's result is host-built: every tensor it took is (a device tensor among
-    them puts the result on the device, a 0-d host tensor with it too), and it is a CPU tensor."""
-    return all_host_born((*args, *kwargs.values()) if kwargs else args) and _on_host(result)
+def _computed_on_host(result: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    """An operator's or a reduction's results that are host-built: every tensor it took is (a device tensor among
+    them puts the result on the device, a 0-d host tensor with it too), and each is a CPU tensor. A reduction along a
+    dimension gives two (`values, indices = scores.max(dim=0)`)."""
+    if not (args and all_host_born((*args, *kwargs.values()) if kwargs else args)):
+        return ()
+    if isinstance(result, tuple):  # torch's named tuples: `torch.return_types.max`
+        return tuple(part for part in result if _on_host(part))
+    return (result,) if _on_host(result) else ()
 
 
 # Installations whose place-keeping stand-ins wait for the first host-built tensor (`_mark`). Until a tensor is marked
@@ -384,7 +392,8 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
     spells the host (`device="cpu"`, `device=self.cpu_device`; in torch's own code, a device string: Adam's
     `torch.tensor(0.0, device="cpu")` step counter); not `torch.tensor`/`as_tensor` of a tensor (a copy of it, or
     the tensor itself, where it is), and `torch.stack`/`cat` only of host tensors. Or a place-keeping method of a
-    host-built tensor. The same tensors are marked on a CPU run and on a GPU run (`copies.host_born`)."""
+    host-built tensor. (An operator's results: `_computed_on_host`.) The same tensors are marked on a CPU run and on a
+    GPU run (`copies.host_born`)."""
     if func in _HOST_BUILDERS:
         if not _on_host(result) or default_device() is not None:
             return False
@@ -403,8 +412,6 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
             return False
         device = kwargs.get("device")
         return bool(args) and host_born(args[0]) if device is None else _spelled_host(func, device)
-    if func in _COMPUTES:  # an operator: of host tensors alone
-        return bool(args) and _computed_on_host(result, args, kwargs)
     # a place-keeping method, or a `.to` that left a host tensor marked (a dtype's; one to a device unmarks it first)
     return (func in _KEEPS_PLACE or func is _TO) and bool(args) and _kept_on_host(result, args[0])
 

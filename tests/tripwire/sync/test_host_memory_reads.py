@@ -534,8 +534,9 @@ def test_a_permutation_drawn_without_a_device_is_host_memory() -> None:
 
 def test_a_reduction_of_host_bookkeeping_is_host_memory() -> None:
     """`returns.mean().item()`, `if done.any():`, `steps.sum()` over tensors a loop keeps in host memory: a reduction or
-    elementwise function of host tensors alone is host memory on a GPU run too, its read waits for nothing. The same
-    of a device tensor, or with a device tensor passed to it (`clamp(min=...)`), is each read once."""
+    elementwise function of host tensors alone is host memory on a GPU run too, its read waits for nothing (both
+    results of one along a dimension, `scores.max(dim=1)`). The same of a device tensor, or with a device tensor passed
+    to it (`clamp(min=...)`), is each read once."""
 
     def bookkeeping(device: torch.device | None) -> None:
         returns = torch.zeros(4) if device is None else torch.zeros(4, device=device)
@@ -543,9 +544,11 @@ def test_a_reduction_of_host_bookkeeping_is_host_memory() -> None:
         returns.mean().item(), returns.sum().item(), returns.max().item(), returns.argmax().item()
         bool(done.any()), bool(done.all()), returns.cumsum(0)[0].item(), returns.exp().clamp(0.0, 2.0)[0].item()
         returns.std().item(), returns.round().sign()[0].item(), int(done.count_nonzero())
+        best, where = returns.view(2, 2).max(dim=1)  # along a dimension: both results where the input is
+        best[0].item(), int(where[1]), returns.min(0).indices.item()
 
     assert counted(lambda: bookkeeping(None)) == {}
-    assert counted(lambda: bookkeeping(DEVICE)) == {"item": 8, "bool": 2, "int": 1}
+    assert counted(lambda: bookkeeping(DEVICE)) == {"item": 10, "bool": 2, "int": 2}
     bound = torch.tensor(0.5, device=DEVICE)
     assert counted(lambda: torch.zeros(4).clamp(min=bound)[0].item()) == {"item": 1}
 
