@@ -41,8 +41,9 @@ import numpy as np
 import torch
 
 from tripwire.sync import kinds
+from tripwire.sync import spelling as _spelling
 from tripwire.sync import state as sync
-from tripwire.sync.spelling import forget_sources, module_move, spelling
+from tripwire.sync.spelling import module_move, spelling
 
 __all__ = [
     "all_host_born",
@@ -522,8 +523,18 @@ def _subscript_codes() -> tuple[frozenset[int], int | None]:
 
 _SUBSCRIPTS, _NB_SUBSCR = _subscript_codes()
 _BINARY_OP = dis.opmap["BINARY_OP"]
-# Per code object, whether the instruction at an offset is a subscript (`co_code` is built on each read)
-_AT_SUBSCRIPT: weakref.WeakKeyDictionary[CodeType, dict[int, bool]] = weakref.WeakKeyDictionary()
+# Per code object, by id (the entry holds the code, so the id is not reused while it stands; hashing a code object, or
+# keying a weak table by it, hashes its bytecode and constants: microseconds a call for a script's module code),
+# whether the instruction at an offset is a subscript (`co_code` is built on each read). Dropped when the last
+# counter stops (`forget_sources`).
+_AT_SUBSCRIPT: dict[int, tuple[CodeType, dict[int, bool]]] = {}
+
+
+def forget_sources() -> None:
+    """Drop what was read of the loop's code (the last counter stopped): the spellings (`spelling.forget_sources`) and
+    which instructions are subscripts, each entry holding a code object of the loop."""
+    _spelling.forget_sources()
+    _AT_SUBSCRIPT.clear()
 
 
 def at_subscript() -> bool:
@@ -533,7 +544,11 @@ def at_subscript() -> bool:
     frame = sync.user_frame(2)
     if frame is None:
         return False
-    found_at = _AT_SUBSCRIPT.setdefault(frame.f_code, {})
+    code_object = frame.f_code
+    entry = _AT_SUBSCRIPT.get(id(code_object))
+    if entry is None:
+        entry = _AT_SUBSCRIPT[id(code_object)] = (code_object, {})
+    found_at = entry[1]
     found = found_at.get(frame.f_lasti)
     if found is None:
         code = frame.f_code.co_code

@@ -54,8 +54,10 @@ _RUN, _RUN_SHORT = (
     for source in (_RUN_SOURCE, _RUN_SHORT_SOURCE)
 )
 _RUN_CALL_LINE = 4  # the line of `function(...)` in `_RUN_SOURCE`
-# (the caller's code object, its instruction) -> a runner wearing that code's file, name and line, its module's globals
-_AS_CALLER: dict[tuple[CodeType, int], Callable[..., Any]] = {}
+# (the caller's code object's id, its instruction) -> the code (held, so the id is not reused while the entry stands;
+# a key of the code object itself would hash its bytecode and constants at every call: 1.6 µs for a script's module
+# code) and a runner wearing that code's file, name and line, its module's globals
+_AS_CALLER: dict[tuple[int, int], tuple[CodeType, Callable[..., Any]]] = {}
 
 
 def _run_here(function: Any, /, *args: Any, **kwargs: Any) -> Any:
@@ -72,10 +74,11 @@ def as_caller(frame: FrameType) -> Callable[..., Any]:
     filter on the loop's module. One runner per call site, made on first use; where none can be made (a frame without
     a line), one of tripwire's own, as before."""
     code = frame.f_code
-    runner = _AS_CALLER.get((code, frame.f_lasti))  # not `f_lineno`, which decodes the line table up to the call
-    if runner is None:
-        runner = _AS_CALLER[(code, frame.f_lasti)] = _runner(frame, code, frame.f_lineno)
-    return runner
+    key = (id(code), frame.f_lasti)  # not `f_lineno`, which decodes the line table up to the call
+    entry = _AS_CALLER.get(key)
+    if entry is None:
+        entry = _AS_CALLER[key] = (code, _runner(frame, code, frame.f_lineno))
+    return entry[1]
 
 
 def _runner(frame: FrameType, code: CodeType, line: int | None) -> Callable[..., Any]:

@@ -287,3 +287,15 @@ def test_a_number_copied_into_a_tensor_runs_as_without_tripwire(inference: bool)
     assert len(watched) == len(plain) == copies
     for got, expected in zip(watched, plain, strict=True):
         assert got.dtype == expected.dtype and torch.equal(got.view(torch.uint8), expected.view(torch.uint8))
+
+
+def test_what_was_read_of_the_loops_code_is_dropped_with_the_recording() -> None:
+    """Which instructions are subscripts is kept per code object of the loop, holding it: dropped when the last counter
+    stops, as the spellings read are."""
+    from tripwire.sync import copies
+
+    buffer = torch.zeros(3, device=DEVICE)
+    with SyncCounter(), hot_path("region"):
+        buffer[0] = 2.5
+        assert copies._AT_SUBSCRIPT
+    assert not copies._AT_SUBSCRIPT

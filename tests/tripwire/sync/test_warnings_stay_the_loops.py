@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,3 +143,23 @@ def test_no_runner_outlives_the_recording() -> None:
         torch.zeros(2)
         assert watched._AS_CALLER
     assert not watched._AS_CALLER
+
+
+def test_twin_functions_of_two_files_each_warn_at_their_own_file(tmp_path: Path) -> None:
+    """Two code objects with the same name, lines and bytecode compare equal though their files differ: a runner kept
+    by the code object itself served the second file's call with the first file's name. Kept by the code's identity,
+    each call warns at its own file."""
+    source = "import torch\n\n\ndef build(t):\n    return torch.tensor(t)\n"
+    paths = [tmp_path / "first.py", tmp_path / "second.py"]
+    functions = []
+    for path in paths:
+        path.write_text(source, encoding="utf-8")
+        namespace: dict[str, object] = {}
+        exec(compile(source, str(path), "exec"), namespace)
+        functions.append(namespace["build"])
+    assert functions[0].__code__ == functions[1].__code__  # type: ignore[attr-defined]
+    with warnings.catch_warnings(record=True) as seen, SyncCounter(), hot_path("region"):
+        warnings.simplefilter("always")
+        for build in functions:
+            build(torch.ones(2))  # type: ignore[operator]
+    assert [(w.filename, w.lineno) for w in seen] == [(str(path), 5) for path in paths]
