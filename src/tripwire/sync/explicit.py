@@ -293,13 +293,12 @@ def _tensor_of_a_tensor(
 ) -> Any:
     """`torch.as_tensor(t, device=...)`, `torch.tensor(t, ...)`, `torch.asarray(t, ...)` of a tensor `t`: torch moves
     it with a blocking `t.to(device)` of its own C++, which no stand-in sees. From host memory onto a device it is the
-    upload `tensor_to_device`; from a device to the host the download `to_cpu` (torch's own
-    `torch.as_tensor(lengths, device="cpu")` too); to where `t` is, or with no `device=` and no default device, nothing
-    moves. On an accelerator the tensors say where they are; on a CPU run, where `t` is host memory
-    (`copies.in_host_memory`) and whether the call spells the host (`_spelled_host`; a default device is the device
-    a GPU run sets there, as for host data). What comes back is where it landed: an upload's result (on a CPU run, `t`
-    itself) is device memory from then on, a download's is a counted copy to the host, and a copy of host memory
-    made on the host is host memory."""
+    upload `tensor_to_device`; from a device to the host the download `to_cpu`; to where `t` is, or with no `device=`
+    and no default device, nothing moves. On an accelerator the tensors say where they are; on a CPU run, whether `t`
+    was built in host memory (`copies.host_born`, as `.to()` reads it) and whether the call spells the host
+    (`_spelled_host`; a default device is the device a GPU run sets there, as for host data). What comes back is where
+    it landed: an upload's result (on a CPU run, `t` itself) is device memory from then on, a download's is a counted
+    copy to the host, and a copy of host memory made on the host is host memory."""
     device = kwargs.get("device")
     if device is None:
         device = default_device()  # a default device's handler adds it to the call: `as_tensor` is a factory to it
@@ -309,7 +308,8 @@ def _tensor_of_a_tensor(
         from_host, from_device = source == "cpu", source not in ("cpu", "meta")
         onto_host, onto_device = target == "cpu", target not in (None, "cpu", "meta")
     else:
-        from_host = in_host_memory(data)
+        # as `.to()` reads it: a counted copy to the host is `t` itself here, the device tensor given either place
+        from_host = host_born(data)
         from_device = not from_host
         onto_host = kwargs.get("device") is not None and _spelled_host(func, device)
         onto_device = target not in (None, "meta") and not onto_host
