@@ -70,8 +70,8 @@ _ROWS = (
     Kind("contains", "`x in t`: a membership test read on the host", True),
     Kind(
         "to_cpu",
-        "`.to('cpu')` (however spelled, `torch.as_tensor(t, device='cpu')` too) of accelerator data: the host waits"
-        " for the copy",
+        "`.to('cpu')` (however spelled; and, counter only, `torch.as_tensor(t, device='cpu')`) of accelerator data:"
+        " the host waits for the copy",
         True,
         BOTH,
     ),
