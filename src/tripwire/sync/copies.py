@@ -41,9 +41,8 @@ import numpy as np
 import torch
 
 from tripwire.sync import kinds
-from tripwire.sync import spelling as _spelling
 from tripwire.sync import state as sync
-from tripwire.sync.spelling import module_move, spelling
+from tripwire.sync.spelling import forget_sources, module_move, spelling
 
 __all__ = [
     "all_host_born",
@@ -523,18 +522,6 @@ def _subscript_codes() -> tuple[frozenset[int], int | None]:
 
 _SUBSCRIPTS, _NB_SUBSCR = _subscript_codes()
 _BINARY_OP = dis.opmap["BINARY_OP"]
-# Per code object, by id (the entry holds the code, so the id is not reused while it stands; hashing a code object, or
-# keying a weak table by it, hashes its bytecode and constants: microseconds a call for a script's module code),
-# whether the instruction at an offset is a subscript (`co_code` is built on each read). Dropped when the last
-# counter stops (`forget_sources`).
-_AT_SUBSCRIPT: dict[int, tuple[CodeType, dict[int, bool]]] = {}
-
-
-def forget_sources() -> None:
-    """Drop what was read of the loop's code (the last counter stopped): the spellings (`spelling.forget_sources`) and
-    which instructions are subscripts, each entry holding a code object of the loop."""
-    _spelling.forget_sources()
-    _AT_SUBSCRIPT.clear()
 
 
 def at_subscript() -> bool:
@@ -544,18 +531,14 @@ def at_subscript() -> bool:
     frame = sync.user_frame(2)
     if frame is None:
         return False
-    code_object = frame.f_code
-    entry = _AT_SUBSCRIPT.get(id(code_object))
-    if entry is None:
-        entry = _AT_SUBSCRIPT[id(code_object)] = (code_object, {})
-    found_at = entry[1]
-    found = found_at.get(frame.f_lasti)
-    if found is None:
-        code = frame.f_code.co_code
-        op = code[frame.f_lasti]
-        found = op in _SUBSCRIPTS or (op == _BINARY_OP and code[frame.f_lasti + 1] == _NB_SUBSCR)
-        found_at[frame.f_lasti] = found
-    return found
+    code, at = frame.f_code, frame.f_lasti
+    known = sync._STATE.subscripts.get((id(code), at))
+    if known is None:
+        instructions = code.co_code  # built on each read
+        op = instructions[at]
+        found = op in _SUBSCRIPTS or (op == _BINARY_OP and instructions[at + 1] == _NB_SUBSCR)
+        known = sync._STATE.subscripts[(id(code), at)] = (code, found)
+    return known[1]
 
 
 def _made_from_a_number(source: torch.Tensor, destination: torch.Tensor) -> bool:

@@ -299,9 +299,9 @@ def _tensor_of_a_tensor(
     (`_spelled_host`; a default device is the device a GPU run sets there, as for host data). What comes back is where
     it landed: an upload's result (on a CPU run, `t` itself) is device memory from then on, a download's is a counted
     copy to the host, and a copy of host memory made on the host is host memory."""
-    device = kwargs.get("device")
-    if device is None:
-        device = default_device()  # a default device's handler adds it to the call: `as_tensor` is a factory to it
+    given = kwargs.get("device")
+    # with none given, a default device's handler adds its own to the call: `as_tensor` is a factory to it
+    device = given if given is not None else default_device()
     target = _device_type(device) if device is not None else None
     if accelerator_in_use():
         source = unseen(PLACE, data).type
@@ -311,7 +311,7 @@ def _tensor_of_a_tensor(
         # as `.to()` reads it: a counted copy to the host is `t` itself here, the device tensor given either place
         from_host = host_born(data)
         from_device = not from_host
-        onto_host = kwargs.get("device") is not None and _spelled_host(func, device)
+        onto_host = given is not None and _spelled_host(func, device)
         onto_device = target not in (None, "meta") and not onto_host
     kind = kinds.TENSOR_TO_DEVICE if onto_device and from_host else kinds.TO_CPU if onto_host and from_device else None
     result = call_counted(kind, run, (call, *args), kwargs)  # pass-through

@@ -103,6 +103,9 @@ class _GlobalState:
         # written at a script's top level is one code object of thousands of instructions, and its copies and reads
         # make many pairs)
         self.instructions: dict[int, tuple[CodeType, list[int], list[tuple[int, str, object]]]] = {}
+        # per (code id, f_lasti): whether the instruction is a subscript read or store (`copies.at_subscript`), with
+        # the code (a key of the code object itself would hash its bytecode and constants at every call)
+        self.subscripts: dict[tuple[int, int], tuple[CodeType, bool]] = {}
         # The lines of each file a recording read a call site's or a caller's source from, as they were at its first
         # read (`source_lines`): a file the user edits while the loop runs is read as the loop runs it, by the sites
         # met after the edit and by the report at the end. Kept past the counter (the report is made after it) and
@@ -639,3 +642,4 @@ def clear_caches() -> None:
     _STATE.events = {}
     _STATE.chained = {}
     _STATE.instructions = {}
+    _STATE.subscripts = {}

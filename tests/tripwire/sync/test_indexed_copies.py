@@ -291,11 +291,11 @@ def test_a_number_copied_into_a_tensor_runs_as_without_tripwire(inference: bool)
 
 def test_what_was_read_of_the_loops_code_is_dropped_with_the_recording() -> None:
     """Which instructions are subscripts is kept per code object of the loop, holding it: dropped when the last counter
-    stops, as the spellings read are."""
-    from tripwire.sync import copies
+    stops, as the caller lookup's caches are."""
+    from tripwire.sync import state
 
     buffer = torch.zeros(3, device=DEVICE)
     with SyncCounter(), hot_path("region"):
         buffer[0] = 2.5
-        assert copies._AT_SUBSCRIPT
-    assert not copies._AT_SUBSCRIPT
+        assert state._STATE.subscripts
+    assert not state._STATE.subscripts

@@ -9,8 +9,6 @@ the host, as it does for `.to(...)`; and what comes back is where it landed from
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from sync_counts import counted
@@ -18,14 +16,12 @@ from sync_counts import counted
 from tripwire.sync import hot_path
 from tripwire.sync.counter import SyncCounter
 
-pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
+pytestmark = [
+    pytest.mark.usefixtures("explicit_hooks"),  # stand-ins and the function mode alike
+    pytest.mark.filterwarnings("ignore:To copy construct from a tensor:UserWarning"),
+]
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-@pytest.fixture(autouse=True)
-def _quiet_copy_construct() -> None:
-    warnings.filterwarnings("ignore", "To copy construct from a tensor", UserWarning)
 
 
 def test_a_host_tensor_given_a_device_is_an_upload_once() -> None:
