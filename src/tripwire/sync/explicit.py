@@ -16,12 +16,13 @@ ran that function, saw it only as a kernel's `implicit:_local_scalar_dense`, if 
 count while a counting thread's backward runs (`installation.in_counted_backward`).
 
 Host-built tensors (a host factory or `torch.tensor` without `device=` or with a `device=` that spells the host, their
-place-keeping views and casts, and what Python's operators and a few reductions make of them alone: `i + 4`,
-`x.sum()`) are marked as they are made, by the loop's code or by torch's own (an optimizer's step counters), so that
-a CPU run can tell a later `.to(device)` of one is an upload (`tripwire.sync.copies`), and so that a read of one is
-not counted: the tensor is in host memory on a GPU run too, and its read waits for nothing there. The same tensors
-are marked on a CPU run and on a GPU, so one budget serves both. A tensor another op computes from host tensors
-(`torch.where(...)`, `x[idx]`) is not followed, nor one built before the counter started: a read of either counts.
+place-keeping views and casts, and what Python's operators, a few reductions and elementwise functions make of them
+alone: `i + 4`, `x.sum()`, `torch.where(done, 0.0, ret)`) are marked as they are made, by the loop's code or by
+torch's own (an optimizer's step counters), so that a CPU run can tell a later `.to(device)` of one is an upload
+(`tripwire.sync.copies`), and so that a read of one is not counted: the tensor is in host memory on a GPU run too,
+and its read waits for nothing there. The same tensors are marked on a CPU run and on a GPU, so one budget serves
+both. A tensor another op computes from host tensors
+(`x[idx]`, `F.relu(x)`) is not followed, nor one built before the counter started: a read of either counts.
 """
 
 from __future__ import annotations
@@ -147,7 +148,15 @@ _COMPUTING += ("bitwise_xor", "lt", "le", "gt", "ge", "eq", "ne")
 _COMPUTING += ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "all", "any")
 _COMPUTING += ("count_nonzero", "cumsum", "exp", "log", "sqrt", "floor", "ceil", "round", "sign", "clamp", "clip")
 _COMPUTING += ("std", "var")
+# Their forms in `torch` (`torch.sum(x)`, `torch.clamp(x, 0, 1)`, `torch.abs(x)`), with the elementwise choices and
+# logic a loop's host bookkeeping spells only as functions (`torch.where(done, 0.0, ret)`, `torch.maximum(a, b)`,
+# `torch.logical_or(terminated, truncated)`): their results where their tensors are, as the methods'
+_COMPUTING_FUNCTIONS: tuple[str, ...] = tuple(
+    name for name in _COMPUTING if not name.startswith("__") and callable(getattr(torch, name, None))
+)
+_COMPUTING_FUNCTIONS += ("where", "maximum", "minimum", "logical_and", "logical_or", "logical_xor", "logical_not")
 _COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _COMPUTING)
+_COMPUTES |= frozenset(getattr(torch, name) for name in _COMPUTING_FUNCTIONS)
 # Of those, the ones whose C++ warns in ordinary use (`std()`/`var()` of one element: no degrees of freedom left): run
 # on the caller's line (`watched.as_caller`), so the warning is the loop's, not tripwire's
 _WARNING = frozenset({"std", "var"})
@@ -156,7 +165,7 @@ _TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, tor
 _NEW_TENSOR = torch.Tensor.new_tensor  # `t.new_tensor(data)`: built where `t` is, or where its `device=` says
 # Where the watched functions live, for the stand-ins that replace them while a counter is active (`use_patches`)
 _WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", "new_tensor", *_PLACE_KEEPING, *_COMPUTING)
-_WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", *_HOST_BUILDER_NAMES, *LIKE)
+_WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", *_HOST_BUILDER_NAMES, *LIKE, *_COMPUTING_FUNCTIONS)
 _CANONICAL = {("Tensor", name): getattr(torch.Tensor, name) for name in _WATCHED_METHODS}
 # Only methods whose slot on `torch.Tensor` is CPython's generic one (the base's attribute is a method or the class's
 # own function) may be watched: replacing and deleting a name whose base attribute is a slot wrapper
@@ -501,6 +510,11 @@ def install_stand_ins(installation: Installation) -> None:
                 receiver=owner is torch,
                 copied=note_host_copy if _SIMPLE_KINDS[key] == kinds.CPU else None,
             )
+        elif owner is torch and key in _COMPUTES:  # `torch.where(...)`: in place at once (a name in `torch`)
+            replacement = keeping_stand_in(
+                original, _mark_computed, _host_born, _LOCAL, in_counted_backward, handed_over,
+                warns=name in _WARNING, receiver=True,
+            )  # fmt: skip
         elif key in _ONLY_KEEPS_PLACE or key in _COMPUTES:
             mark = _mark_kept if key in _ONLY_KEEPS_PLACE else _mark_computed
             keeping = keeping_stand_in(

@@ -285,14 +285,16 @@ def keeping_stand_in(
     handed_over: HandedOver,
     *,
     warns: bool = False,
+    receiver: bool = False,
 ) -> Callable[..., Any]:
     """A stand-in for a method whose result stays where its input is (`.view`, `.float()`, `.detach()`, ...), or where
-    its tensors are (an operator, a reduction: `i + 1`, `x.sum()`): on a counting thread outside suppressed code, the
-    original, then `mark(args, kwargs, result)` (a host-built input's result is host-built too), what the counter's
-    handler does for these calls, a frame and a classification shorter.
+    its tensors are (an operator, a reduction: `i + 1`, `x.sum()`, `torch.where(done, 0.0, ret)`): on a counting
+    thread outside suppressed code, the original, then `mark(args, kwargs, result)` (a host-built input's result is
+    host-built too), what the counter's handler does for these calls, a frame and a classification shorter.
     `marked` is the table of host-built tensors: while it is empty no input can be one, and nothing is asked.
     `warns`: the original warns from C++ in ordinary use (`x.std()` of one element), so it runs on the caller's line
-    (`as_caller`), at about 0.5 µs a call, which the others do not pay."""
+    (`as_caller`), at about 0.5 µs a call, which the others do not pay. `receiver`: as `stand_in`'s (a function in
+    `torch`)."""
     run = original
     if warns:
 
@@ -319,7 +321,19 @@ def keeping_stand_in(
             mark(args, kwargs, result)
         return result
 
-    return _named(watched, original)
+    def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return original(*args, **kwargs)  # pass-through
+        if reaches_handler(args, kwargs):
+            return handed_over(body, args, kwargs)  # pass-through
+        if local.suppress or (local.counting <= 0 and not elsewhere()):
+            return run(*args, **kwargs)  # pass-through
+        result = run(*args, **kwargs)  # pass-through
+        if marked and args:
+            mark(args, kwargs, result)
+        return result
+
+    return _named(called if receiver else watched, original)
 
 
 class WatchedMethod:

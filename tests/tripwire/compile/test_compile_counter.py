@@ -72,6 +72,10 @@ def concatenated(x):
     return torch.stack([y, y]).sum()
 
 
+def chosen(x):
+    return torch.where(x > 1, x, 0.0).sum()
+
+
 def plus(x):
     return x + 1
 
@@ -225,6 +229,12 @@ def test_a_recompile_tripwire_caused_is_not_the_loops_and_is_said(loop: ModuleTy
     notes = compiles.notes
     assert len(notes) == 2 and all(note.startswith("tripwire made dynamo compile concatenated") for note in notes)
     assert "torch.cat" in notes[0] and "torch.stack" in notes[1] and "concatenated" in compiles.format()
+    # the same for the followed functions of `torch` (`torch.where`)
+    fn = compiled(loop.chosen)
+    fn(torch.ones(3))
+    with CompileCounter(root=tmp_path) as compiles, SyncCounter(root=tmp_path):
+        fn(torch.ones(3))
+    assert compiles.events == [] and len(compiles.notes) == 1 and "torch.where" in compiles.notes[0], compiles.notes
     # and a function warmed up under a counter compiles nothing more under the next one
     fn = compiled(loop.concatenated)
     with SyncCounter(root=tmp_path):

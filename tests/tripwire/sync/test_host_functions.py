@@ -1,0 +1,145 @@
+"""A loop's host bookkeeping spelled with torch's functions: `torch.where(done, 0.0, returns)`, `torch.sum(x)`,
+`torch.clamp(x, 0, 1)`, `torch.maximum(a, b)`, `torch.logical_or(terminated, truncated)`.
+
+Of host tensors alone, each computes in host memory on a GPU run too: a read of its result waits for nothing, and a
+`.to(device)` of it is an upload. Only the methods and operators were followed (`x.sum()`, `a + b`), so a CPU run
+counted each read of a function's result, which a GPU run does not wait on, and missed its upload, which a GPU run
+waits on. The functions are followed as the methods are: the result is host memory where every tensor it took is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+from sync_counts import counted
+
+from tripwire.sync import explicit, hot_path
+from tripwire.sync.counter import SyncCounter
+
+pytestmark = pytest.mark.usefixtures("explicit_hooks")  # stand-ins and the function mode alike
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+# Each takes host (or device) tensors: `x` floats, `done` bools; gives one tensor to read
+COMPUTED: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "where": lambda x, done: torch.where(done, 0.0, x),
+    "sum": lambda x, done: torch.sum(x),
+    "mean": lambda x, done: torch.mean(x),
+    "clamp": lambda x, done: torch.clamp(x, 0.0, 1.5),
+    "maximum": lambda x, done: torch.maximum(x, x * 2),
+    "abs": lambda x, done: torch.abs(x),
+    "add": lambda x, done: torch.add(x, 1),
+    "mul": lambda x, done: torch.mul(x, x),
+    "cumsum": lambda x, done: torch.cumsum(x, 0),
+    "logical_or": lambda x, done: torch.logical_or(done, done),
+    "logical_not": lambda x, done: torch.logical_not(done),
+    "max along a dim (values)": lambda x, done: torch.max(x.view(2, 2), dim=1).values,
+    "max along a dim (indices)": lambda x, done: torch.max(x.view(2, 2), dim=1)[1],
+    "where of a condition alone": lambda x, done: torch.where(done)[0],
+}
+
+
+def _host() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor([0.5, 1.0, 2.0, 3.0]), torch.tensor([True, False, False, True])
+
+
+@pytest.mark.parametrize("compute", COMPUTED.values(), ids=COMPUTED.keys())
+def test_a_function_of_host_tensors_is_host_memory_read_free_and_uploaded(
+    compute: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> None:
+    def step() -> None:
+        x, done = _host()
+        result = compute(x, done)
+        result.sum().item()  # host memory: no wait on a GPU run
+        float(result.float().mean())
+        result.to(DEVICE)  # an upload, as on a GPU
+
+    assert counted(step) == {"to_device": 1}
+
+
+@pytest.mark.parametrize("compute", COMPUTED.values(), ids=COMPUTED.keys())
+def test_a_function_of_a_device_tensor_is_device_memory(
+    compute: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> None:
+    """A device tensor among its tensors puts the result on the device (built before the counter: the run's device
+    memory on a CPU run as on a GPU): its read waits, and a move to the device moves nothing."""
+    x_device = (torch.tensor([0.5, 1.0, 2.0, 3.0]) * 1).to(DEVICE)
+    done_device = torch.tensor([True, False, False, True]).to(DEVICE)
+
+    def step() -> None:
+        compute(x_device, done_device).sum().item()
+        compute(x_device, done_device).to(DEVICE)
+
+    # a condition alone is `nonzero` of it, which waits on the device each time
+    alone = compute is COMPUTED["where of a condition alone"]
+    assert counted(step) == ({"item": 1, "implicit:nonzero": 2} if alone else {"item": 1})
+
+
+def test_a_host_condition_choosing_from_a_device_tensor_is_device_memory() -> None:
+    on_device = (torch.ones(4) * 2).to(DEVICE)
+
+    def step() -> None:
+        _, done = _host()
+        torch.where(done, on_device, 0.0).sum().item()  # the device's: a wait
+        torch.where(done, 1.0, 0.0).sum().item()  # numbers and a host condition: host memory
+
+    assert counted(step) == {"item": 1}
+
+
+def test_the_functions_compute_what_they_compute_unwatched() -> None:
+    plain = [compute(*_host()) for compute in COMPUTED.values()]
+    with SyncCounter(), hot_path("region"):
+        recorded = [compute(*_host()) for compute in COMPUTED.values()]
+    for name, mine, theirs in zip(COMPUTED, recorded, plain):
+        assert torch.equal(mine, theirs) and mine.dtype == theirs.dtype, name
+
+
+def test_the_functions_are_torchs_own_again_after_a_recording() -> None:
+    own = {name: getattr(torch, name) for name in explicit._COMPUTING_FUNCTIONS}
+    with SyncCounter(), hot_path("region"):
+        watched = [name for name in own if getattr(torch, name) is not own[name]]
+    assert watched == list(own) if explicit.use_patches else watched == []
+    assert all(getattr(torch, name) is function for name, function in own.items())
+
+
+def test_a_one_element_spread_warns_at_the_loops_line() -> None:
+    """`torch.std(x)` of one element warns from C++ (no degrees of freedom left): at the loop's line, as unwatched."""
+
+    def spread() -> list[tuple[str, int]]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x = torch.ones(1)
+            torch.std(x)
+            torch.var(x)
+        return [(w.filename, w.lineno) for w in caught]
+
+    plain = spread()
+    assert len(plain) == 2 and all(filename == __file__ for filename, _ in plain), plain
+    with SyncCounter(), hot_path("region"):
+        assert spread() == plain
+
+
+def test_a_compiled_function_of_them_compiles_as_unwatched() -> None:
+    """dynamo traces through the stand-ins in `torch` to torch's own functions: under a recording the same one graph,
+    no break, and the same values."""
+    dynamo = pytest.importorskip("torch._dynamo")
+
+    def bookkeeping(x: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        kept = torch.where(done, 0.0, x)
+        return torch.sum(torch.clamp(kept, 0.0, 1.0) + torch.maximum(kept, x)) + torch.logical_not(done).float().mean()
+
+    def compiled(recorded: bool) -> tuple[list[torch.Tensor], dict[str, int], dict[str, int]]:
+        dynamo.reset()
+        dynamo.utils.counters.clear()
+        step = torch.compile(bookkeeping, backend="eager")
+        with SyncCounter() if recorded else contextlib.nullcontext(), hot_path("region"):
+            values = [step(*_host()) for _ in range(3)]
+        return values, dict(dynamo.utils.counters["stats"]), dict(dynamo.utils.counters["graph_break"])
+
+    plain, recorded = compiled(False), compiled(True)
+    assert recorded[1:] == plain[1:] and plain[1]["unique_graphs"] == 1 and not plain[2], (plain[1:], recorded[1:])
+    assert all(torch.equal(mine, theirs) for mine, theirs in zip(recorded[0], plain[0]))
