@@ -22,7 +22,9 @@ torch's own (an optimizer's step counters), so that a CPU run can tell a later `
 (`tripwire.sync.copies`), and so that a read of one is not counted: the tensor is in host memory on a GPU run too,
 and its read waits for nothing there. The same tensors are marked on a CPU run and on a GPU, so one budget serves
 both. A tensor another op computes from host tensors
-(`x[idx]`, `F.relu(x)`) is not followed, nor one built before the counter started: a read of either counts.
+(`x.index_select(0, idx)`, `F.relu(x)`) is not followed, nor one built before the counter started: a read of either
+counts. (An index of a host-built tensor, and a data-dependent op of host-built tensors alone, are followed from the
+kernels that watch those ops: `tripwire.sync.implicit`.)
 """
 
 from __future__ import annotations
@@ -341,6 +343,15 @@ def _mark_kept(args: tuple[Any, ...], _kwargs: dict[str, Any], result: object) -
     """Mark a place-keeping method's result when it is host-built (`_kept_on_host`): the keeping stand-ins' step."""
     if _kept_on_host(result, args[0]):
         _mark(result)
+
+
+def mark_host_results(result: object) -> None:
+    """Mark an op's results (a tensor, or each of a tuple's) that are plain CPU tensors, for a caller that knows the
+    op computed them from host memory alone (`tripwire.sync.implicit`: an index of a host-built tensor, `nonzero`
+    or `unique` of host-built tensors): host memory on a GPU run too."""
+    for part in result if isinstance(result, tuple) else (result,):
+        if _on_host(part):
+            _mark(part)
 
 
 def _mark_computed(args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> None:

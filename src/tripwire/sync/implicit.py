@@ -54,7 +54,7 @@ from tripwire.sync.copies import (
     indexed_copy_kind,
     number_copy_kind,
 )
-from tripwire.sync.explicit import ExplicitSyncMode
+from tripwire.sync.explicit import ExplicitSyncMode, mark_host_results
 from tripwire.sync.installation import Installation, in_counted_backward, patch
 
 __all__ = [
@@ -368,6 +368,29 @@ def _put_by_mask(indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     return not fill
 
 
+# The ops whose results are new tensors (not `index_put_`'s or `copy_`'s target, written in place): computed from host
+# memory alone, they are host memory on a GPU run too (`_follow`)
+_IN_PLACE = frozenset({_NO_IMPLICIT, "put", "copy"})
+
+
+def _follow(static: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> None:
+    """Mark the results of an op computed in host memory on a GPU run too: an index of a host-built tensor
+    (`returns[done]`, `returns[idx]`, `returns[[0, 2]]`: torch refuses an index on another device than the target's
+    but the host, so an index that runs leaves the result where the target is, whatever made its index: a list, a
+    NumPy array, a host-built tensor), and a data-dependent op of host-built tensors alone (`torch.nonzero(done)`,
+    `torch.unique(actions)`, `masked_select`). A read of one then waits for nothing, and its move to the device is
+    an upload, as on a GPU. Before, a read of `returns[done]` counted on both runs."""
+    if not _host_born or static in _IN_PLACE:
+        return
+    if static == "mask":  # `index(self, indices)`
+        target = _first(args, kwargs)
+        host = type(target) in PLAIN and in_host_memory(target)
+    else:
+        host = all_host_born((*args, *kwargs.values()) if kwargs else args)
+    if host:
+        mark_host_results(result)
+
+
 def _reads_host(kind: str, args: tuple[Any, ...]) -> bool:
     """Whether a data-dependent op reads host-built tensors alone (`copies.all_host_born`): on a GPU run too it waits
     for nothing. A collective always counts."""
@@ -407,7 +430,10 @@ class ImplicitSyncMode(TorchDispatchMode):
         if kind is not None and not _reads_host(kind, args):
             for _ in range(_waits(kind, args, kwargs)):
                 sync.deliver(kind, implicit=not kinds.COLLECTIVE.holds(kind))
-        return func(*args, **kwargs)  # pass-through
+        result = func(*args, **kwargs)  # pass-through
+        if _host_born:
+            _follow(_implicit_cache[func], args, kwargs, result)
+        return result
 
 
 # Where a data-dependent op gets a counting kernel, when this torch build gives the op one there. The autograd keys
@@ -537,7 +563,10 @@ def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[...
         if kind is not None and not _reads_host(kind, args):
             for _ in range(_waits(kind, args, kwargs)):
                 sync.deliver(kind, implicit=True)
-        return _nested(call, keyset, args, kwargs)  # pass-through
+        result = _nested(call, keyset, args, kwargs)  # pass-through
+        if _host_born:
+            _follow(static, args, kwargs, result)
+        return result
 
     return kernel
 

@@ -1,10 +1,14 @@
 """A loop's host bookkeeping spelled with torch's functions: `torch.where(done, 0.0, returns)`, `torch.sum(x)`,
-`torch.clamp(x, 0, 1)`, `torch.maximum(a, b)`, `torch.logical_or(terminated, truncated)`.
+`torch.clamp(x, 0, 1)`, `torch.maximum(a, b)`, `torch.logical_or(terminated, truncated)`; and with indexing and the
+data-dependent ops: `returns[done]`, `returns[idx]`, `torch.nonzero(done)`, `torch.unique(actions)`.
 
 Of host tensors alone, each computes in host memory on a GPU run too: a read of its result waits for nothing, and a
 `.to(device)` of it is an upload. Only the methods and operators were followed (`x.sum()`, `a + b`), so a CPU run
 counted each read of a function's result, which a GPU run does not wait on, and missed its upload, which a GPU run
 waits on. The functions are followed as the methods are: the result is host memory where every tensor it took is.
+An index of a host tensor is host memory whatever made its index (torch refuses an index on another device than the
+target's but the host), and so is a data-dependent op of host tensors alone; both are followed from the kernels (or
+the dispatch mode) that watch those ops.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import contextlib
 import warnings
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 from sync_counts import counted
@@ -143,3 +148,50 @@ def test_a_compiled_function_of_them_compiles_as_unwatched() -> None:
     plain, recorded = compiled(False), compiled(True)
     assert recorded[1:] == plain[1:] and plain[1]["unique_graphs"] == 1 and not plain[2], (plain[1:], recorded[1:])
     assert all(torch.equal(mine, theirs) for mine, theirs in zip(recorded[0], plain[0]))
+
+
+# Each takes host (or device) tensors: `x` floats, `done` bools, `idx` integers; gives one tensor to read
+INDEXED: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "by a mask": lambda x, done, idx: x[done],
+    "by a tensor index": lambda x, done, idx: x[idx],
+    "by a list": lambda x, done, idx: x[[0, 2]],
+    "by a NumPy array": lambda x, done, idx: x[np.array([0, 2])],
+    "nonzero": lambda x, done, idx: torch.nonzero(done),
+    "nonzero as a method": lambda x, done, idx: done.nonzero(),
+    "unique": lambda x, done, idx: torch.unique(idx),
+    "masked_select": lambda x, done, idx: torch.masked_select(x, done),
+}
+
+
+@pytest.mark.usefixtures("counting")  # the kernels over the data-dependent ops, and the dispatch mode
+@pytest.mark.parametrize("compute", INDEXED.values(), ids=INDEXED.keys())
+def test_an_index_of_host_memory_is_host_memory_read_free_and_uploaded(
+    compute: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> None:
+    def step() -> None:
+        x, done = _host()
+        result = compute(x, done, torch.tensor([0, 2]))
+        result.sum().item()  # host memory: no wait on a GPU run
+        result.to(DEVICE)  # an upload, as on a GPU
+
+    assert counted(step) == {"to_device": 1}
+
+
+@pytest.mark.usefixtures("counting")
+@pytest.mark.parametrize("compute", INDEXED.values(), ids=INDEXED.keys())
+def test_an_index_of_device_memory_is_device_memory(
+    compute: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> None:
+    """A device tensor indexed (by a mask, a device index, a list), or a data-dependent op of device tensors: the
+    result is on the device, its read waits, its move moves nothing; the op's own waits are counted as before."""
+    x_device = (torch.tensor([0.5, 1.0, 2.0, 3.0]) * 1).to(DEVICE)
+    done_device = torch.tensor([True, False, False, True]).to(DEVICE)
+    idx_device = torch.tensor([0, 2]).to(DEVICE)
+
+    def step() -> None:
+        result = compute(x_device, done_device, idx_device)
+        result.sum().item()
+        result.to(DEVICE)
+
+    counts = counted(step)
+    assert counts.pop("item") == 1 and all(kind.startswith(("implicit:", "to_device")) for kind in counts), counts
