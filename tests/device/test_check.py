@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import os
 import subprocess
@@ -92,3 +94,24 @@ def test_the_graph_threads_step_names_a_run_that_does_not_end_and_shows_its_thre
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == "failed" and "no end in 0 s" in result["detail"], result
     assert "Thread 0x" in done.stdout and "_graph_threads_child" in done.stdout
+
+
+def test_every_test_that_skips_without_cuda_is_run_by_the_devices_test_step() -> None:
+    """A test that skips without CUDA proves nothing until the device check runs it: each is in `steps.GPU_TESTS`, its
+    file whole or the test by its node id. Three of torch's-detector checks were written and never listed there."""
+    spec = importlib.util.spec_from_file_location("device_steps", ROOT / "tests" / "device" / "steps.py")
+    assert spec is not None and spec.loader is not None
+    steps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(steps)
+    listed = set(steps.GPU_TESTS)
+    missing = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+                continue
+            marks = [ast.unparse(decorator) for decorator in node.decorator_list]
+            cuda_only = any("skipif" in mark and "cuda.is_available()" in mark for mark in marks)
+            if cuda_only and relative not in listed and f"{relative}::{node.name}" not in listed:
+                missing.append(f"{relative}::{node.name}")
+    assert not missing, f"add to tests/device/steps.py GPU_TESTS: {missing}"

@@ -195,3 +195,20 @@ def test_an_index_of_device_memory_is_device_memory(
 
     counts = counted(step)
     assert counts.pop("item") == 1 and all(kind.startswith(("implicit:", "to_device")) for kind in counts), counts
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync detector needs CUDA")
+def test_torchs_detector_flags_none_of_the_host_reads_left_out() -> None:
+    """On a GPU: torch's own sync detector agrees that reading these host results waits for nothing (the device
+    cross-check fails on a line torch flags that tripwire left out), and the one read of device memory is counted."""
+    on_device = torch.ones(4, device=DEVICE)
+    with SyncCounter(cuda_cross_check=True) as counter:
+        x, done = _host()
+        for compute in COMPUTED.values():
+            compute(x, done).sum().item()
+        for index in INDEXED.values():
+            index(x, done, torch.tensor([0, 2])).sum().item()
+        torch.where(done.to(DEVICE), on_device, 0.0).sum().item()
+    check = counter.cross_check()
+    assert check is not None and check.ok, check and check.format()
+    assert counter.counts_by_kind() == {"item": 1, "to_device": 1}
