@@ -21,10 +21,10 @@ alone: `i + 4`, `x.sum()`, `torch.where(done, 0.0, ret)`) are marked as they are
 torch's own (an optimizer's step counters), so that a CPU run can tell a later `.to(device)` of one is an upload
 (`tripwire.sync.copies`), and so that a read of one is not counted: the tensor is in host memory on a GPU run too,
 and its read waits for nothing there. The same tensors are marked on a CPU run and on a GPU, so one budget serves
-both. A tensor another op computes from host tensors
-(`x.index_select(0, idx)`, `F.relu(x)`) is not followed, nor one built before the counter started: a read of either
-counts. (An index of a host-built tensor, and a data-dependent op of host-built tensors alone, are followed from the
-kernels that watch those ops: `tripwire.sync.implicit`.)
+both. A tensor another op computes from host tensors (`x.index_select(0, idx)`, `F.relu(x)`) is not followed, nor
+one built before the counter started: a read of either counts. (An index of a host-built tensor, and a
+data-dependent op of host-built tensors alone, are followed from the kernels that watch those ops:
+`tripwire.sync.implicit`.)
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
         if kind is None:
             result = run(call, *args, **kwargs)  # pass-through
             if func in _COMPUTES:  # an operator or a reduction: of host tensors alone
-                _mark_computed(args, kwargs, result)
+                mark_computed(args, kwargs, result)
             elif _host_built(func, args, kwargs, result):
                 if made_by_user(2):  # 2 frames up: past the mode or stand-in
                     _mark(result)
@@ -346,30 +346,21 @@ def _mark_kept(args: tuple[Any, ...], _kwargs: dict[str, Any], result: object) -
 
 
 def mark_host_results(result: object) -> None:
-    """Mark an op's results (a tensor, or each of a tuple's) that are plain CPU tensors, for a caller that knows the
-    op computed them from host memory alone (`tripwire.sync.implicit`: an index of a host-built tensor, `nonzero`
-    or `unique` of host-built tensors): host memory on a GPU run too."""
+    """Mark an op's results (a tensor, or each of a tuple's: torch's named tuples, `torch.return_types.max`) that are
+    plain CPU tensors, for a caller that knows the op computed them from host memory alone (`mark_computed`;
+    `tripwire.sync.implicit`: an index of a host-built tensor): host memory on a GPU run too."""
     for part in result if isinstance(result, tuple) else (result,):
         if _on_host(part):
             _mark(part)
 
 
-def _mark_computed(args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> None:
-    """Mark an operator's or a reduction's results that are host-built (`_computed_on_host`): both watching ways'
-    step."""
-    for part in _computed_on_host(result, args, kwargs):
-        _mark(part)
-
-
-def _computed_on_host(result: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[torch.Tensor, ...]:
-    """An operator's or a reduction's results that are host-built: every tensor it took is (a device tensor among
-    them puts the result on the device, a 0-d host tensor with it too), and each is a CPU tensor. A reduction along a
-    dimension gives two (`values, indices = scores.max(dim=0)`)."""
-    if not (args and all_host_born((*args, *kwargs.values()) if kwargs else args)):
-        return ()
-    if isinstance(result, tuple):  # torch's named tuples: `torch.return_types.max`
-        return tuple(part for part in result if _on_host(part))
-    return (result,) if _on_host(result) else ()
+def mark_computed(args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> None:
+    """Mark the results of an op every tensor of which is host-built (a device tensor among them puts the result on
+    the device, a 0-d host tensor with it too), each one a CPU tensor: an operator's, a reduction's (two along a
+    dimension: `values, indices = scores.max(dim=0)`), a data-dependent op's (`tripwire.sync.implicit`). Both
+    watching ways' step."""
+    if args and all_host_born((*args, *kwargs.values()) if kwargs else args):
+        mark_host_results(result)
 
 
 # Installations whose place-keeping stand-ins wait for the first host-built tensor (`_mark`). Until a tensor is marked
@@ -412,7 +403,7 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
     spells the host (`device="cpu"`, `device=self.cpu_device`; in torch's own code, a device string: Adam's
     `torch.tensor(0.0, device="cpu")` step counter); not `torch.tensor`/`as_tensor` of a tensor (a copy of it, or
     the tensor itself, where it is), and `torch.stack`/`cat` only of host tensors. Or a place-keeping method of a
-    host-built tensor. (An operator's results: `_computed_on_host`.) The same tensors are marked on a CPU run and on a
+    host-built tensor. (An operator's results: `mark_computed`.) The same tensors are marked on a CPU run and on a
     GPU run (`copies.host_born`)."""
     if func in _HOST_BUILDERS:
         if not _on_host(result) or default_device() is not None:
@@ -523,11 +514,11 @@ def install_stand_ins(installation: Installation) -> None:
             )
         elif owner is torch and key in _COMPUTES:  # `torch.where(...)`: in place at once (a name in `torch`)
             replacement = keeping_stand_in(
-                original, _mark_computed, _host_born, _LOCAL, in_counted_backward, handed_over,
+                original, mark_computed, _host_born, _LOCAL, in_counted_backward, handed_over,
                 warns=name in _WARNING, receiver=True,
             )  # fmt: skip
         elif key in _ONLY_KEEPS_PLACE or key in _COMPUTES:
-            mark = _mark_kept if key in _ONLY_KEEPS_PLACE else _mark_computed
+            mark = _mark_kept if key in _ONLY_KEEPS_PLACE else mark_computed
             keeping = keeping_stand_in(
                 original, mark, _host_born, _LOCAL, in_counted_backward, handed_over, warns=name in _WARNING
             )

@@ -54,7 +54,7 @@ from tripwire.sync.copies import (
     indexed_copy_kind,
     number_copy_kind,
 )
-from tripwire.sync.explicit import ExplicitSyncMode, mark_host_results
+from tripwire.sync.explicit import ExplicitSyncMode, mark_computed, mark_host_results
 from tripwire.sync.installation import Installation, in_counted_backward, patch
 
 __all__ = [
@@ -379,15 +379,14 @@ def _follow(static: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: 
     but the host, so an index that runs leaves the result where the target is, whatever made its index: a list, a
     NumPy array, a host-built tensor), and a data-dependent op of host-built tensors alone (`torch.nonzero(done)`,
     `torch.unique(actions)`, `masked_select`). A read of one then waits for nothing, and its move to the device is
-    an upload, as on a GPU. Before, a read of `returns[done]` counted on both runs."""
-    if not _host_born or static in _IN_PLACE:
+    an upload, as on a GPU. Before, a read of `returns[done]` counted on both runs. Called once a tensor is marked."""
+    if static in _IN_PLACE:
         return
-    if static == "mask":  # `index(self, indices)`
-        target = _first(args, kwargs)
-        host = type(target) in PLAIN and in_host_memory(target)
-    else:
-        host = all_host_born((*args, *kwargs.values()) if kwargs else args)
-    if host:
+    if static != "mask":
+        mark_computed(args, kwargs, result)
+        return
+    target = _first(args, kwargs)  # `index(self, indices)`
+    if type(target) in PLAIN and in_host_memory(target):
         mark_host_results(result)
 
 
