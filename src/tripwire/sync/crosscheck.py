@@ -28,7 +28,7 @@ from tripwire.common.quiet import take_out
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
 
-__all__ = ["REASONS", "CrossCheck", "WarningSites", "compare"]
+__all__ = ["READS", "REASONS", "CrossCheck", "WarningSites", "compare"]
 
 SYNC_WARNING = "synchronizing CUDA operation"  # what torch's sync debug mode says
 _READ = (
@@ -38,9 +38,11 @@ _READ = (
 )
 _UPLOAD = "an upload from pageable host memory: the copy waits for the stream, which torch's detector does not flag"
 _WAIT = "an explicit wait: torch's detector flags the syncs it makes itself, not a wait the code asks for"
+# The reads: torch's detector flags each one that waits on the device, so one it leaves unflagged read host memory
+READS = frozenset({kinds.ITEM, kinds.CPU, kinds.TOLIST, kinds.NUMPY, kinds.BOOL, kinds.FLOAT, kinds.INT, kinds.INDEX})
+READS |= {kinds.COMPLEX, kinds.FORMAT, kinds.CONTAINS}
 REASONS: dict[str, str] = {
-    **{name: _READ for name in (kinds.ITEM, kinds.CPU, kinds.TOLIST, kinds.NUMPY, kinds.BOOL, kinds.FLOAT)},
-    **{name: _READ for name in (kinds.INT, kinds.INDEX, kinds.COMPLEX, kinds.FORMAT, kinds.CONTAINS)},
+    **dict.fromkeys(READS, _READ),
     **{name: _UPLOAD for name in (kinds.TO_DEVICE, kinds.COPY_TO_DEVICE, kinds.TENSOR_TO_DEVICE)},
     **{name: _WAIT for name in (kinds.CUDA_SYNCHRONIZE, kinds.ACCELERATOR_SYNCHRONIZE, kinds.STREAM_SYNCHRONIZE)},
     kinds.EVENT_SYNCHRONIZE: _WAIT,

@@ -73,7 +73,7 @@ from tripwire.sync.installation import (
     patch,
     tracked_backward,
 )
-from tripwire.sync.spelling import LIKE, spelling
+from tripwire.sync.spelling import LIKE, NEW_LIKE, spelling
 from tripwire.sync.watched import (
     WatchedMethod,
     as_caller,
@@ -125,9 +125,10 @@ _HOST_BUILDER_NAMES += ("full", "arange", "linspace", "eye", "rand", "randn", "r
 _HOST_BUILDERS = frozenset(getattr(torch, name) for name in _HOST_BUILDER_NAMES)
 # Factories whose result is where their input is, unless a `device=` says where (a default device does not apply)
 _LIKE = frozenset(getattr(torch, name) for name in LIKE)
+_LIKE |= frozenset(getattr(torch.Tensor, name) for name in NEW_LIKE)  # `x.new_zeros(n)`: where `x` is, as `zeros_like`
 # Tensor methods whose result stays where their input is (a host tensor's `.float()` is a host tensor)
 _PLACE_KEEPING: tuple[str, ...] = ("float", "long", "int", "double", "half", "bool", "view", "reshape", "contiguous")
-_PLACE_KEEPING += ("unsqueeze", "squeeze", "flatten", "t", "clone", "detach")
+_PLACE_KEEPING += ("unsqueeze", "squeeze", "flatten", "t", "clone", "detach", "type")
 # (Indexing, `split` and the other view ops are not watched: a view's `_base` is the tensor it views, which
 # `copies.host_born` reads. `__getitem__` must not be: see `_SLOT_WRAPPERS`.)
 _KEEPS_PLACE = frozenset(getattr(torch.Tensor, name) for name in _PLACE_KEEPING)
@@ -150,13 +151,20 @@ _COMPUTING += ("bitwise_xor", "lt", "le", "gt", "ge", "eq", "ne")
 _COMPUTING += ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "all", "any")
 _COMPUTING += ("count_nonzero", "cumsum", "exp", "log", "sqrt", "floor", "ceil", "round", "sign", "clamp", "clip")
 _COMPUTING += ("std", "var")
-# Their forms in `torch` (`torch.sum(x)`, `torch.clamp(x, 0, 1)`, `torch.abs(x)`), with the elementwise choices and
-# logic a loop's host bookkeeping spells only as functions (`torch.where(done, 0.0, ret)`, `torch.maximum(a, b)`,
-# `torch.logical_or(terminated, truncated)`): their results where their tensors are, as the methods'
+# The elementwise choices and logic of a loop's bookkeeping (`torch.where(done, 0.0, ret)`, `a.maximum(b)`,
+# `terminated.logical_or(truncated)`), and what it does to pick, order, fill and reshape it: a replay buffer's
+# `priorities.gather(0, idx)`, `scores.topk(k)`, `returns.masked_fill(done, 0.0)`, `lengths.argsort()`,
+# `ret.repeat(n)`, `stats.lerp(batch, 0.01)`, `var.clamp_min(eps).rsqrt()`, `gamma.cumprod(0)`
+_COMPUTING += ("where", "maximum", "minimum", "logical_and", "logical_or", "logical_xor", "logical_not")
+_COMPUTING += ("gather", "index_select", "take_along_dim", "take", "sort", "argsort", "topk", "kthvalue", "median")
+_COMPUTING += ("masked_fill", "index_fill", "scatter", "scatter_add", "index_add", "repeat", "tile", "flip", "roll")
+_COMPUTING += ("lerp", "clamp_min", "clamp_max", "square", "rsqrt", "reciprocal", "cumprod", "diff", "nan_to_num")
+_COMPUTING += ("log1p", "expm1", "trunc", "fmod", "isnan", "isinf", "isfinite", "nansum", "nanmean", "type_as")
+# Their forms in `torch` (`torch.sum(x)`, `torch.clamp(x, 0, 1)`, `torch.where(done, 0.0, ret)`, `torch.gather`): their
+# results where their tensors are, as the methods'
 _COMPUTING_FUNCTIONS: tuple[str, ...] = tuple(
     name for name in _COMPUTING if not name.startswith("__") and callable(getattr(torch, name, None))
 )
-_COMPUTING_FUNCTIONS += ("where", "maximum", "minimum", "logical_and", "logical_or", "logical_xor", "logical_not")
 _COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _COMPUTING)
 _COMPUTES |= frozenset(getattr(torch, name) for name in _COMPUTING_FUNCTIONS)
 # Of those, the ones whose C++ warns in ordinary use (`std()`/`var()` of one element: no degrees of freedom left): run
@@ -166,7 +174,15 @@ _WARNING = frozenset({"std", "var"})
 _TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
 _NEW_TENSOR = torch.Tensor.new_tensor  # `t.new_tensor(data)`: built where `t` is, or where its `device=` says
 # Where the watched functions live, for the stand-ins that replace them while a counter is active (`use_patches`)
-_WATCHED_METHODS: tuple[str, ...] = (*METHOD_KINDS, "to", "copy_", "new_tensor", *_PLACE_KEEPING, *_COMPUTING)
+_WATCHED_METHODS: tuple[str, ...] = (
+    *METHOD_KINDS,
+    "to",
+    "copy_",
+    "new_tensor",
+    *NEW_LIKE,
+    *_PLACE_KEEPING,
+    *_COMPUTING,
+)
 _WATCHED_FUNCTIONS: tuple[str, ...] = ("is_nonzero", *_HOST_BUILDER_NAMES, *LIKE, *_COMPUTING_FUNCTIONS)
 _CANONICAL = {("Tensor", name): getattr(torch.Tensor, name) for name in _WATCHED_METHODS}
 # Only methods whose slot on `torch.Tensor` is CPython's generic one (the base's attribute is a method or the class's
@@ -418,7 +434,7 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
             data = builder_data(args, kwargs)
             return not (isinstance(data, torch.Tensor) or (type(data) in (list, tuple) and _holds_tensor(data)))
         return True
-    if func in _LIKE:  # `torch.zeros_like(x)`: where `x` is, or where its `device=` says
+    if func in _LIKE:  # `torch.zeros_like(x)`, `x.new_zeros(n)`: where `x` is, or where its `device=` says
         if not _on_host(result):
             return False
         device = kwargs.get("device")

@@ -16,7 +16,7 @@ from types import CodeType, FrameType
 
 from tripwire.sync import state as sync
 
-__all__ = ["HOST_WORDS", "Spelling", "forget_sources", "module_move", "name_of", "names_host", "spelling"]
+__all__ = ["HOST_WORDS", "NEW_LIKE", "Spelling", "forget_sources", "module_move", "name_of", "names_host", "spelling"]
 
 HOST_WORDS = ("cpu", "host", "pinned")
 CALLERS_READ = 3  # how many calls out a parameter target is followed
@@ -26,6 +26,7 @@ BUILDERS |= {"BoolTensor"}
 BUILDERS |= {"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "randint", "randperm"}
 # Factories that build where their input is, unless given a `device=` (read as a builder's, not as a receiver's)
 LIKE = ("zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like")
+NEW_LIKE = ("new_zeros", "new_ones", "new_empty", "new_full")  # methods: where the tensor they are called on is
 KEEPS_PLACE = {"float", "long", "int", "double", "half", "bool", "view", "reshape", "contiguous", "unsqueeze"}
 KEEPS_PLACE |= {"squeeze", "flatten", "t", "clone", "detach"}  # a host tensor stays a host tensor
 
@@ -135,7 +136,9 @@ def _spelled(frame: FrameType, method: str) -> Spelling:
             return Spelling(target_is_host=names_host(node.func.value))
         if method == "load":  # `torch.load(f, map_location)`: where what it reads goes
             return _load_target(node, frame.f_code)
-        if method in BUILDERS or method in LIKE or method == "new_tensor":  # a builder's `device=`: a device by name,
+        if (
+            method in BUILDERS or method in LIKE or method in NEW_LIKE or method == "new_tensor"
+        ):  # a builder's `device=`: a device by name,
             # or the host (a parameter)
             device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
             if device is None:

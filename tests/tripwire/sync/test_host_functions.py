@@ -45,6 +45,27 @@ COMPUTED: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "max along a dim (values)": lambda x, done: torch.max(x.view(2, 2), dim=1).values,
     "max along a dim (indices)": lambda x, done: torch.max(x.view(2, 2), dim=1)[1],
     "where of a condition alone": lambda x, done: torch.where(done)[0],
+    # what a loop does to pick, order, fill and reshape its bookkeeping (a replay buffer's priorities, returns)
+    "gather": lambda x, done: x.gather(0, done.long()),
+    "index_select": lambda x, done: torch.index_select(x, 0, done.long()),
+    "take_along_dim": lambda x, done: torch.take_along_dim(x, done.long(), 0),
+    "sort (values)": lambda x, done: x.sort(descending=True).values,
+    "argsort": lambda x, done: torch.argsort(x),
+    "topk (indices)": lambda x, done: x.topk(2).indices,
+    "median": lambda x, done: x.median(),
+    "masked_fill": lambda x, done: x.masked_fill(done, 0.0),
+    "scatter_add": lambda x, done: x.scatter_add(0, done.long(), x),
+    "repeat": lambda x, done: x.repeat(2),
+    "flip": lambda x, done: torch.flip(x, (0,)),
+    "roll": lambda x, done: x.roll(1),
+    "lerp": lambda x, done: torch.lerp(x, x * 2, 0.5),
+    "clamp_min, rsqrt": lambda x, done: x.clamp_min(1.0).rsqrt(),
+    "cumprod": lambda x, done: torch.cumprod(x, 0),
+    "isfinite": lambda x, done: x.isfinite(),
+    "where as a method": lambda x, done: x.where(done, 0.0),
+    "logical_or as a method": lambda x, done: done.logical_or(done),
+    "type to a dtype": lambda x, done: x.type(torch.float64),
+    "new_full": lambda x, done: x.new_full((4,), 2.0),
 }
 
 
@@ -82,6 +103,23 @@ def test_a_function_of_a_device_tensor_is_device_memory(
     # a condition alone is `nonzero` of it, which waits on the device each time
     alone = compute is COMPUTED["where of a condition alone"]
     assert counted(step) == ({"item": 1, "implicit:nonzero": 2} if alone else {"item": 1})
+
+
+def test_a_new_tensor_is_where_its_device_says_else_where_its_tensor_is() -> None:
+    """`x.new_zeros(n)` builds where `x` is, unless its `device=` says where: a device by name (on a CPU run the same
+    CPU as the host, read from the line, as `torch.zeros_like`'s) is the device's, `device="cpu"` the host's."""
+    device = DEVICE
+
+    def step() -> None:
+        x, _ = _host()
+        x.new_zeros(4).sum().item()  # host memory: no wait
+        x.new_ones(4, device="cpu").sum().item()  # the host: no wait
+        built = x.new_empty(4, device=device).fill_(1.0)  # the device's: a read waits, a move moves nothing
+        built.sum().item()
+        built.to(DEVICE)
+        x.new_full((4,), 2.0).to(DEVICE)  # host memory: an upload
+
+    assert counted(step) == {"item": 1, "to_device": 1}
 
 
 def test_a_host_condition_choosing_from_a_device_tensor_is_device_memory() -> None:
