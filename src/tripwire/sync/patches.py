@@ -11,6 +11,7 @@ swapped the same way and counts one `save` per device storage it copies to the h
 `tripwire.sync.saved`); `torch.load` runs as it is, then counts one `load` per storage it copied to a device, and
 what it loaded to the host is marked as host memory. `nn.Parameter` is swapped too, counting nothing: a parameter
 made of host memory (a module built on the host while the counter runs) is marked as host memory as its data was.
+A CUDA `GradScaler` a CPU run disabled counts the reads it makes on a GPU (`tripwire.sync.scalers`).
 
 `torch.distributed` collectives and point-to-point calls (`COLLECTIVES`: `all_reduce`, `all_gather`,
 `all_gather_object`, `broadcast`, `barrier`, `send`, `recv`, ...) are replaced, in `torch.distributed` and in
@@ -36,6 +37,7 @@ from tripwire.sync import state as sync
 from tripwire.sync.copies import host_born, mark_host_born
 from tripwire.sync.installation import Installation, call_counted, patch
 from tripwire.sync.saved import device_storages, loaded_on_host, loaded_storages
+from tripwire.sync.scalers import watch_scalers
 from tripwire.sync.swaps import swap_code
 
 __all__ = ["COLLECTIVES", "counted_method", "patch_sync_functions"]
@@ -108,6 +110,7 @@ def patch_sync_functions(installation: Installation) -> None:
         swap = swap_code(function, counted)
         if swap is not None:
             installation.swaps.append(swap)
+    watch_scalers(installation)
 
 
 def _counted_save(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
