@@ -160,11 +160,17 @@ _COMPUTING += ("gather", "index_select", "take_along_dim", "take", "sort", "args
 _COMPUTING += ("masked_fill", "index_fill", "scatter", "scatter_add", "index_add", "repeat", "tile", "flip", "roll")
 _COMPUTING += ("lerp", "clamp_min", "clamp_max", "square", "rsqrt", "reciprocal", "cumprod", "diff", "nan_to_num")
 _COMPUTING += ("log1p", "expm1", "trunc", "fmod", "isnan", "isinf", "isfinite", "nansum", "nanmean", "type_as")
+# ... and draws from it (`torch.multinomial(priorities, n)`), with the all-true test a distribution validates with
+_COMPUTING += ("multinomial", "bernoulli", "_is_all_true", "_is_any_true")
 # Their forms in `torch` (`torch.sum(x)`, `torch.clamp(x, 0, 1)`, `torch.where(done, 0.0, ret)`, `torch.gather`): their
 # results where their tensors are, as the methods'
 _COMPUTING_FUNCTIONS: tuple[str, ...] = tuple(
     name for name in _COMPUTING if not name.startswith("__") and callable(getattr(torch, name, None))
 )
+# Functions with no method of the name (a sum tree's `torch.searchsorted(cumulative, draws)`), and the function forms
+# of the place-keeping methods (`torch.flatten(x)`: a copy, not a view, of a tensor that is not contiguous)
+_COMPUTING_FUNCTIONS += ("searchsorted", "bucketize", "isin", "broadcast_tensors", "clone", "flatten", "reshape")
+_COMPUTING_FUNCTIONS += ("squeeze", "unsqueeze")
 _COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _COMPUTING)
 _COMPUTES |= frozenset(getattr(torch, name) for name in _COMPUTING_FUNCTIONS)
 # Of those, the ones whose C++ warns in ordinary use (`std()`/`var()` of one element: no degrees of freedom left): run

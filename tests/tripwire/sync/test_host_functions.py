@@ -66,6 +66,15 @@ COMPUTED: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "logical_or as a method": lambda x, done: done.logical_or(done),
     "type to a dtype": lambda x, done: x.type(torch.float64),
     "new_full": lambda x, done: x.new_full((4,), 2.0),
+    # ... and what it draws from it, or finds in it (a sum tree's search, a distribution's checks)
+    "multinomial": lambda x, done: torch.multinomial(x, 2),
+    "bernoulli": lambda x, done: torch.bernoulli(x / 4),
+    "searchsorted": lambda x, done: torch.searchsorted(torch.cumsum(x, 0), x),
+    "bucketize": lambda x, done: torch.bucketize(x, torch.cumsum(x, 0)),
+    "isin": lambda x, done: torch.isin(x, x * 2),
+    "broadcast_tensors": lambda x, done: torch.broadcast_tensors(x.view(4, 1), x)[0],
+    "flatten of a transpose (a copy)": lambda x, done: torch.flatten(x.view(2, 2).t()),
+    "clone": lambda x, done: torch.clone(x),
 }
 
 
@@ -122,6 +131,26 @@ def test_a_new_tensor_is_where_its_device_says_else_where_its_tensor_is() -> Non
     assert counted(step) == {"item": 1, "to_device": 1}
 
 
+def test_a_distribution_over_host_memory_validates_and_draws_there() -> None:
+    """`Categorical(probs=host_probs)`: its argument checks (`torch._is_all_true` of what the constraints compute), its
+    draws and its `log_prob` (`broadcast_tensors`, then `gather`) are host memory: no read waits, and a move of a draw
+    to the device is an upload. Over device probabilities each check is a read that waits, as on a GPU."""
+
+    def step(probs: torch.Tensor, action: torch.Tensor) -> None:
+        dist = torch.distributions.Categorical(probs=probs)
+        dist.sample((2,)).to(DEVICE)
+        dist.log_prob(action).sum().item()
+
+    def on_host() -> None:
+        x, done = _host()  # built while the counter runs: host memory
+        step(x, done.long())
+
+    assert counted(on_host) == {"to_device": 1}
+    x, done = _host()
+    on_device = (x * 1).to(DEVICE), done.long().to(DEVICE)
+    assert counted(lambda: step(*on_device)) == {"bool": 2, "item": 1}
+
+
 def test_a_host_condition_choosing_from_a_device_tensor_is_device_memory() -> None:
     on_device = (torch.ones(4) * 2).to(DEVICE)
 
@@ -133,10 +162,15 @@ def test_a_host_condition_choosing_from_a_device_tensor_is_device_memory() -> No
     assert counted(step) == {"item": 1}
 
 
+def _seeded(compute: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    torch.manual_seed(0)  # the draws (`multinomial`, `bernoulli`) too
+    return compute(*_host())
+
+
 def test_the_functions_compute_what_they_compute_unwatched() -> None:
-    plain = [compute(*_host()) for compute in COMPUTED.values()]
+    plain = [_seeded(compute) for compute in COMPUTED.values()]
     with SyncCounter(), hot_path("region"):
-        recorded = [compute(*_host()) for compute in COMPUTED.values()]
+        recorded = [_seeded(compute) for compute in COMPUTED.values()]
     for name, mine, theirs in zip(COMPUTED, recorded, plain):
         assert torch.equal(mine, theirs) and mine.dtype == theirs.dtype, name
 
