@@ -63,6 +63,11 @@ def test_nanogpt_records_with_every_instrument_firing_and_twice_identical(base: 
     # indices and an operator's result of it: host memory on a GPU run too, read without a wait (564 counted before)
     loader = [site for site in base.syncs.records if site.region == "data"] if base.syncs is not None else []
     assert loader and {site.kind for site in loader} == {"to_device"}, [(site.kind, site.text) for site in loader]
+    # on a CPU nanoGPT picks float16 and `torch.cuda.amp.GradScaler(enabled=True)`, which disables itself there: each
+    # of the 11 steps counts the found-inf read a float16 GPU run makes in `scaler.step` (`tripwire.sync.scalers`)
+    records = base.syncs.records if base.syncs is not None else []
+    steps = [(site.kind, site.count) for site in records if site.text == "scaler.step(optimizer)"]
+    assert steps == [("item", 11)], steps
     assert compare_results(base, run(checkout(tmp_path / "again"))).ok
 
 
