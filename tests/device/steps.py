@@ -38,6 +38,7 @@ GPU_TESTS = (
     "tests/tripwire/sync/test_reads_inside_builders.py",
     "tests/tripwire/sync/test_linalg_checks.py",
     "tests/tripwire/sync/test_scalers.py",
+    "tests/tripwire/sync/test_packed_sequences.py",
     "tests/tripwire/gates/test_static_audit.py",
     # torch's sync detector against the count, one test of each of these files (the rest run on CPU in CI)
     "tests/tripwire/sync/test_tensor_moves.py::test_torchs_detector_flags_no_builder_move_tripwire_missed",

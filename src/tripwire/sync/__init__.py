@@ -12,6 +12,8 @@ rest is tripwire's own (internal: import the public names from `tripwire`).
 - `implicit`: data-dependent aten ops, by kernels over those ops or a dispatch mode;
 - `patches`: the synchronize entry points, `torch.distributed`'s collectives, `torch.save` and `torch.load`;
 - `saved`: the device storages a `torch.save` copies to the host, and what a `torch.load` puts in host memory;
+- `scalers`: a CUDA `GradScaler` a CPU run disabled, counting the reads it makes on a GPU;
+- `packed`: a packed sequence's batch sizes and lengths, host memory on every device;
 - `watched`: the stand-ins themselves (small, so dynamo traces through them);
 - `copies`: which copies are host-bound, and which host-to-device copies block the host;
 - `spelling`: what a line of source says about the host (no torch);

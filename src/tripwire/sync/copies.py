@@ -42,7 +42,7 @@ import torch
 
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
-from tripwire.sync.spelling import forget_sources, module_move, spelling
+from tripwire.sync.spelling import device_of, forget_sources, module_move, spelling
 
 __all__ = [
     "all_host_born",
@@ -218,6 +218,10 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
             return None
         forget_host_born(source)  # what `.to` returns (on a CPU run, the tensor itself) is device state from here on
         return None if non_blocking else kinds.TO_DEVICE
+    if not by_user and not isinstance(raw_target, str):  # torch's own `t.to(other.device)`: where `other` is
+        kind = _to_where_it_is(source, caller, born, host_bound, non_blocking)
+        if kind is not _UNKNOWN:
+            return kind
     # the user's line: the caller itself when it is the user's (one walk of the stack a call, not two)
     spelled = spelling("to", sync.site_frame(caller) if by_user else None)
     # a string the line holds in a name (`device = "cuda" if ... else "cpu"`) is a device; one it spells is the host
@@ -233,6 +237,29 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         uploaded = not non_blocking and born and by_user
     forget_host_born(source)  # what `.to` returns (on a CPU run, the tensor itself) is a device tensor from here on
     return kinds.TO_DEVICE if uploaded else None
+
+
+_UNKNOWN = "unknown"  # `_to_where_it_is` cannot tell
+
+
+def _to_where_it_is(
+    source: torch.Tensor, caller: FrameType, born: bool, host_bound: str, non_blocking: bool
+) -> str | None:
+    """A move torch's own code makes to where another tensor is (`pack_padded_sequence`'s
+    `sorted_indices.to(input.device)`, host indices to the input's device), on a CPU run: to the host when that tensor
+    is host memory (a download of device memory, nothing of host memory), else to the device (an upload of host
+    memory, blocking unless `non_blocking`; nothing of device memory). The other tensor is read from torch's frame, a
+    call that returns at once. `_UNKNOWN` when the line does not move to a name's `.device`."""
+    name = device_of(caller)
+    other = caller.f_locals.get(name) if name else None
+    if not isinstance(other, torch.Tensor):
+        return _UNKNOWN
+    if in_host_memory(other):
+        return None if born else host_bound
+    if not born:
+        return None
+    forget_host_born(source)  # what `.to` returns (on a CPU run, the tensor itself) is a device tensor from here on
+    return None if non_blocking else kinds.TO_DEVICE
 
 
 def _module_move_kind(tensor: torch.Tensor) -> str | None:

@@ -83,7 +83,15 @@ from tripwire.sync.watched import (
     torch_function,
 )
 
-__all__ = ["DUNDER_KINDS", "ExplicitSyncMode", "install_stand_ins", "routed_dunders", "use_patches", "watched_call"]
+__all__ = [
+    "DUNDER_KINDS",
+    "ExplicitSyncMode",
+    "install_stand_ins",
+    "mark_host_memory",
+    "routed_dunders",
+    "use_patches",
+    "watched_call",
+]
 
 # The watched tensor methods that always sync, by name, with the kind each counts as
 METHOD_KINDS: dict[str, str] = {
@@ -274,7 +282,7 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
                 mark_computed(args, kwargs, result)
             elif _host_built(func, args, kwargs, result):
                 if made_by_user(2):  # 2 frames up: past the mode or stand-in
-                    _mark(result)
+                    mark_host_memory(result)
                 else:  # torch's own (an optimizer's step counter): its reads, not its derived tensors, followed
                     mark_host_born(result)
             return result
@@ -315,7 +323,7 @@ def _new_tensor(call: Any, run: Callable[..., Any], args: tuple[Any, ...], kwarg
     result = run(call, *args, **kwargs)  # pass-through
     if on_host and _on_host(result) and data_in_host:
         if made_by_user(3):  # past this, `watched_call` and the mode or stand-in
-            _mark(result)
+            mark_host_memory(result)
         else:
             mark_host_born(result)
     return result
@@ -355,7 +363,7 @@ def _tensor_of_a_tensor(
             forget_host_born(result)  # a CPU run's `t` itself: device memory from here on
     elif result is not data and _on_host(result) and in_host_memory(data):  # a copy of host memory, on the host
         if made_by_user(3):  # past this, `watched_call` and the mode or stand-in
-            _mark(result)
+            mark_host_memory(result)
         else:
             mark_host_born(result)
     return result
@@ -364,7 +372,7 @@ def _tensor_of_a_tensor(
 def _mark_kept(args: tuple[Any, ...], _kwargs: dict[str, Any], result: object) -> None:
     """Mark a place-keeping method's result when it is host-built (`_kept_on_host`): the keeping stand-ins' step."""
     if _kept_on_host(result, args[0]):
-        _mark(result)
+        mark_host_memory(result)
 
 
 def mark_host_results(result: object) -> None:
@@ -373,7 +381,7 @@ def mark_host_results(result: object) -> None:
     `tripwire.sync.implicit`: an index of a host-built tensor): host memory on a GPU run too."""
     for part in result if isinstance(result, tuple) else (result,):
         if _on_host(part):
-            _mark(part)
+            mark_host_memory(part)
 
 
 def mark_computed(args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> None:
@@ -385,14 +393,14 @@ def mark_computed(args: tuple[Any, ...], kwargs: dict[str, Any], result: object)
         mark_host_results(result)
 
 
-# Installations whose place-keeping stand-ins wait for the first host-built tensor (`_mark`). Until a tensor is marked
-# no input of a place-keeping method can be host-built, so those stand-ins would only call through, a Python frame
-# each (SB3's PPO builds none: docs/measurements.md#why-the-code-is-as-it-is).
+# Installations whose place-keeping stand-ins wait for the first host-built tensor (`mark_host_memory`). Until a
+# tensor is marked no input of a place-keeping method can be host-built, so those stand-ins would only call through, a
+# Python frame each (SB3's PPO builds none: docs/measurements.md#why-the-code-is-as-it-is).
 _WAITING: list[Installation] = []
 _WAITING_LOCK = threading.Lock()
 
 
-def _mark(tensor: torch.Tensor) -> None:
+def mark_host_memory(tensor: torch.Tensor) -> None:
     """`mark_host_born`, first putting the waiting place-keeping stand-ins in place: from here on a place-keeping
     method's result of this tensor, or of one derived from it, is marked too."""
     if _WAITING:
@@ -513,8 +521,8 @@ def install_stand_ins(installation: Installation) -> None:
     A method gets a `WatchedMethod`: the class's attribute stays torch's own object, an instance's is the stand-in.
     A call that always syncs and a place-keeping method get a stand-in of their own that does what `watched_call`
     would, without classifying the call on every use. The place-keeping ones are put in place at the first host-built
-    tensor (`_mark`), or at once when one marked under an earlier counter is still alive. The functions replaced in
-    `torch` are torch's own again while a module is being imported (`hidden_from_imports`)."""
+    tensor (`mark_host_memory`), or at once when one marked under an earlier counter is still alive. The functions
+    replaced in `torch` are torch's own again while a module is being imported (`hidden_from_imports`)."""
     build_torch_tables()
     handed_over = functools.partial(with_own_functions, installation.namespace)
     for (owner_name, name), key in _CANONICAL.items():

@@ -39,6 +39,7 @@ from tripwire.sync import implicit as implicit_module
 from tripwire.sync import state as sync
 from tripwire.sync.dynamo import dynamo_skips_tripwire
 from tripwire.sync.installation import Installation, restore
+from tripwire.sync.packed import watch_packed
 from tripwire.sync.patches import patch_sync_functions
 
 __all__ = ["Installation", "install", "put_modes_back", "take_modes_off", "thread_modes", "uninstall"]
@@ -58,6 +59,7 @@ def install(*, implicit: bool) -> Installation:
         if not sync._STATE.counters:
             sync._set_skip_prefixes(sync.skip_prefixes_for(torch.__file__))
             patch_sync_functions(installation)
+            watch_packed(installation)  # a packed sequence's batch sizes and lengths: host memory
             if explicit.use_patches:
                 explicit.install_stand_ins(installation)
                 _LOCAL.counting += 1

@@ -16,7 +16,17 @@ from types import CodeType, FrameType
 
 from tripwire.sync import state as sync
 
-__all__ = ["HOST_WORDS", "NEW_LIKE", "Spelling", "forget_sources", "module_move", "name_of", "names_host", "spelling"]
+__all__ = [
+    "HOST_WORDS",
+    "NEW_LIKE",
+    "Spelling",
+    "device_of",
+    "forget_sources",
+    "module_move",
+    "name_of",
+    "names_host",
+    "spelling",
+]
 
 HOST_WORDS = ("cpu", "host", "pinned")
 CALLERS_READ = 3  # how many calls out a parameter target is followed
@@ -85,6 +95,8 @@ _Positions = list[tuple[int | None, int | None, int | None, int | None]]
 _positions_cache: dict[int, tuple[CodeType, _Positions]] = {}  # by the code's id, as `_spelling_cache`
 # what a call passes for one parameter of the function it calls: (caller's code id, lasti, parameter) -> expression
 _arguments_cache: dict[tuple[int, int, str], tuple[CodeType, ast.expr | None]] = {}
+# the name whose `.device` a `.to(...)` call targets: (code id, lasti) -> name, "" when it targets no such name
+_device_of_cache: dict[tuple[int, int], tuple[CodeType, str]] = {}
 
 
 def forget_sources() -> None:
@@ -93,6 +105,7 @@ def forget_sources() -> None:
     _spelling_cache.clear()
     _positions_cache.clear()
     _arguments_cache.clear()
+    _device_of_cache.clear()
 
 
 def call_source(frame: FrameType) -> str:
@@ -154,6 +167,25 @@ def _spelled(frame: FrameType, method: str) -> Spelling:
             parameter = targets[0].id
         return Spelling(host, bool(targets) and not host, built, pinned, parameter)
     return Spelling()
+
+
+def device_of(frame: FrameType) -> str:
+    """The name whose device the `.to(...)` call the frame is making moves to (`sorted_indices.to(input.device)` ->
+    `input`), "" when its target is not a name's `.device`; read once per call site."""
+    key = (id(frame.f_code), frame.f_lasti)
+    cached = _device_of_cache.get(key)
+    if cached is None:
+        name = ""
+        tree = _parsed_call(frame)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Call) and name_of(node.func) == "to":
+                targets = [*node.args[:1], *(kw.value for kw in node.keywords if kw.arg == "device")]
+                target = targets[0] if len(targets) == 1 else None
+                if isinstance(target, ast.Attribute) and target.attr == "device" and isinstance(target.value, ast.Name):
+                    name = target.value.id
+                break
+        cached = _device_of_cache[key] = (frame.f_code, name)
+    return cached[1]
 
 
 def _load_target(node: ast.Call, code: CodeType) -> Spelling:
