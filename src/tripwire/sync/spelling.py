@@ -149,10 +149,8 @@ def _spelled(frame: FrameType, method: str) -> Spelling:
             return Spelling(target_is_host=names_host(node.func.value))
         if method == "load":  # `torch.load(f, map_location)`: where what it reads goes
             return _load_target(node, frame.f_code)
-        if (
-            method in BUILDERS or method in LIKE or method in NEW_LIKE or method == "new_tensor"
-        ):  # a builder's `device=`: a device by name,
-            # or the host (a parameter)
+        # a builder's `device=`: a device by name, or the host (a parameter)
+        if method in BUILDERS or method in LIKE or method in NEW_LIKE or method == "new_tensor":
             device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
             if device is None:
                 return Spelling()
