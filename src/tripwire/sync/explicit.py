@@ -36,6 +36,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from types import BuiltinFunctionType
 from typing import Any, TypeGuard
 
 import torch
@@ -177,8 +178,7 @@ _COMPUTING_FUNCTIONS: tuple[str, ...] = tuple(
 )
 # Functions with no method of the name (a sum tree's `torch.searchsorted(cumulative, draws)`), and the function forms
 # of the place-keeping methods (`torch.flatten(x)`: a copy, not a view, of a tensor that is not contiguous)
-_COMPUTING_FUNCTIONS += ("searchsorted", "bucketize", "isin", "broadcast_tensors", "clone", "flatten", "reshape")
-_COMPUTING_FUNCTIONS += ("squeeze", "unsqueeze")
+_COMPUTING_FUNCTIONS += ("searchsorted", "bucketize", "isin", "clone", "flatten", "reshape", "squeeze", "unsqueeze")
 _COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _COMPUTING)
 _COMPUTES |= frozenset(getattr(torch, name) for name in _COMPUTING_FUNCTIONS)
 # Of those, the ones whose C++ warns in ordinary use (`std()`/`var()` of one element: no degrees of freedom left): run
@@ -208,6 +208,11 @@ _SLOT_WRAPPERS = {
 }
 assert not _SLOT_WRAPPERS, f"watching {sorted(_SLOT_WRAPPERS)} would change torch.Tensor's type slots"
 _CANONICAL |= {("torch", name): getattr(torch, name) for name in _WATCHED_FUNCTIONS}
+# Only torch's builtins may be watched in `torch`: dynamo guards a Python function it inlines by its `__dict__`
+# (`torch.broadcast_tensors`, written in Python), which a stand-in does not carry, and a loop compiled under a
+# recording then fails ("Guard failed on the same frame it was created", LeanRL's `Normal` under inductor)
+_PYTHON_FUNCTIONS = {name for name in _WATCHED_FUNCTIONS if not isinstance(getattr(torch, name), BuiltinFunctionType)}
+assert not _PYTHON_FUNCTIONS, f"watching {sorted(_PYTHON_FUNCTIONS)} in torch would fail dynamo's guards on them"
 # Every function the explicit mode does more with than call it (outside torch.compile); others pass straight through
 _WATCHED = frozenset(_CANONICAL.values())
 # Place-keeping methods that are nothing else: `watched_call` only marks their results (`_mark_kept`)

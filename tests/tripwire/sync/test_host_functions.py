@@ -72,7 +72,6 @@ COMPUTED: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "searchsorted": lambda x, done: torch.searchsorted(torch.cumsum(x, 0), x),
     "bucketize": lambda x, done: torch.bucketize(x, torch.cumsum(x, 0)),
     "isin": lambda x, done: torch.isin(x, x * 2),
-    "broadcast_tensors": lambda x, done: torch.broadcast_tensors(x.view(4, 1), x)[0],
     "flatten of a transpose (a copy)": lambda x, done: torch.flatten(x.view(2, 2).t()),
     "clone": lambda x, done: torch.clone(x),
 }
@@ -132,14 +131,16 @@ def test_a_new_tensor_is_where_its_device_says_else_where_its_tensor_is() -> Non
 
 
 def test_a_distribution_over_host_memory_validates_and_draws_there() -> None:
-    """`Categorical(probs=host_probs)`: its argument checks (`torch._is_all_true` of what the constraints compute), its
-    draws and its `log_prob` (`broadcast_tensors`, then `gather`) are host memory: no read waits, and a move of a draw
-    to the device is an upload. Over device probabilities each check is a read that waits, as on a GPU."""
+    """`Categorical(probs=host_probs)`: its argument checks (`torch._is_all_true` of what the constraints compute) and
+    its draws are host memory: no read waits, and a move of a draw to the device is an upload. Over device
+    probabilities each check is a read that waits, as on a GPU. (Its `log_prob` is not followed: it broadcasts with
+    `torch.broadcast_tensors`, a Python function, which cannot be watched: `explicit._PYTHON_FUNCTIONS`.)"""
 
     def step(probs: torch.Tensor, action: torch.Tensor) -> None:
         dist = torch.distributions.Categorical(probs=probs)
         dist.sample((2,)).to(DEVICE)
-        dist.log_prob(action).sum().item()
+        dist._validate_sample(action)
+        dist.probs.sum().item()
 
     def on_host() -> None:
         x, done = _host()  # built while the counter runs: host memory
@@ -220,6 +221,25 @@ def test_a_compiled_function_of_them_compiles_as_unwatched() -> None:
     plain, recorded = compiled(False), compiled(True)
     assert recorded[1:] == plain[1:] and plain[1]["unique_graphs"] == 1 and not plain[2], (plain[1:], recorded[1:])
     assert all(torch.equal(mine, theirs) for mine, theirs in zip(recorded[0], plain[0]))
+
+
+def test_a_compiled_distribution_compiles_under_a_recording() -> None:
+    """A distribution's `log_prob` broadcasts with `torch.broadcast_tensors`, a function torch writes in Python, which
+    dynamo inlines and guards by its `__dict__`: a stand-in in its place failed the guard on its first call under a
+    recording ("Guard failed on the same frame it was created": LeanRL's `Normal` under inductor). Only builtins are
+    watched in `torch` (`explicit._PYTHON_FUNCTIONS`)."""
+    dynamo = pytest.importorskip("torch._dynamo")
+
+    def log_prob(mean: torch.Tensor, std: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.distributions.Normal(mean, std, validate_args=False).log_prob(x).sum()
+
+    dynamo.reset()
+    step = torch.compile(log_prob, backend="eager")
+    mean, std, x = torch.zeros(3), torch.ones(3), torch.linspace(-1.0, 1.0, 3)
+    with SyncCounter(), hot_path("region"):
+        values = [step(mean, std, x) for _ in range(2)]
+    assert all(torch.equal(value, log_prob(mean, std, x)) for value in values)
+    assert not explicit._PYTHON_FUNCTIONS and "broadcast_tensors" not in explicit._WATCHED_FUNCTIONS
 
 
 # Each takes host (or device) tensors: `x` floats, `done` bools, `idx` integers; gives one tensor to read
