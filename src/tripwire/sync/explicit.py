@@ -171,6 +171,7 @@ _COMPUTING += ("lerp", "clamp_min", "clamp_max", "square", "rsqrt", "reciprocal"
 _COMPUTING += ("log1p", "expm1", "trunc", "fmod", "isnan", "isinf", "isfinite", "nansum", "nanmean", "type_as")
 # ... and draws from it (`torch.multinomial(priorities, n)`), with the all-true test a distribution validates with
 _COMPUTING += ("multinomial", "bernoulli", "_is_all_true", "_is_any_true")
+_COMPUTING += ("index_put", "cummax", "cummin", "logsumexp", "isclose")
 # Their forms in `torch` (`torch.sum(x)`, `torch.clamp(x, 0, 1)`, `torch.where(done, 0.0, ret)`, `torch.gather`): their
 # results where their tensors are, as the methods'
 _COMPUTING_FUNCTIONS: tuple[str, ...] = tuple(
@@ -179,11 +180,12 @@ _COMPUTING_FUNCTIONS: tuple[str, ...] = tuple(
 # Functions with no method of the name (a sum tree's `torch.searchsorted(cumulative, draws)`), and the function forms
 # of the place-keeping methods (`torch.flatten(x)`: a copy, not a view, of a tensor that is not contiguous)
 _COMPUTING_FUNCTIONS += ("searchsorted", "bucketize", "isin", "clone", "flatten", "reshape", "squeeze", "unsqueeze")
+_COMPUTING_FUNCTIONS += ("std_mean", "var_mean")
 _COMPUTES = frozenset(getattr(torch.Tensor, name) for name in _COMPUTING)
 _COMPUTES |= frozenset(getattr(torch, name) for name in _COMPUTING_FUNCTIONS)
 # Of those, the ones whose C++ warns in ordinary use (`std()`/`var()` of one element: no degrees of freedom left): run
 # on the caller's line (`watched.as_caller`), so the warning is the loop's, not tripwire's
-_WARNING = frozenset({"std", "var"})
+_WARNING = frozenset({"std", "var", "std_mean", "var_mean"})
 # torch's own functions, for identity checks that must not meet the stand-ins put in their place
 _TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
 _NEW_TENSOR = torch.Tensor.new_tensor  # `t.new_tensor(data)`: built where `t` is, or where its `device=` says

@@ -74,6 +74,12 @@ COMPUTED: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "isin": lambda x, done: torch.isin(x, x * 2),
     "flatten of a transpose (a copy)": lambda x, done: torch.flatten(x.view(2, 2).t()),
     "clone": lambda x, done: torch.clone(x),
+    "index_put": lambda x, done: x.index_put((done.long(),), x[0]),
+    "cummax (values)": lambda x, done: x.cummax(0).values,
+    "logsumexp": lambda x, done: torch.logsumexp(x, 0),
+    "isclose": lambda x, done: torch.isclose(x, x * 2),
+    "std_mean (std)": lambda x, done: torch.std_mean(x)[0],
+    "var_mean (mean)": lambda x, done: torch.var_mean(x)[1],
 }
 
 
@@ -193,10 +199,12 @@ def test_a_one_element_spread_warns_at_the_loops_line() -> None:
             x = torch.ones(1)
             torch.std(x)
             torch.var(x)
+            torch.std_mean(x)
+            torch.var_mean(x)
         return [(w.filename, w.lineno) for w in caught]
 
     plain = spread()
-    assert len(plain) == 2 and all(filename == __file__ for filename, _ in plain), plain
+    assert len(plain) == 4 and all(filename == __file__ for filename, _ in plain), plain
     with SyncCounter(), hot_path("region"):
         assert spread() == plain
 
