@@ -21,7 +21,7 @@ alone: `i + 4`, `x.sum()`, `torch.where(done, 0.0, ret)`) are marked as they are
 torch's own (an optimizer's step counters), so that a CPU run can tell a later `.to(device)` of one is an upload
 (`tripwire.sync.copies`), and so that a read of one is not counted: the tensor is in host memory on a GPU run too,
 and its read waits for nothing there. The same tensors are marked on a CPU run and on a GPU, so one budget serves
-both. A tensor another op computes from host tensors (`x.index_select(0, idx)`, `F.relu(x)`) is not followed, nor
+both. A tensor a model's math computes from host tensors (`x.softmax(0)`, `F.relu(x)`) is not followed, nor
 one built before the counter started: a read of either counts. (An index of a host-built tensor, and a
 data-dependent op of host-built tensors alone, are followed from the kernels that watch those ops:
 `tripwire.sync.implicit`.)

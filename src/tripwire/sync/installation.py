@@ -24,9 +24,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tripwire.common.unhook import put_back
 from tripwire.sync import state as sync
-from tripwire.sync.swaps import Swap
+from tripwire.sync.swaps import Swap, swap_code
 
-__all__ = ["Installation", "call_counted", "in_counted_backward", "patch", "tracked_backward"]
+__all__ = ["Installation", "call_counted", "in_counted_backward", "patch", "swap_in", "tracked_backward"]
 
 _BACKWARDS = [0]  # backward passes that counting threads are running now (`in_counted_backward`)
 _BACKWARDS_LOCK = threading.Lock()
@@ -77,6 +77,18 @@ def patch(installation: Installation, owner: Any, name: str, replacement: Any) -
         # torch's own in a process with no counter
         replacement.__module__, replacement.__qualname__ = owner.__name__, name
     setattr(owner, name, replacement)
+
+
+def swap_in(
+    installation: Installation, function: Any, counted: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
+) -> bool:
+    """`swaps.swap_code(function, counted)`, the swap kept so that this installation's removal puts the code back;
+    False when the function cannot be swapped (not a Python function)."""
+    swap = swap_code(function, counted)
+    if swap is None:
+        return False
+    installation.swaps.append(swap)
+    return True
 
 
 def as_script_builtin(installation: Installation, own: Any, stand_in: Any) -> None:

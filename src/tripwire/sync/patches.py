@@ -35,10 +35,9 @@ import torch
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
 from tripwire.sync.copies import host_born, mark_host_born
-from tripwire.sync.installation import Installation, call_counted, patch
+from tripwire.sync.installation import Installation, call_counted, patch, swap_in
 from tripwire.sync.saved import device_storages, loaded_on_host, loaded_storages
 from tripwire.sync.scalers import watch_scalers
-from tripwire.sync.swaps import swap_code
 
 __all__ = ["COLLECTIVES", "counted_method", "patch_sync_functions"]
 
@@ -96,10 +95,9 @@ def patch_sync_functions(installation: Installation) -> None:
     targets.append((torch.cuda.Event, "synchronize", kinds.EVENT_SYNCHRONIZE))
     for owner, name, kind in targets:
         function = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name)
-        swap = swap_code(function, functools.partial(_counted_swap, kind))
-        if swap is not None:
-            installation.swaps.append(swap)
-        elif isinstance(owner, type):  # a method written in C: patched on its class
+        if swap_in(installation, function, functools.partial(_counted_swap, kind)):
+            continue
+        if isinstance(owner, type):  # a method written in C: patched on its class
             patch(installation, owner, name, functools.partialmethod(counted_method, kind, getattr(owner, name)))
         else:
             patch(installation, owner, name, functools.partial(_counted_call, kind, getattr(owner, name)))
@@ -107,9 +105,7 @@ def patch_sync_functions(installation: Installation) -> None:
     swapped = [(torch.serialization.save, _counted_save), (torch.serialization.load, _watched_load)]
     swapped.append((torch.nn.Parameter.__new__, _watched_parameter))
     for function, counted in swapped:
-        swap = swap_code(function, counted)
-        if swap is not None:
-            installation.swaps.append(swap)
+        swap_in(installation, function, counted)
     watch_scalers(installation)
 
 

@@ -25,8 +25,7 @@ from typing import Any
 
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
-from tripwire.sync.installation import Installation
-from tripwire.sync.swaps import swap_code
+from tripwire.sync.installation import Installation, swap_in
 
 __all__ = ["watch_scalers"]
 
@@ -119,6 +118,4 @@ def watch_scalers(installation: Installation) -> None:
     except ImportError:  # a build without it
         return
     for name, counted in _WATCHED.items():
-        swap = swap_code(vars(GradScaler).get(name), counted)
-        if swap is not None:
-            installation.swaps.append(swap)
+        swap_in(installation, vars(GradScaler).get(name), counted)

@@ -86,6 +86,7 @@ class Spelling:
     built_on_host: bool = False  # the receiver of `.to()` is built from host data right there (`torch.tensor(...)`)
     pinned: bool = False  # ... in pinned memory (`.pin_memory()`, or a name with `pinned` in it)
     parameter: str = ""  # the target is this parameter of the calling function: its caller says what it is
+    device_of: str = ""  # the target is this name's device: `.to(input.device)` -> "input"
 
 
 # Keyed by the code object's id, the entry holding the code so the id is not reused: hashing a code object hashes its
@@ -95,8 +96,6 @@ _Positions = list[tuple[int | None, int | None, int | None, int | None]]
 _positions_cache: dict[int, tuple[CodeType, _Positions]] = {}  # by the code's id, as `_spelling_cache`
 # what a call passes for one parameter of the function it calls: (caller's code id, lasti, parameter) -> expression
 _arguments_cache: dict[tuple[int, int, str], tuple[CodeType, ast.expr | None]] = {}
-# the name whose `.device` a `.to(...)` call targets: (code id, lasti) -> name, "" when it targets no such name
-_device_of_cache: dict[tuple[int, int], tuple[CodeType, str]] = {}
 
 
 def forget_sources() -> None:
@@ -105,7 +104,6 @@ def forget_sources() -> None:
     _spelling_cache.clear()
     _positions_cache.clear()
     _arguments_cache.clear()
-    _device_of_cache.clear()
 
 
 def call_source(frame: FrameType) -> str:
@@ -160,30 +158,20 @@ def _spelled(frame: FrameType, method: str) -> Spelling:
         targets = [*node.args[:1], *(kw.value for kw in node.keywords if kw.arg == "device")]
         host = any(names_host(target) for target in targets)
         built, pinned = _receiver(node.func.value) if isinstance(node.func, ast.Attribute) else (False, False)
-        parameter = ""
+        parameter = device_of = ""
         if len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id in _parameters(frame.f_code):
             parameter = targets[0].id
-        return Spelling(host, bool(targets) and not host, built, pinned, parameter)
+        target = targets[0] if len(targets) == 1 else None
+        if isinstance(target, ast.Attribute) and target.attr == "device" and isinstance(target.value, ast.Name):
+            device_of = target.value.id
+        return Spelling(host, bool(targets) and not host, built, pinned, parameter, device_of)
     return Spelling()
 
 
 def device_of(frame: FrameType) -> str:
     """The name whose device the `.to(...)` call the frame is making moves to (`sorted_indices.to(input.device)` ->
-    `input`), "" when its target is not a name's `.device`; read once per call site."""
-    key = (id(frame.f_code), frame.f_lasti)
-    cached = _device_of_cache.get(key)
-    if cached is None:
-        name = ""
-        tree = _parsed_call(frame)
-        for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.Call) and name_of(node.func) == "to":
-                targets = [*node.args[:1], *(kw.value for kw in node.keywords if kw.arg == "device")]
-                target = targets[0] if len(targets) == 1 else None
-                if isinstance(target, ast.Attribute) and target.attr == "device" and isinstance(target.value, ast.Name):
-                    name = target.value.id
-                break
-        cached = _device_of_cache[key] = (frame.f_code, name)
-    return cached[1]
+    `input`), "" when its target is not a name's `.device`; read once per call site, with the rest of its spelling."""
+    return _spelled_at(frame, "to").device_of
 
 
 def _load_target(node: ast.Call, code: CodeType) -> Spelling:
