@@ -6,7 +6,8 @@
 |---|---|---|
 | run | both ran to the end, as far, with the same child processes | `b crashed: ValueError: bad shape (model.py:42)` |
 | context | the determinism contexts match (a note, not a failure) | `torch_build: 'cpu' -> 'cuda 13.0' (...)` |
-| trajectory | every checkpoint is bitwise equal | `low-bit drift at #5 'Adam.step#1': max |Δ| 2.4e-09 = 3 ULP` |
+| trajectory | every checkpoint is bitwise equal (a difference between runs that did not seed torch, or seeded it
+differently, says so: `Result.unseeded`, `Result.seed`) | `low-bit drift at #5 'Adam.step#1': max |Δ| 2.4e-09 = 3 ULP` |
 | syncs | every region and call site syncs as often | `NEW update ppo.py:264 in main ×3 [item] `v.item()`` |
 | compile | torch.compile breaks, recompiles, compiles as often, at the same lines | `NEW 'update' ppo.py:88 ...` |
 | telemetry | event counts, order and payload schema match | `SEED_PRUNED: 1 -> 0 (-1)` |
@@ -270,6 +271,22 @@ def compare_trajectory(a: Result, b: Result) -> Verdict:
     context = mismatches(a.context, b.context)
     if context:
         details.append(f"the contexts differ ({'; '.join(context)}): that alone can explain a bitwise difference")
+    unseeded = [side for side, result in (("A", a), ("B", b)) if result.unseeded]
+    if unseeded:
+        summary += "; torch unseeded by the loop"
+        details.append(
+            f"{' and '.join(unseeded)} drew from torch's default generator with the seed the run started with: "
+            "unless something seeded it the same way before each run, each run draws other "
+            "random numbers, which alone can explain the difference; seed it in the loop (torch.manual_seed) or in an "
+            "adapter"
+        )
+    elif a.seed is not None and b.seed is not None and a.seed != b.seed:
+        summary += "; torch seeded differently"
+        details.append(
+            f"the runs ended with torch's default generator seeded differently (A {a.seed}, B {b.seed}): the loop "
+            "does not seed it the same way every run, so each run draws other random numbers and that alone "
+            "can explain the difference; seed it with a fixed value"
+        )
     return Verdict("trajectory", DIFFERS, summary, tuple(details), report.kind)
 
 

@@ -6,7 +6,8 @@ A result folder holds:
                       source root and commit, syncs per region, per iteration and per call site (with each site's source
                       line and the project lines that called its function, `tripwire.sync.sites.Caller`), what
                       torch.compile did (graph breaks, recompiles, frames, graphs, eager fallbacks: `compile`, kept
-                      the same way), telemetry counts, and what was not measured
+                      the same way), telemetry counts, the seed torch's default generator ended the run with,
+                      and what was not measured
     trajectory.json   the checkpoints' digests and specs (`tripwire.bitwise.trajectory`)
     payloads.json     a digest of every event payload field (`tripwire.telemetry.payloads`), when the run had events
     payload_values.pt the numbers behind those digests, kept like values.pt, for measuring a payload difference
@@ -136,6 +137,10 @@ class Result:
     folder: Path | None = None
     traceback: str = ""  # the full traceback of a crash
     ended_by_exit: bool = False  # the loop called os._exit (not saved: `run` ends its process the same way)
+    # torch's default generator's seed at the end of the run (`torch.initial_seed()`): two results that differ in it
+    # drew other random numbers; None: recorded before it was kept
+    seed: int | None = None
+    unseeded: bool = False  # the loop drew from that generator and ended with the seed it started with
 
     @property
     def ok(self) -> bool:
@@ -185,6 +190,8 @@ class Result:
             "clock": self.clock,
             "calls": dict(sorted(self.calls.items())),
             "children": self.children,
+            "seed": self.seed,
+            "unseeded": self.unseeded,
             "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
         }
         # written last, and whole (a temporary file renamed): a folder with a result.json holds a complete result
@@ -229,6 +236,8 @@ class Result:
                     if data.get("children") is None
                     else {str(kind): int(count) for kind, count in dict(data["children"]).items()}
                 ),
+                seed=None if data.get("seed") is None else int(data["seed"]),
+                unseeded=bool(data.get("unseeded", False)),
                 folder=root,
             )
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:
