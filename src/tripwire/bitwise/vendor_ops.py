@@ -188,7 +188,7 @@ class _Watch:
                 for watcher in self.active:
                     caller = callers.get(watcher.root)
                     if caller is None:
-                        caller = callers[watcher.root] = _caller(watcher.root)
+                        caller = callers[watcher.root] = caller_line(watcher.root)
                     watcher.calls[(shown, shown_dtype, caller)] += 1
                     if watcher.unmarked:  # a child's first noted call: told at once, in case it never hands back
                         watcher.unmarked = False
@@ -368,7 +368,7 @@ def watch_spawned_child(watchers: list[tuple[str, str, int]]) -> None:
 _CLOUDPICKLED = "<dynamic-code>"  # the file name cloudpickle gives the code it rebuilds (its lines are kept)
 
 
-def _caller(root: str) -> str:
+def caller_line(root: str) -> str:
     """The innermost frame outside torch and tripwire, as `path:line` (relative to `root` if inside it), and the torch
     file it called the op through where that is `torch.optim` (`train.py:88 via torch/optim/adam.py`): the line is
     the loop's `optimizer.step()`, and the root is the optimizer's. A function cloudpickle sent by value (an env

@@ -6,8 +6,9 @@
 |---|---|---|
 | run | both ran to the end, as far, with the same child processes | `b crashed: ValueError: bad shape (model.py:42)` |
 | context | the determinism contexts match (a note, not a failure) | `torch_build: 'cpu' -> 'cuda 13.0' (...)` |
-| trajectory | every checkpoint is bitwise equal (a difference between runs that did not seed torch, or seeded it
-differently, says so: `Result.unseeded`, `Result.seed`) | `low-bit drift at #5 'Adam.step#1': max |Δ| 2.4e-09 = 3 ULP` |
+| trajectory | every checkpoint is bitwise equal (a difference between runs that did not seed torch, seeded it
+differently or drew from it on several threads says so: `Result.unseeded`, `seed`, `draw_threads`) |
+`low-bit drift at #5 'Adam.step#1': max |Δ| 2.4e-09 = 3 ULP` |
 | syncs | every region and call site syncs as often | `NEW update ppo.py:264 in main ×3 [item] `v.item()`` |
 | compile | torch.compile breaks, recompiles, compiles as often, at the same lines | `NEW 'update' ppo.py:88 ...` |
 | telemetry | event counts, order and payload schema match | `SEED_PRUNED: 1 -> 0 (-1)` |
@@ -271,6 +272,16 @@ def compare_trajectory(a: Result, b: Result) -> Verdict:
     context = mismatches(a.context, b.context)
     if context:
         details.append(f"the contexts differ ({'; '.join(context)}): that alone can explain a bitwise difference")
+    threads = [(side, drew) for side, drew in (("A", a.draw_threads), ("B", b.draw_threads)) if drew and len(drew) > 1]
+    if threads:
+        summary += "; torch drawn on several threads"
+    for side, drew in threads:
+        named = ", ".join(f"{name!r} first at {first}" for name, _count, first in drew[:4])
+        details.append(
+            f"{side} drew from torch's default generator on {len(drew)} threads ({named}): their draws interleave as "
+            "the OS runs them, which alone can explain the difference; draw on one thread, or give each other thread "
+            "a torch.Generator of its own"
+        )
     unseeded = [side for side, result in (("A", a), ("B", b)) if result.unseeded]
     if unseeded:
         summary += "; torch unseeded by the loop"

@@ -6,13 +6,16 @@ and its `Instrumentation`, and returns a `tripwire.outside.result.Result`. A fai
 with a one-line cause (its exception and the innermost line of the tree it came from); a scenario that cannot be set up
 (a target that does not exist in this tree) is an `error`; a scenario that raises `NotApplicable` is `n/a`. Modules
 imported from the tree are unloaded afterwards, and everything patched is restored. While the entry runs, the objects
-that existed before it are frozen out of the garbage collector's full passes (`_frozen_heap`).
+that existed before it are frozen out of the garbage collector's full passes (`_frozen_heap`). What makes two runs of
+a seeded loop draw other numbers is noted: a loop that drew from torch's default generator with the seed the run
+started with (`Result.unseeded`), and one that drew from it on several threads (`Result.draw_threads`).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import gc
 import importlib
 import inspect
@@ -30,9 +33,10 @@ from typing import Any, NoReturn
 
 import torch
 
+from tripwire.bitwise.draws import DrawThreads
 from tripwire.bitwise.settings import SettingsWatch, determinism_settings, restore_settings
 from tripwire.bitwise.trajectory import TrajectoryRecorder
-from tripwire.bitwise.vendor_ops import VendorBoundOps
+from tripwire.bitwise.vendor_ops import VendorBoundOps, caller_line
 from tripwire.common import closure
 from tripwire.common.context import capture_context, imported_distributions
 from tripwire.common.errors import TripwireError
@@ -269,6 +273,7 @@ def record(
         status, cause, trace, ended_by_exit, swallowed, passed = "ok", "", "", False, "", ""
         exits: list[tuple[int, str]] = []  # bound by `_exit_caught`, unless an instrument fails before it
         seeding: list[str] = []  # bound by `_seeding_watched`, unless an instrument fails before it
+        draws: DrawThreads | None = None  # bound by `DrawThreads`, unless an instrument fails before it
         seed_before = _generator_mark()
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
@@ -283,6 +288,7 @@ def record(
                     settings,
                     _frozen_heap(),
                     _seeding_watched() as seeding,
+                    DrawThreads(functools.partial(caller_line, str(tree.root))) as draws,
                     census if census is not None else contextlib.nullcontext(),
                 ):
                     _run_in_this_process(scenario, tree, argv, instrumentation)
@@ -326,6 +332,16 @@ def record(
     result = Result(scenario.name, status, cause, context, source, seconds, traceback=trace, seed=seed_after[0])
     result.ended_by_exit = ended_by_exit
     result.unseeded = not seeding and _drew_unseeded(seed_before, seed_after)
+    if draws is not None:
+        result.draw_threads = [(str(name), int(count), str(first)) for name, count, first in draws.drawing()]
+        if len(result.draw_threads) > 1:
+            result.notes.append(_threads_note(result.draw_threads))
+        if draws.faults:
+            result.notes.append(
+                "tripwire's fault, not the loop's: its watch of the draws from torch's generator failed: "
+                + "; ".join(sorted(set(draws.faults))[:3])
+                + " (the draws ran as the loop made them; report this to tripwire)"
+            )
     if result.unseeded:
         result.notes.append(
             f"the loop drew from torch's default generator and ended the run with the seed it started with "
@@ -461,6 +477,18 @@ def _seeding_watched() -> Iterator[list[str]]:
         for swap in reversed(swaps):
             if swap is not None:
                 swap.restore()
+
+
+def _threads_note(threads: Sequence[tuple[str, int, str]]) -> str:
+    """What drawing from torch's default generator on several threads does to a seeded run, naming each thread."""
+    shown = ", ".join(f"{name!r} {count:,} (first at {first})" for name, count, first in threads[:4])
+    more = f" and {len(threads) - 4} more" if len(threads) > 4 else ""
+    return (
+        f"the loop drew from torch's default generator on {len(threads)} threads: {shown}{more}; one generator serves "
+        "them all in the order the OS runs them, so unless the loop orders their draws a seeded run draws other "
+        "numbers each time and `compare` finds the trajectories different: draw on one thread, or give each other "
+        "thread a `torch.Generator` of its own"
+    )
 
 
 def _drew_unseeded(before: tuple[int, torch.Tensor], after: tuple[int, torch.Tensor]) -> bool:

@@ -6,8 +6,8 @@ A result folder holds:
                       source root and commit, syncs per region, per iteration and per call site (with each site's source
                       line and the project lines that called its function, `tripwire.sync.sites.Caller`), what
                       torch.compile did (graph breaks, recompiles, frames, graphs, eager fallbacks: `compile`, kept
-                      the same way), telemetry counts, the seed torch's default generator ended the run with,
-                      and what was not measured
+                      the same way), telemetry counts, the seed torch's default generator ended the run with
+                      and the threads that drew from it, and what was not measured
     trajectory.json   the checkpoints' digests and specs (`tripwire.bitwise.trajectory`)
     payloads.json     a digest of every event payload field (`tripwire.telemetry.payloads`), when the run had events
     payload_values.pt the numbers behind those digests, kept like values.pt, for measuring a payload difference
@@ -141,6 +141,9 @@ class Result:
     # drew other random numbers; None: recorded before it was kept
     seed: int | None = None
     unseeded: bool = False  # the loop drew from that generator and ended with the seed it started with
+    # (thread name, draws, line of its first) per thread that drew from it (`tripwire.bitwise.draws`); None: recorded
+    # before they were kept
+    draw_threads: list[tuple[str, int, str]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -192,6 +195,7 @@ class Result:
             "children": self.children,
             "seed": self.seed,
             "unseeded": self.unseeded,
+            "draw_threads": None if self.draw_threads is None else [list(entry) for entry in self.draw_threads],
             "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
         }
         # written last, and whole (a temporary file renamed): a folder with a result.json holds a complete result
@@ -238,6 +242,11 @@ class Result:
                 ),
                 seed=None if data.get("seed") is None else int(data["seed"]),
                 unseeded=bool(data.get("unseeded", False)),
+                draw_threads=(
+                    None
+                    if data.get("draw_threads") is None
+                    else [(str(name), int(count), str(first)) for name, count, first in data["draw_threads"]]
+                ),
                 folder=root,
             )
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:

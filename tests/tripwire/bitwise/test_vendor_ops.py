@@ -139,7 +139,7 @@ def test_a_fault_in_the_watch_is_kept_as_its_own_and_the_op_still_runs(monkeypat
     def broken(root: Path) -> str:
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(vendor_ops, "_caller", broken)
+    monkeypatch.setattr(vendor_ops, "caller_line", broken)
     x = torch.rand(32) + 1
     with VendorBoundOps() as seen:
         root = torch.sqrt(x)

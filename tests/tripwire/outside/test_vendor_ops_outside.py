@@ -85,7 +85,7 @@ def test_a_fault_in_the_watch_is_named_as_tripwires_and_the_loop_still_runs(
     def broken(root: Path) -> str:
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(vendor_ops, "_caller", broken)
+    monkeypatch.setattr(vendor_ops, "caller_line", broken)
     result = record(Scenario(name="norm", call="loop:train"), _tree(tmp_path))
     assert result.status == "ok", result.cause
     assert not _vendor_notes(result.notes)
