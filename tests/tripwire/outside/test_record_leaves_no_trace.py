@@ -8,8 +8,9 @@ handlers (the compile counter's DEBUG), warning filters and the record of warnin
 profile functions, excepthooks, signal handlers, the environment, gc callbacks, the working folder, `sys.path` and the
 import finders, multiprocessing's start and what it sends a spawned child (the child watch's and the vendor watch's
 wrappers), torch's thread counts, determinism, default dtype, grad and anomaly modes, dispatcher kernels (the sync
-counter's and the vendor watch's overrides), torch function and dispatch mode stacks, live threads, open file
-descriptors and torch's own attributes."""
+counter's, the vendor watch's and the draw watch's overrides), the code of torch's seeding functions (watched while a
+loop runs), torch function and dispatch mode stacks, live threads, open file descriptors and torch's own
+attributes."""
 
 from __future__ import annotations
 
@@ -84,8 +85,14 @@ def state():
         ],
         "dispatch": {
             op: torch._C._dispatch_dump(op)
-            for op in ("aten::sqrt", "aten::sqrt.out", "aten::nonzero", "aten::_local_scalar_dense", "aten::add.Tensor")
+            for op in (
+                "aten::sqrt", "aten::sqrt.out", "aten::nonzero", "aten::_local_scalar_dense", "aten::add.Tensor",
+                "aten::uniform_", "aten::normal_", "aten::multinomial",
+            )
         },
+        "seeding code": [
+            f.__code__.co_filename for f in (torch.random.manual_seed, torch.random.seed, torch.random.set_rng_state)
+        ],
         "threads": sorted(thread.name for thread in threading.enumerate()),
         "descriptors": len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 0,
         "torch attributes": sorted(name for name, value in vars(torch).items() if "tripwire" in repr(value)),
