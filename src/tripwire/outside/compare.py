@@ -26,6 +26,7 @@ sides' values (`values.pt`), which results recorded on one machine have.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -253,7 +254,8 @@ def compare_events(check: str, noun: str, a: SyncSummary, b: SyncSummary) -> Ver
 
 
 def compare_trajectory(a: Result, b: Result) -> Verdict:
-    """The first divergence, what kind it is and, with both sides' values, how big."""
+    """The first divergence, what kind it is and, with both sides' values, how big; with what alone can explain it
+    (`chance`)."""
     report: TrajectoryReport = compare_trajectories(
         a.trajectory, b.trajectory, source="", expected_values=a.values, actual_values=b.values
     )
@@ -272,33 +274,48 @@ def compare_trajectory(a: Result, b: Result) -> Verdict:
     context = mismatches(a.context, b.context)
     if context:
         details.append(f"the contexts differ ({'; '.join(context)}): that alone can explain a bitwise difference")
-    threads = [(side, drew) for side, drew in (("A", a.draw_threads), ("B", b.draw_threads)) if drew and len(drew) > 1]
-    if threads:
-        summary += "; torch drawn on several threads"
-    for side, drew in threads:
-        named = ", ".join(f"{name!r} first at {first}" for name, _count, first in drew[:4])
-        details.append(
-            f"{side} drew from torch's default generator on {len(drew)} threads ({named}): their draws interleave as "
-            "the OS runs them, which alone can explain the difference; draw on one thread, or give each other thread "
-            "a torch.Generator of its own"
-        )
+    return _with_chance(Verdict("trajectory", DIFFERS, summary, tuple(details), report.kind), *chance(a, b))
+
+
+def chance(a: Result, b: Result) -> tuple[str, list[str]]:
+    """What alone can make two runs of one seeded loop draw other numbers, as a tag for a differing verdict's summary
+    and the lines that explain it: a side drew from torch's default generator on several threads, or with the seed
+    its run started with, or the two ended with other seeds. ("", []) when none is known."""
+    tags: list[str] = []
+    lines: list[str] = []
+    for side, drew in (("A", a.draw_threads), ("B", b.draw_threads)):
+        if drew and len(drew) > 1:
+            named = ", ".join(f"{name!r} first at {first}" for name, _count, first in drew[:4])
+            lines.append(
+                f"{side} drew from torch's default generator on {len(drew)} threads ({named}): their draws interleave "
+                "as the OS runs them, which alone can explain the difference; draw on one thread, or give each other "
+                "thread a torch.Generator of its own"
+            )
+    if lines:
+        tags.append("torch drawn on several threads")
     unseeded = [side for side, result in (("A", a), ("B", b)) if result.unseeded]
     if unseeded:
-        summary += "; torch unseeded by the loop"
-        details.append(
+        tags.append("torch unseeded by the loop")
+        lines.append(
             f"{' and '.join(unseeded)} drew from torch's default generator with the seed the run started with: "
-            "unless something seeded it the same way before each run, each run draws other "
-            "random numbers, which alone can explain the difference; seed it in the loop (torch.manual_seed) or in an "
-            "adapter"
+            "unless something seeded it the same way before each run, each run draws other random numbers, which "
+            "alone can explain the difference; seed it in the loop (torch.manual_seed) or in an adapter"
         )
     elif a.seed is not None and b.seed is not None and a.seed != b.seed:
-        summary += "; torch seeded differently"
-        details.append(
+        tags.append("torch seeded differently")
+        lines.append(
             f"the runs ended with torch's default generator seeded differently (A {a.seed}, B {b.seed}): the loop "
-            "does not seed it the same way every run, so each run draws other random numbers and that alone "
-            "can explain the difference; seed it with a fixed value"
+            "does not seed it the same way every run, so each run draws other random numbers and that alone can "
+            "explain the difference; seed it with a fixed value"
         )
-    return Verdict("trajectory", DIFFERS, summary, tuple(details), report.kind)
+    return "; ".join(tags), lines
+
+
+def _with_chance(verdict: Verdict, tag: str, lines: list[str]) -> Verdict:
+    """A differing verdict with what alone can explain it added (its summary tagged, the lines after its own)."""
+    if verdict.status != DIFFERS or not tag:
+        return verdict
+    return dataclasses.replace(verdict, summary=f"{verdict.summary}; {tag}", details=(*verdict.details, *lines))
 
 
 def compare_telemetry(a: Result, b: Result) -> list[Verdict]:
@@ -325,7 +342,11 @@ def compare_telemetry(a: Result, b: Result) -> list[Verdict]:
 def compare_payloads_verdict(a: Result, b: Result) -> Verdict:
     """Every payload field, and, when both sides kept the numbers, how big the first difference is and what kind
     (`low-bit drift` or `value change`, the trajectory's rule), else `events` (added, dropped, reordered) or
-    `field` (a field appeared or went away)."""
+    `field` (a field appeared or went away); with what alone can explain a difference (`chance`)."""
+    return _with_chance(_payloads_verdict(a, b), *chance(a, b))
+
+
+def _payloads_verdict(a: Result, b: Result) -> Verdict:
     report = compare_trajectories(
         a.payloads, b.payloads, expected_values=a.payload_values, actual_values=b.payload_values
     )
@@ -401,6 +422,11 @@ def compare_results(a: Result, b: Result, *, a_label: str = "", b_label: str = "
     if a.ok and b.ok:
         verdicts += [compare_trajectory(a, b), compare_syncs(a.syncs, b.syncs), compare_compile(a.compile, b.compile)]
         verdicts += one_kind(verdicts[-3], compare_telemetry(a, b))
+        tag, lines = chance(a, b)  # the data a run draws moves its counts too (episodes' ends, data-dependent syncs)
+        verdicts = [
+            _with_chance(verdict, tag, lines) if verdict.check in ("syncs", "compile", "telemetry") else verdict
+            for verdict in verdicts
+        ]
         if a.clock is not None and b.clock is not None:  # both left wall-clock fields out of their payloads
             verdicts.append(compare_clock(a, b))
     else:

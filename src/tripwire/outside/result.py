@@ -241,7 +241,7 @@ class Result:
                     else {str(kind): int(count) for kind, count in dict(data["children"]).items()}
                 ),
                 seed=None if data.get("seed") is None else int(data["seed"]),
-                unseeded=bool(data.get("unseeded", False)),
+                unseeded=data.get("unseeded") is True,
                 draw_threads=(
                     None
                     if data.get("draw_threads") is None

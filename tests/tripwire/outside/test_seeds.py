@@ -149,3 +149,30 @@ def test_a_loop_seeding_with_the_seed_the_process_already_had_is_not_taken_for_u
     result = _record(tmp_path, "7", "draw")
     assert result.seed == 7 and not result.unseeded and not _note(result)
     assert torch.random.manual_seed.__code__ is code  # the watch is taken off with the recording
+
+
+def test_counts_that_follow_the_draws_carry_the_same_explanation(tmp_path: Path) -> None:
+    loop = (
+        "import torch\n\nDEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n\n\n"
+        "def step(x):\n    return x.sum()\n\n\n"
+        "for _ in range(int(torch.randint(1, 6, ()).item()) * 3):\n    step(torch.ones(2, device=DEVICE)).item()\n"
+    )
+
+    def episodes(seed: int) -> int:
+        torch.manual_seed(seed)
+        return int(torch.randint(1, 6, ()).item())
+
+    # what the process was seeded with before each run (the loop seeds nothing): two seeds drawing other counts
+    seeds = [0, next(seed for seed in range(1, 50) if episodes(seed) != episodes(0))]
+    results = []
+    for seed in seeds:
+        (tmp_path / str(seed)).mkdir()
+        (tmp_path / str(seed) / "loop.py").write_text(loop, encoding="utf-8")
+        torch.manual_seed(seed)
+        results.append(record(Scenario(name="episodes", script="loop.py"), tmp_path / str(seed)))
+    assert results[0].syncs.total != results[1].syncs.total
+    syncs = next(v for v in compare_results(*results).verdicts if v.check == "syncs")
+    assert syncs.status == "differs" and syncs.summary.endswith("; torch unseeded by the loop")
+    assert any(
+        "drew from torch's default generator with the seed the run started with" in line for line in syncs.details
+    )
