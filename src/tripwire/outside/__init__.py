@@ -8,6 +8,7 @@
 - `blame`: whose fault a crash is, the loop's or tripwire's own, read from the traceback;
 - `record`: one scenario run with every instrument in place, into a `Result`;
 - `children`: the processes a recorded loop starts, which a recording does not see into, counted by kind;
+- `seeds`: whether a recorded loop drew from torch's default generator without seeding it;
 - `result`: results as folders of files, saved, loaded and compared anywhere;
 - `compare`: a verdict per check between two results: where, what kind, how big;
 - `commands`: `python -m tripwire run | compare | budget`.

@@ -34,6 +34,7 @@ from typing import Any
 from tripwire.bitwise.magnitude import AMPLIFIED, DRIFT, VALUE_CHANGE
 from tripwire.bitwise.trajectory import TrajectoryReport, compare_trajectories
 from tripwire.common.context import mismatches
+from tripwire.outside import seeds
 from tripwire.outside.result import Result, SyncSummary
 from tripwire.sync import kinds
 from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, merge_callers, via_label
@@ -279,8 +280,9 @@ def compare_trajectory(a: Result, b: Result) -> Verdict:
 
 def chance(a: Result, b: Result) -> tuple[str, list[str]]:
     """What alone can make two runs of one seeded loop draw other numbers, as a tag for a differing verdict's summary
-    and the lines that explain it: a side drew from torch's default generator on several threads, or with the seed
-    its run started with, or the two ended with other seeds. ("", []) when none is known."""
+    and the lines that explain it: a side drew from torch's default generator on several threads, or from a generator
+    it never seeded (`Result.unseeded`), or the two ended with torch seeded differently. ("", []) when none is
+    known."""
     tags: list[str] = []
     lines: list[str] = []
     for side, drew in (("A", a.draw_threads), ("B", b.draw_threads)):
@@ -293,15 +295,16 @@ def chance(a: Result, b: Result) -> tuple[str, list[str]]:
             )
     if lines:
         tags.append("torch drawn on several threads")
-    unseeded = [side for side, result in (("A", a), ("B", b)) if result.unseeded]
-    if unseeded:
-        tags.append("torch unseeded by the loop")
+    generators = sorted({generator for result in (a, b) for generator in result.unseeded})
+    for generator in generators:
+        sides = [side for side, result in (("A", a), ("B", b)) if generator in result.unseeded]
+        tags.append(f"{generator} unseeded by the loop")
         lines.append(
-            f"{' and '.join(unseeded)} drew from torch's default generator with the seed the run started with: "
+            f"{' and '.join(sides)} drew from {seeds.described(generator)} without seeding it while the run went on: "
             "unless something seeded it the same way before each run, each run draws other random numbers, which "
-            "alone can explain the difference; seed it in the loop (torch.manual_seed) or in an adapter"
+            "alone can explain the difference; seed it in the loop or in an adapter"
         )
-    elif a.seed is not None and b.seed is not None and a.seed != b.seed:
+    if seeds.TORCH not in generators and a.seed is not None and b.seed is not None and a.seed != b.seed:
         tags.append("torch seeded differently")
         lines.append(
             f"the runs ended with torch's default generator seeded differently (A {a.seed}, B {b.seed}): the loop "

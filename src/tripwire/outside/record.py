@@ -7,8 +7,8 @@ with a one-line cause (its exception and the innermost line of the tree it came 
 (a target that does not exist in this tree) is an `error`; a scenario that raises `NotApplicable` is `n/a`. Modules
 imported from the tree are unloaded afterwards, and everything patched is restored. While the entry runs, the objects
 that existed before it are frozen out of the garbage collector's full passes (`_frozen_heap`). What makes two runs of
-a seeded loop draw other numbers is noted: a loop that drew from torch's default generator with the seed the run
-started with (`Result.unseeded`), and one that drew from it on several threads (`Result.draw_threads`).
+a seeded loop draw other numbers is noted: a generator the loop drew from and never seeded (`Result.unseeded`,
+`tripwire.outside.seeds`), and torch's drawn from on several threads (`Result.draw_threads`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from tripwire.common.context import capture_context, imported_distributions
 from tripwire.common.errors import TripwireError
 from tripwire.common.unhook import put_back
 from tripwire.compile.counter import CompileCounter
+from tripwire.outside import seeds
 from tripwire.outside.blame import blame
 from tripwire.outside.children import ChildWatch, tree_site
 from tripwire.outside.instrument import Instrumentation, Session, _resolve
@@ -51,7 +52,6 @@ from tripwire.scenario import Adapter, NotApplicable, Scenario, ScenarioError, T
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.log import EventLog
 from tripwire.sync.sites import group_records
-from tripwire.sync.swaps import swap_code
 from tripwire.telemetry.clock import clock_fields, clock_golden, outlasting
 from tripwire.telemetry.counts import load_events, reduce_events
 from tripwire.telemetry.payloads import DEFAULT_EXCLUDED, payload_trajectory, payload_values, unmatched_patterns
@@ -272,9 +272,9 @@ def record(
         census = VendorBoundOps(tree.root) if vendor_ops else None
         status, cause, trace, ended_by_exit, swallowed, passed = "ok", "", "", False, "", ""
         exits: list[tuple[int, str]] = []  # bound by `_exit_caught`, unless an instrument fails before it
-        seeding: list[str] = []  # bound by `_seeding_watched`, unless an instrument fails before it
+        seeded: set[str] = set()  # bound by `seeds.seeding_watched`, unless an instrument fails before it
         draws: DrawThreads | None = None  # bound by `DrawThreads`, unless an instrument fails before it
-        seed_before = _generator_mark()
+        seeds_before = seeds.mark()
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
             try:
@@ -287,7 +287,7 @@ def record(
                     _exit_caught(tree.root) as exits,
                     settings,
                     _frozen_heap(),
-                    _seeding_watched() as seeding,
+                    seeds.seeding_watched() as seeded,
                     DrawThreads(functools.partial(caller_line, str(tree.root))) as draws,
                     census if census is not None else contextlib.nullcontext(),
                 ):
@@ -318,7 +318,7 @@ def record(
                 status, cause = _instruments_fired(instrumentation, children)
             seconds = time.perf_counter() - start
             changed = _changed_by_loop(context, capture_context())
-            seed_after = _generator_mark()
+            seeds_after = seeds.mark()
             try:
                 events = list(session.events) + _event_files(scenario, folder)
             except TripwireError as error:  # the loop wrote a damaged events file: its failure, kept as a result
@@ -329,9 +329,11 @@ def record(
     context = {**context, "packages": imported_distributions()}
     if changed:  # the bits after the change depend on what the loop set: compared, and said
         context["changed_by_loop"] = changed
-    result = Result(scenario.name, status, cause, context, source, seconds, traceback=trace, seed=seed_after[0])
+    result = Result(
+        scenario.name, status, cause, context, source, seconds, traceback=trace, seed=seeds_after.torch_seed
+    )
     result.ended_by_exit = ended_by_exit
-    result.unseeded = not seeding and _drew_unseeded(seed_before, seed_after)
+    result.unseeded = seeds.unseeded(seeds_before, seeds_after, seeded)
     if draws is not None:
         result.draw_threads = [(str(name), int(count), str(first)) for name, count, first in draws.drawing()]
         if len(result.draw_threads) > 1:
@@ -342,13 +344,7 @@ def record(
                 + "; ".join(sorted(set(draws.faults))[:3])
                 + " (the draws ran as the loop made them; report this to tripwire)"
             )
-    if result.unseeded:
-        result.notes.append(
-            f"the loop drew from torch's default generator and ended the run with the seed it started with "
-            f"({seed_after[0]}): a loop that never seeds it draws from the process's seed, which torch takes from the "
-            "OS at import, so another run draws other numbers and `compare` finds the trajectories different from the "
-            "first checkpoint; seed it in the loop (`torch.manual_seed`) or in an adapter"
-        )
+    result.notes.extend(seeds.notes(result.unseeded, seeds_after))
     if swallowed:
         result.notes.append(swallowed)
     if census is not None and census.calls:
@@ -452,33 +448,6 @@ def _changed_by_loop(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
     return {key: [before[key], after[key]] for key in before if key in after and before[key] != after[key]}
 
 
-def _generator_mark() -> tuple[int, torch.Tensor]:
-    """torch's default generator as it stands: the seed it was last given (`torch.initial_seed()`) and its state."""
-    return torch.initial_seed(), torch.default_generator.get_state()
-
-
-@contextlib.contextmanager
-def _seeding_watched() -> Iterator[list[str]]:
-    """The loop's calls that set torch's default generator while it runs (`torch.manual_seed`, `torch.seed`,
-    `torch.set_rng_state`, their code swapped so that a reference taken before the run is seen too): their names.
-    A recording in a process that recorded the same seeded loop before starts with the loop's own seed already
-    set, so an unchanged seed alone does not say the loop never seeded."""
-    seeding: list[str] = []
-
-    def watched(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        seeding.append(original.__name__)
-        return original(*args, **kwargs)  # pass-through
-
-    swaps = [swap_code(function, watched) for function in (torch.random.manual_seed, torch.random.seed)]
-    swaps.append(swap_code(torch.random.set_rng_state, watched))
-    try:
-        yield seeding
-    finally:
-        for swap in reversed(swaps):
-            if swap is not None:
-                swap.restore()
-
-
 def _threads_note(threads: Sequence[tuple[str, int, str]]) -> str:
     """What drawing from torch's default generator on several threads does to a seeded run, naming each thread."""
     shown = ", ".join(f"{name!r} {count:,} (first at {first})" for name, count, first in threads[:4])
@@ -489,14 +458,6 @@ def _threads_note(threads: Sequence[tuple[str, int, str]]) -> str:
         "numbers each time and `compare` finds the trajectories different: draw on one thread, or give each other "
         "thread a `torch.Generator` of its own"
     )
-
-
-def _drew_unseeded(before: tuple[int, torch.Tensor], after: tuple[int, torch.Tensor]) -> bool:
-    """Whether the loop drew from torch's default generator and ended with the seed the run started with (the
-    caller also asks that it called none of the seeding functions): a loop that never seeds it draws from the
-    process's seed, which torch takes from the OS at its import unless something seeded it first, so two runs differ
-    from their first random number (initial weights, a sampled action)."""
-    return before[0] == after[0] and not torch.equal(before[1], after[1])
 
 
 def _instruments_fired(instrumentation: Instrumentation, children: ChildWatch) -> tuple[str, str]:

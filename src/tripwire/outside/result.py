@@ -140,7 +140,8 @@ class Result:
     # torch's default generator's seed at the end of the run (`torch.initial_seed()`): two results that differ in it
     # drew other random numbers; None: recorded before it was kept
     seed: int | None = None
-    unseeded: bool = False  # the loop drew from that generator and ended with the seed it started with
+    # the generators the loop drew from without seeding them while it ran (`torch`: tripwire.outside.seeds)
+    unseeded: tuple[str, ...] = ()
     # (thread name, draws, line of its first) per thread that drew from it (`tripwire.bitwise.draws`); None: recorded
     # before they were kept
     draw_threads: list[tuple[str, int, str]] | None = None
@@ -194,7 +195,7 @@ class Result:
             "calls": dict(sorted(self.calls.items())),
             "children": self.children,
             "seed": self.seed,
-            "unseeded": self.unseeded,
+            "unseeded": list(self.unseeded),
             "draw_threads": None if self.draw_threads is None else [list(entry) for entry in self.draw_threads],
             "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
         }
@@ -241,7 +242,9 @@ class Result:
                     else {str(kind): int(count) for kind, count in dict(data["children"]).items()}
                 ),
                 seed=None if data.get("seed") is None else int(data["seed"]),
-                unseeded=data.get("unseeded") is True,
+                unseeded=tuple(str(name) for name in data["unseeded"])
+                if isinstance(data.get("unseeded"), list)
+                else (),
                 draw_threads=(
                     None
                     if data.get("draw_threads") is None
