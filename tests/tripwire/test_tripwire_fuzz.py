@@ -130,6 +130,21 @@ def test_a_result_whose_source_holds_no_text_is_refused_in_one_line(
     assert _loaded_or_refused(Result.load, tmp_path) is None  # one line, though a key holds a line break
 
 
+@pytest.mark.parametrize("context", [[[float("inf"), float("inf")], [None, None]], [["torch", "2.14"]], "cpu", 5])
+def test_a_result_whose_context_is_no_object_is_refused_in_one_line(
+    seeds: tuple[Result, dict[str, Any], dict[str, Any]], tmp_path: Path, context: Any
+) -> None:
+    """Found by this fuzzer on the CI run of 7a2bb4c: a context mutated into a list of pairs loaded (`dict()` of it),
+    with a number and None as keys, and comparing it raised a `TypeError` from sorting the keys."""
+    _, document, _ = seeds
+    (tmp_path / "result.json").write_text(json.dumps({**document, "context": context}))
+    assert _loaded_or_refused(Result.load, tmp_path) is None
+    for field in ("setup", "tail"):  # the sync summary's regions, read the same way
+        syncs = {**document["syncs"], field: context}
+        (tmp_path / "result.json").write_text(json.dumps({**document, "syncs": syncs}))
+        assert _loaded_or_refused(Result.load, tmp_path) is None
+
+
 @FUZZ
 @given(data=st.data())
 def test_a_mutated_budget_loads_and_checks_or_is_refused_in_one_line(

@@ -102,9 +102,9 @@ class SyncSummary:
     def from_json(cls, data: Mapping[str, Any]) -> SyncSummary:
         return cls(
             [SiteRecord.from_json(item) for item in data.get("sites", [])],
-            [dict(item) for item in data.get("iterations", [])],
-            dict(data.get("setup", {})),
-            dict(data.get("tail", {})),
+            [_object(item, "syncs.iterations[]") for item in data.get("iterations", [])],
+            _object(data.get("setup", {}), "syncs.setup"),
+            _object(data.get("tail", {}), "syncs.tail"),
             [str(region) for region in data.get("declared", [])],
         )
 
@@ -227,7 +227,7 @@ class Result:
                 scenario=str(data.get("scenario", "")),
                 status=str(data["status"]),
                 cause=str(data.get("cause", "")),
-                context=dict(data.get("context", {})),
+                context=_object(data.get("context", {}), "context"),
                 source=_texts(dict(data.get("source", {})), "source"),
                 seconds=float(data.get("seconds", 0.0)),
                 syncs=SyncSummary.from_json(data.get("syncs", {})),
@@ -273,6 +273,14 @@ def describe_sites(records: Sequence[SiteRecord]) -> list[str]:
         + (f"  ({via_label(record.kind)}: {record.via})" if record.via else "")
         for record in records
     ]
+
+
+def _object(value: Any, name: str) -> dict[str, Any]:
+    """`value` as a dict if it is a JSON object (whose keys are text); else a `TypeError` naming `name`, which
+    `Result.load` reports in one line (`dict()` of a list of pairs would make keys of any type)."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} is {type(value).__name__}, not an object")
+    return dict(value)
 
 
 def _texts(fields: dict[str, Any], name: str) -> dict[str, Any]:
