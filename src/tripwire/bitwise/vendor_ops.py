@@ -81,15 +81,19 @@ def _base_name(op_name: str) -> str:
     return op_name.removeprefix("_foreach_").rstrip("_")
 
 
-def _watched_overloads() -> list[str]:
+@functools.cache
+def _watched_overloads() -> tuple[str, ...]:
     """Every overload (`aten::sqrt`, `aten::sqrt_`, `aten::sqrt.out`, ...) of a listed op with a CPU kernel of its
-    own. The `_foreach_` forms have none on CPU: their per-tensor loop calls these, and is noted through them."""
+    own. The `_foreach_` forms have none on CPU: their per-tensor loop calls these, and is noted through them. Read
+    once (aten's kernels are fixed once torch is imported), not at every recording's start."""
     wanted = {f"aten::{name}{suffix}" for name in VENDOR_BOUND for suffix in ("", "_")}
-    return sorted(
-        full
-        for full in torch._C._dispatch_get_all_op_names()
-        if (full.split(".")[0] in wanted or full in _POW_OVERLOADS)
-        and torch._C._dispatch_has_kernel_for_dispatch_key(full, "CPU")
+    return tuple(
+        sorted(
+            full
+            for full in torch._C._dispatch_get_all_op_names()
+            if (full.split(".")[0] in wanted or full in _POW_OVERLOADS)
+            and torch._C._dispatch_has_kernel_for_dispatch_key(full, "CPU")
+        )
     )
 
 

@@ -340,9 +340,11 @@ def record(
             result.notes.append(_threads_note(result.draw_threads))
         if draws.faults:
             result.notes.append(
-                "tripwire's fault, not the loop's: its watch of the draws from torch's generator failed: "
-                + "; ".join(sorted(set(draws.faults))[:3])
-                + " (the draws ran as the loop made them; report this to tripwire)"
+                _watch_fault(
+                    "watch of the draws from torch's generator failed:",
+                    draws.faults,
+                    "the draws ran as the loop made them",
+                )
             )
     result.notes.extend(seeds.notes(result.unseeded, seeds_after))
     if swallowed:
@@ -351,9 +353,7 @@ def record(
         result.notes.append(vendor_ops_note(census.lines(), census.unfinished))
     if census is not None and census.faults:
         result.notes.append(
-            "tripwire's fault, not the loop's: its vendor-ops watch failed to note "
-            + "; ".join(sorted(set(census.faults))[:3])
-            + " (the ops ran as the loop called them; report this to tripwire)"
+            _watch_fault("vendor-ops watch failed to note", census.faults, "the ops ran as the loop called them")
         )
     if settings.changes:  # each with its line: a CPU no-op such as cudnn.benchmark still breaks a GPU run
         result.notes.append("the loop changed determinism settings: " + settings.format())
@@ -446,6 +446,12 @@ def _changed_by_loop(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
     sets its thread count from the machine computes other bits on another machine while the start context reads
     the same; recorded, two such results compare with the difference named."""
     return {key: [before[key], after[key]] for key in before if key in after and before[key] != after[key]}
+
+
+def _watch_fault(failed: str, faults: Sequence[str], ran: str) -> str:
+    """The note of a watch's own faults (three at most), said as tripwire's and never the loop's."""
+    shown = "; ".join(sorted(set(faults))[:3])
+    return f"tripwire's fault, not the loop's: its {failed} {shown} ({ran}; report this to tripwire)"
 
 
 def _threads_note(threads: Sequence[tuple[str, int, str]]) -> str:
