@@ -110,23 +110,72 @@ _key: Callable[[object], int] = object.__hash__
 _host_born: dict[int, weakref.ref[torch.Tensor]] = {}
 
 
+# The storages of the inference tensors among them, by id of the storage's object: a view of a tensor built inside
+# `torch.inference_mode` is an inference tensor that keeps no `_base`, only the storage it shares (`self.vel[env_ids]`
+# of legged_gym's state, computed inside rsl_rl's rollout). torch keeps one object per storage while the storage
+# lives, so the entry ends with the storage, whichever of its tensors outlives the others.
+_host_born_storages: dict[int, weakref.ref[Any]] = {}
+_STORAGE: Any = vars(torch._C.TensorBase)["untyped_storage"]
+_IS_INFERENCE: Any = vars(torch._C.TensorBase)["is_inference"]
+_VERSION: Any = vars(torch._C.TensorBase)["_version"].__get__
+
+
+def _read_storage(tensor: torch.Tensor) -> Any:
+    if tensor.layout is not torch.strided:
+        return None
+    try:
+        return _STORAGE(tensor)
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _storage_of(tensor: torch.Tensor) -> Any:
+    """The storage object of a plain strided tensor, read unseen by a loop's function mode, or None (a sparse tensor,
+    a tensor without storage)."""
+    return unseen(_read_storage, tensor)
+
+
 def mark_host_born(tensor: torch.Tensor) -> None:
-    """Remember that `tensor` was built in host memory (until it is freed)."""
+    """Remember that `tensor` was built in host memory (until it is freed), and, for an inference tensor, its
+    storage (until that is freed), which its views share."""
     key = _key(tensor)
     if key not in _host_born:
         _host_born[key] = weakref.ref(tensor, functools.partial(_forget, key))
+        if type(tensor) in PLAIN and unseen(_IS_INFERENCE, tensor):
+            storage = _storage_of(tensor)
+            if storage is not None and _key(storage) not in _host_born_storages:
+                at = _key(storage)
+                _host_born_storages[at] = weakref.ref(
+                    storage, functools.partial(_forget, at, table=_host_born_storages)
+                )
 
 
-def _forget(key: int, _ref: object, table: dict[int, weakref.ref[torch.Tensor]] = _host_born) -> None:
+def _forget(key: int, _ref: object, table: dict[int, weakref.ref[Any]] = _host_born) -> None:
     table.pop(key, None)  # the table bound early: this may run at interpreter exit, after module globals are gone
 
 
 def forget_host_born(tensor: object) -> None:
     """`tensor` now stands for a device tensor (a CPU run's `.to(device)` returns the tensor itself): not host memory
-    from here on, nor when it is a view of host memory (`_resident` outranks its `_base`)."""
+    from here on, nor when it is a view of host memory (`_resident` outranks its `_base`), nor its inference views."""
     _host_born.pop(_key(tensor), None)
     if isinstance(tensor, torch.Tensor):
         _make_resident(tensor)
+        if _host_born_storages and type(tensor) in PLAIN and unseen(_IS_INFERENCE, tensor):
+            storage = _storage_of(tensor)
+            if storage is not None:
+                _host_born_storages.pop(_key(storage), None)
+
+
+def _inference_view_of_host_memory(tensor: torch.Tensor) -> bool:
+    """Whether an inference tensor shares the storage of an inference tensor built in host memory: its view, which
+    keeps no `_base` (`host[1]`, `host[ids]`'s target inside a rollout under `torch.inference_mode`)."""
+    if not unseen(_IS_INFERENCE, tensor) or _resident(tensor):
+        return False
+    storage = _storage_of(tensor)
+    if storage is None:
+        return False
+    ref = _host_born_storages.get(_key(storage))
+    return ref is not None and ref() is storage
 
 
 def made_by_user(depth: int) -> bool:
@@ -145,7 +194,9 @@ def host_born(tensor: object) -> bool:
         return False
     assert isinstance(tensor, torch.Tensor)
     base = unseen(_BASE, tensor)
-    if base is None or _resident(tensor):  # not a view, or one the run moved to the device (the same object on CPU)
+    if base is None:  # not a view, or an inference tensor's view, which keeps only the storage it shares
+        return bool(_host_born_storages) and _inference_view_of_host_memory(tensor)
+    if _resident(tensor):  # a view the run moved to the device (the same object on CPU)
         return False
     ref = _host_born.get(_key(base))
     return ref is not None and ref() is base
@@ -343,7 +394,7 @@ def _version(tensor: torch.Tensor) -> int:
     """`tensor`'s version counter, or -1 for an inference tensor, which keeps none (reading it raises): a copy made
     inside `torch.inference_mode` (the original esper-lite's `values_tensor.cpu().tolist()`) is taken as unchanged
     while it lives, since a write to it cannot be seen."""
-    return -1 if tensor.is_inference() else tensor._version
+    return -1 if unseen(_IS_INFERENCE, tensor) else unseen(_VERSION, tensor)
 
 
 def _forget_copy(
@@ -506,7 +557,7 @@ def indexed_copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | No
             return None
         # into the view torch made for the assignment (into the tensor itself, `t[...] = x`, `x` may be the loop's
         # 0-d tensor, held longer than `t`: not counted), and a subscript assignment's, not a graph's `aten.copy_`
-        if destination._is_view() and at_subscript():
+        if (destination._is_view() or _element_of_an_inference_tensor(destination)) and at_subscript():
             return number_copy_kind(destination, non_blocking)
     if not (_host_born or _host_copies) or source.is_meta or destination.is_meta:  # nothing in host memory yet
         return None
@@ -529,13 +580,13 @@ def number_copy_kind(destination: object, non_blocking: bool) -> str | None:
     accelerator each is a copy from host memory into the device that synchronizes the stream (`memcpy_and_sync`):
     `copy_to_device`, unless `non_blocking` (a few bytes of pageable memory, staged). On a CPU run the same into any
     destination that is not host memory; into host memory it is made there and copied there, nothing waits. A
-    destination built inside `torch.inference_mode` is an inference tensor, whose views keep no `_base`: where a view
-    of one is cannot be told on a CPU run, and it is not counted."""
+    destination built inside `torch.inference_mode` is an inference tensor, whose views keep no `_base`: where such a
+    view is, the storage it shares tells (`host_born`)."""
     if not isinstance(destination, torch.Tensor) or non_blocking or destination.is_meta:
         return None
     if accelerator_in_use():
         return None if destination.device.type == "cpu" else kinds.COPY_TO_DEVICE
-    return None if in_host_memory(destination) or destination.is_inference() else kinds.COPY_TO_DEVICE
+    return None if in_host_memory(destination) else kinds.COPY_TO_DEVICE
 
 
 def _subscript_codes() -> tuple[frozenset[int], int | None]:
@@ -566,6 +617,16 @@ def at_subscript() -> bool:
         found = op in _SUBSCRIPTS or (op == _BINARY_OP and instructions[at + 1] == _NB_SUBSCR)
         known = sync._STATE.subscripts[(id(code), at)] = (code, found)
     return known[1]
+
+
+def _element_of_an_inference_tensor(tensor: torch.Tensor) -> bool:
+    """Whether an inference tensor is one element of a larger one (`dst[k] = 2.5` inside `torch.inference_mode`, into
+    a tensor built there): such a view keeps no `_base` (`_is_view()` is False), so it is told by a storage that holds
+    more than its one element."""
+    if not unseen(_IS_INFERENCE, tensor):
+        return False
+    storage = _storage_of(tensor)
+    return storage is not None and storage.nbytes() > tensor.element_size()
 
 
 def _made_from_a_number(source: torch.Tensor, destination: torch.Tensor) -> bool:

@@ -268,15 +268,15 @@ def _indexed_by_host_data(target: object, indices: Any) -> bool:
     runs (torch's `IndicesFromTuple`, `internal_new_from_data`): an upload that waits on a GPU, which neither the op
     (its index is on the device by then) nor a watched `.to` shows. Told by what holds the index (torch's list of
     indices alone: `_least_refs`) and by the user's line being a subscript (`copies.at_subscript`: the indices an
-    autograd formula saved are held by torch alone too). A target built inside inference mode is not counted on a CPU
-    run: a view of it keeps no `_base`, so where it is cannot be told."""
+    autograd formula saved are held by torch alone too). A target built inside inference mode is told by its storage:
+    its views keep no `_base` (`copies.host_born`)."""
     if type(indices) is not list or _least_refs(indices) > _FRESH_IN_A_LIST or type(target) not in PLAIN:
         return False  # an index the loop holds (`buf[idx]`, `buf[idx + 1]`): the usual case, first
     assert isinstance(target, torch.Tensor)
     if accelerator_in_use():
         if target.device.type in ("cpu", "meta"):
             return False
-    elif target.is_meta or target.is_inference() or in_host_memory(target):
+    elif target.is_meta or in_host_memory(target):
         return False
     return at_subscript()
 

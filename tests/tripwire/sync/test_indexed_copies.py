@@ -168,6 +168,33 @@ def test_the_loops_own_values_are_not_taken_for_numbers(inference: bool) -> None
     assert counted(values) == {}
 
 
+def test_tensors_built_inside_inference_mode_are_told_by_their_storage() -> None:
+    """legged_gym's environments step inside rsl_rl's `torch.inference_mode` rollout, so their state is rebuilt there
+    (`self.vel = 0.9 * self.vel + ...`) and reset by index (`self.vel[env_ids] = 0.0`): a number through tensor
+    indices into a device tensor, an upload on a GPU. Such tensors are inference tensors, whose views keep no
+    `_base`, and a CPU run counted nothing into them; it tells where one is by the storage it shares now: host
+    memory built there (and its views) takes numbers without a wait, device memory waits."""
+    ids = torch.tensor([0, 2], device=DEVICE)
+
+    def rollout() -> None:
+        with torch.inference_mode():
+            vel = torch.zeros(5, 2, device=DEVICE)
+            vel = 0.9 * vel + 1.0  # computed inside inference mode: an inference tensor on the device
+            vel[ids] = 0.0  # through tensor indices: uploaded before the put
+            vel[1, 0] = 2.5  # one element of it: copied in with a stream sync
+            vel[3][ids[:1]] = 1.0  # a row of it (a view with no `_base`), through tensor indices
+            _ = vel[[1, 3]]  # a list index: built on the device, a blocking upload
+            lr = torch.zeros((), device=DEVICE) + 1.0
+            lr.copy_(1e-4)  # a number copied into a 0-d device tensor
+            host = torch.zeros(5, 2)  # host memory, built inside inference mode
+            host[torch.tensor([1, 3])] = 0.5  # into host memory: made there, nothing waits
+            host[1, 1] = 2.5
+            host[2][torch.tensor([0])] = 1.5  # a view of host memory
+            _ = host[[0, 4]]
+
+    assert counted(rollout) == {"to_device": 3, "copy_to_device": 2}
+
+
 BEFORE = """
 import torch
 
@@ -260,8 +287,8 @@ def test_a_number_copied_into_a_tensor_runs_as_without_tripwire(inference: bool)
     """`t.copy_(2.5)` (LeanRL's `optimizer.param_groups[0]["lr"].copy_(lrnow)`): torch hands a Python kernel the
     number for `src`, and the op's own kernel refused it, so the loop failed at tripwire's kernel. Each number lands
     with the bits it lands with unwatched, in every dtype, and each copy into a device tensor counts as the upload it
-    is on a GPU (one made inside inference mode is an inference tensor, whose place a CPU run cannot tell: not
-    counted there)."""
+    is on a GPU (one made inside inference mode too: an inference tensor, whose place a CPU run tells by its
+    storage)."""
     numbers: list[bool | int | float | complex] = [True, 7, -(2**40) - 3, 0.1, 1e-30, 3.0e38, float("nan"), 1 + 2j]
     dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.bool]
 
@@ -282,8 +309,7 @@ def test_a_number_copied_into_a_tensor_runs_as_without_tripwire(inference: bool)
     fill(plain)
     watched: list[torch.Tensor] = []
     copies = len(dtypes) * sum(not isinstance(number, complex) for number in numbers) + 1
-    uploads = {} if inference and DEVICE.type == "cpu" else {"copy_to_device": copies}
-    assert counted(lambda: fill(watched)) == uploads
+    assert counted(lambda: fill(watched)) == {"copy_to_device": copies}
     assert len(watched) == len(plain) == copies
     for got, expected in zip(watched, plain, strict=True):
         assert got.dtype == expected.dtype and torch.equal(got.view(torch.uint8), expected.view(torch.uint8))

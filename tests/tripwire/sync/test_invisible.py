@@ -609,3 +609,33 @@ def test_a_library_that_patches_torch_when_imported_while_recorded_keeps_its_pat
         torch.as_tensor = own
         sys.path.remove(str(tmp_path))
         sys.modules.pop("patches_torch_on_import", None)
+
+
+def _functions_a_mode_sees() -> list[str]:
+    seen: list[str] = []
+
+    class Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(getattr(func, "__name__", repr(func)))
+            return func(*args, **(kwargs or {}))
+
+    with Mode(), torch.inference_mode():
+        host = torch.zeros(4)  # an inference tensor in host memory: its storage is noted
+        host[1] = 2.5
+        host[torch.tensor([0])] = 1.0
+        copy = (host * 2).cpu()  # a counted copy to the host: its version is noted
+        copy[0] = 1.0
+        device = torch.ones(3) + 1
+        device[1] = 0.5
+    return seen
+
+
+def test_a_function_mode_sees_none_of_the_reads_that_tell_where_a_tensor_is() -> None:
+    """Where a tensor is, on a CPU run, is read from it: whether it is an inference tensor, its storage, its version.
+    A loop's function mode saw each such read (`is_inference`, `untyped_storage`, `_version`'s getter) as a call of
+    its own loop while a counter ran; it sees the loop's calls alone, as it does plain."""
+    plain = _functions_a_mode_sees()
+    with SyncCounter():
+        recorded = _functions_a_mode_sees()
+    assert recorded == plain
+    assert "zeros" in plain and "is_inference" not in plain
