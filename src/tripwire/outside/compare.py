@@ -27,7 +27,7 @@ sides' values (`values.pt`), which results recorded on one machine have.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -281,8 +281,8 @@ def compare_trajectory(a: Result, b: Result) -> Verdict:
 def chance(a: Result, b: Result) -> tuple[str, list[str]]:
     """What alone can make two runs of one seeded loop draw other numbers, as a tag for a differing verdict's summary
     and the lines that explain it: a side drew from torch's default generator on several threads, or from a generator
-    it never seeded (`Result.unseeded`), or the two ended with torch seeded differently. ("", []) when none is
-    known."""
+    it never seeded (`Result.unseeded`), the two ended with torch seeded differently, or the same events came in
+    another order while a side hashed strings at random. ("", []) when none is known."""
     tags: list[str] = []
     lines: list[str] = []
     for side, drew in (("A", a.draw_threads), ("B", b.draw_threads)):
@@ -304,6 +304,10 @@ def chance(a: Result, b: Result) -> tuple[str, list[str]]:
             "unless something seeded it the same way before each run, each run draws other random numbers, which "
             "alone can explain the difference; seed it in the loop or in an adapter"
         )
+    hashing = _hashing_can_reorder(a, b)
+    if hashing:
+        tags.append("string hashing not fixed")
+        lines.append(hashing)
     if seeds.TORCH not in generators and a.seed is not None and b.seed is not None and a.seed != b.seed:
         tags.append("torch seeded differently")
         lines.append(
@@ -312,6 +316,45 @@ def chance(a: Result, b: Result) -> tuple[str, list[str]]:
             "explain the difference; seed it with a fixed value"
         )
     return "; ".join(tags), lines
+
+
+def _hashing_can_reorder(a: Result, b: Result) -> str:
+    """Why the same events came in another order, when Python's string hashing alone can explain it: a side hashed
+    with a seed of its own (`PYTHONHASHSEED` unset), or the two with different seeds, and the two runs wrote the same
+    events, as many of each type in each round, in another order (a loop iterating a set of strings: rsl_rl's
+    logger writes its episode scalars in the order of a set of their names). "" otherwise."""
+    if a.hash_seed is None or b.hash_seed is None or not _reordered(a.telemetry, b.telemetry):
+        return ""
+    random = [side for side, result in (("A", a), ("B", b)) if result.hash_seed == seeds.RANDOM_HASHING]
+    if random:
+        how = f"{' and '.join(random)} hashed strings with a seed of {'their' if len(random) > 1 else 'its'} own"
+        how += " (PYTHONHASHSEED unset)"
+    elif a.hash_seed != b.hash_seed:
+        how = f"the runs hashed strings with different seeds (PYTHONHASHSEED {a.hash_seed} and {b.hash_seed})"
+    else:
+        return ""
+    return (
+        f"{how}, and the same events came in another order: a loop that iterates a set of strings meets them in the "
+        "order of their hashes, which alone can explain it; record both runs with PYTHONHASHSEED=0"
+    )
+
+
+def _reordered(a: object, b: object) -> bool:
+    """Whether two telemetry snapshots hold the same events, as many of each type in each round and env, in another
+    order."""
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return False
+    if any(a.get(section) != b.get(section) for section in ("by_type", "by_round", "by_env")):
+        return False
+    orders = sorted(key for key in {*a, *b} if str(key).startswith("sequence_round_"))
+    if all(a.get(key) == b.get(key) for key in orders):
+        return False
+    return all(
+        isinstance(a.get(key), list)
+        and isinstance(b.get(key), list)
+        and sorted(map(str, a[key])) == sorted(map(str, b[key]))
+        for key in orders
+    )
 
 
 def _with_chance(verdict: Verdict, tag: str, lines: list[str]) -> Verdict:

@@ -274,7 +274,7 @@ def record(
         exits: list[tuple[int, str]] = []  # bound by `_exit_caught`, unless an instrument fails before it
         seeded: set[str] = set()  # bound by `seeds.seeding_watched`, unless an instrument fails before it
         draws: DrawThreads | None = None  # bound by `DrawThreads`, unless an instrument fails before it
-        seeds_before = seeds.mark()
+        seeds_before, hashing = seeds.mark(), seeds.hash_seed()
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
             try:
@@ -334,6 +334,7 @@ def record(
     )
     result.ended_by_exit = ended_by_exit
     result.unseeded = seeds.unseeded(seeds_before, seeds_after, seeded)
+    result.hash_seed = hashing
     if draws is not None:
         result.draw_threads = [(str(name), int(count), str(first)) for name, count, first in draws.drawing()]
         if len(result.draw_threads) > 1:

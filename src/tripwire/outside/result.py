@@ -145,6 +145,9 @@ class Result:
     # (thread name, draws, line of its first) per thread that drew from it (`tripwire.bitwise.draws`); None: recorded
     # before they were kept
     draw_threads: list[tuple[str, int, str]] | None = None
+    # the seed Python hashed strings with (`tripwire.outside.seeds.hash_seed`: "0", or "random" when each process
+    # draws its own); None: recorded before it was kept
+    hash_seed: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -197,6 +200,7 @@ class Result:
             "seed": self.seed,
             "unseeded": list(self.unseeded),
             "draw_threads": None if self.draw_threads is None else [list(entry) for entry in self.draw_threads],
+            "hash_seed": self.hash_seed,
             "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
         }
         # written last, and whole (a temporary file renamed): a folder with a result.json holds a complete result
@@ -250,6 +254,7 @@ class Result:
                     if data.get("draw_threads") is None
                     else [(str(name), int(count), str(first)) for name, count, first in data["draw_threads"]]
                 ),
+                hash_seed=None if data.get("hash_seed") is None else _text(data["hash_seed"], "hash_seed"),
                 folder=root,
             )
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:
@@ -281,6 +286,13 @@ def _object(value: Any, name: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"{name} is {type(value).__name__}, not an object")
     return dict(value)
+
+
+def _text(value: Any, name: str) -> str:
+    """`value` if it is text; else a `TypeError` naming `name`, which `Result.load` reports in one line."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} is {type(value).__name__}, not text")
+    return value
 
 
 def _texts(fields: dict[str, Any], name: str) -> dict[str, Any]:

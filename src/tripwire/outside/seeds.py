@@ -11,11 +11,18 @@ not do: a process that recorded the same seeded loop before starts with the loop
 Python's `random` and NumPy's global generator are not followed: libraries draw from them as they are imported
 (rich takes an id from `random.getrandbits` at import), which a recording cannot tell from the loop's own draws, and
 NumPy's `seed` is compiled code that cannot be watched without replacing it.
+
+Python's string hashing is kept too (`hash_seed()`): a process started without `PYTHONHASHSEED` hashes strings with
+a seed of its own, so a loop that iterates a set of strings (rsl_rl's logger writes its episode scalars in the order
+of a set of their names) writes the same events in another order in each process. `compare` names it when the same
+events came in another order and a side hashed at random (`tripwire.outside.compare.chance`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +31,21 @@ import torch
 
 from tripwire.sync.swaps import swap_code
 
-__all__ = ["TORCH", "Marks", "described", "mark", "notes", "seeding_watched", "unseeded"]
+__all__ = ["RANDOM_HASHING", "TORCH", "Marks", "described", "hash_seed", "mark", "notes", "seeding_watched", "unseeded"]
 
 TORCH = "torch"  # the generator followed, by the name a result keeps
+
+
+RANDOM_HASHING = "random"  # `hash_seed()` of a process that hashes strings with a seed of its own
+
+
+def hash_seed() -> str:
+    """The seed this process hashes strings with: `PYTHONHASHSEED` as it started (`0` when hashing is not
+    randomized), or `RANDOM_HASHING` when each process draws its own."""
+    if not sys.flags.hash_randomization:
+        return "0"
+    given = os.environ.get("PYTHONHASHSEED", "")  # read before the loop runs: it may set its own for its children
+    return given if given.isdigit() else RANDOM_HASHING
 
 
 @dataclass(frozen=True)
