@@ -9,7 +9,7 @@ with its tensorboard logger on (a run folder `logs/` beside this file).
 
 Placed at the root of an rsl_rl checkout (so `rsl_rl` imports from it) and run as
 
-    python ppo_run.py [--device cuda] [--envs 256] [--iterations 4] [--recurrent]
+    python ppo_run.py [--device cuda] [--envs 256] [--iterations 4] [--recurrent] [--compile]
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class PointReach(VecEnv):
         return self.get_observations(), rewards, self.reset_buf.float(), self.extras
 
 
-def train_cfg(recurrent: bool) -> dict:
+def train_cfg(recurrent: bool, compiled: bool = False) -> dict:
     model = {"hidden_dims": [64, 64], "activation": "elu", "obs_normalization": True}
     if recurrent:
         model = {**model, "class_name": "RNNModel", "rnn_type": "lstm", "rnn_hidden_dim": 32, "rnn_num_layers": 1}
@@ -103,6 +103,7 @@ def train_cfg(recurrent: bool) -> dict:
             "rnd_cfg": None,
         },
         "run_name": "point-reach",
+        "torch_compile_mode": "default" if compiled else None,  # rsl_rl's `torch.compile` of actor and critic
     }
 
 
@@ -113,12 +114,13 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--recurrent", action="store_true")
+    parser.add_argument("--compile", action="store_true")
     parser.add_argument("--log-dir", default=os.path.join("logs", "point-reach"))
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
     env = PointReach(args.envs, args.device)
-    runner = OnPolicyRunner(env, train_cfg(args.recurrent), log_dir=args.log_dir, device=args.device)
+    runner = OnPolicyRunner(env, train_cfg(args.recurrent, args.compile), log_dir=args.log_dir, device=args.device)
     runner.learn(num_learning_iterations=args.iterations)
 
 
