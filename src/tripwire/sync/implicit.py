@@ -174,6 +174,10 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         number = static == "put" and not accelerator_in_use() and _value_of_a_number(args)  # before a name holds it
         target, indices = _first(args, kwargs), args[1] if len(args) > 1 else kwargs.get("indices", ())
         if _uploads_its_indices(target, indices) or _indexed_by_host_data(target, indices):
+            # an `index_put_`'s value is uploaded first (`value.to(self.device())`), then its indices (`make_info`)
+            uploads_value = static == "put" and not _put_by_mask(indices, args, kwargs)
+            if uploads_value and _uploads_its_value(target, indices, args, kwargs, number):
+                return _INDICES_AND_VALUE
             return kinds.TO_DEVICE
         if static == "put":
             if _put_by_mask(indices, args, kwargs):
@@ -217,12 +221,22 @@ _COUNTED_WHOLE = frozenset({"onehot", "hostonly"})
 _HOST_ONLY_READS = frozenset({"quantile", "nanquantile", "tensor_split"})
 
 
+# `_call_kind`'s answer for an `index_put_` that uploads its 0-d value and then its indices (`dev[[0, 2]] = 0.5`,
+# `dev[host_ids] = torch.tensor(1.0)`): two `to_device` waits (`_waits`, `_delivered`), where either alone is one
+_INDICES_AND_VALUE = "to_device (indices and value)"
+
+
+def _delivered(kind: str) -> str:
+    """The kind an event of `kind` is counted as."""
+    return kinds.TO_DEVICE if kind == _INDICES_AND_VALUE else kind
+
+
 def _waits(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     """How many times one call of an op of `kind` waits for the device: `histc` reads its input's minimum, then its
     maximum; `bincount` the minimum with `.cpu()` (skipped for uint8, which cannot be negative), then the maximum with
     `.item()` to size its bins; `repeat_interleave` its total (`cumsum[-1].item()`), then whether every repeat is
-    non-negative (`.all().item()`); every other op once."""
-    if kind in (kinds.HISTC, kinds.REPEAT_INTERLEAVE):
+    non-negative (`.all().item()`); an `index_put_` uploading its value and its indices both; every other op once."""
+    if kind in (kinds.HISTC, kinds.REPEAT_INTERLEAVE, _INDICES_AND_VALUE):
         return 2
     if kind == kinds.BINCOUNT:
         source = _first(args, kwargs)
@@ -428,7 +442,7 @@ class ImplicitSyncMode(TorchDispatchMode):
         kind = _implicit_kind(func, args, kwargs)
         if kind is not None and not _reads_host(kind, args):
             for _ in range(_waits(kind, args, kwargs)):
-                sync.deliver(kind, implicit=not kinds.COLLECTIVE.holds(kind))
+                sync.deliver(_delivered(kind), implicit=not kinds.COLLECTIVE.holds(kind))
         result = func(*args, **kwargs)  # pass-through
         if _host_born:
             _follow(_implicit_cache[func], args, kwargs, result)
@@ -561,7 +575,7 @@ def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[...
         kind = _call_kind(static, args, kwargs)
         if kind is not None and not _reads_host(kind, args):
             for _ in range(_waits(kind, args, kwargs)):
-                sync.deliver(kind, implicit=True)
+                sync.deliver(_delivered(kind), implicit=True)
         result = _nested(call, keyset, args, kwargs)  # pass-through
         if _host_born:
             _follow(static, args, kwargs, result)

@@ -168,6 +168,24 @@ def test_the_loops_own_values_are_not_taken_for_numbers(inference: bool) -> None
     assert counted(values) == {}
 
 
+def test_an_index_put_that_uploads_its_value_and_its_indices_waits_twice() -> None:
+    """`index_put_` moves a 0-d value in host memory to the target's device (`value.to(self.device())`), then each
+    index held elsewhere (`make_info`): two blocking copies on a GPU, where tripwire counted the first it found. A
+    list or NumPy index is built on the device before the op (one upload) and a number's value is made in host
+    memory (the second); a device value, or a mask torch fills through, adds none."""
+    import numpy as np
+
+    buffer = torch.zeros(5, device=DEVICE)
+
+    def puts() -> None:
+        buffer[[0, 2]] = 0.5  # two
+        buffer[np.array([1, 3])] = 1.5  # two
+        buffer[[1, 3]] = buffer[4].clone()  # a device value: the index alone
+        buffer[[True, False, True, False, False]] = 2.5  # a mask uploaded, then filled: one
+
+    assert counted(puts) == {"to_device": 6}
+
+
 def test_tensors_built_inside_inference_mode_are_told_by_their_storage() -> None:
     """legged_gym's environments step inside rsl_rl's `torch.inference_mode` rollout, so their state is rebuilt there
     (`self.vel = 0.9 * self.vel + ...`) and reset by index (`self.vel[env_ids] = 0.0`): a number through tensor
@@ -261,10 +279,11 @@ def test_torchs_detector_flags_no_assignment_tripwire_missed() -> None:
         host[1] = buffer[2] * 2
         buffer[0, 1] = 2.5  # a number into one element
         buffer[rows] = 0.0  # a number through tensor indices
+        buffer[[1, 3]] = 0.5  # a number through a list: its value's upload, then its index's
         lr.copy_(1e-4)
     check = counter.cross_check()
     assert check is not None and check.ok, check and check.format()
-    assert counter.counts_by_kind() == {"copy_to_device": 4, "copy_to_cpu": 1, "to_device": 1}
+    assert counter.counts_by_kind() == {"copy_to_device": 4, "copy_to_cpu": 1, "to_device": 3}
 
 
 def test_a_number_assigned_into_one_element_of_a_host_tensor_is_not_a_download() -> None:
