@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from tripwire.common.kernels import override_kernels, restore_kernels
+from tripwire.common.kernels import cpu_overloads, override_kernels, restore_kernels
 
 __all__ = ["DrawThreads"]
 
@@ -62,15 +62,7 @@ RANDOM_OPS = frozenset(
 def _watched_overloads() -> tuple[str, ...]:
     """Every overload of a listed op with a CPU kernel of its own (aten's, fixed once torch is imported: read once,
     not at every recording's start, where walking every op name costs about 3 ms)."""
-    return tuple(
-        sorted(
-            full
-            for full in torch._C._dispatch_get_all_op_names()
-            if full.startswith("aten::")
-            and full[len("aten::") :].split(".")[0] in RANDOM_OPS
-            and torch._C._dispatch_has_kernel_for_dispatch_key(full, "CPU")
-        )
-    )
+    return cpu_overloads(lambda full: full.startswith("aten::") and full[len("aten::") :].split(".")[0] in RANDOM_OPS)
 
 
 def _own_generator(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

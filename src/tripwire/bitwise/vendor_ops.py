@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from tripwire.common.folders import folder_prefixes
-from tripwire.common.kernels import override_kernels, restore_kernels
+from tripwire.common.kernels import cpu_overloads, override_kernels, restore_kernels
 
 _FLOATS = (torch.float32, torch.float64)
 
@@ -87,14 +87,7 @@ def _watched_overloads() -> tuple[str, ...]:
     own. The `_foreach_` forms have none on CPU: their per-tensor loop calls these, and is noted through them. Read
     once (aten's kernels are fixed once torch is imported), not at every recording's start."""
     wanted = {f"aten::{name}{suffix}" for name in VENDOR_BOUND for suffix in ("", "_")}
-    return tuple(
-        sorted(
-            full
-            for full in torch._C._dispatch_get_all_op_names()
-            if (full.split(".")[0] in wanted or full in _POW_OVERLOADS)
-            and torch._C._dispatch_has_kernel_for_dispatch_key(full, "CPU")
-        )
-    )
+    return cpu_overloads(lambda full: full.split(".")[0] in wanted or full in _POW_OVERLOADS)
 
 
 class _Watch:

@@ -5,7 +5,7 @@ that op alone: the sync counter's implicit-sync kernels (`tripwire.sync.implicit
 `override_kernels` registers, for each `(op, dispatch key)`, the kernel `make(op, key, original)` returns, where
 `original` is the op's own kernel at that key (`torch.library.get_kernel`, torch 2.9 and later; call it with
 `original.call_boxed(keyset, *args, **kwargs)`); all of them or none. `restore_kernels` destroys what it registered,
-which puts every op's own kernel back.
+which puts every op's own kernel back. `cpu_overloads` lists the registered ops a watch of CPU kernels covers.
 
 torch 2.13 and before warn, once a process, on the first kernel registered over another ("Overriding a previously
 registered kernel"): on purpose here, so that warning alone is ignored while registering (`tripwire.common.quiet`).
@@ -20,7 +20,19 @@ import torch
 
 from tripwire.common.quiet import ignoring
 
-__all__ = ["override_kernels", "restore_kernels"]
+__all__ = ["cpu_overloads", "override_kernels", "restore_kernels"]
+
+
+def cpu_overloads(selected: Callable[[str], bool]) -> tuple[str, ...]:
+    """Every registered op (`namespace::name.overload`) that `selected` takes and that has a CPU kernel of its own,
+    sorted. Walking every op name costs about 3 ms: a watch whose list is fixed once torch is imported keeps it."""
+    return tuple(
+        sorted(
+            full
+            for full in torch._C._dispatch_get_all_op_names()
+            if selected(full) and torch._C._dispatch_has_kernel_for_dispatch_key(full, "CPU")
+        )
+    )
 
 
 def override_kernels(
