@@ -135,19 +135,24 @@ def _storage_of(tensor: torch.Tensor) -> Any:
     return unseen(_read_storage, tensor)
 
 
+def _inference_storage(tensor: object) -> Any:
+    """The storage of a plain inference tensor (built inside `torch.inference_mode`, its views keeping only that),
+    or None for any other."""
+    if type(tensor) not in PLAIN or not unseen(_IS_INFERENCE, tensor):
+        return None
+    assert isinstance(tensor, torch.Tensor)
+    return _storage_of(tensor)
+
+
 def mark_host_born(tensor: torch.Tensor) -> None:
     """Remember that `tensor` was built in host memory (until it is freed), and, for an inference tensor, its
     storage (until that is freed), which its views share."""
     key = _key(tensor)
     if key not in _host_born:
         _host_born[key] = weakref.ref(tensor, functools.partial(_forget, key))
-        if type(tensor) in PLAIN and unseen(_IS_INFERENCE, tensor):
-            storage = _storage_of(tensor)
-            if storage is not None and _key(storage) not in _host_born_storages:
-                at = _key(storage)
-                _host_born_storages[at] = weakref.ref(
-                    storage, functools.partial(_forget, at, table=_host_born_storages)
-                )
+        storage = _inference_storage(tensor)
+        if storage is not None and (at := _key(storage)) not in _host_born_storages:
+            _host_born_storages[at] = weakref.ref(storage, functools.partial(_forget, at, table=_host_born_storages))
 
 
 def _forget(key: int, _ref: object, table: dict[int, weakref.ref[Any]] = _host_born) -> None:
@@ -160,19 +165,16 @@ def forget_host_born(tensor: object) -> None:
     _host_born.pop(_key(tensor), None)
     if isinstance(tensor, torch.Tensor):
         _make_resident(tensor)
-        if _host_born_storages and type(tensor) in PLAIN and unseen(_IS_INFERENCE, tensor):
-            storage = _storage_of(tensor)
-            if storage is not None:
-                _host_born_storages.pop(_key(storage), None)
+        storage = _inference_storage(tensor) if _host_born_storages else None
+        if storage is not None:
+            _host_born_storages.pop(_key(storage), None)
 
 
 def _inference_view_of_host_memory(tensor: torch.Tensor) -> bool:
     """Whether an inference tensor shares the storage of an inference tensor built in host memory: its view, which
     keeps no `_base` (`host[1]`, `host[ids]`'s target inside a rollout under `torch.inference_mode`)."""
-    if not unseen(_IS_INFERENCE, tensor) or _resident(tensor):
-        return False
-    storage = _storage_of(tensor)
-    if storage is None:
+    storage = _inference_storage(tensor)
+    if storage is None or _resident(tensor):
         return False
     ref = _host_born_storages.get(_key(storage))
     return ref is not None and ref() is storage
@@ -623,9 +625,7 @@ def _element_of_an_inference_tensor(tensor: torch.Tensor) -> bool:
     """Whether an inference tensor is one element of a larger one (`dst[k] = 2.5` inside `torch.inference_mode`, into
     a tensor built there): such a view keeps no `_base` (`_is_view()` is False), so it is told by a storage that holds
     more than its one element."""
-    if not unseen(_IS_INFERENCE, tensor):
-        return False
-    storage = _storage_of(tensor)
+    storage = _inference_storage(tensor)
     return storage is not None and storage.nbytes() > tensor.element_size()
 
 
