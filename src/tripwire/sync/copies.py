@@ -115,6 +115,10 @@ _host_born: dict[int, weakref.ref[torch.Tensor]] = {}
 # of legged_gym's state, computed inside rsl_rl's rollout). torch keeps one object per storage while the storage
 # lives, so the entry ends with the storage, whichever of its tensors outlives the others.
 _host_born_storages: dict[int, weakref.ref[Any]] = {}
+# The marked tensors that are views themselves (`returns = returns[:, 0].cpu()` of a device tensor, on a CPU run the
+# view itself), by id of their `_base`, which a view of one of them has as its own `_base`: such a view is host memory
+# when its elements lie within a marked view's (`_within`). A view keeps its base alive, so the key stays its own.
+_host_views: dict[int, list[weakref.ref[torch.Tensor]]] = {}
 _STORAGE: Any = vars(torch._C.TensorBase)["untyped_storage"]
 _IS_INFERENCE: Any = vars(torch._C.TensorBase)["is_inference"]
 _VERSION: Any = vars(torch._C.TensorBase)["_version"].__get__
@@ -153,6 +157,44 @@ def mark_host_born(tensor: torch.Tensor) -> None:
         storage = _inference_storage(tensor)
         if storage is not None and (at := _key(storage)) not in _host_born_storages:
             _host_born_storages[at] = weakref.ref(storage, functools.partial(_forget, at, table=_host_born_storages))
+        base = unseen(_BASE, tensor) if type(tensor) in PLAIN else None
+        if base is not None and not ((ref := _host_born.get(_key(base))) is not None and ref() is base):
+            views = _host_views.setdefault(_key(base), [])  # a view of memory not marked as a whole
+            views.append(weakref.ref(tensor, functools.partial(_forget_view, _key(base))))
+
+
+def _forget_view(base: int, ref: weakref.ref[torch.Tensor], table: dict[int, list[Any]] = _host_views) -> None:
+    views = table.get(base)
+    if views is not None:
+        if ref in views:
+            views.remove(ref)
+        if not views:
+            table.pop(base, None)
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    """The first and one past the last element of its storage a strided tensor reaches ((0, 0): none)."""
+    if tensor.numel() == 0:
+        return 0, 0
+    first = last = int(tensor.storage_offset())
+    for size, stride in zip(map(int, tensor.size()), map(int, tensor.stride()), strict=True):
+        if stride < 0:
+            first += (size - 1) * stride
+        else:
+            last += (size - 1) * stride
+    return first, last + 1
+
+
+def _within(tensor: torch.Tensor, views: list[weakref.ref[torch.Tensor]]) -> bool:
+    """Whether a view's elements lie within those of one of the marked `views` of its base (read unseen)."""
+    first, end = unseen(_span, tensor)
+    for ref in views:
+        view = ref()
+        if view is not None:
+            start, stop = unseen(_span, view)
+            if start <= first and end <= stop:
+                return True
+    return False
 
 
 def _forget(key: int, _ref: object, table: dict[int, weakref.ref[Any]] = _host_born) -> None:
@@ -161,13 +203,18 @@ def _forget(key: int, _ref: object, table: dict[int, weakref.ref[Any]] = _host_b
 
 def forget_host_born(tensor: object) -> None:
     """`tensor` now stands for a device tensor (a CPU run's `.to(device)` returns the tensor itself): not host memory
-    from here on, nor when it is a view of host memory (`_resident` outranks its `_base`), nor its inference views."""
+    from here on, nor when it is a view of host memory (`_resident` outranks its `_base`), nor its inference views,
+    nor the views of its elements when it is a marked view itself."""
     _host_born.pop(_key(tensor), None)
     if isinstance(tensor, torch.Tensor):
         _make_resident(tensor)
         storage = _inference_storage(tensor) if _host_born_storages else None
         if storage is not None:
             _host_born_storages.pop(_key(storage), None)
+        base = unseen(_BASE, tensor) if _host_views and type(tensor) in PLAIN else None
+        views = _host_views.get(_key(base)) if base is not None else None
+        for ref in [ref for ref in views or () if ref() is tensor]:
+            _forget_view(_key(base), ref)
 
 
 def _inference_view_of_host_memory(tensor: torch.Tensor) -> bool:
@@ -201,7 +248,10 @@ def host_born(tensor: object) -> bool:
     if _resident(tensor):  # a view the run moved to the device (the same object on CPU)
         return False
     ref = _host_born.get(_key(base))
-    return ref is not None and ref() is base
+    if ref is not None and ref() is base:
+        return True
+    views = _host_views.get(_key(base)) if _host_views else None
+    return views is not None and _within(tensor, views)
 
 
 def all_host_born(args: tuple[Any, ...]) -> bool:

@@ -74,7 +74,7 @@ from tripwire.sync.installation import (
     patch,
     tracked_backward,
 )
-from tripwire.sync.spelling import LIKE, NEW_LIKE, spelling
+from tripwire.sync.spelling import LIKE, NEW_LIKE, rebinds, spelling
 from tripwire.sync.watched import (
     WatchedMethod,
     as_caller,
@@ -131,6 +131,9 @@ _BUILDERS: dict[Any, str] = {torch.tensor: "tensor", torch.as_tensor: "as_tensor
 # Calls whose result, built without `device=`, is in host memory (marked: a later `.to(device)` of it is an upload)
 _HOST_BUILDER_NAMES: tuple[str, ...] = ("tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "empty")
 _HOST_BUILDER_NAMES += ("full", "arange", "linspace", "eye", "rand", "randn", "randint", "randperm", "stack", "cat")
+# ... and the rarer factories: a vectorized env's reset of one environment writes `torch.normal(0, 1, size=(2,))`
+# into its device buffer (ElegantRL's `PointChasingVecEnv`); `normal` given tensors is where they are (`_host_built`)
+_HOST_BUILDER_NAMES += ("normal", "logspace", "scalar_tensor", "empty_strided", "tril_indices", "triu_indices")
 _HOST_BUILDERS = frozenset(getattr(torch, name) for name in _HOST_BUILDER_NAMES)
 # Factories whose result is where their input is, unless a `device=` says where (a default device does not apply)
 _LIKE = frozenset(getattr(torch, name) for name in LIKE)
@@ -187,7 +190,7 @@ _COMPUTES |= frozenset(getattr(torch, name) for name in _COMPUTING_FUNCTIONS)
 # on the caller's line (`watched.as_caller`), so the warning is the loop's, not tripwire's
 _WARNING = frozenset({"std", "var", "std_mean", "var_mean"})
 # torch's own functions, for identity checks that must not meet the stand-ins put in their place
-_TO, _COPY, _STACK, _CAT = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat
+_TO, _COPY, _STACK, _CAT, _NORMAL = torch.Tensor.to, torch.Tensor.copy_, torch.stack, torch.cat, torch.normal
 _NEW_TENSOR = torch.Tensor.new_tensor  # `t.new_tensor(data)`: built where `t` is, or where its `device=` says
 # Where the watched functions live, for the stand-ins that replace them while a counter is active (`use_patches`)
 _WATCHED_METHODS: tuple[str, ...] = (
@@ -296,9 +299,24 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
     elif _host_born and args and host_born(args[0]):  # a read of host memory: on a GPU run too, no wait
         kind = None
     result = call_counted(kind, run, (call, *args), kwargs)  # pass-through
-    if kind in _HOST_COPY_KINDS:  # what a `torch.save` of it writes is host memory (`copies.note_host_copy`)
-        note_host_copy(result)
+    if kind in _HOST_COPY_KINDS:
+        copied_to_host(result)
     return result
+
+
+def copied_to_host(result: object) -> None:
+    """The result of a counted copy to the host (a CPU run): what a `torch.save` of it writes is host memory
+    (`copies.note_host_copy`). Stored back by the user's statement under the name its receiver was read from
+    (`returns = returns.cpu()`, `spelling.rebinds`), it is host memory for what follows: on a CPU run the copy is the
+    device tensor itself, and the loop's name for it now means the copy, whose reads wait for nothing on a GPU run
+    (ElegantRL's evaluator reads `returns` element by element after that line) and whose move is an upload. A copy
+    kept under another name is not marked: the device tensor it is on this run may still be read by its own."""
+    note_host_copy(result)
+    if not isinstance(result, torch.Tensor) or type(result) not in PLAIN or accelerator_in_use():
+        return
+    frame = sync.user_call_frame(sys._getframe(1))
+    if frame is not None and rebinds(frame):
+        mark_host_memory(result)
 
 
 def _new_tensor(call: Any, run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -451,6 +469,8 @@ def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result
         if func is _STACK or func is _CAT:
             parts = args[0] if args else kwargs.get("tensors", ())
             return bool(parts) and all(host_born(part) for part in parts)
+        if func is _NORMAL and (given := [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]):
+            return all(host_born(tensor) for tensor in given)  # `normal(mean, std)` of tensors: where they are
         if func in _BUILDERS:
             data = builder_data(args, kwargs)
             return not (isinstance(data, torch.Tensor) or (type(data) in (list, tuple) and _holds_tensor(data)))
@@ -547,7 +567,7 @@ def install_stand_ins(installation: Installation) -> None:
                 handed_over,
                 host_born,
                 receiver=owner is torch,
-                copied=note_host_copy if _SIMPLE_KINDS[key] == kinds.CPU else None,
+                copied=copied_to_host if _SIMPLE_KINDS[key] == kinds.CPU else None,
             )
         elif owner is torch and key in _COMPUTES:  # `torch.where(...)`: in place at once (a name in `torch`)
             replacement = keeping_stand_in(

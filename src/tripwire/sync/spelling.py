@@ -25,6 +25,7 @@ __all__ = [
     "module_move",
     "name_of",
     "names_host",
+    "rebinds",
     "spelling",
 ]
 
@@ -34,6 +35,7 @@ CALLERS_READ = 3  # how many calls out a parameter target is followed
 BUILDERS = {"tensor", "as_tensor", "asarray", "from_numpy", "Tensor", "FloatTensor", "LongTensor", "IntTensor"}
 BUILDERS |= {"BoolTensor"}
 BUILDERS |= {"zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "randint", "randperm"}
+BUILDERS |= {"logspace", "scalar_tensor", "empty_strided", "tril_indices", "triu_indices"}
 # Factories that build where their input is, unless given a `device=` (read as a builder's, not as a receiver's)
 LIKE = ("zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like")
 NEW_LIKE = ("new_zeros", "new_ones", "new_empty", "new_full")  # methods: where the tensor they are called on is
@@ -96,6 +98,8 @@ _Positions = list[tuple[int | None, int | None, int | None, int | None]]
 _positions_cache: dict[int, tuple[CodeType, _Positions]] = {}  # by the code's id, as `_spelling_cache`
 # what a call passes for one parameter of the function it calls: (caller's code id, lasti, parameter) -> expression
 _arguments_cache: dict[tuple[int, int, str], tuple[CodeType, ast.expr | None]] = {}
+# whether a call's statement stores its result back under its receiver's name: (code id, lasti) -> answer
+_rebinding_cache: dict[tuple[int, int], tuple[CodeType, bool]] = {}
 
 
 def forget_sources() -> None:
@@ -104,6 +108,7 @@ def forget_sources() -> None:
     _spelling_cache.clear()
     _positions_cache.clear()
     _arguments_cache.clear()
+    _rebinding_cache.clear()
 
 
 def call_source(frame: FrameType) -> str:
@@ -131,6 +136,50 @@ def _parsed_call(frame: FrameType) -> ast.AST | None:
         return ast.parse(call_source(frame).strip(), mode="eval")
     except (SyntaxError, ValueError):
         return None
+
+
+def rebinds(frame: FrameType) -> bool:
+    """Whether the statement the frame runs stores the result of its call back under the name the call's receiver
+    was read from: `returns = returns.cpu()`, `self.obs = self.obs.detach().to("cpu")`, `x = x[:, 0].cpu()` (one
+    line, one target; read once per call site). Such a copy to the host is the only tensor the loop's name holds
+    from then on (ElegantRL's evaluator reads `returns` element by element after `returns = returns.cpu()`)."""
+    key = (id(frame.f_code), frame.f_lasti)
+    cached = _rebinding_cache.get(key)
+    if cached is None:
+        cached = _rebinding_cache[key] = (frame.f_code, _rebinding(frame))
+    return cached[1]
+
+
+def _rebinding(frame: FrameType) -> bool:
+    code = frame.f_code
+    if id(code) not in _positions_cache:
+        call_source(frame)  # decodes the positions
+    index = frame.f_lasti // 2
+    positions = _positions_cache[id(code)][1]
+    line = positions[index][0] if index < len(positions) else None
+    source = sync.source_lines(code.co_filename)
+    if line is None or not 0 < line <= len(source):
+        return False
+    try:
+        statement = ast.parse(source[line - 1].strip()).body
+    except (SyntaxError, ValueError):  # a statement over several lines: not read
+        return False
+    if len(statement) != 1 or not isinstance(statement[0], (ast.Assign, ast.AnnAssign)):
+        return False
+    assigned = statement[0]
+    targets = assigned.targets if isinstance(assigned, ast.Assign) else [assigned.target]
+    value = assigned.value
+    if len(targets) != 1 or not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
+        return False
+    receiver: ast.expr = value.func.value
+    while True:  # down a chain of methods and indices to the name it starts from
+        if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
+            receiver = receiver.func.value
+        elif isinstance(receiver, ast.Subscript):
+            receiver = receiver.value
+        else:
+            break
+    return isinstance(receiver, (ast.Name, ast.Attribute)) and ast.unparse(receiver) == ast.unparse(targets[0])
 
 
 def _parameters(code: CodeType) -> tuple[str, ...]:

@@ -526,6 +526,13 @@ def site_frame(frame: FrameType) -> FrameType | None:
     return _outside(frame)[0]
 
 
+def user_call_frame(frame: FrameType) -> FrameType | None:
+    """The user's frame whose line made the call running under `frame` (a stand-in's, a mode's), or None when torch
+    made it on the user's behalf (a copy inside `torch.save`)."""
+    user, _via, maker = _outside(frame)
+    return user if user is maker else None
+
+
 def _outside(frame: FrameType | None) -> tuple[FrameType | None, str, FrameType | None]:
     """The first frame from `frame` outwards that is neither torch's nor tripwire's (None: none is), the
     `torch/<file>:<function>` of the innermost torch frame passed that is not dispatch machinery ("" if none), and

@@ -378,6 +378,51 @@ def test_a_read_of_the_host_copy_just_made_is_not_a_second_sync() -> None:
     assert counted(not_chained) == {"cpu": 4, "tolist": 3, "item": 1}
 
 
+class _Holder:
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.values = tensor
+
+
+def test_a_host_copy_stored_back_under_its_own_name_is_host_memory() -> None:
+    """`returns = returns.cpu()` and then reads of `returns`, one element at a time (ElegantRL's evaluator: a
+    `torch.where`, a `tolist()` and an `.item()` per environment). On a GPU the reads are of the copy, host memory,
+    and wait for nothing; on a CPU run the copy is the device tensor itself, and every read was counted (384 false
+    syncs in 4 evaluations of 32 environments). A copy stored back by its statement under the name its receiver was
+    read from (a local, an attribute, through a chain of methods and an index) is host memory from then on: its reads
+    are not counted and its move to the device is an upload, and so are its views, and the views of its elements when
+    it is a view itself. A copy kept under another name is not (the device tensor may still be read by its own name),
+    nor one whose statement spans lines (read one line at a time). What is left: a device tensor still held elsewhere
+    (a caller's name, the base of the view copied) is the copy itself on a CPU run, so its reads are taken for the
+    copy's; a GPU run's cross-check by site (`nox -s gpu`) shows such a read."""
+    returns = torch.arange(8.0, device=DEVICE).view(4, 2)
+    dones = torch.tensor([0, 1, 0, 1], device=DEVICE)
+    other = torch.arange(4.0, device=DEVICE)
+    holder = _Holder(torch.arange(3.0, device=DEVICE))
+
+    def rebound() -> None:
+        nonlocal returns, dones
+        returns = returns.cpu()
+        dones = dones.to("cpu")
+        for i in range(2):
+            ends = torch.where(dones.eq(1))[0] + 1  # a data-dependent op of host memory alone
+            for end in ends.tolist():
+                returns[:end, i].sum().item()
+        holder.values = holder.values[1:].detach().cpu()
+        float(holder.values[0])
+        holder.values.to(DEVICE)  # host memory back to the device: an upload
+
+    def not_rebound() -> None:
+        copy = other.cpu()
+        copy[0].item()  # on a CPU run this is `other[0].item()`, a device read on a GPU
+        spanning = other.cpu()
+        spanning.tolist()
+        moved = holder.values.to(DEVICE)  # the rebound copy moved: device memory from then on (on CPU, itself)
+        moved[0].item()
+
+    assert counted(rebound) == {"cpu": 2, "to_cpu": 1, "to_device": 1}
+    assert counted(not_rebound) == {"cpu": 2, "item": 2, "tolist": 1}
+
+
 def test_a_functions_bytecode_is_read_once_however_many_copies_and_reads_it_pairs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

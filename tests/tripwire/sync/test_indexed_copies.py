@@ -50,6 +50,26 @@ def test_a_0d_host_tensor_assigned_into_a_larger_view_is_a_fill_not_a_copy() -> 
     assert counted(fills) == {}
 
 
+def test_an_environments_reset_drawn_on_the_host_and_assigned_is_an_upload() -> None:
+    """ElegantRL's `PointChasingVecEnv` resets one environment with `self.p0s[i] = torch.normal(0, 1, size=(2,))`:
+    drawn in host memory, then copied into the device buffer, an upload that blocks the host per environment. Its
+    `torch.zeros(2)` on the next line was counted and the draw was not (`normal`, like `logspace`, `scalar_tensor`,
+    `empty_strided`, `tril_indices` and `triu_indices`, was no host factory to tripwire). `normal` of tensors is
+    where they are: of a device mean it is a device draw, of a host one a host draw."""
+    buffer = torch.zeros(6, 2, device=DEVICE)
+    mean = torch.zeros(2, device=DEVICE)
+
+    def resets() -> None:
+        buffer[0] = torch.normal(0.0, 1.0, size=(2,))
+        buffer[1] = torch.normal(torch.zeros(2), 1.0)  # a host mean: a host draw
+        buffer[2] = torch.normal(mean, 1.0)  # a device mean: a device draw, nothing copied
+        buffer[3] = torch.normal(0.0, 1.0, size=(2,), device=DEVICE)
+        buffer[4] = torch.scalar_tensor(2.0).expand(2)
+        buffer[5] = torch.logspace(0, 1, 2)
+
+    assert counted(resets) == {"copy_to_device": 4}
+
+
 def test_device_data_assigned_into_a_device_tensor_is_not_counted() -> None:
     buffer = torch.zeros(4, 3, device=DEVICE)
     values = torch.randn(3, device=DEVICE)
