@@ -48,6 +48,7 @@ __all__ = [
     "all_host_born",
     "at_subscript",
     "builder_data",
+    "copied_here",
     "copy_kind",
     "default_device",
     "forget_host_born",
@@ -431,15 +432,23 @@ def _make_resident(tensor: torch.Tensor) -> None:
 # id, with their version counter then: the same object as the tensor copied (`.cpu()` of a host tensor returns it),
 # so not host-born (a later read of the tensor itself waits on a GPU), but what `torch.save` of it would write from
 # host memory on a GPU run too, while nothing has written to it since (`unchanged_host_copy`).
-_host_copies: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
+_host_copies: dict[int, tuple[weakref.ref[torch.Tensor], int, tuple[int, int, int]]] = {}
+
+
+def _statement() -> tuple[int, int, int]:
+    """Where the user's code runs now: its frame, its code and its line, by id (no reference kept)."""
+    frame = sync.user_frame(2)
+    return (0, 0, 0) if frame is None else (_key(frame), _key(frame.f_code), frame.f_lineno)
 
 
 def note_host_copy(tensor: object) -> None:
-    """Remember that `tensor` is a counted copy to the host, as it is now (a CPU run; a subclass is never read)."""
+    """Remember that `tensor` is a counted copy to the host, as it is now and where the user's statement made it (a
+    CPU run; a subclass is never read)."""
     if type(tensor) in PLAIN and not accelerator_in_use():
         assert isinstance(tensor, torch.Tensor)
         key = _key(tensor)
-        _host_copies[key] = (weakref.ref(tensor, functools.partial(_forget_copy, key)), _version(tensor))
+        ref = weakref.ref(tensor, functools.partial(_forget_copy, key))
+        _host_copies[key] = (ref, _version(tensor), _statement())
 
 
 def _version(tensor: torch.Tensor) -> int:
@@ -449,9 +458,7 @@ def _version(tensor: torch.Tensor) -> int:
     return -1 if unseen(_IS_INFERENCE, tensor) else unseen(_VERSION, tensor)
 
 
-def _forget_copy(
-    key: int, _ref: object, table: dict[int, tuple[weakref.ref[torch.Tensor], int]] = _host_copies
-) -> None:
+def _forget_copy(key: int, _ref: object, table: dict[int, Any] = _host_copies) -> None:
     table.pop(key, None)
 
 
@@ -459,6 +466,21 @@ def unchanged_host_copy(tensor: torch.Tensor) -> bool:
     """Whether `tensor` is a counted copy to the host nothing has written to since (`note_host_copy`)."""
     entry = _host_copies.get(_key(tensor))
     return entry is not None and entry[0]() is tensor and entry[1] == _version(tensor)
+
+
+def copied_here(tensor: torch.Tensor) -> bool:
+    """Whether a CPU run's tensor is host memory to a copy into or out of it: built there (`host_born`), or a counted
+    copy to the host made by the statement running now (`dev[i] = x.cpu()`, a round trip that uploads on a GPU). A
+    copy an earlier statement made is, on a CPU run, the device tensor itself, which later lines write from and into
+    as the device tensor it is on a GPU: torch-ac steps its environments with `action.cpu().numpy()` and then stores
+    `self.actions[i] = action`, a copy between device tensors (counted as an upload until this rule, once a step). A
+    save keeps the wider rule (`in_host_memory`): what it writes of such a copy is host memory on a GPU too."""
+    if host_born(tensor):
+        return True
+    entry = _host_copies.get(_key(tensor)) if _host_copies else None
+    if entry is None or entry[0]() is not tensor or entry[1] != _version(tensor):
+        return False
+    return entry[2] == _statement()
 
 
 def accelerator_in_use() -> bool:
@@ -589,8 +611,9 @@ def indexed_copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | No
     The same rule as `copy_kind`'s without the user's line to read (the statement spells no copy):
     `copy_to_device` when host data lands in a device tensor and blocks the host, `copy_to_cpu` when device data
     lands in host memory. On a CPU run a source or destination is host memory when it was built there
-    (`host_born`) or is a counted copy to the host (`x.cpu()`), as a GPU run would hold them; a destination built
-    before the counter ran is taken for the device's, as `copy_kind` takes it."""
+    (`host_born`) or is a counted copy to the host (`x.cpu()`) made by the same statement (`copied_here`), as a GPU
+    run would hold them; a destination built before the counter ran is taken for the device's, as `copy_kind` takes
+    it."""
     destination: Any = args[0] if args else kwargs.get("self")
     source: Any = args[1] if len(args) > 1 else kwargs.get("src")
     non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
@@ -613,9 +636,9 @@ def indexed_copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | No
             return number_copy_kind(destination, non_blocking)
     if not (_host_born or _host_copies) or source.is_meta or destination.is_meta:  # nothing in host memory yet
         return None
-    if in_host_memory(source):
-        return None if non_blocking or in_host_memory(destination) else kinds.COPY_TO_DEVICE
-    if not in_host_memory(destination):
+    if copied_here(source):
+        return None if non_blocking or copied_here(destination) else kinds.COPY_TO_DEVICE
+    if not copied_here(destination):
         return None
     return kinds.COPY_TO_CPU_NONBLOCKING if non_blocking else kinds.COPY_TO_CPU
 
@@ -638,7 +661,7 @@ def number_copy_kind(destination: object, non_blocking: bool) -> str | None:
         return None
     if accelerator_in_use():
         return None if destination.device.type == "cpu" else kinds.COPY_TO_DEVICE
-    return None if in_host_memory(destination) else kinds.COPY_TO_DEVICE
+    return None if copied_here(destination) else kinds.COPY_TO_DEVICE
 
 
 def _subscript_codes() -> tuple[frozenset[int], int | None]:

@@ -50,7 +50,7 @@ from tripwire.sync.copies import (
     accelerator_in_use,
     all_host_born,
     at_subscript,
-    in_host_memory,
+    copied_here,
     indexed_copy_kind,
     number_copy_kind,
 )
@@ -290,7 +290,7 @@ def _indexed_by_host_data(target: object, indices: Any) -> bool:
     if accelerator_in_use():
         if target.device.type in ("cpu", "meta"):
             return False
-    elif target.is_meta or in_host_memory(target):
+    elif target.is_meta or copied_here(target):
         return False
     return at_subscript()
 
@@ -324,7 +324,7 @@ def _uploads_its_value(
         return target.device.type not in ("cpu", "meta") and values.device.type == "cpu"
     if number:  # at a subscript, as `copies.indexed_copy_kind` asks of a number's copy
         return number_copy_kind(target, False) is not None and at_subscript()
-    return bool(_host_born) and in_host_memory(values) and not in_host_memory(target)
+    return bool(_host_born) and copied_here(values) and not copied_here(target)
 
 
 def _held_by_torch() -> int:
@@ -400,7 +400,7 @@ def _follow(static: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: 
         mark_computed(args, kwargs, result)
         return
     target = _first(args, kwargs)  # `index(self, indices)`
-    if type(target) in PLAIN and in_host_memory(target):
+    if type(target) in PLAIN and copied_here(target):
         mark_host_results(result)
 
 

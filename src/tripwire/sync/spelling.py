@@ -171,6 +171,8 @@ def _rebinding(frame: FrameType) -> bool:
     value = assigned.value
     if len(targets) != 1 or not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
         return False
+    if value.func.attr not in ("cpu", "to"):  # the name holds what comes after the copy (`a.cpu().numpy()`)
+        return False
     receiver: ast.expr = value.func.value
     while True:  # down a chain of methods and indices to the name it starts from
         if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):

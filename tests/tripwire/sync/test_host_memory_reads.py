@@ -412,15 +412,19 @@ def test_a_host_copy_stored_back_under_its_own_name_is_host_memory() -> None:
         holder.values.to(DEVICE)  # host memory back to the device: an upload
 
     def not_rebound() -> None:
+        nonlocal other
         copy = other.cpu()
         copy[0].item()  # on a CPU run this is `other[0].item()`, a device read on a GPU
         spanning = other.cpu()
         spanning.tolist()
         moved = holder.values.to(DEVICE)  # the rebound copy moved: device memory from then on (on CPU, itself)
         moved[0].item()
+        kept = other
+        other = other.cpu().numpy()  # the name holds an array: the device tensor is still `kept`
+        kept[0].item()
 
     assert counted(rebound) == {"cpu": 2, "to_cpu": 1, "to_device": 1}
-    assert counted(not_rebound) == {"cpu": 2, "item": 2, "tolist": 1}
+    assert counted(not_rebound) == {"cpu": 3, "item": 3, "tolist": 1}
 
 
 def test_a_functions_bytecode_is_read_once_however_many_copies_and_reads_it_pairs(

@@ -70,6 +70,27 @@ def test_an_environments_reset_drawn_on_the_host_and_assigned_is_an_upload() -> 
     assert counted(resets) == {"copy_to_device": 4}
 
 
+def test_a_device_tensor_copied_to_the_host_by_an_earlier_statement_is_still_the_devices() -> None:
+    """torch-ac steps its environments with `env.step(action.cpu().numpy())` and then stores `self.actions[i] =
+    action`: on a GPU a copy between device tensors, no wait. On a CPU run `.cpu()` returns `action` itself, and the
+    note that it was copied to the host made every later copy from it an upload (512 false `copy_to_device` in 4
+    updates of 4 environments x 128 frames), every number written into it a fill of host memory, and its index
+    results host memory. A copy to the host is host memory to a copy only in the statement that makes it (a round
+    trip, `buffer[i] = x.cpu()`, uploads on a GPU); a save of it keeps the wider rule (test_saves_and_loads.py)."""
+    buffer = torch.zeros(3, 4, device=DEVICE, dtype=torch.int)
+    logits = torch.zeros(4, device=DEVICE)
+
+    def step() -> None:
+        action = torch.distributions.Categorical(logits=logits, validate_args=False).sample((4,))
+        action.cpu().numpy()  # to the environments
+        buffer[0] = action  # device to device
+        action[0] = 2  # a number into a device element: uploaded first
+        action[1:3].sum().item()  # an index of the device tensor: a device read
+        buffer[1] = action.cpu()  # a round trip: down, then up
+
+    assert counted(step) == {"cpu": 2, "copy_to_device": 2, "item": 1}
+
+
 def test_device_data_assigned_into_a_device_tensor_is_not_counted() -> None:
     buffer = torch.zeros(4, 3, device=DEVICE)
     values = torch.randn(3, device=DEVICE)
