@@ -9,7 +9,7 @@ The instruments sit on Tianshou's own classes: a region on the collector and one
 iteration per update, checkpoints of the algorithm (its modules' and optimizers' state) with the update's statistics
 and of the collector (buffer, envs), and each tensorboard scalar as an event. Tianshou's statistics and scalars carry
 the seconds each part took: the update checkpoint leaves out `return.train_time` by name, and the events their
-time and speed scalars, so two runs of one tree compare identical (seen: 6 checkpoints, 2,396 syncs, 81 events) and
+time and speed scalars, so two runs of one tree compare identical (seen: 6 checkpoints, 2,424 syncs, 81 events) and
 a changed `--vf_coef` is a value change from the first update on.
 """
 
