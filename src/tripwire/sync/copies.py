@@ -173,8 +173,11 @@ def _forget_view(base: int, ref: weakref.ref[torch.Tensor], table: dict[int, lis
             table.pop(base, None)
 
 
-def _span(tensor: torch.Tensor) -> tuple[int, int]:
-    """The first and one past the last element of its storage a strided tensor reaches ((0, 0): none)."""
+def _span(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """The first and one past the last element of its storage a strided tensor reaches ((0, 0): none; None: not a
+    strided tensor, which has no strides to read)."""
+    if tensor.layout is not torch.strided or tensor.is_nested:
+        return None
     if tensor.numel() == 0:
         return 0, 0
     first = last = int(tensor.storage_offset())
@@ -188,13 +191,12 @@ def _span(tensor: torch.Tensor) -> tuple[int, int]:
 
 def _within(tensor: torch.Tensor, views: list[weakref.ref[torch.Tensor]]) -> bool:
     """Whether a view's elements lie within those of one of the marked `views` of its base (read unseen)."""
-    first, end = unseen(_span, tensor)
+    span = unseen(_span, tensor)
     for ref in views:
         view = ref()
-        if view is not None:
-            start, stop = unseen(_span, view)
-            if start <= first and end <= stop:
-                return True
+        around = unseen(_span, view) if span is not None and view is not None else None
+        if span is not None and around is not None and around[0] <= span[0] and span[1] <= around[1]:
+            return True
     return False
 
 
