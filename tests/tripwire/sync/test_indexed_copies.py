@@ -322,9 +322,16 @@ def test_torchs_detector_flags_no_assignment_tripwire_missed() -> None:
         buffer[rows] = 0.0  # a number through tensor indices
         buffer[[1, 3]] = 0.5  # a number through a list: its value's upload, then its index's
         lr.copy_(1e-4)
+        buffer[3] = torch.normal(0.0, 1.0, size=(3,))  # drawn on the host (ElegantRL's reset)
+        action = buffer[0] * 2
+        action.cpu().numpy()
+        buffer[2] = action  # after its copy to the host, on another line: device to device (torch-ac)
+        returns = buffer * 1
+        returns = returns.cpu()  # stored back: host memory, whose reads wait for nothing (ElegantRL's evaluator)
+        returns[1].sum().item()
     check = counter.cross_check()
     assert check is not None and check.ok, check and check.format()
-    assert counter.counts_by_kind() == {"copy_to_device": 4, "copy_to_cpu": 1, "to_device": 3}
+    assert counter.counts_by_kind() == {"copy_to_device": 5, "copy_to_cpu": 1, "to_device": 3, "cpu": 2}
 
 
 def test_a_number_assigned_into_one_element_of_a_host_tensor_is_not_a_download() -> None:
