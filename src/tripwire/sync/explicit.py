@@ -310,9 +310,15 @@ def copied_to_host(result: object) -> None:
     (`returns = returns.cpu()`, `spelling.rebinds`), it is host memory for what follows: on a CPU run the copy is the
     device tensor itself, and the loop's name for it now means the copy, whose reads wait for nothing on a GPU run
     (ElegantRL's evaluator reads `returns` element by element after that line) and whose move is an upload. A copy
-    kept under another name is not marked: the device tensor it is on this run may still be read by its own."""
+    kept under another name is not marked: the device tensor it is on this run may still be read by its own. On an
+    accelerator the copy is a CPU tensor of its own, and marked wherever it goes: its reads were counted on a GPU run
+    unless chained to the copy (ElegantRL's evaluator would have counted 384 there that its CPU run did not)."""
     note_host_copy(result)
-    if not isinstance(result, torch.Tensor) or type(result) not in PLAIN or accelerator_in_use():
+    if not isinstance(result, torch.Tensor) or type(result) not in PLAIN:
+        return
+    if accelerator_in_use():  # a GPU run's copy is a tensor of its own in CPU memory, whatever name holds it
+        if unseen(PLACE, result).type == "cpu":
+            mark_host_memory(result)
         return
     frame = sync.user_call_frame(sys._getframe(1))
     if frame is not None and rebinds(frame):

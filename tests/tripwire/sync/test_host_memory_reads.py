@@ -26,7 +26,7 @@ import pytest
 import torch
 from sync_counts import counted
 
-from tripwire.sync import hot_path, state
+from tripwire.sync import explicit, hot_path, state
 from tripwire.sync.budget import SyncBudget, check_budget
 from tripwire.sync.counter import SyncCounter
 
@@ -376,6 +376,22 @@ def test_a_read_of_the_host_copy_just_made_is_not_a_second_sync() -> None:
 
     assert counted(chained) == {"cpu": 11}
     assert counted(not_chained) == {"cpu": 4, "tolist": 3, "item": 1}
+
+
+def test_on_an_accelerator_a_copy_to_the_host_is_host_memory_under_any_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU `x.cpu()` is a CPU tensor of its own: its reads wait for nothing, whatever name holds it. The GPU run
+    counted them unless chained to the copy (`copy = x.cpu(); copy.tolist()`, ElegantRL's `returns = returns.cpu()`
+    and its reads), where the CPU run of the same loop may not. Here the run is taken for an accelerator's; the copy
+    is this CPU's tensor itself, which the branch marks as it would a GPU run's distinct copy."""
+    x = torch.arange(4.0)  # before the counter: not marked, taken for a device tensor
+    monkeypatch.setattr(explicit, "accelerator_in_use", lambda: True)
+
+    def copied() -> None:
+        copy = x.cpu()
+        copy.tolist()
+        copy[1:].sum().item()
+
+    assert counted(copied) == {"cpu": 1}
 
 
 class _Holder:
