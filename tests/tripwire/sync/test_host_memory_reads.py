@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from loop_modules import load
 from sync_counts import counted
 
 from tripwire.sync import explicit, hot_path, state
@@ -441,6 +442,49 @@ def test_a_host_copy_stored_back_under_its_own_name_is_host_memory() -> None:
 
     assert counted(rebound) == {"cpu": 2, "to_cpu": 1, "to_device": 1}
     assert counted(not_rebound) == {"cpu": 3, "item": 3, "tolist": 1}
+
+
+REBOUND = """
+import torch
+
+
+class Box:
+    pass
+
+
+def step(x, other):
+    box = Box()
+    box.x = x
+    {statement}
+    return {read}
+"""
+
+
+@pytest.mark.parametrize(
+    ("statement", "read", "marked"),
+    [
+        ("x = x.cpu()  # a comment after it", "x", True),
+        ("x: torch.Tensor = x.cpu()", "x", True),
+        ('x = x.to("cpu", non_blocking=False)', "x", True),
+        ("box.x = box.x.float().cpu()", "box.x", True),
+        ("x = x.cpu().clone()", "x", False),  # the name holds what came after the copy
+        ("x = y = x.cpu()", "x", False),  # two names
+        ("x, y = x.cpu(), x", "x", False),  # a tuple
+        ("box.x = other.cpu()", "box.x", False),  # another tensor's copy under the name
+        ("y = x.cpu(); x = y", "x", False),  # two statements on the line
+    ],
+)
+def test_which_statements_store_a_copy_back_under_its_name(
+    statement: str, read: str, marked: bool, tmp_path: Path
+) -> None:
+    """The stored-back rule reads the one statement on the copy's line (`spelling.rebinds`): one target, the same
+    name or attribute as the receiver's chain starts from, and the copy itself as the value."""
+    loop = load(tmp_path, REBOUND.format(statement=statement, read=read))
+    x, other = torch.arange(3.0, device=DEVICE), torch.arange(3.0, device=DEVICE)
+    with SyncCounter() as counter:
+        loop.step(x, other)[0].item()
+    host = marked or DEVICE.type != "cpu"  # on a GPU every copy is a CPU tensor of its own, host memory
+    assert counter.counts_by_kind().get("item", 0) == (0 if host else 1)
 
 
 def test_a_functions_bytecode_is_read_once_however_many_copies_and_reads_it_pairs(
