@@ -10,7 +10,7 @@ one attribute added.
 
 Placed at the root of an ElegantRL checkout (so `elegantrl` imports from it) and run as
 
-    python ppo_run.py [--device cuda] [--envs 32] [--horizon 64] [--iterations 4] [--seed 0]
+    python ppo_run.py [--device cuda] [--envs 32] [--horizon 64] [--iterations 4] [--seed 0] [--runs DIR]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=64, help="steps of every environment per update")
     parser.add_argument("--iterations", type=int, default=4, help="explore-and-update rounds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runs", default="", help="the folder of the run's files (default: runs/ beside this file)")
     args = parser.parse_args()
 
     gpu_id = 0 if args.device == "cuda" else -1
@@ -65,7 +66,8 @@ def main() -> None:
     config.eval_per_step = args.horizon  # evaluate (and maybe save the actor) after every update
     config.eval_times = 1
     config.save_gap = 1  # save the actor at every evaluation, not only at a new best return
-    config.cwd = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runs", "PointChasingVecEnv_PPO")
+    runs = args.runs or os.path.join(os.path.dirname(os.path.abspath(__file__)), "runs")
+    config.cwd = os.path.join(runs, "PointChasingVecEnv_PPO")
     config.if_remove = True
     train_agent_single_process(config)
 
