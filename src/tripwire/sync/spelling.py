@@ -100,6 +100,8 @@ _positions_cache: dict[int, tuple[CodeType, _Positions]] = {}  # by the code's i
 _arguments_cache: dict[tuple[int, int, str], tuple[CodeType, ast.expr | None]] = {}
 # whether a call's statement stores its result back under its receiver's name: (code id, lasti) -> answer
 _rebinding_cache: dict[tuple[int, int], tuple[CodeType, bool]] = {}
+# each file's parsed source, for the functions whose local names a `.to()` target may be (`_bound_to_host`)
+_module_cache: dict[str, ast.Module] = {}
 
 
 def forget_sources() -> None:
@@ -109,6 +111,7 @@ def forget_sources() -> None:
     _positions_cache.clear()
     _arguments_cache.clear()
     _rebinding_cache.clear()
+    _module_cache.clear()
 
 
 def call_source(frame: FrameType) -> str:
@@ -203,11 +206,11 @@ def _spelled(frame: FrameType, method: str) -> Spelling:
             device = next((kw.value for kw in node.keywords if kw.arg == "device"), None)
             if device is None:
                 return Spelling()
-            host = names_host(device)
+            host = names_host(device) or _bound_to_host(frame, device)
             parameter = device.id if isinstance(device, ast.Name) and device.id in _parameters(frame.f_code) else ""
             return Spelling(target_is_host=host, device_named=not host, parameter=parameter)
         targets = [*node.args[:1], *(kw.value for kw in node.keywords if kw.arg == "device")]
-        host = any(names_host(target) for target in targets)
+        host = any(names_host(target) or _bound_to_host(frame, target) for target in targets)
         built, pinned = _receiver(node.func.value) if isinstance(node.func, ast.Attribute) else (False, False)
         parameter = device_of = ""
         if len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id in _parameters(frame.f_code):
@@ -217,6 +220,96 @@ def _spelled(frame: FrameType, method: str) -> Spelling:
             device_of = target.value.id
         return Spelling(host, bool(targets) and not host, built, pinned, parameter, device_of)
     return Spelling()
+
+
+def _bound_to_host(frame: FrameType, node: ast.expr) -> bool:
+    """Whether `node` is a local name of the running function (not a parameter) that the function binds to the host
+    alone: every assignment to it there a host spelling (`device = "cpu"` a few lines above `x.to(device)`, Sample
+    Factory's inference worker). A name bound anywhere else (a loop target, an unpacking, an augmented assignment) or
+    to anything else (the run's own device) is not read as the host."""
+    if not isinstance(node, ast.Name):
+        return False
+    while node.id in frame.f_code.co_freevars and frame.f_code.co_name in _COMPREHENSIONS:
+        outer = frame.f_back  # a comprehension (Python 3.11 runs it as a function of its own) reads its function's
+        if outer is None or frame.f_code not in outer.f_code.co_consts:
+            return False
+        frame = outer
+    if node.id in _parameters(frame.f_code) or frame.f_code.co_name == "<module>":
+        return False  # a script's own `device = "cpu"` at its top is the run's device, as its every move says
+    function = _function_node(frame)
+    if function is None:
+        return False
+    values: list[ast.expr] = []
+    for child in _own_nodes(function):
+        if isinstance(child, ast.Assign):
+            for target in child.targets:
+                if isinstance(target, ast.Name) and target.id == node.id:
+                    values.append(child.value)
+                elif _binds(target, node.id):
+                    return False  # unpacked into
+        elif isinstance(child, ast.AnnAssign) and isinstance(child.target, ast.Name) and child.target.id == node.id:
+            if child.value is None:
+                continue
+            values.append(child.value)
+        elif isinstance(child, (ast.AugAssign, ast.For, ast.AsyncFor, ast.withitem, ast.NamedExpr, ast.comprehension)):
+            bound = child.target if not isinstance(child, ast.withitem) else child.optional_vars
+            if bound is not None and _binds(bound, node.id):
+                return False
+        elif isinstance(child, (ast.Global, ast.Nonlocal)) and node.id in child.names:
+            return False
+    return bool(values) and all(names_host(value) for value in values)
+
+
+_COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>"})
+
+
+def _binds(target: ast.expr, name: str) -> bool:
+    """Whether an assignment target binds `name` (itself, or inside an unpacking); an index or attribute of a name
+    (`buffers[device] = ...`) binds nothing."""
+    if isinstance(target, ast.Name):
+        return target.id == name
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return any(_binds(element, name) for element in target.elts)
+    if isinstance(target, ast.Starred):
+        return _binds(target.value, name)
+    return False
+
+
+def _own_nodes(function: ast.AST) -> list[ast.AST]:
+    """The nodes of a function's own body, not of the functions, lambdas and classes inside it."""
+    found: list[ast.AST] = []
+    pending = list(ast.iter_child_nodes(function))
+    while pending:
+        child = pending.pop()
+        found.append(child)
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            pending.extend(ast.iter_child_nodes(child))
+    return found
+
+
+def _function_node(frame: FrameType) -> ast.AST | None:
+    """The AST of the function the frame runs, from its file as the recording read it: the innermost `def` of the
+    code's name whose lines hold the running line (each file parsed once a recording)."""
+    code = frame.f_code
+    filename = code.co_filename
+    tree = _module_cache.get(filename)
+    if tree is None:
+        try:
+            tree = ast.parse("".join(sync.source_lines(filename)))
+        except (SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        _module_cache[filename] = tree
+    line = frame.f_lineno
+    best: ast.AST | None = None
+    for child in ast.walk(tree):
+        if (
+            isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and child.name == code.co_name
+            and child.lineno <= line <= (child.end_lineno or child.lineno)
+            and (best is None or child.lineno > best.lineno)  # type: ignore[attr-defined]
+        ):
+            best = child
+    return best
 
 
 def device_of(frame: FrameType) -> str:

@@ -109,3 +109,51 @@ def test_a_counter_keeps_no_code_of_the_loop_after_it_ends(tmp_path: Path) -> No
     code = weakref.ref(namespace.pop("move").__code__)
     gc.collect()
     assert code() is None, [type(holder).__name__ for holder in gc.get_referrers(code())]
+
+
+LOCAL_HOST = """
+import torch
+
+device = "cpu"  # a script's own top: the run's device, as every move of it says
+
+
+def to_host(outputs, own_device):
+    device = "cpu"  # the host, by name, a few lines above its use (Sample Factory's inference worker)
+    buffers = {device: None}
+    buffers[device] = [value.to(device) for value in outputs]  # an index of the name binds nothing
+    for key, value in enumerate(outputs):
+        outputs[key] = value.to(device)
+    return buffers
+
+
+def either(outputs, own_device, flag):
+    device = "cpu" if flag else own_device  # the run's device on one branch: not the host by name
+    return [value.to(device) for value in outputs]
+
+
+def rebound(outputs, own_device):
+    device = "cpu"
+    device = own_device
+    return [value.to(device) for value in outputs]
+
+
+def at_top(outputs):
+    return [value.to(device) for value in outputs]
+"""
+
+
+def test_a_local_name_bound_to_the_host_alone_is_the_host(tmp_path: Path) -> None:
+    """`device = "cpu"` inside the function that moves to `device` names the host as plainly as `.to("cpu")`: Sample
+    Factory's inference worker moves its policy outputs so, 5 a step, which a CPU run took for moves to the run's
+    device (and an output built in host memory for an upload). A name bound to anything else there, a loop's or a
+    script's top-level `device`, is read as before."""
+    path = tmp_path / "local_host.py"
+    path.write_text(LOCAL_HOST, encoding="utf-8")
+    loop = runpy.run_path(str(path))
+    outputs = [torch.ones(2), torch.zeros(2)]  # built before the counter: the device's, as a policy's outputs are
+    assert count_in_region(lambda: loop["to_host"](list(outputs), "cpu")) == {"to_cpu": 4}
+    assert count_in_region(lambda: loop["to_host"]([torch.ones(2)], "cpu")) == {}  # host memory, built there
+    assert count_in_region(lambda: loop["either"](list(outputs), "cpu", True)) == {}
+    assert count_in_region(lambda: loop["rebound"](list(outputs), "cpu")) == {}
+    assert count_in_region(lambda: loop["at_top"](list(outputs))) == {}
+
