@@ -156,4 +156,3 @@ def test_a_local_name_bound_to_the_host_alone_is_the_host(tmp_path: Path) -> Non
     assert count_in_region(lambda: loop["either"](list(outputs), "cpu", True)) == {}
     assert count_in_region(lambda: loop["rebound"](list(outputs), "cpu")) == {}
     assert count_in_region(lambda: loop["at_top"](list(outputs))) == {}
-
