@@ -479,10 +479,7 @@ def copied_here(tensor: torch.Tensor) -> bool:
     save keeps the wider rule (`in_host_memory`): what it writes of such a copy is host memory on a GPU too."""
     if host_born(tensor):
         return True
-    entry = _host_copies.get(_key(tensor)) if _host_copies else None
-    if entry is None or entry[0]() is not tensor or entry[1] != _version(tensor):
-        return False
-    return entry[2] == _statement()
+    return bool(_host_copies) and unchanged_host_copy(tensor) and _host_copies[_key(tensor)][2] == _statement()
 
 
 def accelerator_in_use() -> bool:

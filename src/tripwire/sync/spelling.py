@@ -154,13 +154,8 @@ def rebinds(frame: FrameType) -> bool:
 
 
 def _rebinding(frame: FrameType) -> bool:
-    code = frame.f_code
-    if id(code) not in _positions_cache:
-        call_source(frame)  # decodes the positions
-    index = frame.f_lasti // 2
-    positions = _positions_cache[id(code)][1]
-    line = positions[index][0] if index < len(positions) else None
-    source = sync.source_lines(code.co_filename)
+    line = frame.f_lineno  # the line of the running call
+    source = sync.source_lines(frame.f_code.co_filename)
     if line is None or not 0 < line <= len(source):
         return False
     try:
@@ -248,9 +243,8 @@ def _bound_to_host(frame: FrameType, node: ast.expr) -> bool:
                 elif _binds(target, node.id):
                     return False  # unpacked into
         elif isinstance(child, ast.AnnAssign) and isinstance(child.target, ast.Name) and child.target.id == node.id:
-            if child.value is None:
-                continue
-            values.append(child.value)
+            if child.value is not None:  # a bare annotation binds nothing
+                values.append(child.value)
         elif isinstance(child, (ast.AugAssign, ast.For, ast.AsyncFor, ast.withitem, ast.NamedExpr, ast.comprehension)):
             bound = child.target if not isinstance(child, ast.withitem) else child.optional_vars
             if bound is not None and _binds(bound, node.id):
