@@ -32,6 +32,7 @@ from __future__ import annotations
 import dis
 import functools
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from types import CodeType, FrameType
@@ -56,6 +57,7 @@ __all__ = [
     "host_born",
     "in_host_memory",
     "indexed_copy_kind",
+    "lend",
     "made_by_user",
     "mark_host_born",
     "note_host_copy",
@@ -153,7 +155,7 @@ def mark_host_born(tensor: torch.Tensor) -> None:
     """Remember that `tensor` was built in host memory (until it is freed), and, for an inference tensor, its
     storage (until that is freed), which its views share."""
     key = _key(tensor)
-    if key not in _host_born:
+    if key not in _host_born or isinstance(_host_born[key], _Lent):  # marked for good over a lent copy
         _host_born[key] = weakref.ref(tensor, functools.partial(_forget, key))
         storage = _inference_storage(tensor)
         if storage is not None and (at := _key(storage)) not in _host_born_storages:
@@ -198,6 +200,60 @@ def _within(tensor: torch.Tensor, views: list[weakref.ref[torch.Tensor]]) -> boo
         if span is not None and around is not None and around[0] <= span[0] and span[1] <= around[1]:
             return True
     return False
+
+
+class _Lent(weakref.ref[torch.Tensor]):
+    """A `_host_born` entry that holds only while the call it was passed to runs (`lend`): called, it gives its tensor
+    when the user's code reading it runs inside a call made by the lending statement, on the lending thread; else
+    None, as a dead reference would. Found over, it leaves the table."""
+
+    __slots__ = ("code", "first", "frame", "last", "thread")
+
+    def __new__(
+        cls, tensor: torch.Tensor, callback: Callable[[Any], None], frame: FrameType, lines: tuple[int, int]
+    ) -> _Lent:
+        return super().__new__(cls, tensor, callback)
+
+    def __init__(
+        self, tensor: torch.Tensor, callback: Callable[[Any], None], frame: FrameType, lines: tuple[int, int]
+    ) -> None:
+        super().__init__(tensor, callback)  # type: ignore[call-arg]  # typeshed gives `ref` no `__init__`
+        self.frame = _key(frame)  # by id: a reference would keep the caller's locals alive
+        self.code = _key(frame.f_code)
+        self.first, self.last = lines
+        self.thread = threading.get_ident()
+
+    def __call__(self) -> torch.Tensor | None:
+        tensor = super().__call__()
+        if tensor is None or threading.get_ident() != self.thread:
+            return None
+        reader = sync.user_frame(2)
+        if reader is None or _key(reader) == self.frame:  # the lending statement itself: a device tensor's read
+            return None
+        frame = reader.f_back
+        while frame is not None:  # the lending frame on the stack, still at the call's lines: inside it
+            if _key(frame) == self.frame:
+                if self.first <= frame.f_lineno <= self.last and _key(frame.f_code) == self.code:
+                    return tensor
+                break
+            frame = frame.f_back
+        if _host_born.get(_key(tensor)) is self:  # the call is over: the tensor is the caller's device tensor again
+            del _host_born[_key(tensor)]
+        return None
+
+
+def lend(tensor: torch.Tensor, frame: FrameType, lines: tuple[int, int]) -> None:
+    """On a CPU run, a counted copy to the host (`frame`'s call) passed straight to another call, at `lines`
+    (`sum_tree.update_ids(data_ids.cpu())`, ElegantRL's prioritized replay: `spelling.passes_on`): host memory to the
+    code that call runs, as the copy is on a GPU run, and not to the caller, for whom it is the device tensor itself
+    (copied again on the next pass of a loop). Not for a tensor marked for good."""
+    if type(tensor) not in PLAIN:
+        return
+    key = _key(tensor)
+    ref = _host_born.get(key)
+    if ref is not None and not isinstance(ref, _Lent) and ref() is tensor:
+        return
+    _host_born[key] = _Lent(tensor, functools.partial(_forget, key), frame, lines)
 
 
 def _forget(key: int, _ref: object, table: dict[int, weakref.ref[Any]] = _host_born) -> None:

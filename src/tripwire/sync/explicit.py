@@ -59,6 +59,7 @@ from tripwire.sync.copies import (
     forget_host_born,
     host_born,
     in_host_memory,
+    lend,
     made_by_user,
     mark_host_born,
     note_host_copy,
@@ -74,7 +75,7 @@ from tripwire.sync.installation import (
     patch,
     tracked_backward,
 )
-from tripwire.sync.spelling import LIKE, NEW_LIKE, rebinds, spelling
+from tripwire.sync.spelling import LIKE, NEW_LIKE, passes_on, rebinds, spelling
 from tripwire.sync.watched import (
     WatchedMethod,
     as_caller,
@@ -321,8 +322,13 @@ def copied_to_host(result: object) -> None:
             mark_host_memory(result)
         return
     frame = sync.user_call_frame(sys._getframe(1))
-    if frame is not None and rebinds(frame):
+    if frame is None:
+        return
+    if rebinds(frame):
         mark_host_memory(result)
+    elif (lines := passes_on(frame)) is not None:
+        _follow_place_keeping()  # the callee's place-keeping results of it are host memory too
+        lend(result, frame, lines)
 
 
 def _new_tensor(call: Any, run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -434,12 +440,17 @@ _WAITING_LOCK = threading.Lock()
 def mark_host_memory(tensor: torch.Tensor) -> None:
     """`mark_host_born`, first putting the waiting place-keeping stand-ins in place: from here on a place-keeping
     method's result of this tensor, or of one derived from it, is marked too."""
+    _follow_place_keeping()
+    mark_host_born(tensor)
+
+
+def _follow_place_keeping() -> None:
+    """Put the waiting place-keeping stand-ins in place: a tensor is about to be host memory."""
     if _WAITING:
         with _WAITING_LOCK:
             for installation in _WAITING:
                 _put_keeping_in_place(installation)
             _WAITING.clear()
-    mark_host_born(tensor)
 
 
 def _put_keeping_in_place(installation: Installation) -> None:

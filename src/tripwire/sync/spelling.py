@@ -25,6 +25,7 @@ __all__ = [
     "module_move",
     "name_of",
     "names_host",
+    "passes_on",
     "rebinds",
     "spelling",
 ]
@@ -100,6 +101,8 @@ _positions_cache: dict[int, tuple[CodeType, _Positions]] = {}  # by the code's i
 _arguments_cache: dict[tuple[int, int, str], tuple[CodeType, ast.expr | None]] = {}
 # whether a call's statement stores its result back under its receiver's name: (code id, lasti) -> answer
 _rebinding_cache: dict[tuple[int, int], tuple[CodeType, bool]] = {}
+# the lines of the call a call's result is an argument of: (code id, lasti) -> lines, or None
+_passing_cache: dict[tuple[int, int], tuple[CodeType, tuple[int, int] | None]] = {}
 # each file's parsed source, for the functions whose local names a `.to()` target may be (`_bound_to_host`)
 _module_cache: dict[str, ast.Module] = {}
 
@@ -111,11 +114,13 @@ def forget_sources() -> None:
     _positions_cache.clear()
     _arguments_cache.clear()
     _rebinding_cache.clear()
+    _passing_cache.clear()
     _module_cache.clear()
 
 
-def call_source(frame: FrameType) -> str:
-    """The source of the call the frame is executing now (its instruction's position), or ""."""
+def _position(frame: FrameType) -> tuple[int, int, int, int] | None:
+    """Where in its file the call the frame is executing now stands: first and last line, first and last column (the
+    instruction's position), or None when the code keeps none."""
     code = frame.f_code
     cached = _positions_cache.get(id(code))
     if cached is None:  # decoded once per code object: a script's module code takes milliseconds
@@ -123,10 +128,19 @@ def call_source(frame: FrameType) -> str:
     positions = cached[1]
     index = frame.f_lasti // 2
     if index >= len(positions):
-        return ""
+        return None
     start, end, first_col, last_col = positions[index]
     if start is None or end is None or first_col is None or last_col is None:
+        return None
+    return start, end, first_col, last_col
+
+
+def call_source(frame: FrameType) -> str:
+    """The source of the call the frame is executing now (its instruction's position), or ""."""
+    position = _position(frame)
+    if position is None:
         return ""
+    start, end, first_col, last_col = position
     source = sync.source_lines(frame.f_code.co_filename)  # as the recording first read it
     lines = [(source[n - 1] if 0 < n <= len(source) else "").encode() for n in range(start, end + 1)]
     if start == end:
@@ -180,6 +194,38 @@ def _rebinding(frame: FrameType) -> bool:
         else:
             break
     return isinstance(receiver, (ast.Name, ast.Attribute)) and ast.unparse(receiver) == ast.unparse(targets[0])
+
+
+def passes_on(frame: FrameType) -> tuple[int, int] | None:
+    """Where the call taking the result of the call the frame is making stands, as its first and last line, when that
+    result is an argument of it (`tree.update_ids(ids.cpu(), prob=p[i:j].cpu())`, over as many lines as it takes): the
+    result goes straight into the callee, under no name of the caller's. None when it is not (read once per call site,
+    the call found in its file's syntax tree by its instruction's position)."""
+    key = (id(frame.f_code), frame.f_lasti)
+    cached = _passing_cache.get(key)
+    if cached is None:
+        cached = _passing_cache[key] = (frame.f_code, _passed_on(frame))
+    return cached[1]
+
+
+def _passed_on(frame: FrameType) -> tuple[int, int] | None:
+    position = _position(frame)
+    if position is None:
+        return None
+    start, end, first_col, last_col = position
+    pending: list[ast.AST] = [_module_tree(frame.f_code.co_filename)]
+    while pending:  # down the nodes whose lines hold the call's
+        node = pending.pop()
+        if isinstance(node, ast.Call):
+            for argument in (*node.args, *(keyword.value for keyword in node.keywords)):
+                at = (argument.lineno, argument.end_lineno, argument.col_offset, argument.end_col_offset)
+                if isinstance(argument, ast.Call) and at == (start, end, first_col, last_col):
+                    return node.lineno, node.end_lineno or node.lineno
+        for child in ast.iter_child_nodes(node):
+            lines = (getattr(child, "lineno", None), getattr(child, "end_lineno", None))
+            if lines[0] is None or lines[1] is None or (lines[0] <= start and end <= lines[1]):
+                pending.append(child)
+    return None
 
 
 def _parameters(code: CodeType) -> tuple[str, ...]:
@@ -285,14 +331,7 @@ def _function_node(frame: FrameType) -> ast.AST | None:
     """The AST of the function the frame runs, from its file as the recording read it: the innermost `def` of the
     code's name whose lines hold the running line (each file parsed once a recording)."""
     code = frame.f_code
-    filename = code.co_filename
-    tree = _module_cache.get(filename)
-    if tree is None:
-        try:
-            tree = ast.parse("".join(sync.source_lines(filename)))
-        except (SyntaxError, ValueError):
-            tree = ast.Module(body=[], type_ignores=[])
-        _module_cache[filename] = tree
+    tree = _module_tree(code.co_filename)
     line = frame.f_lineno
     best: ast.AST | None = None
     for child in ast.walk(tree):
@@ -304,6 +343,18 @@ def _function_node(frame: FrameType) -> ast.AST | None:
         ):
             best = child
     return best
+
+
+def _module_tree(filename: str) -> ast.Module:
+    """The file's syntax tree as the recording read its source (parsed once a recording; empty when it parses not)."""
+    tree = _module_cache.get(filename)
+    if tree is None:
+        try:
+            tree = ast.parse("".join(sync.source_lines(filename)))
+        except (SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        _module_cache[filename] = tree
+    return tree
 
 
 def device_of(frame: FrameType) -> str:

@@ -444,6 +444,68 @@ def test_a_host_copy_stored_back_under_its_own_name_is_host_memory() -> None:
     assert counted(not_rebound) == {"cpu": 3, "item": 3, "tolist": 1}
 
 
+class _SumTree:
+    """ElegantRL's prioritized replay tree (`elegantrl/train/replay_buffer.py`, `SumTree.update_ids`), cut down:
+    priorities in host memory, written at the leaves it is given and summed up level by level."""
+
+    def __init__(self, leaves: int) -> None:
+        self.leaves = leaves
+        self.tree = torch.zeros(2 * leaves - 1)  # host memory, on a GPU run too
+
+    def update_ids(self, data_ids: torch.Tensor, prob: torch.Tensor | float = 10.0) -> None:
+        l_ids = data_ids + self.leaves - 1
+        self.tree[l_ids] = prob
+        for _ in range(2):
+            p_ids = ((l_ids - 1) // 2).unique()  # data-dependent: a sync of device indices, none of host ones
+            l_ids = p_ids * 2 + 1
+            self.tree[p_ids] = self.tree[l_ids] + self.tree[l_ids + 1]
+            l_ids = p_ids
+
+
+def _shown(actions: torch.Tensor) -> list[int]:
+    """ElegantRL's trainer prints its discrete actions' counts: `action_to_str(_action_ary=actions.data.cpu())`."""
+    _values, counts = np.unique(actions, return_counts=True)
+    return [int(count) for count in counts] + actions.long().tolist()
+
+
+def test_a_host_copy_passed_straight_to_a_call_is_host_memory_inside_it() -> None:
+    """`sum_tree.update_ids(data_ids.cpu())` (ElegantRL's prioritized replay, once per environment's tree) and
+    `action_to_str(_action_ary=actions.data.cpu())` (its trainer, every update of a discrete agent): on a GPU the
+    callee gets a CPU tensor of its own, and its reads, indices and `unique` wait for nothing. On a CPU run `.cpu()`
+    returns the device tensor itself, and each was counted (8 `unique`, an `.item()`, a NumPy read, uploads of the
+    priorities). A copy passed straight to a call (an argument, positional or by keyword, the call over one line or
+    several: `spelling.passes_on`) is host memory to the code that call runs, and to no one else: the caller still
+    holds the device tensor, read or copied again by its own name. What is left: inside the call, a read of the same
+    device tensor by another path (an attribute of the caller's) is taken for the copy's; a GPU run's cross-check by
+    site (`nox -s gpu`) shows such a read."""
+    ids = torch.arange(4, device=DEVICE)
+    prob = torch.rand(8, device=DEVICE)
+    actions = torch.tensor([0.0, 1.0, 1.0, 2.0], device=DEVICE)
+
+    def passed() -> None:
+        trees = [_SumTree(8), _SumTree(8)]
+        for tree in trees:  # each pass copies again: 2 `.cpu()`
+            tree.update_ids(data_ids=ids.cpu(), prob=10.0)
+        for i in range(2):  # 4 `.cpu()`, the priorities among them
+            trees[0].update_ids(ids[i : i + 2].cpu(), prob[i : i + 2].cpu())
+        trees[1].update_ids(
+            ids[2:].cpu(),
+            prob=prob[:2].cpu(),
+        )  # 2 `.cpu()`, over four lines
+        _shown(actions.data.cpu())  # 1 `.cpu()`
+        ids.tolist()  # the caller's device tensor, read after the call: a device read on a GPU
+
+    def not_passed() -> None:
+        copy = actions.cpu()  # kept under a name: on a CPU run `actions` itself, which a later line may read
+        _shown(copy)
+        _shown(actions)  # the device tensor passed: its reads are device reads
+
+    assert counted(passed) == {"cpu": 9, "tolist": 1}
+    device_reads = {"numpy": 1, "tolist": 1}
+    expected = {"cpu": 1, **device_reads} if DEVICE.type != "cpu" else {"cpu": 1, "numpy": 2, "tolist": 2}
+    assert counted(not_passed) == expected
+
+
 REBOUND = """
 import torch
 
