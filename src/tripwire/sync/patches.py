@@ -36,7 +36,7 @@ from tripwire.sync import kinds
 from tripwire.sync import state as sync
 from tripwire.sync.copies import host_born, mark_host_born
 from tripwire.sync.installation import Installation, call_counted, patch, swap_in
-from tripwire.sync.saved import device_storages, loaded_on_host, loaded_storages
+from tripwire.sync.saved import device_storages, exchanged_on_host, loaded_on_host, loaded_storages, sent_from_host
 from tripwire.sync.scalers import watch_scalers
 
 __all__ = ["COLLECTIVES", "counted_method", "patch_sync_functions"]
@@ -74,6 +74,31 @@ COLLECTIVES = (
 def _counted_call(kind: str, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Replacement body for a patched sync function."""
     return call_counted(kind, original, args, kwargs)  # pass-through
+
+
+# The collectives that pickle objects across ranks: (where the sent objects are, where the received ones land), each
+# as (position, keyword). The received tensors are host memory when the sent ones are (`saved.exchanged_on_host`).
+_OBJECT_COLLECTIVES: dict[str, tuple[tuple[int, str], tuple[int, str]]] = {
+    "all_gather_object": ((1, "obj"), (0, "object_list")),
+    "gather_object": ((0, "obj"), (1, "object_gather_list")),
+    "broadcast_object_list": ((0, "object_list"), (0, "object_list")),
+    "scatter_object_list": ((1, "scatter_object_input_list"), (0, "scatter_object_output_list")),
+}
+
+
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], at: tuple[int, str]) -> Any:
+    return args[at[0]] if len(args) > at[0] else kwargs.get(at[1])
+
+
+def _counted_object_call(kind: str, name: str, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """An object collective: counted, and, on a CPU run, what it hands back marked as host memory where what this
+    rank sent was (`saved.sent_from_host`)."""
+    sent_at, received_at = _OBJECT_COLLECTIVES[name]
+    host = not sync._LOCAL.suppress and sent_from_host(_argument(args, kwargs, sent_at))
+    result = call_counted(kind, original, args, kwargs)  # pass-through
+    if host:
+        exchanged_on_host(_argument(args, kwargs, received_at))
+    return result
 
 
 def counted_method(self: Any, kind: str, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -160,7 +185,11 @@ def _patch_collectives(installation: Installation) -> None:
         original = getattr(distributed_c10d, name, None) or getattr(torch.distributed, name, None)
         if original is None:
             continue
-        replacement = functools.wraps(original)(functools.partial(_counted_call, kinds.COLLECTIVE.of(name), original))
+        if name in _OBJECT_COLLECTIVES:
+            counted = functools.partial(_counted_object_call, kinds.COLLECTIVE.of(name), name, original)
+        else:
+            counted = functools.partial(_counted_call, kinds.COLLECTIVE.of(name), original)
+        replacement = functools.wraps(original)(counted)
         for owner in (torch.distributed, distributed_c10d):
             if getattr(owner, name, None) is original:
                 patch(installation, owner, name, replacement)

@@ -38,7 +38,14 @@ import torch
 from tripwire.sync.copies import PLAIN, accelerator_in_use, in_host_memory, mark_host_born
 from tripwire.sync.spelling import spelling
 
-__all__ = ["WALK_LIMIT", "device_storages", "loaded_on_host", "loaded_storages"]
+__all__ = [
+    "WALK_LIMIT",
+    "device_storages",
+    "exchanged_on_host",
+    "loaded_on_host",
+    "loaded_storages",
+    "sent_from_host",
+]
 
 # The most objects one walk looks at (a model's state and its optimizer's: a few thousand)
 WALK_LIMIT = 100_000
@@ -98,6 +105,30 @@ def loaded_on_host(result: object) -> None:
     if accelerator_in_use() or not spelling("load").target_is_host:
         return
     for tensor in _tensors(result, steps=True):
+        if type(tensor) in PLAIN:  # not a storage, nor a subclass
+            mark_host_born(tensor)
+
+
+def sent_from_host(sent: object) -> bool:
+    """Whether what this rank hands an object collective holds tensors, every one of them host memory on a GPU run too
+    (the rule above), read before the call (on a CPU run: on an accelerator the received tensors say where they are)."""
+    if accelerator_in_use():
+        return False
+    with torch._C.DisableTorchFunction():
+        tensors = _tensors(sent, steps=True)
+        return bool(tensors) and all(
+            type(tensor) in PLAIN and tensor.device.type == "cpu" and _host_memory(tensor) for tensor in tensors
+        )
+
+
+def exchanged_on_host(received: object) -> None:
+    """After an object collective (`all_gather_object`, `gather_object`, `broadcast_object_list`,
+    `scatter_object_list`) whose sent objects were host memory (`sent_from_host`): mark the tensors it handed back
+    as host memory. The objects are pickled and unpickled, so their tensors arrive where the sender kept them; every
+    rank runs the same code, so this rank's objects stand for the others'. Without this a CPU run took them for
+    device tensors: their move to the host was counted (this trainer's `stack_masks` of the envs' gathered masks,
+    `flat.to(device)`, 12 `to_cpu` in e_distributed) where a GPU run's gathered masks are host tensors already."""
+    for tensor in _tensors(received, steps=True):
         if type(tensor) in PLAIN:  # not a storage, nor a subclass
             mark_host_born(tensor)
 

@@ -63,6 +63,44 @@ def test_barrier_and_broadcast_are_counted_too(one_rank_group: None) -> None:
     }
 
 
+def test_objects_gathered_from_host_memory_arrive_in_host_memory(one_rank_group: None) -> None:
+    """`all_gather_object` pickles each rank's objects and unpickles them on every rank: a tensor arrives where its
+    sender kept it. This trainer gathers its envs' action masks, built in host memory, and `stack_masks` moves their
+    stack with `flat.to(device)`: on a GPU run of e_distributed (gloo, its policy on the host) a no-op, which its CPU
+    run counted as 12 copies to the host, the unpickled masks taken for device tensors. What this rank sends stands
+    for what every rank sends (they run the same code): when all its tensors are host memory, so are the ones handed
+    back. Tensors sent from the device stay device tensors, and so does anything received by a rank that sent none."""
+
+    def gathered(masks: dict[str, torch.Tensor]) -> torch.Tensor:
+        parts: list[list[dict[str, torch.Tensor]]] = [[]]
+        dist.all_gather_object(parts, [masks])
+        per_env = [env for part in parts for env in part]
+        return torch.stack([torch.cat([mask.reshape(-1) for mask in env.values()]) for env in per_env])
+
+    def host() -> None:
+        flat = gathered({"op": torch.ones(3, dtype=torch.bool), "slot": torch.zeros(2, dtype=torch.bool)})
+        flat.to("cpu")  # already there on a GPU run too: nothing copied
+        flat.to(DEVICE)  # the stack uploaded
+        box: list[object] = [torch.arange(3)]
+        dist.broadcast_object_list(box, src=0)
+        box[0].tolist()  # type: ignore[union-attr]  # host memory read
+
+    def device() -> None:
+        flat = gathered({"op": torch.ones(3, dtype=torch.bool, device=DEVICE)})
+        flat.to("cpu")  # a device tensor's copy to the host
+
+    with SyncCounter() as counter, hot_path("host"):
+        host()
+    assert counter.counts_by_kind("host") == {
+        "collective:all_gather_object": 1,
+        "collective:broadcast_object_list": 1,
+        "to_device": 1,
+    }
+    with SyncCounter() as counter, hot_path("device"):
+        device()
+    assert counter.counts_by_kind("device") == {"collective:all_gather_object": 1, "to_cpu": 1}
+
+
 def test_an_extra_collective_per_env_is_caught_by_the_budget(one_rank_group: None) -> None:
     def epoch(n_envs: int, extra: bool) -> None:
         with hot_path("rank_exchange"):
