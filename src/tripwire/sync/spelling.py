@@ -212,14 +212,14 @@ def _passed_on(frame: FrameType) -> tuple[int, int] | None:
     position = _position(frame)
     if position is None:
         return None
-    start, end, first_col, last_col = position
+    start, end, _first_col, last_col = position  # a chain over lines starts at its method (`x\n.cpu()`: `.cpu()`)
     pending: list[ast.AST] = [_module_tree(frame.f_code.co_filename)]
     while pending:  # down the nodes whose lines hold the call's
         node = pending.pop()
         if isinstance(node, ast.Call):
             for argument in (*node.args, *(keyword.value for keyword in node.keywords)):
-                at = (argument.lineno, argument.end_lineno, argument.col_offset, argument.end_col_offset)
-                if isinstance(argument, ast.Call) and at == (start, end, first_col, last_col):
+                # the call's end, its closing parenthesis, is no other call's
+                if isinstance(argument, ast.Call) and (argument.end_lineno, argument.end_col_offset) == (end, last_col):
                     return node.lineno, node.end_lineno or node.lineno
         for child in ast.iter_child_nodes(node):
             lines = (getattr(child, "lineno", None), getattr(child, "end_lineno", None))

@@ -493,6 +493,12 @@ def test_a_host_copy_passed_straight_to_a_call_is_host_memory_inside_it() -> Non
             prob=prob[:2].cpu(),
         )  # 2 `.cpu()`, over four lines
         _shown(actions.data.cpu())  # 1 `.cpu()`
+        # fmt: off
+        _shown(
+            actions.data
+            .cpu()
+        )  # a chain over lines (its instruction starts at `.cpu()`): 1 `.cpu()`
+        # fmt: on
         ids.tolist()  # the caller's device tensor, read after the call: a device read on a GPU
 
     def not_passed() -> None:
@@ -500,7 +506,7 @@ def test_a_host_copy_passed_straight_to_a_call_is_host_memory_inside_it() -> Non
         _shown(copy)
         _shown(actions)  # the device tensor passed: its reads are device reads
 
-    assert counted(passed) == {"cpu": 9, "tolist": 1}
+    assert counted(passed) == {"cpu": 10, "tolist": 1}
     device_reads = {"numpy": 1, "tolist": 1}
     expected = {"cpu": 1, **device_reads} if DEVICE.type != "cpu" else {"cpu": 1, "numpy": 2, "tolist": 2}
     assert counted(not_passed) == expected
