@@ -501,15 +501,16 @@ def test_a_host_copy_passed_straight_to_a_call_is_host_memory_inside_it() -> Non
         # fmt: on
         ids.tolist()  # the caller's device tensor, read after the call: a device read on a GPU
 
+    def listed(values: torch.Tensor) -> list[int]:
+        return values.long().tolist()
+
     def not_passed() -> None:
         copy = actions.cpu()  # kept under a name: on a CPU run `actions` itself, which a later line may read
-        _shown(copy)
-        _shown(actions)  # the device tensor passed: its reads are device reads
+        listed(copy)  # on a GPU a host read; on a CPU run counted, as `actions.tolist()` would be
+        listed(actions)  # the device tensor passed: a device read
 
     assert counted(passed) == {"cpu": 10, "tolist": 1}
-    device_reads = {"numpy": 1, "tolist": 1}
-    expected = {"cpu": 1, **device_reads} if DEVICE.type != "cpu" else {"cpu": 1, "numpy": 2, "tolist": 2}
-    assert counted(not_passed) == expected
+    assert counted(not_passed) == {"cpu": 1, "tolist": 1 if DEVICE.type != "cpu" else 2}
 
 
 REBOUND = """
