@@ -227,17 +227,10 @@ class _Lent(weakref.ref[torch.Tensor]):
         tensor = super().__call__()
         if tensor is None or threading.get_ident() != self.thread:
             return None
-        reader = sync.user_frame(2)
-        if reader is None or _key(reader) == self.frame:  # the lending statement itself: a device tensor's read
-            return None
-        frame = reader.f_back
-        while frame is not None:  # the lending frame on the stack, still at the call's lines: inside it
-            if _key(frame) == self.frame:
-                if self.first <= frame.f_lineno <= self.last and _key(frame.f_code) == self.code:
-                    return tensor
-                break
-            frame = frame.f_back
-        if _host_born.get(_key(tensor)) is self:  # the call is over: the tensor is the caller's device tensor again
+        inside = sync.inside_call_of(self.frame, self.code, self.first, self.last)
+        if inside:
+            return tensor
+        if inside is None and _host_born.get(_key(tensor)) is self:  # the call is over: the caller's tensor again
             del _host_born[_key(tensor)]
         return None
 
@@ -251,8 +244,12 @@ def lend(tensor: torch.Tensor, frame: FrameType, lines: tuple[int, int]) -> None
         return
     key = _key(tensor)
     ref = _host_born.get(key)
-    if ref is not None and not isinstance(ref, _Lent) and ref() is tensor:
-        return
+    if ref is not None and weakref.ref.__call__(ref) is tensor:
+        if not isinstance(ref, _Lent):
+            return  # marked for good
+        same = (ref.frame, ref.code, ref.first, ref.last) == (_key(frame), _key(frame.f_code), *lines)
+        if same and ref.thread == threading.get_ident():
+            return  # lent by the same line of the same call again (a loop's next pass)
     _host_born[key] = _Lent(tensor, functools.partial(_forget, key), frame, lines)
 
 

@@ -521,6 +521,29 @@ def user_frame(depth: int = 1) -> FrameType | None:
     return _outside(sys._getframe(depth))[0]
 
 
+def inside_call_of(caller: int, code: int, first: int, last: int) -> bool | None:
+    """Whether the user's code running now runs inside a call made by the frame `caller` (by `object.__hash__`, as
+    `copies` keys live objects; running `code`, keyed so too) at lines `first` to `last`: True when the frame it
+    called is the user's; False when that is torch's or tripwire's (the caller's own line reading, through a stand-in);
+    None when the caller is on this thread's stack no more, or has moved past those lines (its call is over)."""
+    key = object.__hash__  # no `id` audit event
+    called: FrameType | None = None
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if key(frame) == caller:
+            if not (first <= frame.f_lineno <= last and key(frame.f_code) == code):
+                return None
+            if called is None:
+                return False
+            role = _STATE.roles.get(id(called.f_code))
+            if role is None:
+                role = _STATE.roles[id(called.f_code)] = _role(called.f_code)
+            return not role[1]
+        called = frame
+        frame = frame.f_back
+    return None
+
+
 def site_frame(frame: FrameType) -> FrameType | None:
     """`user_frame` looked for from `frame` outwards (a caller that holds a frame of the call already)."""
     return _outside(frame)[0]
