@@ -231,7 +231,7 @@ class _Lent(weakref.ref[torch.Tensor]):
         if inside:
             return tensor
         if inside is None and _host_born.get(_key(tensor)) is self:  # the call is over: the caller's tensor again
-            del _host_born[_key(tensor)]
+            _host_born.pop(_key(tensor), None)  # never raises, should another thread have dropped it
         return None
 
 
