@@ -218,7 +218,7 @@ class _Lent(weakref.ref[torch.Tensor]):
         self, tensor: torch.Tensor, callback: Callable[[Any], None], frame: FrameType, lines: tuple[int, int]
     ) -> None:
         super().__init__(tensor, callback)  # type: ignore[call-arg]  # typeshed gives `ref` no `__init__`
-        self.frame = _key(frame)  # by id: a reference would keep the caller's locals alive
+        self.frame = _key(frame)  # by key: a reference would keep the caller's locals alive
         self.code = _key(frame.f_code)
         self.first, self.last = lines
         self.thread = threading.get_ident()

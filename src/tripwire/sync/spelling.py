@@ -270,7 +270,7 @@ def _bound_to_host(frame: FrameType, node: ast.expr) -> bool:
     to anything else (the run's own device) is not read as the host."""
     if not isinstance(node, ast.Name):
         return False
-    while node.id in frame.f_code.co_freevars and frame.f_code.co_name in _COMPREHENSIONS:
+    while node.id in frame.f_code.co_freevars and frame.f_code.co_name in sync.COMPREHENSIONS:
         outer = frame.f_back  # a comprehension (Python 3.11 runs it as a function of its own) reads its function's
         if outer is None or frame.f_code not in outer.f_code.co_consts:
             return False
@@ -298,9 +298,6 @@ def _bound_to_host(frame: FrameType, node: ast.expr) -> bool:
         elif isinstance(child, (ast.Global, ast.Nonlocal)) and node.id in child.names:
             return False
     return bool(values) and all(names_host(value) for value in values)
-
-
-_COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>"})
 
 
 def _binds(target: ast.expr, name: str) -> bool:

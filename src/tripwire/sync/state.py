@@ -194,7 +194,7 @@ def deliver(kind: str, *, implicit: bool = False) -> None:
     else:
         code = frame.f_code
         site = _STATE.sites.get((id(code), frame.f_lasti)) or _site(frame)
-        callers, caller_text = _callers(_caller_frame(frame) if code.co_name in _COMPREHENSIONS else frame.f_back)
+        callers, caller_text = _callers(_caller_frame(frame) if code.co_name in COMPREHENSIONS else frame.f_back)
     regions = local.regions
     path = _region_path(regions)
     # A loop syncs at the same few sites over and over: their events are frozen, so each is built once and shared. A
@@ -418,10 +418,10 @@ def _role(code: CodeType) -> tuple[CodeType, bool, str, bool]:
 
 
 # Code run in a frame of its own only up to Python 3.11 (PEP 709 inlines the first three in 3.12).
-_COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
+COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
 
 
-_IN_COMPREHENSION = tuple(f".<locals>.{name}" for name in _COMPREHENSIONS)
+_IN_COMPREHENSION = tuple(f".<locals>.{name}" for name in COMPREHENSIONS)
 
 
 def function_name(code: CodeType) -> str:
@@ -440,7 +440,7 @@ def _caller_frame(site: FrameType) -> FrameType | None:
     caller = site.f_back
     while (
         caller is not None
-        and site.f_code.co_name in _COMPREHENSIONS
+        and site.f_code.co_name in COMPREHENSIONS
         and caller.f_code.co_filename == site.f_code.co_filename
     ):
         site, caller = caller, caller.f_back
@@ -526,7 +526,7 @@ def inside_call_of(caller: int, code: int, first: int, last: int) -> bool | None
     `copies` keys live objects; running `code`, keyed so too) at lines `first` to `last`: True when the frame it
     called is the user's; False when that is torch's or tripwire's (the caller's own line reading, through a stand-in);
     None when the caller is on this thread's stack no more, or has moved past those lines (its call is over)."""
-    key = object.__hash__  # no `id` audit event
+    key = object.__hash__  # how `copies` keys live objects, `caller` and `code` among them
     called: FrameType | None = None
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
