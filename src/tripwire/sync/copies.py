@@ -43,7 +43,7 @@ import torch
 
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
-from tripwire.sync.spelling import device_of, forget_sources, module_move, spelling
+from tripwire.sync.spelling import Keeping, device_of, forget_sources, module_move, spelled_names, spelling
 
 __all__ = [
     "all_host_born",
@@ -57,6 +57,7 @@ __all__ = [
     "host_born",
     "in_host_memory",
     "indexed_copy_kind",
+    "keep",
     "lend",
     "made_by_user",
     "mark_host_born",
@@ -155,7 +156,10 @@ def mark_host_born(tensor: torch.Tensor) -> None:
     """Remember that `tensor` was built in host memory (until it is freed), and, for an inference tensor, its
     storage (until that is freed), which its views share."""
     key = _key(tensor)
-    if key not in _host_born or isinstance(_host_born[key], _Lent):  # marked for good over a lent copy
+    ref = _host_born.get(key)
+    # marked for good over a copy's scoped entry, unless the copy is what is read now: a CPU run's `.long()` of a long
+    # copy, or `copy = copy.cpu()`, is the device tensor itself, still read by its own name elsewhere
+    if ref is None or (isinstance(ref, _Scoped) and ref() is not tensor):
         _host_born[key] = weakref.ref(tensor, functools.partial(_forget, key))
         storage = _inference_storage(tensor)
         if storage is not None and (at := _key(storage)) not in _host_born_storages:
@@ -202,12 +206,40 @@ def _within(tensor: torch.Tensor, views: list[weakref.ref[torch.Tensor]]) -> boo
     return False
 
 
-class _Lent(weakref.ref[torch.Tensor]):
-    """A `_host_born` entry that holds only while the call it was passed to runs (`lend`): called, it gives its tensor
-    when the user's code reading it runs inside a call made by the lending statement, on the lending thread; else
-    None, as a dead reference would. Found over, it leaves the table."""
+class _Scoped(weakref.ref[torch.Tensor]):
+    """A `_host_born` entry for a CPU run's copy to the host, which is the device tensor itself there: called, it
+    gives its tensor only where the user's code reads the copy (`_Lent`, `_Kept`), on the thread that made it; else
+    None, as a dead reference would. Found out of scope for good, it leaves the table."""
 
-    __slots__ = ("code", "first", "frame", "last", "thread")
+    __slots__ = ("code", "frame", "thread")
+
+    def __init__(self, tensor: torch.Tensor, callback: Callable[[Any], None], frame: FrameType) -> None:
+        super().__init__(tensor, callback)  # type: ignore[call-arg]  # typeshed gives `ref` no `__init__`
+        self.frame = _key(frame)  # by key: a reference would keep the caller's locals alive
+        self.code = _key(frame.f_code)
+        self.thread = threading.get_ident()
+
+    def __call__(self) -> torch.Tensor | None:
+        tensor = super().__call__()
+        if tensor is None or threading.get_ident() != self.thread:
+            return None
+        inside = self._reads_copy()
+        if inside:
+            return tensor
+        if inside is None and _host_born.get(_key(tensor)) is self:  # over: the caller's tensor again
+            _host_born.pop(_key(tensor), None)  # never raises, should another thread have dropped it
+        return None
+
+    def _reads_copy(self) -> bool | None:
+        """Whether the code running now reads the copy: True, False, or None once it never can again."""
+        raise NotImplementedError
+
+
+class _Lent(_Scoped):
+    """A copy passed straight to a call (`lend`): host memory while the user's code reading it runs inside a call made
+    by the lending statement."""
+
+    __slots__ = ("first", "last")
 
     def __new__(
         cls, tensor: torch.Tensor, callback: Callable[[Any], None], frame: FrameType, lines: tuple[int, int]
@@ -217,22 +249,36 @@ class _Lent(weakref.ref[torch.Tensor]):
     def __init__(
         self, tensor: torch.Tensor, callback: Callable[[Any], None], frame: FrameType, lines: tuple[int, int]
     ) -> None:
-        super().__init__(tensor, callback)  # type: ignore[call-arg]  # typeshed gives `ref` no `__init__`
-        self.frame = _key(frame)  # by key: a reference would keep the caller's locals alive
-        self.code = _key(frame.f_code)
+        super().__init__(tensor, callback, frame)
         self.first, self.last = lines
-        self.thread = threading.get_ident()
 
-    def __call__(self) -> torch.Tensor | None:
-        tensor = super().__call__()
-        if tensor is None or threading.get_ident() != self.thread:
-            return None
-        inside = sync.inside_call_of(self.frame, self.code, self.first, self.last)
-        if inside:
-            return tensor
-        if inside is None and _host_born.get(_key(tensor)) is self:  # the call is over: the caller's tensor again
-            _host_born.pop(_key(tensor), None)  # never raises, should another thread have dropped it
-        return None
+    def _reads_copy(self) -> bool | None:
+        return sync.inside_call_of(self.frame, self.code, self.first, self.last)
+
+
+class _Kept(_Scoped):
+    """A copy kept under a local name (`keep`): host memory where the keeping function's line reading it spells that
+    name and none the device tensor was read from (`cpus[i].tolist()`, not `accums[i].tolist()`), or passes it so to
+    a function of the user's (`listed(cpus)`), while that function runs."""
+
+    __slots__ = ("hows",)
+
+    def __new__(cls, tensor: torch.Tensor, callback: Callable[[Any], None], frame: FrameType, how: Keeping) -> _Kept:
+        return super().__new__(cls, tensor, callback)
+
+    def __init__(self, tensor: torch.Tensor, callback: Callable[[Any], None], frame: FrameType, how: Keeping) -> None:
+        super().__init__(tensor, callback, frame)
+        self.hows = (how,)  # each name the function keeps a copy under (`first = x.cpu()`, then `pair = (x.cpu(), y)`)
+
+    def _reads_copy(self) -> bool | None:
+        found = sync.calling(self.frame, self.code)
+        if found is None:
+            return None  # the keeping function has returned
+        keeper, below = found
+        if below is False:  # through torch to the user's code (a module's `forward`): the keeper's line not read
+            return False
+        names = spelled_names(keeper)  # its line reading, or its call of the user's code reading
+        return any(how.name in names and names.isdisjoint(how.device) for how in self.hows)
 
 
 def lend(tensor: torch.Tensor, frame: FrameType, lines: tuple[int, int]) -> None:
@@ -245,12 +291,34 @@ def lend(tensor: torch.Tensor, frame: FrameType, lines: tuple[int, int]) -> None
     key = _key(tensor)
     ref = _host_born.get(key)
     if ref is not None and weakref.ref.__call__(ref) is tensor:
-        if not isinstance(ref, _Lent):
+        if not isinstance(ref, _Scoped):
             return  # marked for good
-        same = (ref.frame, ref.code, ref.first, ref.last) == (_key(frame), _key(frame.f_code), *lines)
-        if same and ref.thread == threading.get_ident():
+        if isinstance(ref, _Lent) and _same_scope(ref, frame) and (ref.first, ref.last) == lines:
             return  # lent by the same line of the same call again (a loop's next pass)
     _host_born[key] = _Lent(tensor, functools.partial(_forget, key), frame, lines)
+
+
+def keep(tensor: torch.Tensor, frame: FrameType, how: Keeping) -> None:
+    """On a CPU run, a counted copy to the host kept under a local name of `frame`'s function (`spelling.keeps`:
+    `cpus = [a.cpu() for a in accums]`, the original trainer's validation, before `cpus[i].tolist()`): host memory
+    where that function's lines read it by that name, as the copy is on a GPU run, and the device tensor itself where
+    they read it by its own (`accums[i]`). Not for a tensor marked for good."""
+    if type(tensor) not in PLAIN:
+        return
+    key = _key(tensor)
+    ref = _host_born.get(key)
+    if ref is not None and weakref.ref.__call__(ref) is tensor:
+        if not isinstance(ref, _Scoped):
+            return  # marked for good
+        if isinstance(ref, _Kept) and _same_scope(ref, frame):  # the same call keeps it again, or by another name
+            if how not in ref.hows:
+                ref.hows = (*ref.hows, how)
+            return
+    _host_born[key] = _Kept(tensor, functools.partial(_forget, key), frame, how)
+
+
+def _same_scope(ref: _Scoped, frame: FrameType) -> bool:
+    return (ref.frame, ref.code, ref.thread) == (_key(frame), _key(frame.f_code), threading.get_ident())
 
 
 def _forget(key: int, _ref: object, table: dict[int, weakref.ref[Any]] = _host_born) -> None:
@@ -261,7 +329,8 @@ def forget_host_born(tensor: object) -> None:
     """`tensor` now stands for a device tensor (a CPU run's `.to(device)` returns the tensor itself): not host memory
     from here on, nor when it is a view of host memory (`_resident` outranks its `_base`), nor its inference views,
     nor the views of its elements when it is a marked view itself."""
-    _host_born.pop(_key(tensor), None)
+    if not isinstance(_host_born.get(_key(tensor)), _Kept):  # a kept copy is read by its own name still
+        _host_born.pop(_key(tensor), None)
     if isinstance(tensor, torch.Tensor):
         _make_resident(tensor)
         storage = _inference_storage(tensor) if _host_born_storages else None

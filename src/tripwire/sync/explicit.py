@@ -59,6 +59,7 @@ from tripwire.sync.copies import (
     forget_host_born,
     host_born,
     in_host_memory,
+    keep,
     lend,
     made_by_user,
     mark_host_born,
@@ -75,7 +76,7 @@ from tripwire.sync.installation import (
     patch,
     tracked_backward,
 )
-from tripwire.sync.spelling import LIKE, NEW_LIKE, passes_on, rebinds, spelling
+from tripwire.sync.spelling import LIKE, NEW_LIKE, keeps, passes_on, rebinds, spelling
 from tripwire.sync.watched import (
     WatchedMethod,
     as_caller,
@@ -311,7 +312,9 @@ def copied_to_host(result: object) -> None:
     (`returns = returns.cpu()`, `spelling.rebinds`), it is host memory for what follows: on a CPU run the copy is the
     device tensor itself, and the loop's name for it now means the copy, whose reads wait for nothing on a GPU run
     (ElegantRL's evaluator reads `returns` element by element after that line) and whose move is an upload. A copy
-    kept under another name is not marked: the device tensor it is on this run may still be read by its own. On an
+    passed straight to a call is host memory inside that call (`copies.lend`); one kept under another local name is
+    host memory where its function reads it by that name (`copies.keep`): the device tensor it is on this run may
+    still be read by its own. On an
     accelerator the copy is a CPU tensor of its own, and marked wherever it goes: its reads were counted on a GPU run
     unless chained to the copy (ElegantRL's evaluator would have counted 384 there that its CPU run did not)."""
     note_host_copy(result)
@@ -329,6 +332,11 @@ def copied_to_host(result: object) -> None:
     elif (lines := passes_on(frame)) is not None:
         _follow_place_keeping()  # the callee's place-keeping results of it are host memory too
         lend(result, frame, lines)
+    elif (how := keeps(frame)) is not None:
+        keeper = frame.f_back if frame.f_code.co_name in sync.COMPREHENSIONS else frame  # Python 3.11's own frame
+        if keeper is not None:
+            _follow_place_keeping()  # `cpus[i]`, `cpus[i].long()`: host memory too
+            keep(result, keeper, how)
 
 
 def _new_tensor(call: Any, run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

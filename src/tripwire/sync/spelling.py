@@ -19,14 +19,17 @@ from tripwire.sync import state as sync
 __all__ = [
     "HOST_WORDS",
     "NEW_LIKE",
+    "Keeping",
     "Spelling",
     "device_of",
     "forget_sources",
+    "keeps",
     "module_move",
     "name_of",
     "names_host",
     "passes_on",
     "rebinds",
+    "spelled_names",
     "spelling",
 ]
 
@@ -103,6 +106,12 @@ _arguments_cache: dict[tuple[int, int, str], tuple[CodeType, ast.expr | None]] =
 _rebinding_cache: dict[tuple[int, int], tuple[CodeType, bool]] = {}
 # the lines of the call a call's result is an argument of: (code id, lasti) -> lines, or None
 _passing_cache: dict[tuple[int, int], tuple[CodeType, tuple[int, int] | None]] = {}
+# the syntax-tree nodes from a file's module down to a call: (code id, lasti) -> path, or None where not found
+_path_cache: dict[tuple[int, int], tuple[CodeType, tuple[ast.AST, ...] | None]] = {}
+# the name a call's result is kept under in its function: (code id, lasti) -> how, or None
+_keeping_cache: dict[tuple[int, int], tuple[CodeType, Keeping | None]] = {}
+# the names an instruction's expression reads: (code id, lasti) -> names
+_names_cache: dict[tuple[int, int], tuple[CodeType, frozenset[str]]] = {}
 # each file's parsed source, for the functions whose local names a `.to()` target may be (`_bound_to_host`)
 _module_cache: dict[str, ast.Module] = {}
 
@@ -115,6 +124,9 @@ def forget_sources() -> None:
     _arguments_cache.clear()
     _rebinding_cache.clear()
     _passing_cache.clear()
+    _path_cache.clear()
+    _keeping_cache.clear()
+    _names_cache.clear()
     _module_cache.clear()
 
 
@@ -156,10 +168,12 @@ def _parsed_call(frame: FrameType) -> ast.AST | None:
 
 
 def rebinds(frame: FrameType) -> bool:
-    """Whether the statement the frame runs stores the result of its call back under the name the call's receiver
-    was read from: `returns = returns.cpu()`, `self.obs = self.obs.detach().to("cpu")`, `x = x[:, 0].cpu()` (one
-    line, one target; read once per call site). Such a copy to the host is the only tensor the loop's name holds
-    from then on (ElegantRL's evaluator reads `returns` element by element after `returns = returns.cpu()`)."""
+    """Whether the statement the frame runs stores the result of its call back where the call's receiver was read
+    from: under its name (`returns = returns.cpu()`, `self.obs = self.obs.detach().to("cpu")`, `x = x[:, 0].cpu()`),
+    in its slot (`d[k] = d[k].cpu()`; `d[k] = v.to(device)` in a `for k, v in d.items()` loop, Sample Factory's
+    inference worker), or a comprehension of them under the name it iterates (`xs = [t.cpu() for t in xs]`, ElegantRL's
+    worker). Such a copy to the host is the only tensor the loop holds there from then on (ElegantRL's evaluator reads
+    `returns` element by element after `returns = returns.cpu()`). Read once per call site."""
     key = (id(frame.f_code), frame.f_lasti)
     cached = _rebinding_cache.get(key)
     if cached is None:
@@ -167,33 +181,171 @@ def rebinds(frame: FrameType) -> bool:
     return cached[1]
 
 
-def _rebinding(frame: FrameType) -> bool:
-    line = frame.f_lineno  # the line of the running call
-    source = sync.source_lines(frame.f_code.co_filename)
-    if line is None or not 0 < line <= len(source):
-        return False
-    try:
-        statement = ast.parse(source[line - 1].strip()).body
-    except (SyntaxError, ValueError):  # a statement over several lines: not read
-        return False
-    if len(statement) != 1 or not isinstance(statement[0], (ast.Assign, ast.AnnAssign)):
-        return False
-    assigned = statement[0]
-    targets = assigned.targets if isinstance(assigned, ast.Assign) else [assigned.target]
-    value = assigned.value
-    if len(targets) != 1 or not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
-        return False
-    if value.func.attr not in ("cpu", "to"):  # the name holds what comes after the copy (`a.cpu().numpy()`)
-        return False
-    receiver: ast.expr = value.func.value
-    while True:  # down a chain of methods and indices to the name it starts from
+def _copy_call(frame: FrameType) -> tuple[ast.Call, tuple[ast.AST, ...]] | None:
+    """The `.cpu()`/`.to(...)` call the frame is making, with the nodes above it (the module first)."""
+    path = _call_path(frame)
+    if path is None or len(path) < 2:
+        return None
+    call = path[-1]
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in ("cpu", "to")):
+        return None  # a name holds what comes after the copy (`a.cpu().numpy()`)
+    return call, path[:-1]
+
+
+def _stages(receiver: ast.expr) -> list[ast.expr]:
+    """A receiver and what it is read from, down a chain of methods and indices (`x[:, 0].float()`: itself, `x[:, 0]`,
+    `x`)."""
+    stages = [receiver]
+    while True:
         if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
             receiver = receiver.func.value
         elif isinstance(receiver, ast.Subscript):
             receiver = receiver.value
         else:
-            break
-    return isinstance(receiver, (ast.Name, ast.Attribute)) and ast.unparse(receiver) == ast.unparse(targets[0])
+            return stages
+        stages.append(receiver)
+
+
+def _assigned(statement: ast.AST, value: ast.AST) -> ast.expr | None:
+    """The one target a statement assigns `value` to, or None."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and statement.value is value:
+        return statement.targets[0]
+    if isinstance(statement, ast.AnnAssign) and statement.value is value:
+        return statement.target
+    return None
+
+
+def _rebinding(frame: FrameType) -> bool:
+    found = _copy_call(frame)
+    if found is None:
+        return False
+    call, above = found
+    assert isinstance(call.func, ast.Attribute)
+    stages = _stages(call.func.value)
+    parent = above[-1]
+    if isinstance(parent, (ast.ListComp, ast.DictComp)) and len(above) > 1:
+        return _comprehension_stored_back(parent, call, stages[-1], _assigned(above[-2], parent))
+    target = _assigned(parent, call)
+    if target is None:
+        return False
+    wanted = ast.unparse(target)
+    if any(
+        isinstance(stage, (ast.Name, ast.Attribute, ast.Subscript)) and ast.unparse(stage) == wanted for stage in stages
+    ):
+        return True
+    return isinstance(target, ast.Subscript) and _slot_of_loop(above, target, stages[-1])
+
+
+def _iterated(iterable: ast.expr) -> str:
+    """What a loop goes over, unparsed: `d` of `d.items()`, `d.values()`, `enumerate(d)` and of `d` itself."""
+    if isinstance(iterable, ast.Call):
+        if isinstance(iterable.func, ast.Attribute) and iterable.func.attr in ("items", "values") and not iterable.args:
+            return ast.unparse(iterable.func.value)
+        if isinstance(iterable.func, ast.Name) and iterable.func.id == "enumerate" and len(iterable.args) == 1:
+            return ast.unparse(iterable.args[0])
+    return ast.unparse(iterable)
+
+
+def _slot_of_loop(above: tuple[ast.AST, ...], target: ast.Subscript, base: ast.expr) -> bool:
+    """Whether `C[k] = v.to(...)` stores the copy back in the slot `v` was read from: a loop over `C.items()` or
+    `enumerate(C)` binding `k, v`, the innermost loop the statement is in."""
+    loop = next((node for node in reversed(above) if isinstance(node, (ast.For, ast.AsyncFor))), None)
+    if loop is None or not isinstance(base, ast.Name) or not isinstance(target.slice, ast.Name):
+        return False
+    bound = loop.target
+    if not (isinstance(bound, ast.Tuple) and len(bound.elts) == 2):
+        return False
+    slot, value = bound.elts
+    return (
+        isinstance(slot, ast.Name)
+        and isinstance(value, ast.Name)
+        and (slot.id, value.id) == (target.slice.id, base.id)
+        and _iterated(loop.iter) == ast.unparse(target.value)
+    )
+
+
+def _comprehension_stored_back(
+    comprehension: ast.ListComp | ast.DictComp, call: ast.Call, base: ast.expr, target: ast.expr | None
+) -> bool:
+    """Whether `xs = [t.cpu() for t in xs]` (or `d = {k: v.cpu() for k, v in d.items()}`) replaces what it iterates
+    with the copies of its elements: one loop, over the assigned name, its element the copy of the loop's value."""
+    element = comprehension.elt if isinstance(comprehension, ast.ListComp) else comprehension.value
+    if target is None or element is not call or len(comprehension.generators) != 1:
+        return False
+    loop = comprehension.generators[0]
+    value = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target
+    return (
+        isinstance(base, ast.Name)
+        and isinstance(value, ast.Name)
+        and base.id == value.id
+        and _iterated(loop.iter) == ast.unparse(target)
+    )
+
+
+@dataclass(frozen=True)
+class Keeping:
+    """A copy to the host kept under a local name of the function that made it (`cpu_counts = counts.cpu()`)."""
+
+    name: str  # the name the copy is kept under (a list or dict of copies: `accums_cpu = [a.cpu() for a in accums]`)
+    device: frozenset[str]  # the names the copied tensor was read from (`counts`; `a`, `accums`)
+
+
+def keeps(frame: FrameType) -> Keeping | None:
+    """How the statement the frame runs keeps the result of its copy to the host under a local name: bound to it
+    (`host = t.cpu()`, over as many lines as it takes), as one element of an unpacking (`a, b = x.cpu(), y.cpu()`),
+    or as the elements of a list, set or dict bound to it (`accums_cpu = [a.cpu() for a in accums]`, the original
+    trainer's validation, whose `accums_cpu[i].tolist()` reads host memory on a GPU). None for anything else, and for
+    a name the copy is read from (`rebinds`'). Read once per call site."""
+    key = (id(frame.f_code), frame.f_lasti)
+    cached = _keeping_cache.get(key)
+    if cached is None:
+        cached = _keeping_cache[key] = (frame.f_code, _keeping(frame))
+    return cached[1]
+
+
+def _keeping(frame: FrameType) -> Keeping | None:
+    found = _copy_call(frame)
+    if found is None:
+        return None
+    call, above = found
+    assert isinstance(call.func, ast.Attribute)
+    device = set(_names(call.func.value))
+    value: ast.AST = call
+    index: int | None = None
+    parent = above[-1]
+    if isinstance(parent, (ast.ListComp, ast.SetComp, ast.DictComp)) and len(above) > 1:
+        if (parent.value if isinstance(parent, ast.DictComp) else parent.elt) is not call:
+            return None  # a dict comprehension's key
+        for loop in parent.generators:
+            device |= _names(loop.iter)
+        value, parent = parent, above[-2]
+    elif isinstance(parent, (ast.Tuple, ast.List, ast.Set)) and len(above) > 1:
+        index = next(i for i, element in enumerate(parent.elts) if element is call)
+        value, parent = parent, above[-2]
+    target = _assigned(parent, value)
+    if index is not None and isinstance(target, (ast.Tuple, ast.List)):
+        assert isinstance(value, (ast.Tuple, ast.List, ast.Set))
+        starred = any(isinstance(element, ast.Starred) for element in (*target.elts, *value.elts))
+        target = target.elts[index] if len(target.elts) == len(value.elts) and not starred else None
+    if not isinstance(target, ast.Name) or target.id in device:
+        return None
+    return Keeping(target.id, frozenset(device))
+
+
+def _names(node: ast.AST | None) -> set[str]:
+    """The plain names an expression reads."""
+    return {child.id for child in ast.walk(node) if isinstance(child, ast.Name)} if node is not None else set()
+
+
+def spelled_names(frame: FrameType) -> frozenset[str]:
+    """The plain names the expression the frame is evaluating now reads (its instruction's position: `cpus[i]` while
+    it indexes, `cpus[i].tolist()` while it calls; empty where that does not parse alone). Read once per
+    instruction."""
+    key = (id(frame.f_code), frame.f_lasti)
+    cached = _names_cache.get(key)
+    if cached is None:
+        cached = _names_cache[key] = (frame.f_code, frozenset(_names(_parsed_call(frame))))
+    return cached[1]
 
 
 def passes_on(frame: FrameType) -> tuple[int, int] | None:
@@ -209,22 +361,44 @@ def passes_on(frame: FrameType) -> tuple[int, int] | None:
 
 
 def _passed_on(frame: FrameType) -> tuple[int, int] | None:
+    path = _call_path(frame)
+    if path is None or len(path) < 2:
+        return None
+    call, parent = path[-1], path[-2]
+    if isinstance(parent, ast.keyword) and len(path) > 2:
+        parent = path[-3]
+    elif not (isinstance(parent, ast.Call) and any(argument is call for argument in parent.args)):
+        return None
+    if not isinstance(parent, ast.Call):
+        return None
+    return parent.lineno, parent.end_lineno or parent.lineno
+
+
+def _call_path(frame: FrameType) -> tuple[ast.AST, ...] | None:
+    """The nodes from the frame's file's module down to the call it is making, found by where its instruction ends
+    (the call's closing parenthesis is no other call's); None where the file holds no such call. Once per call site."""
+    key = (id(frame.f_code), frame.f_lasti)
+    cached = _path_cache.get(key)
+    if cached is None:
+        cached = _path_cache[key] = (frame.f_code, _find_call(frame))
+    return cached[1]
+
+
+def _find_call(frame: FrameType) -> tuple[ast.AST, ...] | None:
     position = _position(frame)
     if position is None:
         return None
     start, end, _first_col, last_col = position  # a chain over lines starts at its method (`x\n.cpu()`: `.cpu()`)
-    pending: list[ast.AST] = [_module_tree(frame.f_code.co_filename)]
+    pending: list[tuple[ast.AST, tuple[ast.AST, ...]]] = [(_module_tree(frame.f_code.co_filename), ())]
     while pending:  # down the nodes whose lines hold the call's
-        node = pending.pop()
-        if isinstance(node, ast.Call):
-            for argument in (*node.args, *(keyword.value for keyword in node.keywords)):
-                # the call's end, its closing parenthesis, is no other call's
-                if isinstance(argument, ast.Call) and (argument.end_lineno, argument.end_col_offset) == (end, last_col):
-                    return node.lineno, node.end_lineno or node.lineno
+        node, above = pending.pop()
+        path = (*above, node)
+        if isinstance(node, ast.Call) and (node.end_lineno, node.end_col_offset) == (end, last_col):
+            return path
         for child in ast.iter_child_nodes(node):
             lines = (getattr(child, "lineno", None), getattr(child, "end_lineno", None))
             if lines[0] is None or lines[1] is None or (lines[0] <= start and end <= lines[1]):
-                pending.append(child)
+                pending.append((child, path))
     return None
 
 

@@ -526,19 +526,39 @@ def inside_call_of(caller: int, code: int, first: int, last: int) -> bool | None
     `copies` keys live objects; running `code`, keyed so too) at lines `first` to `last`: True when the frame it
     called is the user's; False when that is torch's or tripwire's (the caller's own line reading, through a stand-in);
     None when the caller is on this thread's stack no more, or has moved past those lines (its call is over)."""
+    found = calling(caller, code)
+    if found is None or not first <= found[0].f_lineno <= last:
+        return None
+    return bool(found[1])
+
+
+def calling(caller: int, code: int) -> tuple[FrameType, bool | None] | None:
+    """The frame `caller` (by `object.__hash__`, as `copies` keys live objects) when it is on this thread's stack
+    running `code` (keyed so too), with what runs below it on the way to the code running now: None when no user's
+    frame does (its own line is running, through torch or a stand-in), True when the frame it called is the user's,
+    False when that is torch's or tripwire's and the user's code runs deeper (a module's `forward`). None when it is
+    not there."""
     key = object.__hash__  # how `copies` keys live objects, `caller` and `code` among them
+    roles = _STATE.roles
     called: FrameType | None = None
-    frame: FrameType | None = sys._getframe(1)
+    user_below = False
+    frame: FrameType | None = sys._getframe(2)  # past this function and the one asking
     while frame is not None:
         if key(frame) == caller:
-            if not (first <= frame.f_lineno <= last and key(frame.f_code) == code):
+            if key(frame.f_code) != code:
                 return None
-            if called is None:
-                return False
-            role = _STATE.roles.get(id(called.f_code))
+            if not user_below:
+                return frame, None
+            assert called is not None
+            role = roles.get(id(called.f_code))
             if role is None:
-                role = _STATE.roles[id(called.f_code)] = _role(called.f_code)
-            return not role[1]
+                role = roles[id(called.f_code)] = _role(called.f_code)
+            return frame, not role[1]
+        if not user_below:
+            role = roles.get(id(frame.f_code))
+            if role is None:
+                role = roles[id(frame.f_code)] = _role(frame.f_code)
+            user_below = not role[1]
         called = frame
         frame = frame.f_back
     return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import types
 from collections.abc import Callable
 
 import pytest
@@ -67,18 +68,29 @@ def test_host_memory_is_not_a_wait() -> None:
 
 
 def test_a_tensor_written_to_after_its_host_copy_is_the_device_tensor_again() -> None:
-    """On a CPU run `.cpu()` returns the tensor itself: it stands for the host copy only while nothing writes to it."""
+    """On a CPU run `.cpu()` returns the tensor itself: held where no name of the function's says it is the copy (an
+    attribute), it stands for the host copy only while nothing writes to it. Kept under a local name, it is the copy
+    wherever that name reads it, written to or not, as on a GPU (`copies.keep`), and the device tensor by its own."""
     model, _ = trained(foreach=True)
     weight = model[0].weight
+    holder = types.SimpleNamespace()
 
     def copied_then_changed() -> None:
-        copy = weight.detach().cpu()
-        written(copy)
+        holder.copy = weight.detach().cpu()
+        written(holder.copy)
         with torch.no_grad():
-            copy.add_(1.0)  # on a CPU run the parameter itself: an optimizer step between copy and save
+            holder.copy.add_(1.0)  # on a CPU run the parameter itself: an optimizer step between copy and save
+        written(holder.copy)
+
+    def kept_then_changed() -> None:
+        copy = weight.detach().cpu()
+        with torch.no_grad():
+            copy.add_(1.0)  # by the copy's name: the copy written, as on a GPU
         written(copy)
+        written(weight)  # the parameter: a save of device memory
 
     assert saves(copied_then_changed) == (0 if DEVICE.type == "cuda" else 1)
+    assert saves(kept_then_changed) == 1
 
 
 def test_an_optimizers_step_counters_count_where_torch_keeps_them() -> None:
