@@ -268,7 +268,9 @@ class _Kept(_Scoped):
 
     def __init__(self, tensor: torch.Tensor, callback: Callable[[Any], None], frame: FrameType, how: Keeping) -> None:
         super().__init__(tensor, callback, frame)
-        self.hows = (how,)  # each name the function keeps a copy under (`first = x.cpu()`, then `pair = (x.cpu(), y)`)
+        self.hows: tuple[Keeping, ...] = (
+            how,
+        )  # each name the function keeps a copy under (`first = x.cpu()`, then `pair = (x.cpu(), y)`)
 
     def _reads_copy(self) -> bool | None:
         found = sync.calling(self.frame, self.code)
