@@ -40,6 +40,7 @@ from tripwire.sync.budget import BudgetReport, SyncBudget, check_budget, write_b
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.log import EventLog
 from tripwire.sync.sites import callers_by_line, lines_by_key
+from tripwire.sync.state import stale_note
 from tripwire.telemetry.clock import (
     DEFAULT_BAND,
     ClockUnitChanged,
@@ -115,20 +116,25 @@ class GoldenStore:
         self, path: Path, scenario: str, counter: EventLog, context: dict[str, Any], regions: Sequence[str], what: str
     ) -> GoldenOutcome:
         events = "syncs" if what == "sync" else "compilation events"
+        failure = SyncBudgetExceeded if what == "sync" else CompileBudgetExceeded
+        edited = stale_note(getattr(counter, "stale_sources", []))  # a sync counter's: its loop edited mid-run
         if self.update:
+            if edited:  # counts read against the wrong lines: never written as a golden
+                raise failure(f"scenario {scenario!r}: {edited}; {self._shown(path)} left as it was")
             counts = {region: 0 for region in regions} | counter.counts_by_region()
             records, sites = counter.site_records(), counter.site_keys_by_region()
             lines, callers = lines_by_key(records), callers_by_line(records)
             write_budget(path, counts, sites, _budget_context(context), lines, callers=callers)
             return GoldenOutcome("updated", f"wrote {self._shown(path)}")
-        failure = SyncBudgetExceeded if what == "sync" else CompileBudgetExceeded
         try:
             budget = SyncBudget.load(path)
         except GoldenFileError as error:
             raise failure(f"{error}; create it with {_update()}") from None
         report: BudgetReport = check_budget(counter, budget, what=what)
         if not report.ok:
-            raise failure(f"scenario {scenario!r}: {report.format()}")
+            raise failure(f"scenario {scenario!r}: {report.format()}" + (f"\n{edited}" if edited else ""))
+        if edited:
+            self.notes.append(f"scenario {scenario!r}: {edited}")
         if report.under:
             note = f"scenario {scenario!r}: {report.format()}"
             self.notes.append(note)

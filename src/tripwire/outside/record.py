@@ -52,6 +52,7 @@ from tripwire.scenario import Adapter, NotApplicable, Scenario, ScenarioError, T
 from tripwire.sync.counter import SyncCounter
 from tripwire.sync.log import EventLog
 from tripwire.sync.sites import group_records
+from tripwire.sync.state import stale_note
 from tripwire.telemetry.clock import clock_fields, clock_golden, outlasting
 from tripwire.telemetry.counts import load_events, reduce_events
 from tripwire.telemetry.payloads import DEFAULT_EXCLUDED, payload_trajectory, payload_values, unmatched_patterns
@@ -370,6 +371,9 @@ def record(
             + " while it ran: the context holds the settings it started with, and `changed_by_loop` what it set"
         )
     result.syncs = _summary(counter, [region.name for region in scenario.regions])
+    edited = stale_note(counter.stale_sources)
+    if edited:
+        result.notes.append(edited)
     result.compile = _summary(compiles, [region.name for region in scenario.regions])
     result.notes.extend(compiles.notes)
     result.notes.extend(session.notes)

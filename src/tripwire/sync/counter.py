@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from tripwire.sync.log import EventLog
 from tripwire.sync.sites import via_label
-from tripwire.sync.state import _STATE, clear_caches, new_recording, set_root
+from tripwire.sync.state import _STATE, clear_caches, new_recording, set_root, stale_sources
 
 if TYPE_CHECKING:
     from tripwire.sync.crosscheck import CrossCheck, WarningSites
@@ -74,6 +74,8 @@ class SyncCounter(EventLog):
         self.cuda_sync_warnings: int | None = None
         self.cuda_warning_sites: Counter[str] = Counter()
         self.cross_check_note = ""
+        # the loop's files found edited since it imported them, when this counter stopped (`state.stale_sources`)
+        self.stale_sources: list[str] = []
         self._installation: Installation | None = None
         self._warnings: WarningSites | None = None
 
@@ -110,6 +112,7 @@ class SyncCounter(EventLog):
             if self.cuda_cross_check:
                 self._stop_cross_check()
         finally:
+            self.stale_sources = stale_sources()
             _STATE.active -= 1
             _STATE.counters.remove(self)
             if _THREAD_WATCH and not any(counter.threads for counter in _STATE.counters):

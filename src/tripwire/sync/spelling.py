@@ -136,7 +136,9 @@ def _position(frame: FrameType) -> tuple[int, int, int, int] | None:
     code = frame.f_code
     cached = _positions_cache.get(id(code))
     if cached is None:  # decoded once per code object: a script's module code takes milliseconds
-        cached = _positions_cache[id(code)] = (code, list(code.co_positions()))
+        # none for code whose file was edited since the loop imported it: its lines would be misread
+        positions = list(code.co_positions()) if sync.code_matches_source(code) else []
+        cached = _positions_cache[id(code)] = (code, positions)
     positions = cached[1]
     index = frame.f_lasti // 2
     if index >= len(positions):
@@ -502,6 +504,8 @@ def _function_node(frame: FrameType) -> ast.AST | None:
     """The AST of the function the frame runs, from its file as the recording read it: the innermost `def` of the
     code's name whose lines hold the running line (each file parsed once a recording)."""
     code = frame.f_code
+    if not sync.code_matches_source(code):  # its file edited since the loop imported it
+        return None
     tree = _module_tree(code.co_filename)
     line = frame.f_lineno
     best: ast.AST | None = None

@@ -12,6 +12,7 @@ import importlib.util
 import linecache
 import logging
 import os
+import re
 import sys
 import sysconfig
 import threading
@@ -111,6 +112,12 @@ class _GlobalState:
         # met after the edit and by the report at the end. Kept past the counter (the report is made after it) and
         # emptied when the next recording starts (`new_recording`).
         self.sources: dict[str, list[str]] = {}
+        # The files whose lines, as the recording read them, are not the lines the loop's code was compiled from
+        # (`code_matches_source`: edited after the loop imported them), in the order found; emptied with `sources`.
+        self.stale_sources: dict[str, None] = {}
+        # per code object (by id): whether it matches its file's lines, with the code, so its id is not reused
+        self.matched: dict[int, tuple[CodeType, bool]] = {}
+        self.defined: dict[str, frozenset[str]] = {}  # the names each file read `def`s or `class`es, with `sources`
 
 
 class _ThreadState(threading.local):
@@ -376,6 +383,7 @@ def _site(frame: FrameType) -> tuple[CodeType | None, str, str, str]:
         relative = _STATE.relative[filename] = relative_path(filename)
     site = (code, f"{relative}:{frame.f_lineno}", function_name(code), filename)
     source_lines(filename)  # its text as the loop runs it, whenever the report reads it
+    code_matches_source(code)  # a file edited since the loop imported it: its lines are not the site's
     # one entry per key even when two threads meet a site at once: events are keyed by the entry's id
     return _STATE.sites.setdefault((id(code), frame.f_lasti), site)
 
@@ -507,6 +515,7 @@ def _describe(code: CodeType, line: int) -> tuple[str, str]:
     """`("relpath:line in qualname", stripped source line)` of one line of `code`."""
     filename = code.co_filename
     source_lines(filename)  # read as it is now, at its first read of the recording (`_STATE.sources`)
+    code_matches_source(code)
     return f"{relative_path(filename)}:{line} in {code.co_qualname}", site_text(filename, line)
 
 
@@ -604,8 +613,8 @@ def _outside(frame: FrameType | None) -> tuple[FrameType | None, str, FrameType 
 def site_text(filename: str, line: int) -> str:
     """The stripped source line `line` of `filename` ("" when unreadable): as the recording first read the file
     (`source_lines`), else as it is on disk now."""
-    if not filename or line <= 0:
-        return ""
+    if not filename or line <= 0 or filename in _STATE.stale_sources:
+        return ""  # an edited file's line is not the one the loop ran
     lines = _STATE.sources.get(filename)
     if lines is None:
         linecache.checkcache(filename)  # the file may have been rewritten since it was first read
@@ -623,9 +632,82 @@ def source_lines(filename: str) -> list[str]:
     return lines
 
 
+def code_matches_source(code: CodeType) -> bool:
+    """Whether `code` was compiled from its file's lines as this recording read them (`source_lines`), as far as its
+    own record tells: each instruction's position within those lines, and a function's or class's `def` or `class`
+    line, past its decorators, naming it. A file edited after the loop imported it fails once its lines have moved;
+    tripwire then reads nothing of the code's source (no spelling: its copies count as a plain CPU run's; no site
+    text) and says so (`stale_sources`), where it would misread the new lines as the code's. Once per code object a
+    recording; True for a file it cannot read (nothing to misread)."""
+    known = _STATE.matched.get(id(code))
+    if known is None:
+        matches = _matches_source(code)
+        known = _STATE.matched[id(code)] = (code, matches)
+        if not matches:
+            _STATE.stale_sources.setdefault(code.co_filename, None)
+    return known[1]
+
+
+_DEFINES = re.compile(r"\s*(?:async\s+def|def|class)\s+(\w+)")
+_DEFINITION_SPAN = 64  # lines of decorators looked through for the `def`
+
+
+def _matches_source(code: CodeType) -> bool:
+    lines = source_lines(code.co_filename)
+    if not lines:
+        return True
+    for start, end, _first_col, last_col in code.co_positions():
+        if end is None:
+            continue
+        if end > len(lines):
+            return False
+        if start == end and last_col is not None and last_col > len(lines[end - 1].rstrip("\r\n").encode()):
+            return False  # columns are UTF-8 byte offsets
+    if code.co_name.startswith("<"):  # a module, a lambda, a comprehension: its positions alone
+        return True
+    names = _STATE.defined.get(code.co_filename)
+    if names is None:
+        names = _STATE.defined[code.co_filename] = frozenset(
+            found.group(1) for line in lines if (found := _DEFINES.match(line)) is not None
+        )
+    if code.co_name not in names:
+        return True  # code made from the file's, under a name no `def` there has (dynamo's resume functions)
+    first = code.co_firstlineno
+    if not 0 < first <= len(lines):
+        return False
+    if not lines[first - 1].lstrip().startswith("@"):  # undecorated: its first line is its `def`
+        defined = _DEFINES.match(lines[first - 1])
+        return defined is not None and defined.group(1) == code.co_name
+    for line in lines[first : first + _DEFINITION_SPAN]:  # its decorators, then its `def`
+        defined = _DEFINES.match(line)
+        if defined is not None:
+            return defined.group(1) == code.co_name
+    return True  # decorators longer than read here: nothing said
+
+
+def stale_sources() -> list[str]:
+    """The files this recording found edited since the loop imported them (`code_matches_source`), as
+    `relative_path` names them."""
+    return [relative_path(filename) for filename in _STATE.stale_sources]
+
+
+def stale_note(files: list[str]) -> str:
+    """The note a result carries for `stale_sources`' files, "" for none."""
+    if not files:
+        return ""
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    return (
+        f"tripwire: {shown} changed on disk after the loop imported {'them' if len(files) > 1 else 'it'}: their "
+        "lines are not the code that ran, so tripwire read no spelling from that code (its copies counted as a plain "
+        "CPU run's) and shows no line text for its sites; record again without editing the loop while it runs"
+    )
+
+
 def new_recording() -> None:
     """The first counter of a recording starts: the files read by the last recording are read again when needed."""
     _STATE.sources = {}
+    _STATE.stale_sources = {}
+    _STATE.defined = {}
 
 
 def _torch_relative(filename: str) -> str:
@@ -693,3 +775,4 @@ def clear_caches() -> None:
     _STATE.chained = {}
     _STATE.instructions = {}
     _STATE.subscripts = {}
+    _STATE.matched = {}
