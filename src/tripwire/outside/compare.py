@@ -309,13 +309,31 @@ def chance(a: Result, b: Result) -> tuple[str, list[str]]:
         tags.append("string hashing not fixed")
         lines.append(hashing)
     if seeds.TORCH not in generators and a.seed is not None and b.seed is not None and a.seed != b.seed:
-        tags.append("torch seeded differently")
-        lines.append(
-            f"the runs ended with torch's default generator seeded differently (A {a.seed}, B {b.seed}): the loop "
-            "does not seed it the same way every run, so each run draws other random numbers and that alone can "
-            "explain the difference; seed it with a fixed value"
-        )
+        if _drew_nothing(a) and _drew_nothing(b):
+            lines.append(
+                f"the runs ended with torch's default generator seeded differently (A {a.seed}, B {b.seed}), but "
+                "neither drew from it: not what made them differ"
+            )
+        else:
+            tags.append("torch seeded differently")
+            lines.append(
+                f"the runs ended with torch's default generator seeded differently (A {a.seed}, B {b.seed}): the "
+                "loop does not seed it the same way every run, so each run draws other random numbers and that alone "
+                "can explain the difference; seed it with a fixed value"
+            )
     return "; ".join(tags), lines
+
+
+def _drew_nothing(result: Result) -> bool:
+    """Whether a run is known to have drawn nothing from torch's default generators: a CPU run (a CUDA generator's
+    draws are not watched) whose draws were watched and found none, in a process that started no other (whose draws
+    go unseen)."""
+    return (
+        result.draw_threads == []
+        and result.cuda_used is False
+        and result.children is not None
+        and not any(result.children.values())
+    )
 
 
 def _hashing_can_reorder(a: Result, b: Result) -> str:
@@ -359,9 +377,10 @@ def _reordered(a: object, b: object) -> bool:
 
 def _with_chance(verdict: Verdict, tag: str, lines: list[str]) -> Verdict:
     """A differing verdict with what alone can explain it added (its summary tagged, the lines after its own)."""
-    if verdict.status != DIFFERS or not tag:
+    if verdict.status != DIFFERS or not (tag or lines):
         return verdict
-    return dataclasses.replace(verdict, summary=f"{verdict.summary}; {tag}", details=(*verdict.details, *lines))
+    summary = f"{verdict.summary}; {tag}" if tag else verdict.summary  # a line alone rules a cause out
+    return dataclasses.replace(verdict, summary=summary, details=(*verdict.details, *lines))
 
 
 def compare_telemetry(a: Result, b: Result) -> list[Verdict]:

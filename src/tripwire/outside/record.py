@@ -336,6 +336,7 @@ def record(
     result.ended_by_exit = ended_by_exit
     result.unseeded = seeds.unseeded(seeds_before, seeds_after, seeded)
     result.hash_seed = hashing
+    result.cuda_used = torch.cuda.is_initialized()
     if draws is not None:
         result.draw_threads = [(str(name), int(count), str(first)) for name, count, first in draws.drawing()]
         if len(result.draw_threads) > 1:

@@ -148,6 +148,9 @@ class Result:
     # the seed Python hashed strings with (`tripwire.outside.seeds.hash_seed`: "0", or "random" when each process
     # draws its own); None: recorded before it was kept
     hash_seed: str | None = None
+    # whether CUDA was initialized by the end of the run (its generators' draws go unwatched); None: recorded before
+    # it was kept
+    cuda_used: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -201,6 +204,7 @@ class Result:
             "unseeded": list(self.unseeded),
             "draw_threads": None if self.draw_threads is None else [list(entry) for entry in self.draw_threads],
             "hash_seed": self.hash_seed,
+            "cuda_used": self.cuda_used,
             "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
         }
         # written last, and whole (a temporary file renamed): a folder with a result.json holds a complete result
@@ -255,6 +259,7 @@ class Result:
                     else [(str(name), int(count), str(first)) for name, count, first in data["draw_threads"]]
                 ),
                 hash_seed=None if data.get("hash_seed") is None else _text(data["hash_seed"], "hash_seed"),
+                cuda_used=None if data.get("cuda_used") is None else bool(data["cuda_used"]),
                 folder=root,
             )
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:

@@ -91,6 +91,44 @@ def test_runs_seeded_with_different_values_are_named_with_both_seeds(tmp_path: P
     assert any("(A 7, B 8)" in line for line in trajectory.details)
 
 
+QUIET = """
+import sys
+
+import torch
+
+
+def train(scale):
+    return torch.ones(2) * scale
+
+
+if __name__ == "__main__":
+    torch.manual_seed(int(sys.argv[1]))  # seeded with a value of its own each run, and never drawn from
+    train(float(sys.argv[1]))
+"""
+
+
+def test_runs_seeded_differently_that_never_drew_are_not_told_it_is_the_cause(tmp_path: Path) -> None:
+    """A difference of two CPU runs that drew nothing from torch's default generator is not the seed's: `compare`
+    says the seeds differ but that neither drew, and tags nothing."""
+    results = []
+    for side, seed in (("a", "7"), ("b", "8")):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "loop.py").write_text(QUIET, encoding="utf-8")
+        scenario = Scenario(name="quiet", script="loop.py", argv=[seed], checkpoints=[Checkpoint("__main__:train")])
+        result = record(scenario, tmp_path / side)
+        assert result.status == "ok", result.cause
+        assert result.draw_threads == [] and result.cuda_used is False and result.children == {}
+        results.append(result)
+    first, second = results
+    assert (first.seed, second.seed) == (7, 8)
+    trajectory = next(v for v in compare_results(first, second).verdicts if v.check == "trajectory")
+    assert trajectory.status == "differs" and "torch seeded differently" not in trajectory.summary
+    assert any("(A 7, B 8), but neither drew from it" in line for line in trajectory.details)
+    first.cuda_used = None  # recorded before CUDA's use was kept: its draws cannot be ruled out
+    trajectory = next(v for v in compare_results(first, second).verdicts if v.check == "trajectory")
+    assert trajectory.summary.endswith("; torch seeded differently")
+
+
 def test_a_loop_that_draws_nothing_is_not_noted(tmp_path: Path) -> None:
     (tmp_path / "loop.py").write_text("import torch\n\n\ndef train():\n    return torch.ones(2).sum()\n\n\ntrain()\n")
     result = record(Scenario(name="quiet", script="loop.py", checkpoints=[Checkpoint("__main__:train")]), tmp_path)
