@@ -369,7 +369,7 @@ def host_born(tensor: object) -> bool:
     if not (_host_born and type(tensor) in PLAIN):  # a subclass's `_base` would reach its `__torch_function__`
         return False
     assert isinstance(tensor, torch.Tensor)
-    base = unseen(_BASE, tensor)
+    base = _BASE(tensor) if not _MODES_ON() else unseen(_BASE, tensor)  # `unseen`, a call shorter: every op asks
     if base is None:  # not a view, or an inference tensor's view, which keeps only the storage it shares
         return bool(_host_born_storages) and _inference_view_of_host_memory(tensor)
     if _resident(tensor):  # a view the run moved to the device (the same object on CPU)
@@ -385,12 +385,17 @@ def all_host_born(args: tuple[Any, ...]) -> bool:
     """Whether an op's tensor arguments (one level into a list or tuple too: `index`'s indices) are all host-built,
     and there is one: such an op reads host memory on a GPU run too, and waits for nothing."""
     found = False
-    for arg in args:
-        for item in arg if isinstance(arg, (list, tuple)) else (arg,):
-            if isinstance(item, torch.Tensor):
-                if not host_born(item):
-                    return False
-                found = True
+    for arg in args:  # written out, not as one loop over `(arg,)`: a tuple fewer per argument of every op
+        if isinstance(arg, torch.Tensor):
+            if not host_born(arg):
+                return False
+            found = True
+        elif isinstance(arg, (list, tuple)):
+            for item in arg:
+                if isinstance(item, torch.Tensor):
+                    if not host_born(item):
+                        return False
+                    found = True
     return found
 
 
