@@ -11,8 +11,9 @@ positions, once per call site (`spelling`), and a target that is a parameter of 
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass, replace
-from types import CodeType, FrameType
+from types import BuiltinFunctionType, CodeType, FrameType, FunctionType, ModuleType
 
 from tripwire.sync import state as sync
 
@@ -311,7 +312,7 @@ def _keeping(frame: FrameType) -> Keeping | None:
         return None
     call, above = found
     assert isinstance(call.func, ast.Attribute)
-    device = set(_names(call.func.value))
+    device = _tensor_names(frame, _names(call.func.value))
     value: ast.AST = call
     index: int | None = None
     parent = above[-1]
@@ -319,7 +320,7 @@ def _keeping(frame: FrameType) -> Keeping | None:
         if (parent.value if isinstance(parent, ast.DictComp) else parent.elt) is not call:
             return None  # a dict comprehension's key
         for loop in parent.generators:
-            device |= _names(loop.iter)
+            device |= _tensor_names(frame, _names(loop.iter))
         value, parent = parent, above[-2]
     elif isinstance(parent, (ast.Tuple, ast.List, ast.Set)) and len(above) > 1:
         index = next(i for i, element in enumerate(parent.elts) if element is call)
@@ -332,6 +333,21 @@ def _keeping(frame: FrameType) -> Keeping | None:
     if not isinstance(target, ast.Name) or target.id in device:
         return None
     return Keeping(target.id, frozenset(device))
+
+
+def _tensor_names(frame: FrameType, names: set[str]) -> set[str]:
+    """`names` but those bound, where the frame reads them, to a module, a class or a function (`torch` of
+    `stats = torch.stack([a, b]).cpu()`): a later line spelling `torch.sum(stats)` reads the copy, not a device
+    tensor. A comprehension's frame (Python 3.11) reads its function's names too."""
+    scopes = [frame.f_locals, frame.f_globals, vars(builtins)]
+    if frame.f_code.co_name in sync.COMPREHENSIONS and frame.f_back is not None:
+        scopes.insert(1, frame.f_back.f_locals)
+    kept = set()
+    for name in names:
+        value = next((scope[name] for scope in scopes if name in scope), None)
+        if not isinstance(value, (ModuleType, type, FunctionType, BuiltinFunctionType)):
+            kept.add(name)
+    return kept
 
 
 def _names(node: ast.AST | None) -> set[str]:

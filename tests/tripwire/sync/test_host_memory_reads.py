@@ -549,8 +549,10 @@ def test_a_host_copy_kept_under_a_name_is_host_memory_where_that_name_reads_it()
         _ = first.long()  # `x` is long: on a CPU run `x` itself, not marked for good by this
         x.tolist()  # a device read
         y[second.long()].tolist()  # the line names `y` too: read as the device's, as the GPU's indexed result is
+        stats = torch.stack([y, y]).cpu()  # 1 `.cpu()`: `torch` names a module, not a tensor it was copied from
+        torch.sum(stats).item()
 
-    assert counted(validated) == {"cpu": 8, "tolist": 4}
+    assert counted(validated) == {"cpu": 9, "tolist": 4}
 
 
 def test_a_host_copy_stored_back_in_its_slot_is_host_memory() -> None:
