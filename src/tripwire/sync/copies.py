@@ -54,6 +54,7 @@ __all__ = [
     "default_device",
     "forget_host_born",
     "forget_sources",
+    "forget_tensors",
     "host_born",
     "in_host_memory",
     "indexed_copy_kind",
@@ -321,6 +322,18 @@ def keep(tensor: torch.Tensor, frame: FrameType, how: Keeping) -> None:
 
 def _same_scope(ref: _Scoped, frame: FrameType) -> bool:
     return (ref.frame, ref.code, ref.thread) == (_key(frame), _key(frame.f_code), threading.get_ident())
+
+
+def forget_tensors() -> None:
+    """The last counter stopped: forget which tensors were host memory, host copies, views of them and moved by a
+    module's move. A later recording knows only what it sees, as the first did (a tensor made before it is the
+    device's), whatever the loop did with these between the two (on a GPU run, `obs = obs.to(device)` between
+    recordings made a CUDA tensor of a host one, whose reads a mark left behind hid)."""
+    _host_born.clear()
+    _host_born_storages.clear()
+    _host_views.clear()
+    _device_resident.clear()
+    _host_copies.clear()
 
 
 def _forget(key: int, _ref: object, table: dict[int, weakref.ref[Any]] = _host_born) -> None:

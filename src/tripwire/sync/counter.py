@@ -120,6 +120,7 @@ class SyncCounter(EventLog):
             if not _STATE.counters:
                 clear_caches()  # the caller lookup's caches hold code objects and frames
                 _sync_copies.forget_sources()  # and the decoded instruction positions of the `.to` spellings read
+                _sync_copies.forget_tensors()  # and which tensors were host memory: nothing of them outlives it
                 _sync_watched.forget_callers()  # and the runners made on the loop's lines, with its modules' globals
             installation, self._installation = self._installation, None
             if installation is not None:

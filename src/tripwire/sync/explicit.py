@@ -573,7 +573,7 @@ def install_stand_ins(installation: Installation) -> None:
     A method gets a `WatchedMethod`: the class's attribute stays torch's own object, an instance's is the stand-in.
     A call that always syncs and a place-keeping method get a stand-in of their own that does what `watched_call`
     would, without classifying the call on every use. The place-keeping ones are put in place at the first host-built
-    tensor (`mark_host_memory`), or at once when one marked under an earlier counter is still alive. The functions
+    tensor of the recording (`mark_host_memory`; none outlives the last one: `copies.forget_tensors`). The functions
     replaced in `torch` are torch's own again while a module is being imported (`hidden_from_imports`)."""
     build_torch_tables()
     handed_over = functools.partial(with_own_functions, installation.namespace)
@@ -618,11 +618,8 @@ def install_stand_ins(installation: Installation) -> None:
             installation.namespace.append((name, original, replacement))
             _STAND_IN_IDS.add(id(replacement))
             as_script_builtin(installation, original, replacement)
-    with _WAITING_LOCK:
-        if _host_born:  # tensors marked under an earlier counter are still alive: their views must be marked now
-            _put_keeping_in_place(installation)
-        else:
-            _WAITING.append(installation)
+    with _WAITING_LOCK:  # no tensor is marked yet: the last recording's marks went with it (`forget_tensors`)
+        _WAITING.append(installation)
     engine = getattr(torch.autograd, "_engine_run_backward", None)
     if engine is not None:
         patch(installation, torch.autograd, "_engine_run_backward", tracked_backward(engine))

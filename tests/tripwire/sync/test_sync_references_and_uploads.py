@@ -106,12 +106,23 @@ def test_a_host_built_tensor_moved_without_non_blocking_is_a_blocking_copy() -> 
     assert count_in_region(step) == {"to_device": 3}
 
 
-def test_a_tensor_built_under_an_earlier_counter_still_carries_to_its_views() -> None:
-    """The place-keeping stand-ins wait for the first host-built tensor of a counter's run, unless one marked under an
-    earlier counter is still alive: its view here must be marked from the first call."""
+def test_a_tensor_built_under_an_inner_counter_still_carries_to_its_views() -> None:
+    """A counter that stops while another runs ends no recording: what it marked is still host memory, and a view of
+    it too."""
+    with SyncCounter():  # the recording: it runs on
+        with SyncCounter():
+            kept = torch.zeros(3)  # built in host memory while the first counter ran, alive after it
+        assert count_in_region(lambda: kept.view(-1).to(DEVICE)) == {"to_device": 1}
+
+
+def test_a_recording_forgets_the_tensors_it_marked_when_it_ends() -> None:
+    """Which tensors were host memory is the recording's: the next one knows only what it sees, as the first did. A
+    mark left behind hid a read on a GPU run: `obs` built in host memory in one recording, moved to the device between
+    recordings (a CUDA tensor on a GPU, the same object on a CPU run), read in the next."""
     with SyncCounter():
-        kept = torch.zeros(3)  # built in host memory while the first counter ran, alive after it
-    assert count_in_region(lambda: kept.view(-1).to(DEVICE)) == {"to_device": 1}
+        obs = torch.zeros(3)
+    obs = obs.to(DEVICE)
+    assert count_in_region(lambda: obs.tolist()) == {"tolist": 1}
 
 
 def test_a_tensor_moved_to_the_device_is_a_device_tensor_from_then_on() -> None:
