@@ -269,9 +269,8 @@ class _Kept(_Scoped):
 
     def __init__(self, tensor: torch.Tensor, callback: Callable[[Any], None], frame: FrameType, how: Keeping) -> None:
         super().__init__(tensor, callback, frame)
-        self.hows: tuple[Keeping, ...] = (
-            how,
-        )  # each name the function keeps a copy under (`first = x.cpu()`, then `pair = (x.cpu(), y)`)
+        # each name the function keeps a copy under (`first = x.cpu()`, then `pair = (x.cpu(), y)`)
+        self.hows: tuple[Keeping, ...] = (how,)
 
     def _reads_copy(self) -> bool | None:
         found = sync.calling(self.frame, self.code)
