@@ -336,15 +336,15 @@ def _keeping(frame: FrameType) -> Keeping | None:
 
 
 def _tensor_names(frame: FrameType, names: set[str]) -> set[str]:
-    """`names` but those bound, where the frame reads them, to a module, a class or a function (`torch` of
+    """`names` but the module's own names bound to a module, a class or a function (`torch` of
     `stats = torch.stack([a, b]).cpu()`): a later line spelling `torch.sum(stats)` reads the copy, not a device
-    tensor. A comprehension's frame (Python 3.11) reads its function's names too."""
-    scopes = [frame.f_locals, frame.f_globals, vars(builtins)]
-    if frame.f_code.co_name in sync.COMPREHENSIONS and frame.f_back is not None:
-        scopes.insert(1, frame.f_back.f_locals)
+    tensor. A name the function binds itself is kept whatever it holds (its locals are not read: on Python 3.11 that
+    would build a dictionary on the loop's frame)."""
+    local = set(frame.f_code.co_varnames) | set(frame.f_code.co_cellvars) | set(frame.f_code.co_freevars)
+    scopes = (frame.f_globals, vars(builtins))
     kept = set()
     for name in names:
-        value = next((scope[name] for scope in scopes if name in scope), None)
+        value = None if name in local else next((scope[name] for scope in scopes if name in scope), None)
         if not isinstance(value, (ModuleType, type, FunctionType, BuiltinFunctionType)):
             kept.add(name)
     return kept
