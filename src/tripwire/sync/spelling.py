@@ -357,13 +357,44 @@ def _names(node: ast.AST | None) -> set[str]:
 
 def spelled_names(frame: FrameType) -> frozenset[str]:
     """The plain names the expression the frame is evaluating now reads (its instruction's position: `cpus[i]` while
-    it indexes, `cpus[i].tolist()` while it calls; empty where that does not parse alone). Read once per
+    it indexes, `cpus[i].tolist()` while it calls; empty where that does not parse alone), and, inside a list, set or
+    dict comprehension, the whole comprehension's (`[c.tolist() for c in cpus]`): Python 3.12 runs one in its
+    function's frame, where 3.11 called it as a function of its own from a line spelling all of it. Read once per
     instruction."""
     key = (id(frame.f_code), frame.f_lasti)
     cached = _names_cache.get(key)
     if cached is None:
-        cached = _names_cache[key] = (frame.f_code, frozenset(_names(_parsed_call(frame))))
+        names = _names(_parsed_call(frame)) | _names(_comprehension_around(frame))
+        cached = _names_cache[key] = (frame.f_code, frozenset(names))
     return cached[1]
+
+
+def _comprehension_around(frame: FrameType) -> ast.AST | None:
+    """The outermost list, set or dict comprehension whose lines and columns hold the instruction the frame runs, in
+    its own code (an inlined one: Python 3.12 on), or None."""
+    position = _position(frame)
+    if position is None or frame.f_code.co_name in sync.COMPREHENSIONS:
+        return None
+    start, end, first_col, last_col = position
+    pending: list[ast.AST] = [_module_tree(frame.f_code.co_filename)]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp)):
+            return node
+        for child in ast.iter_child_nodes(node):
+            if _holds(child, start, end, first_col, last_col):
+                pending.append(child)
+    return None
+
+
+def _holds(node: ast.AST, start: int, end: int, first_col: int, last_col: int) -> bool:
+    """Whether a node without a place (a context, an operator) or one whose span holds the given one."""
+    first, last = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+    if first is None or last is None:
+        return True
+    begin = (first, getattr(node, "col_offset", 0))
+    finish = (last, getattr(node, "end_col_offset", 0) or 0)
+    return begin <= (start, first_col) and (end, last_col) <= finish
 
 
 def passes_on(frame: FrameType) -> tuple[int, int] | None:

@@ -538,6 +538,8 @@ def test_a_host_copy_kept_under_a_name_is_host_memory_where_that_name_reads_it()
         # fmt: on
         for i in range(4):
             sum(accums_cpu[i].tolist())  # host memory on a GPU
+        [copied.tolist() for copied in accums_cpu]  # over the kept list: host memory on every Python declared
+        [accum.tolist() for accum in accums[:1]]  # over the device's: 1 device read
         accums[0].tolist()  # the device tensor by its own name: a device read
         first, second = x.cpu(), y.cpu()  # 2 `.cpu()`
         first.tolist()
@@ -552,7 +554,7 @@ def test_a_host_copy_kept_under_a_name_is_host_memory_where_that_name_reads_it()
         stats = torch.stack([y, y]).cpu()  # 1 `.cpu()`: `torch` names a module, not a tensor it was copied from
         torch.sum(stats).item()
 
-    assert counted(validated) == {"cpu": 9, "tolist": 4}
+    assert counted(validated) == {"cpu": 9, "tolist": 5}
 
 
 def test_a_host_copy_stored_back_in_its_slot_is_host_memory() -> None:
