@@ -288,15 +288,12 @@ def lend(tensor: torch.Tensor, frame: FrameType, lines: tuple[int, int]) -> None
     (`sum_tree.update_ids(data_ids.cpu())`, ElegantRL's prioritized replay: `spelling.passes_on`): host memory to the
     code that call runs, as the copy is on a GPU run, and not to the caller, for whom it is the device tensor itself
     (copied again on the next pass of a loop). Not for a tensor marked for good."""
-    if type(tensor) not in PLAIN:
+    found = _scoped_entry(tensor)
+    if found is None:
         return
-    key = _key(tensor)
-    ref = _host_born.get(key)
-    if ref is not None and weakref.ref.__call__(ref) is tensor:
-        if not isinstance(ref, _Scoped):
-            return  # marked for good
-        if isinstance(ref, _Lent) and _same_scope(ref, frame) and (ref.first, ref.last) == lines:
-            return  # lent by the same line of the same call again (a loop's next pass)
+    key, ref = found
+    if isinstance(ref, _Lent) and _same_scope(ref, frame) and (ref.first, ref.last) == lines:
+        return  # lent by the same line of the same call again (a loop's next pass)
     _host_born[key] = _Lent(tensor, functools.partial(_forget, key), frame, lines)
 
 
@@ -305,18 +302,28 @@ def keep(tensor: torch.Tensor, frame: FrameType, how: Keeping) -> None:
     `cpus = [a.cpu() for a in accums]`, the original trainer's validation, before `cpus[i].tolist()`): host memory
     where that function's lines read it by that name, as the copy is on a GPU run, and the device tensor itself where
     they read it by its own (`accums[i]`). Not for a tensor marked for good."""
-    if type(tensor) not in PLAIN:
+    found = _scoped_entry(tensor)
+    if found is None:
         return
+    key, ref = found
+    if isinstance(ref, _Kept) and _same_scope(ref, frame):  # the same call keeps it again, or by another name
+        if how not in ref.hows:
+            ref.hows = (*ref.hows, how)
+        return
+    _host_born[key] = _Kept(tensor, functools.partial(_forget, key), frame, how)
+
+
+def _scoped_entry(tensor: torch.Tensor) -> tuple[int, _Scoped | None] | None:
+    """For `lend` and `keep`: `tensor`'s key with its live scoped entry (None when it has none), or None when it
+    gets none (a subclass, or a tensor marked for good). The entry is read as a plain reference: its own answer is
+    where the code reads, not whether it is the tensor's."""
+    if type(tensor) not in PLAIN:
+        return None
     key = _key(tensor)
     ref = _host_born.get(key)
-    if ref is not None and weakref.ref.__call__(ref) is tensor:
-        if not isinstance(ref, _Scoped):
-            return  # marked for good
-        if isinstance(ref, _Kept) and _same_scope(ref, frame):  # the same call keeps it again, or by another name
-            if how not in ref.hows:
-                ref.hows = (*ref.hows, how)
-            return
-    _host_born[key] = _Kept(tensor, functools.partial(_forget, key), frame, how)
+    if ref is None or weakref.ref.__call__(ref) is not tensor:
+        return key, None
+    return (key, ref) if isinstance(ref, _Scoped) else None
 
 
 def _same_scope(ref: _Scoped, frame: FrameType) -> bool:

@@ -314,9 +314,9 @@ def copied_to_host(result: object) -> None:
     (ElegantRL's evaluator reads `returns` element by element after that line) and whose move is an upload. A copy
     passed straight to a call is host memory inside that call (`copies.lend`); one kept under another local name is
     host memory where its function reads it by that name (`copies.keep`): the device tensor it is on this run may
-    still be read by its own. On an
-    accelerator the copy is a CPU tensor of its own, and marked wherever it goes: its reads were counted on a GPU run
-    unless chained to the copy (ElegantRL's evaluator would have counted 384 there that its CPU run did not)."""
+    still be read by its own. On an accelerator the copy is a CPU tensor of its own, and marked wherever it goes: its
+    reads were counted on a GPU run unless chained to the copy (ElegantRL's evaluator would have counted 384 there
+    that its CPU run did not)."""
     note_host_copy(result)
     if not isinstance(result, torch.Tensor) or type(result) not in PLAIN:
         return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from types import BuiltinFunctionType, CodeType, FrameType, FunctionType, ModuleType
 
@@ -376,15 +377,20 @@ def _comprehension_around(frame: FrameType) -> ast.AST | None:
     if position is None or frame.f_code.co_name in sync.COMPREHENSIONS:
         return None
     start, end, first_col, last_col = position
-    pending: list[ast.AST] = [_module_tree(frame.f_code.co_filename)]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp)):
-            return node
-        for child in ast.iter_child_nodes(node):
-            if _holds(child, start, end, first_col, last_col):
-                pending.append(child)
+    for path in _walk_down(frame.f_code.co_filename, lambda child: _holds(child, start, end, first_col, last_col)):
+        if isinstance(path[-1], (ast.ListComp, ast.SetComp, ast.DictComp)):
+            return path[-1]
     return None
+
+
+def _walk_down(filename: str, holds: Callable[[ast.AST], bool]) -> Iterator[tuple[ast.AST, ...]]:
+    """The paths from the file's module down to each node `holds` admits, its parent admitted first (depth first, a
+    parent before its children)."""
+    pending: list[tuple[ast.AST, ...]] = [(_module_tree(filename),)]
+    while pending:
+        path = pending.pop()
+        yield path
+        pending.extend((*path, child) for child in ast.iter_child_nodes(path[-1]) if holds(child))
 
 
 def _holds(node: ast.AST, start: int, end: int, first_col: int, last_col: int) -> bool:
@@ -438,17 +444,17 @@ def _find_call(frame: FrameType) -> tuple[ast.AST, ...] | None:
     if position is None:
         return None
     start, end, _first_col, last_col = position  # a chain over lines starts at its method (`x\n.cpu()`: `.cpu()`)
-    pending: list[tuple[ast.AST, tuple[ast.AST, ...]]] = [(_module_tree(frame.f_code.co_filename), ())]
-    while pending:  # down the nodes whose lines hold the call's
-        node, above = pending.pop()
-        path = (*above, node)
+    for path in _walk_down(frame.f_code.co_filename, lambda child: _on_lines(child, start, end)):  # lines hold it
+        node = path[-1]
         if isinstance(node, ast.Call) and (node.end_lineno, node.end_col_offset) == (end, last_col):
             return path
-        for child in ast.iter_child_nodes(node):
-            lines = (getattr(child, "lineno", None), getattr(child, "end_lineno", None))
-            if lines[0] is None or lines[1] is None or (lines[0] <= start and end <= lines[1]):
-                pending.append((child, path))
     return None
+
+
+def _on_lines(node: ast.AST, start: int, end: int) -> bool:
+    """Whether a node without a place (a context, an operator) or one whose lines hold lines `start` to `end`."""
+    first, last = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+    return first is None or last is None or (first <= start and end <= last)
 
 
 def _parameters(code: CodeType) -> tuple[str, ...]:

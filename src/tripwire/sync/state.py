@@ -549,26 +549,18 @@ def calling(caller: int, code: int) -> tuple[FrameType, bool | None] | None:
     not there."""
     key = object.__hash__  # how `copies` keys live objects, `caller` and `code` among them
     roles = _STATE.roles
-    called: FrameType | None = None
-    user_below = False
+    called_is_user = user_below = False  # the frame just walked is the user's; any walked so far was
     frame: FrameType | None = sys._getframe(2)  # past this function and the one asking
     while frame is not None:
         if key(frame) == caller:
             if key(frame.f_code) != code:
                 return None
-            if not user_below:
-                return frame, None
-            assert called is not None
-            role = roles.get(id(called.f_code))
-            if role is None:
-                role = roles[id(called.f_code)] = _role(called.f_code)
-            return frame, not role[1]
-        if not user_below:
-            role = roles.get(id(frame.f_code))
-            if role is None:
-                role = roles[id(frame.f_code)] = _role(frame.f_code)
-            user_below = not role[1]
-        called = frame
+            return frame, (called_is_user if user_below else None)
+        role = roles.get(id(frame.f_code))
+        if role is None:
+            role = roles[id(frame.f_code)] = _role(frame.f_code)
+        called_is_user = not role[1]
+        user_below = user_below or called_is_user
         frame = frame.f_back
     return None
 
