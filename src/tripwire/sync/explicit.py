@@ -302,11 +302,11 @@ def watched_call(func: Any, call: Any, args: tuple[Any, ...], kwargs: dict[str, 
         kind = None
     result = call_counted(kind, run, (call, *args), kwargs)  # pass-through
     if kind in _HOST_COPY_KINDS:
-        copied_to_host(result)
+        return copied_to_host(args[0] if args else None, result)
     return result
 
 
-def copied_to_host(result: object) -> None:
+def copied_to_host(source: object, result: object) -> object:
     """The result of a counted copy to the host (a CPU run): what a `torch.save` of it writes is host memory
     (`copies.note_host_copy`). Stored back by the user's statement under the name its receiver was read from
     (`returns = returns.cpu()`, `spelling.rebinds`), it is host memory for what follows: on a CPU run the copy is the
@@ -316,17 +316,29 @@ def copied_to_host(result: object) -> None:
     host memory where its function reads it by that name (`copies.keep`): the device tensor it is on this run may
     still be read by its own. On an accelerator the copy is a CPU tensor of its own, and marked wherever it goes: its
     reads were counted on a GPU run unless chained to the copy (ElegantRL's evaluator would have counted 384 there
-    that its CPU run did not)."""
-    note_host_copy(result)
+    that its CPU run did not).
+
+    What is given back is the copy: on a CPU run whose copy the user's line made and torch gave back as `source`
+    itself, a tensor of its own where `source` allows one (`host_alias`), marked as host memory, as on a GPU run;
+    the rules above are for a copy that cannot be one."""
     if not isinstance(result, torch.Tensor) or type(result) not in PLAIN:
-        return
+        note_host_copy(result)
+        return result
     if accelerator_in_use():  # a GPU run's copy is a tensor of its own in CPU memory, whatever name holds it
+        note_host_copy(result)
         if unseen(PLACE, result).type == "cpu":
             mark_host_memory(result)
-        return
+        return result
     frame = sync.user_call_frame(sys._getframe(1))
-    if frame is None:
-        return
+    if frame is None:  # torch's own code copied (`Module.cpu()`'s buffers, `torch.save`): given back as torch gives it
+        note_host_copy(result)
+        return result
+    copy = host_alias(source) if result is source else result if _on_host(result) else None
+    if copy is not None:  # a tensor of its own: host memory wherever the loop takes it, as a GPU run's copy
+        note_host_copy(copy)
+        mark_host_memory(copy)
+        return copy
+    note_host_copy(result)
     if rebinds(frame):
         mark_host_memory(result)
     elif (lines := passes_on(frame)) is not None:
@@ -337,6 +349,37 @@ def copied_to_host(result: object) -> None:
         if keeper is not None:
             _follow_place_keeping()  # `cpus[i]`, `cpus[i].long()`: host memory too
             keep(result, keeper, how)
+    return result
+
+
+_DETACH: Any = vars(torch._C.TensorBase)["detach"]
+_IS_INFERENCE: Any = vars(torch._C.TensorBase)["is_inference"]
+_DISPATCH_MODES = torch._C._len_torch_dispatch_stack
+
+
+def host_alias(tensor: object) -> torch.Tensor | None:
+    """A CPU run's copy to the host of `tensor`, which torch gives back as `tensor` itself: a tensor of its own over
+    the same memory (`tensor.detach()`, sharing its storage and version counter), which tripwire marks as host memory
+    without marking the device tensor it stands for, as a GPU run's copy is an object of its own. None where such a
+    tensor would not behave as `tensor` does for the loop: a subclass or a `Parameter`, one that requires a gradient
+    or holds one (its autograd history and `.grad` are its own), one with Python attributes, a sparse or other
+    non-strided tensor, an inference tensor or a call inside `torch.inference_mode` (an in-place write to the new
+    tensor outside it would raise), or while a dispatch mode would see the extra op."""
+    if type(tensor) is not torch.Tensor or tensor.__dict__ or _DISPATCH_MODES():
+        return None
+    if not unseen(_aliasable, tensor) or torch.is_inference_mode_enabled():
+        return None
+    alias: torch.Tensor = unseen(_DETACH, tensor)
+    return alias
+
+
+def _aliasable(tensor: torch.Tensor) -> bool:
+    return (
+        tensor.layout is torch.strided
+        and not tensor.requires_grad
+        and tensor.grad is None
+        and not _IS_INFERENCE(tensor)
+    )
 
 
 def _new_tensor(call: Any, run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -402,8 +445,8 @@ def _tensor_of_a_tensor(
     kind = kinds.TENSOR_TO_DEVICE if onto_device and from_host else kinds.TO_CPU if onto_host and from_device else None
     result = call_counted(kind, run, (call, *args), kwargs)  # pass-through
     if kind == kinds.TO_CPU:
-        note_host_copy(result)  # as `.cpu()`'s: on a CPU run, possibly `t` itself
-    elif kind == kinds.TENSOR_TO_DEVICE:
+        return copied_to_host(data, result)  # as `.cpu()`'s: on a CPU run, possibly `t` itself
+    if kind == kinds.TENSOR_TO_DEVICE:
         if result is data:
             forget_host_born(result)  # a CPU run's `t` itself: device memory from here on
     elif result is not data and _on_host(result) and in_host_memory(data):  # a copy of host memory, on the host

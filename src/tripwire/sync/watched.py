@@ -194,7 +194,7 @@ def counted_stand_in(
     in_host_memory: Callable[[object], bool],
     *,
     receiver: bool = False,
-    copied: Callable[[object], None] | None = None,
+    copied: Callable[[object, object], Any] | None = None,
 ) -> Callable[..., Any]:
     """A stand-in for a read that syncs (`Tensor.item`, `.cpu`, `__bool__`, ...): on a counting thread outside
     suppressed code, `deliver(kind)`, then the original with counting suppressed, so nothing it runs counts again
@@ -202,10 +202,10 @@ def counted_stand_in(
     host memory (`in_host_memory`, asked only once one is) waits for nothing, on a GPU run too: it runs the same
     way, uncounted. A `scalar` read (its only op `_local_scalar_dense`, which has no autograd formula) of a plain
     tensor runs below autograd: the same kernel, not the counting kernel registered at the autograd key, which would
-    only return at once here. `receiver`: as `stand_in`'s. `copied`: called with the result of a counted copy to the
-    host (`.cpu()`: `copies.note_host_copy`). A call the original refuses at a keyword it does not take reads
-    nothing, and is not counted: NumPy 2's `np.array(t)` asks torch's `__array__(self, dtype=None)` with `copy=`
-    first, then, refused, without (one read, counted once)."""
+    only return at once here. `receiver`: as `stand_in`'s. `copied`: called with the tensor read and the result of a
+    counted copy to the host (`.cpu()`: `explicit.copied_to_host`), and what it returns is given back. A call the
+    original refuses at a keyword it does not take reads nothing, and is not counted: NumPy 2's `np.array(t)` asks
+    torch's `__array__(self, dtype=None)` with `copy=` first, then, refused, without (one read, counted once)."""
     takes = _keywords(original)
 
     def body(*args: Any, **kwargs: Any) -> Any:
@@ -222,7 +222,7 @@ def counted_stand_in(
         finally:
             local.suppress -= 1
         if counted and copied is not None:
-            copied(result)
+            return copied(args[0] if args else None, result)
         return result
 
     def watched(*args: Any, **kwargs: Any) -> Any:
@@ -246,7 +246,7 @@ def counted_stand_in(
         finally:
             local.suppress -= 1
         if counted and copied is not None:
-            copied(result)
+            return copied(args[0] if args else None, result)
         return result
 
     def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
@@ -270,7 +270,7 @@ def counted_stand_in(
         finally:
             local.suppress -= 1
         if counted and copied is not None:
-            copied(result)
+            return copied(args[0] if args else None, result)
         return result
 
     return _named(called if receiver else watched, original)

@@ -45,7 +45,9 @@ def test_a_loop_edited_after_it_was_imported_is_named_and_not_misread(tmp_path: 
     path = tmp_path / "edited_loop.py"
     path.write_text(LOOP, encoding="utf-8")
     loop = runpy.run_path(str(path))
-    x = torch.arange(3.0)  # built before the counter: the device's
+    # built before the counter: the device's; requiring a gradient, its `.cpu()` on a CPU run is itself, which the
+    # kept-copy rule reads by the names its lines spell (a tensor that needs none gets a copy of its own)
+    x = torch.arange(3.0, requires_grad=True)
 
     as_written = recorded(loop["step"], x)
     assert as_written.counts_by_kind("step") == {"cpu": 1, "tolist": 1}  # `h.tolist()` reads the kept copy

@@ -371,12 +371,12 @@ def test_a_read_of_the_host_copy_just_made_is_not_a_second_sync() -> None:
     def not_chained() -> None:
         copy = x.cpu()
         copy.tolist()  # another statement, by the name the copy is kept under: host memory on a GPU too
-        x.cpu().add(step).sum().item()  # a variable passed (a device tensor could be read): counted as before
-        x.cpu().cumsum(0).tolist()  # a method not known to keep to the host: counted as before
+        x.cpu().add(step).sum().item()  # a tensor from before the counter passed (the device's): counted
+        x.cpu().cumsum(0).tolist()  # the copy's own math: host memory, on a CPU run as on a GPU
         x.cpu(), x.tolist()  # the device tensor read again
 
     assert counted(chained) == {"cpu": 11}
-    assert counted(not_chained) == {"cpu": 4, "tolist": 2, "item": 1}
+    assert counted(not_chained) == {"cpu": 4, "tolist": 1, "item": 1}
 
 
 def test_on_an_accelerator_a_copy_to_the_host_is_host_memory_under_any_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -400,7 +400,7 @@ class _Holder:
         self.values = tensor
 
 
-def test_a_host_copy_stored_back_under_its_own_name_is_host_memory() -> None:
+def test_a_host_copy_stored_back_under_its_own_name_is_host_memory(copies: str) -> None:
     """`returns = returns.cpu()` and then reads of `returns`, one element at a time (ElegantRL's evaluator: a
     `torch.where`, a `tolist()` and an `.item()` per environment). On a GPU the reads are of the copy, host memory,
     and wait for nothing; on a CPU run the copy is the device tensor itself, and every read was counted (384 false
@@ -409,8 +409,9 @@ def test_a_host_copy_stored_back_under_its_own_name_is_host_memory() -> None:
     are not counted and its move to the device is an upload, and so are its views, and the views of its elements when
     it is a view itself. A copy kept under another name is not marked for good (the device tensor may still be read by
     its own name): its reads by that name are not counted (`copies.keep`), the device tensor's by its own are. What is
-    left: a device tensor still held elsewhere (a caller's name, the base of the view copied) is the copy itself on a
-    CPU run, so its reads are taken for the copy's; a GPU run's cross-check by site (`nox -s gpu`) shows such a read."""
+    left where the copy is the tensor itself (one that requires a gradient, `copies == "itself"`): a device tensor
+    still held elsewhere (a caller's name, the base of the view copied) is the copy on a CPU run, so its reads are
+    taken for the copy's; a GPU run's cross-check by site (`nox -s gpu`) shows such a read."""
     returns = torch.arange(8.0, device=DEVICE).view(4, 2)
     dones = torch.tensor([0, 1, 0, 1], device=DEVICE)
     other = torch.arange(4.0, device=DEVICE)
@@ -443,6 +444,16 @@ def test_a_host_copy_stored_back_under_its_own_name_is_host_memory() -> None:
     assert counted(not_rebound) == {"cpu": 2, "item": 3}
 
 
+@pytest.fixture(params=["own", "itself"], ids=["copy of its own", "copy is the tensor"])
+def copies(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A CPU run's `.cpu()` gives a tensor of its own where it can (`explicit.host_alias`); where it cannot (a tensor
+    that requires a gradient, a parameter, a subclass), it is the device tensor itself, and the rules that read the
+    loop's lines (lent, kept, stored back) decide. Each test using this runs both ways, with the same counts."""
+    if request.param == "itself":
+        monkeypatch.setattr(explicit, "host_alias", lambda tensor: None)
+    return str(request.param)
+
+
 class _SumTree:
     """ElegantRL's prioritized replay tree (`elegantrl/train/replay_buffer.py`, `SumTree.update_ids`), cut down:
     priorities in host memory, written at the leaves it is given and summed up level by level."""
@@ -467,7 +478,7 @@ def _shown(actions: torch.Tensor) -> list[int]:
     return [int(count) for count in counts] + actions.long().tolist()
 
 
-def test_a_host_copy_passed_straight_to_a_call_is_host_memory_inside_it() -> None:
+def test_a_host_copy_passed_straight_to_a_call_is_host_memory_inside_it(copies: str) -> None:
     """`sum_tree.update_ids(data_ids.cpu())` (ElegantRL's prioritized replay, once per environment's tree) and
     `action_to_str(_action_ary=actions.data.cpu())` (its trainer, every update of a discrete agent): on a GPU the
     callee gets a CPU tensor of its own, and its reads, indices and `unique` wait for nothing. On a CPU run `.cpu()`
@@ -512,7 +523,7 @@ def test_a_host_copy_passed_straight_to_a_call_is_host_memory_inside_it() -> Non
     assert counted(not_passed) == {"cpu": 1, "tolist": 1}
 
 
-def test_a_host_copy_kept_under_a_name_is_host_memory_where_that_name_reads_it() -> None:
+def test_a_host_copy_kept_under_a_name_is_host_memory_where_that_name_reads_it(copies: str) -> None:
     """The original trainer's validation copies each env's counts to the host once and then reads each copy:
     `accums_cpu = [accum.cpu() for accum in accums]`, then `accums_cpu[i].tolist()` (vectorized.py, "Batch GPU→CPU
     transfer before iterating"). On a GPU only the copies wait. On a CPU run `.cpu()` returns the device tensor
@@ -557,7 +568,7 @@ def test_a_host_copy_kept_under_a_name_is_host_memory_where_that_name_reads_it()
     assert counted(validated) == {"cpu": 9, "tolist": 5}
 
 
-def test_a_host_copy_stored_back_in_its_slot_is_host_memory() -> None:
+def test_a_host_copy_stored_back_in_its_slot_is_host_memory(copies: str) -> None:
     """Sample Factory's inference worker moves each policy output to the host in place, `for key, output_value in
     policy_outputs.items(): policy_outputs[key] = output_value.to(device)` (`device = "cpu"`), then reads them as one
     array, `torch.cat(...).numpy()`: 320 reads in 10 updates that wait for nothing on a GPU, counted by a CPU run,
@@ -614,6 +625,7 @@ def step(x, other):
 """
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["plain", "requires grad"])
 @pytest.mark.parametrize(
     ("statement", "read", "marked"),
     [
@@ -629,15 +641,19 @@ def step(x, other):
     ],
 )
 def test_which_statements_store_a_copy_back_under_its_name(
-    statement: str, read: str, marked: bool, tmp_path: Path
+    statement: str, read: str, marked: bool, grad: bool, tmp_path: Path
 ) -> None:
-    """The stored-back rule reads the one statement on the copy's line (`spelling.rebinds`): one target, the same
-    name or attribute as the receiver's chain starts from, and the copy itself as the value."""
+    """A copy of a tensor that needs no gradient is a tensor of its own on a CPU run too (`explicit.host_alias`):
+    host memory whatever holds it, as on a GPU. The `.cpu()` of one that requires a gradient is the tensor itself on
+    a CPU run, its autograd history kept: there the stored-back rule reads the one statement on the copy's line
+    (`spelling.rebinds`): one target, the same name or attribute as the receiver's chain starts from, and the copy
+    itself as the value."""
     loop = load(tmp_path, REBOUND.format(statement=statement, read=read))
-    x, other = torch.arange(3.0, device=DEVICE), torch.arange(3.0, device=DEVICE)
+    x = torch.arange(3.0, device=DEVICE, requires_grad=grad)
+    other = torch.arange(3.0, device=DEVICE, requires_grad=grad)
     with SyncCounter() as counter:
         loop.step(x, other)[0].item()
-    host = marked or DEVICE.type != "cpu"  # on a GPU every copy is a CPU tensor of its own, host memory
+    host = marked or not grad or DEVICE.type != "cpu"  # on a GPU every copy is a CPU tensor of its own
     assert counter.counts_by_kind().get("item", 0) == (0 if host else 1)
 
 
@@ -697,7 +713,8 @@ def test_a_read_of_the_copy_torchs_own_code_just_made_is_not_a_second_sync(
     """CleanRL's `writer.add_scalar("losses/td_loss", loss, global_step)` hands tensorboard a device tensor, which
     reads it as `x.detach().cpu().numpy()` in its own frame: a GPU waits once. The chain was read in the loop's frame
     only, where both calls are one call of the loop's, and counted `cpu` and `numpy`. Now it is read in the frame
-    that made both calls too; two statements there still count twice, as in the loop's own frame."""
+    that made both calls too; two statements there still count twice, as in the loop's own frame (a copy torch's own
+    code makes is given back as torch gives it, never a tensor of tripwire's making: `explicit.host_alias`)."""
     from torch.utils.tensorboard import SummaryWriter
 
     loss = (torch.arange(4.0, device=DEVICE) * 2).mean()
@@ -839,3 +856,87 @@ def test_a_followed_operator_raises_no_audit_event() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+class _Bag:
+    pass
+
+
+def _fetched(x: torch.Tensor) -> torch.Tensor:
+    return x.cpu()
+
+
+def test_a_copy_to_the_host_is_host_memory_wherever_the_loop_takes_it(copies: str) -> None:
+    """On a GPU a copy to the host is a CPU tensor of its own, whose reads wait for nothing however the loop reaches
+    it: iterated, zipped, held in an attribute, returned from a helper, cast under another name, split. On a CPU run
+    `.cpu()` returns the tensor itself; the rules that read the loop's lines followed it under a local name only, and
+    each read below was counted. A CPU run's copy of a tensor that needs no gradient is now a tensor of its own over
+    the same memory (`explicit.host_alias`), marked as host memory as a GPU run's copy is: the counts below are a
+    GPU run's. With the copy the tensor itself (`copies == "itself"`) the same loop counts the reads too."""
+    x = torch.arange(4, device=DEVICE)
+    y = torch.arange(4.0, device=DEVICE)
+    holder = _Bag()
+
+    def taken_everywhere() -> None:
+        for v in x.cpu():  # 1 `.cpu()`, iterated: each element a view of the copy
+            v.item()
+        for i, w in enumerate(y.cpu()):  # 1
+            float(w) + i
+        for a, b in zip(x.cpu(), y.cpu()):  # 2
+            a.item() + b.item()
+        holder.stats = y.cpu()  # 1, held in an attribute
+        holder.stats[0].item()
+        returned = _fetched(y)  # 1, returned from a helper
+        returned[1].item()
+        longs = x.cpu()  # 1
+        same = longs.long()  # another name for it (`x` is long already: on a CPU run the same tensor)
+        same.tolist()
+        first, _second = y.cpu().split(2)  # 1
+        first.tolist()
+        x.tolist()  # the device tensor by its own name: a device read
+        y[0].item()  # and another
+
+    expected = {"cpu": 8, "tolist": 1, "item": 1}
+    if copies == "itself" and DEVICE.type == "cpu":
+        assert counted(taken_everywhere) == {"cpu": 8, "tolist": 3, "item": 15, "float": 4}
+    else:
+        assert counted(taken_everywhere) == expected
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU run's copy: on a GPU `.cpu()` copies for real")
+def test_a_cpu_runs_copy_of_its_own_shares_the_tensors_memory_and_nothing_else_changes() -> None:
+    """The copy of its own (`explicit.host_alias`) is `x.detach()`: the same storage and version counter, so a write
+    through either is seen by both, as the CPU run without tripwire sees it. Where such a tensor would behave
+    otherwise, `.cpu()` gives the tensor itself, as without tripwire: one that requires a gradient (its history and
+    `.grad` are its own), a parameter, a subclass, one with Python attributes, an inference tensor, a call inside
+    `torch.inference_mode`; and a copy torch's own code makes (`Module.cpu()` of a module's buffers keeps them).
+    Outside a counter nothing is replaced."""
+    x = torch.arange(4.0)
+    graded = torch.arange(4.0, requires_grad=True)
+    parameter = torch.nn.Parameter(torch.arange(4.0), requires_grad=False)
+    tagged = torch.arange(4.0)
+    tagged.tag = "mine"  # type: ignore[attr-defined]
+    with torch.inference_mode():
+        inferred = torch.arange(4.0)
+    kept: dict[str, torch.Tensor] = {}
+    norm = torch.nn.BatchNorm1d(4)
+    buffers = dict(norm.named_buffers())
+    with SyncCounter() as counter:
+        norm.cpu()
+        assert all(buffer is buffers[name] for name, buffer in norm.named_buffers())
+        kept["x"] = copy = x.cpu()
+        assert copy is not x and type(copy) is torch.Tensor
+        assert copy.data_ptr() == x.data_ptr() and not copy.requires_grad and copy._base is None
+        copy.add_(1.0)  # written through the copy: the tensor sees it, as without tripwire
+        assert x.tolist() == [1.0, 2.0, 3.0, 4.0] and x._version == copy._version
+        x.mul_(2.0)  # and the other way
+        assert copy.tolist() == [2.0, 4.0, 6.0, 8.0]
+        assert x.to("cpu") is not x and x.detach().cpu() is not x
+        assert graded.cpu() is graded and parameter.cpu() is parameter and tagged.cpu() is tagged
+        assert inferred.cpu() is inferred
+        with torch.inference_mode():
+            assert x.cpu() is x
+    assert counter.counts_by_kind() == {"cpu": 12, "to_cpu": 1, "tolist": 1}  # the module: 2 parameters, 3 buffers
+    assert x.cpu() is x  # no counter: torch's own `.cpu()`
+    (graded * kept["x"]).sum().backward()  # the copy in the graph: a gradient for the tensor that needs one
+    assert graded.grad is not None and graded.grad.tolist() == [2.0, 4.0, 6.0, 8.0]

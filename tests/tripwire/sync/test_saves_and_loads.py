@@ -68,15 +68,24 @@ def test_host_memory_is_not_a_wait() -> None:
 
 
 def test_a_tensor_written_to_after_its_host_copy_is_the_device_tensor_again() -> None:
-    """On a CPU run `.cpu()` returns the tensor itself: held where no name of the function's says it is the copy (an
+    """On a CPU run `.cpu()` returns the tensor itself. Of a tensor that needs no gradient (`weight.detach()`) the
+    copy is a tensor of its own over the same memory (`explicit.host_alias`), host memory wherever it is held, as on a
+    GPU. Of a parameter it is the parameter: held where no name of the function's says it is the copy (an
     attribute), it stands for the host copy only while nothing writes to it. Kept under a local name, it is the copy
     wherever that name reads it, written to or not, as on a GPU (`copies.keep`), and the device tensor by its own."""
     model, _ = trained(foreach=True)
     weight = model[0].weight
     holder = types.SimpleNamespace()
 
-    def copied_then_changed() -> None:
+    def detached_then_changed() -> None:
         holder.copy = weight.detach().cpu()
+        written(holder.copy)
+        with torch.no_grad():
+            holder.copy.add_(1.0)  # on a CPU run the parameter's memory: written, still the copy
+        written(holder.copy)
+
+    def copied_then_changed() -> None:
+        holder.copy = weight.cpu()
         written(holder.copy)
         with torch.no_grad():
             holder.copy.add_(1.0)  # on a CPU run the parameter itself: an optimizer step between copy and save
@@ -89,6 +98,7 @@ def test_a_tensor_written_to_after_its_host_copy_is_the_device_tensor_again() ->
         written(copy)
         written(weight)  # the parameter: a save of device memory
 
+    assert saves(detached_then_changed) == 0
     assert saves(copied_then_changed) == (0 if DEVICE.type == "cuda" else 1)
     assert saves(kept_then_changed) == 1
 
