@@ -355,6 +355,7 @@ def copied_to_host(source: object, result: object) -> object:
 _DETACH: Any = vars(torch._C.TensorBase)["detach"]
 _IS_INFERENCE: Any = vars(torch._C.TensorBase)["is_inference"]
 _DISPATCH_MODES = torch._C._len_torch_dispatch_stack
+_FUNCTORCH_WRAPPED: Callable[[torch.Tensor], bool] = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def host_alias(tensor: object) -> torch.Tensor | None:
@@ -363,8 +364,9 @@ def host_alias(tensor: object) -> torch.Tensor | None:
     without marking the device tensor it stands for, as a GPU run's copy is an object of its own. None where such a
     tensor would not behave as `tensor` does for the loop: a subclass or a `Parameter`, one that requires a gradient
     or holds one (its autograd history and `.grad` are its own), one with Python attributes, a sparse or other
-    non-strided tensor, an inference tensor or a call inside `torch.inference_mode` (an in-place write to the new
-    tensor outside it would raise), or while a dispatch mode would see the extra op."""
+    non-strided, nested or quantized tensor, a `torch.func` transform's tensor, an inference tensor or a call inside
+    `torch.inference_mode` (an in-place write to the new tensor outside it would raise), or while a dispatch mode
+    would see the extra op."""
     if type(tensor) is not torch.Tensor or tensor.__dict__ or _DISPATCH_MODES():
         return None
     if not unseen(_aliasable, tensor) or torch.is_inference_mode_enabled():
@@ -376,9 +378,12 @@ def host_alias(tensor: object) -> torch.Tensor | None:
 def _aliasable(tensor: torch.Tensor) -> bool:
     return (
         tensor.layout is torch.strided
+        and not tensor.is_nested
+        and not tensor.is_quantized
         and not tensor.requires_grad
         and tensor.grad is None
         and not _IS_INFERENCE(tensor)
+        and not _FUNCTORCH_WRAPPED(tensor)  # `torch.func`'s levels: its gradients are tracked below the wrapper
     )
 
 

@@ -937,6 +937,9 @@ def test_a_cpu_runs_copy_of_its_own_shares_the_tensors_memory_and_nothing_else_c
         with torch.inference_mode():
             assert x.cpu() is x
     assert counter.counts_by_kind() == {"cpu": 12, "to_cpu": 1, "tolist": 1}  # the module: 2 parameters, 3 buffers
+    with SyncCounter():  # `torch.func`'s transforms see the tensor they track, as without tripwire
+        assert torch.func.grad(lambda t: (t.cpu() ** 2).sum())(x).tolist() == [4.0, 8.0, 12.0, 16.0]
+        assert torch.vmap(lambda t: t.cpu() * 2)(torch.ones(2, 3)).tolist() == [[2.0] * 3] * 2
     assert x.cpu() is x  # no counter: torch's own `.cpu()`
     (graded * kept["x"]).sum().backward()  # the copy in the graph: a gradient for the tensor that needs one
     assert graded.grad is not None and graded.grad.tolist() == [2.0, 4.0, 6.0, 8.0]
