@@ -352,6 +352,7 @@ def copied_to_host(source: object, result: object) -> object:
     return result
 
 
+HOST_COPIES_VARIABLE = "TRIPWIRE_HOST_COPIES"  # `same`: a CPU run's copy is the tensor torch gives back (`host_alias`)
 _DETACH: Any = vars(torch._C.TensorBase)["detach"]
 _IS_INFERENCE: Any = vars(torch._C.TensorBase)["is_inference"]
 _DISPATCH_MODES = torch._C._len_torch_dispatch_stack
@@ -366,8 +367,11 @@ def host_alias(tensor: object) -> torch.Tensor | None:
     or holds one (its autograd history and `.grad` are its own), one with Python attributes, a sparse or other
     non-strided, nested or quantized tensor, a `torch.func` transform's tensor, an inference tensor or a call inside
     `torch.inference_mode` (an in-place write to the new tensor outside it would raise), or while a dispatch mode
-    would see the extra op."""
+    would see the extra op. `TRIPWIRE_HOST_COPIES=same` in the environment turns it off: every copy is the tensor
+    torch gives back, followed by the names the loop's lines spell, for a loop that needs `x.cpu() is x`."""
     if type(tensor) is not torch.Tensor or tensor.__dict__ or _DISPATCH_MODES():
+        return None
+    if os.environ.get(HOST_COPIES_VARIABLE) == "same":
         return None
     if not unseen(_aliasable, tensor) or torch.is_inference_mode_enabled():
         return None

@@ -943,3 +943,22 @@ def test_a_cpu_runs_copy_of_its_own_shares_the_tensors_memory_and_nothing_else_c
     assert x.cpu() is x  # no counter: torch's own `.cpu()`
     (graded * kept["x"]).sum().backward()  # the copy in the graph: a gradient for the tensor that needs one
     assert graded.grad is not None and graded.grad.tolist() == [2.0, 4.0, 6.0, 8.0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU run's copy: on a GPU `.cpu()` copies for real")
+def test_a_loop_that_needs_the_tensor_itself_can_have_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`TRIPWIRE_HOST_COPIES=same`: every copy is the tensor torch gives back, as before the copy of its own, and
+    the rules that read the loop's lines decide (a copy held in an attribute is the device tensor to its reads)."""
+    x = torch.arange(4.0)
+    holder = _Bag()
+    copies: list[bool] = []
+
+    def held() -> None:
+        holder.copy = x.cpu()
+        copies.append(holder.copy is x)
+        holder.copy[0].item()
+
+    assert counted(held) == {"cpu": 1}
+    monkeypatch.setenv(explicit.HOST_COPIES_VARIABLE, "same")
+    assert counted(held) == {"cpu": 1, "item": 1}
+    assert copies == [False, True]
