@@ -336,7 +336,10 @@ def copied_to_host(source: object, result: object) -> object:
     copy = host_alias(source) if result is source else result if _on_host(result) else None
     if copy is not None:  # a tensor of its own: host memory wherever the loop takes it, as a GPU run's copy
         note_host_copy(copy)
-        mark_host_memory(copy)
+        if sync.read_straight_after(frame):  # `x.cpu().numpy()`: read at once, nothing computed of it to follow
+            mark_host_born(copy)
+        else:
+            mark_host_memory(copy)
         return copy
     note_host_copy(result)
     if rebinds(frame):

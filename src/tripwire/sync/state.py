@@ -104,6 +104,8 @@ class _GlobalState:
         # written at a script's top level is one code object of thousands of instructions, and its copies and reads
         # make many pairs)
         self.instructions: dict[int, tuple[CodeType, list[int], list[tuple[int, str, object]]]] = {}
+        # per (code id, f_lasti): whether the copy that call makes is read straight away (`read_straight_after`)
+        self.consumed: dict[tuple[int, int], tuple[CodeType, bool]] = {}
         # per (code id, f_lasti): whether the instruction is a subscript read or store (`copies.at_subscript`), with
         # the code (a key of the code object itself would hash its bytecode and constants at every call)
         self.subscripts: dict[tuple[int, int], tuple[CodeType, bool]] = {}
@@ -274,11 +276,7 @@ def _read_of_the_copy(kind: str, implicit: bool, frame: FrameType, copied: tuple
     key = (id(code), start, end)
     known = _STATE.chained.get(key)
     if known is None:
-        listed = _STATE.instructions.get(id(code))
-        if listed is None:
-            instructions = [(i.offset, i.opname, i.argval) for i in dis.get_instructions(code)]
-            listed = _STATE.instructions[id(code)] = (code, [offset for offset, _, _ in instructions], instructions)
-        offsets, instructions = listed[1], listed[2]
+        offsets, instructions = _listing(code)
         # an offset may name a call's inline cache (a Python function called from it): the call it belongs to, the
         # last instruction at or before it (offsets ascend)
         first, last = _at_or_before(offsets, start), _at_or_before(offsets, end)
@@ -286,6 +284,52 @@ def _read_of_the_copy(kind: str, implicit: bool, frame: FrameType, copied: tuple
         chained = 0 <= first < last and _only_lookups_and_host_methods(instructions[first + 1 : last])
         known = _STATE.chained[key] = (code, chained)
     return known[1]
+
+
+def _listing(code: CodeType) -> tuple[list[int], list[tuple[int, str, object]]]:
+    """`code`'s instructions' offsets and `(offset, opname, argval)` each, read once per counter."""
+    listed = _STATE.instructions.get(id(code))
+    if listed is None:
+        instructions = [(i.offset, i.opname, i.argval) for i in dis.get_instructions(code)]
+        listed = _STATE.instructions[id(code)] = (code, [offset for offset, _, _ in instructions], instructions)
+    return listed[1], listed[2]
+
+
+_READ_METHODS = frozenset({"numpy", "tolist", "item"})
+
+
+def read_straight_after(frame: FrameType) -> bool:
+    """Whether what the call `frame` runs now returns (a copy to the host) is read in the same expression, a read
+    method called on it with only host methods and constants between (`x.cpu().numpy()`, `a.cpu().squeeze().tolist()`,
+    `_HOST_METHODS`): nothing of it is left for the loop to compute with. Read from the bytecode, once per call site
+    and counter."""
+    code = frame.f_code
+    key = (id(code), frame.f_lasti)
+    known = _STATE.consumed.get(key)
+    if known is None:
+        offsets, instructions = _listing(code)
+        at = _at_or_before(offsets, frame.f_lasti)
+        known = _STATE.consumed[key] = (code, at >= 0 and _read_by_chain(instructions[at + 1 :]))
+    return known[1]
+
+
+def _read_by_chain(instructions: list[tuple[int, str, object]]) -> bool:
+    """Whether these instructions, after a call, call a read method on its result, only host methods between."""
+    method = None
+    for _, name, value in instructions:
+        if name in _LOOKUPS:
+            if method is not None:  # an attribute of a method's result not called: not a chain of calls
+                return False
+            method = value
+        elif name in ("CALL", "CALL_KW"):
+            if method in _READ_METHODS:
+                return True
+            if method not in _HOST_METHODS:
+                return False
+            method = None
+        elif name not in _CHAIN:
+            return False
+    return False
 
 
 def _at_or_before(offsets: list[int], offset: int) -> int:
@@ -766,5 +810,6 @@ def clear_caches() -> None:
     _STATE.events = {}
     _STATE.chained = {}
     _STATE.instructions = {}
+    _STATE.consumed = {}
     _STATE.subscripts = {}
     _STATE.matched = {}
