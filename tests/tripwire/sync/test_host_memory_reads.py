@@ -858,6 +858,14 @@ def test_a_followed_operator_raises_no_audit_event() -> None:
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
+def _cpu_run() -> None:
+    """Skip where this process initialized CUDA: there a copy to the host is a CPU tensor of its own, copied for real,
+    and a CPU run's copy of its own (`explicit.host_alias`) is never made. A GPU machine that has not initialized
+    CUDA in this process runs the test as a CPU run."""
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA is initialized in this process: `.cpu()` copies for real, no CPU run's copy to check")
+
+
 class _Bag:
     pass
 
@@ -903,7 +911,6 @@ def test_a_copy_to_the_host_is_host_memory_wherever_the_loop_takes_it(copies: st
         assert counted(taken_everywhere) == expected
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU run's copy: on a GPU `.cpu()` copies for real")
 def test_a_cpu_runs_copy_of_its_own_shares_the_tensors_memory_and_nothing_else_changes() -> None:
     """The copy of its own (`explicit.host_alias`) is `x.detach()`: the same storage and version counter, so a write
     through either is seen by both, as the CPU run without tripwire sees it. Where such a tensor would behave
@@ -911,6 +918,7 @@ def test_a_cpu_runs_copy_of_its_own_shares_the_tensors_memory_and_nothing_else_c
     `.grad` are its own), a parameter, a subclass, one with Python attributes, an inference tensor, a call inside
     `torch.inference_mode`; and a copy torch's own code makes (`Module.cpu()` of a module's buffers keeps them).
     Outside a counter nothing is replaced."""
+    _cpu_run()
     x = torch.arange(4.0)
     graded = torch.arange(4.0, requires_grad=True)
     parameter = torch.nn.Parameter(torch.arange(4.0), requires_grad=False)
@@ -945,10 +953,10 @@ def test_a_cpu_runs_copy_of_its_own_shares_the_tensors_memory_and_nothing_else_c
     assert graded.grad is not None and graded.grad.tolist() == [2.0, 4.0, 6.0, 8.0]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU run's copy: on a GPU `.cpu()` copies for real")
 def test_a_loop_that_needs_the_tensor_itself_can_have_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """`TRIPWIRE_HOST_COPIES=same`: every copy is the tensor torch gives back, as before the copy of its own, and
     the rules that read the loop's lines decide (a copy held in an attribute is the device tensor to its reads)."""
+    _cpu_run()
     x = torch.arange(4.0)
     holder = _Bag()
     copies: list[bool] = []
