@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from types import BuiltinFunctionType, CodeType, FrameType, FunctionType, ModuleType
@@ -164,9 +165,21 @@ def call_source(frame: FrameType) -> str:
     return b"".join([lines[0][first_col:], *lines[1:-1], lines[-1][:last_col]]).decode(errors="replace")
 
 
+# One parse at a time: CPython 3.11 before 3.11.8 tracks the syntax tree builder's recursion depth in state shared by
+# threads, so two parses at once (the threads of a loop's pool, each reading a call's spelling) can fail with
+# `SystemError: AST constructor recursion depth mismatch`, raised out of the loop's own torch call. Re-entrant: a
+# collection during a parse may run a finalizer that reaches a stand-in on the same thread.
+_PARSING = threading.RLock()
+
+
+def _parse(source: str, mode: str = "exec") -> ast.AST:
+    with _PARSING:
+        return ast.parse(source, mode=mode)
+
+
 def _parsed_call(frame: FrameType) -> ast.AST | None:
     try:
-        return ast.parse(call_source(frame).strip(), mode="eval")
+        return _parse(call_source(frame).strip(), mode="eval")
     except (SyntaxError, ValueError):
         return None
 
@@ -578,7 +591,9 @@ def _module_tree(filename: str) -> ast.Module:
     tree = _module_cache.get(filename)
     if tree is None:
         try:
-            tree = ast.parse("".join(sync.source_lines(filename)))
+            parsed = _parse("".join(sync.source_lines(filename)))
+            assert isinstance(parsed, ast.Module)
+            tree = parsed
         except (SyntaxError, ValueError):
             tree = ast.Module(body=[], type_ignores=[])
         _module_cache[filename] = tree
