@@ -165,10 +165,11 @@ def call_source(frame: FrameType) -> str:
     return b"".join([lines[0][first_col:], *lines[1:-1], lines[-1][:last_col]]).decode(errors="replace")
 
 
-# One parse at a time: CPython 3.11 before 3.11.8 tracks the syntax tree builder's recursion depth in state shared by
-# threads, so two parses at once (the threads of a loop's pool, each reading a call's spelling) can fail with
-# `SystemError: AST constructor recursion depth mismatch`, raised out of the loop's own torch call. Re-entrant: a
-# collection during a parse may run a finalizer that reaches a stand-in on the same thread.
+# One parse at a time: CPython 3.11 tracks the syntax tree builder's recursion depth in state its threads share, so
+# two parses at once (the threads of a loop's pool, each reading a call's spelling) can fail with `SystemError: AST
+# constructor recursion depth mismatch` (seen on 3.11.7; cpython gh-106905 reports it in threaded programs), raised
+# out of the loop's own torch call. Re-entrant: a collection during a parse may run a finalizer that reaches a
+# stand-in on the same thread.
 _PARSING = threading.RLock()
 
 
