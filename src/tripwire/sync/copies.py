@@ -66,6 +66,7 @@ __all__ = [
     "number_copy_kind",
     "tensor_kind",
     "to_kind",
+    "type_of",
     "unchanged_host_copy",
 ]
 
@@ -74,17 +75,29 @@ def _device_type(value: object) -> str | None:
     """The device type a `.to()` argument names, or None when it names no device (nor one torch knows: the call
     itself then fails as it would without tripwire, the loop's error, not one of tripwire's)."""
     if isinstance(value, torch.device):
-        return value.type
+        return type_of(value)
     if isinstance(value, str):
         try:
             return torch.device(value).type
         except RuntimeError:
             return None
     if isinstance(value, torch.Tensor):
-        return value.device.type
+        return type_of(value.device)
     if isinstance(value, int) and not isinstance(value, bool):
         return "cuda"
     return None
+
+
+def type_of(device: torch.device) -> str:
+    """`device.type`, looked up: torch builds the string anew at every read (about 0.4 µs, through a C++ string
+    stream), and the classifiers read a tensor's device type several times a call. A process sees a few devices."""
+    known = _TYPES.get(device)
+    if known is None:
+        known = _TYPES[device] = device.type
+    return known
+
+
+_TYPES: dict[torch.device, str] = {}
 
 
 # The tensor types whose attributes tripwire reads: a subclass's handler would see each read, which it never sees
@@ -447,7 +460,7 @@ def to_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
             break
     target = _device_type(raw_target) if raw_target is not None else None
     source = args[0]
-    place = source.device.type if isinstance(source, torch.Tensor) else None
+    place = type_of(source.device) if isinstance(source, torch.Tensor) else None
     on_host = place == "cpu"
     if target not in (None, "cpu", "meta"):  # a real device: read the tensors
         return kinds.TO_DEVICE if on_host and upload_waits(source, non_blocking) else None
@@ -585,20 +598,22 @@ def _make_resident(tensor: torch.Tensor) -> None:
 _host_copies: dict[int, tuple[weakref.ref[torch.Tensor], int, tuple[int, int, int]]] = {}
 
 
-def _statement() -> tuple[int, int, int]:
-    """Where the user's code runs now: its frame, its code and its line, by id (no reference kept)."""
-    frame = sync.user_frame(2)
+def _statement(frame: FrameType | None = None) -> tuple[int, int, int]:
+    """Where the user's code runs now: its frame (`frame`, when the caller has found it already), its code and its
+    line, by id (no reference kept)."""
+    if frame is None:
+        frame = sync.user_frame(2)
     return (0, 0, 0) if frame is None else (_key(frame), _key(frame.f_code), frame.f_lineno)
 
 
-def note_host_copy(tensor: object) -> None:
+def note_host_copy(tensor: object, statement: FrameType | None = None) -> None:
     """Remember that `tensor` is a counted copy to the host, as it is now and where the user's statement made it (a
-    CPU run; a subclass is never read)."""
+    CPU run; a subclass is never read). `statement`: the user's frame running it, when the caller has found it."""
     if type(tensor) in PLAIN and not accelerator_in_use():
         assert isinstance(tensor, torch.Tensor)
         key = _key(tensor)
         ref = weakref.ref(tensor, functools.partial(_forget_copy, key))
-        _host_copies[key] = (ref, _version(tensor), _statement())
+        _host_copies[key] = (ref, _version(tensor), _statement(statement))
 
 
 def _version(tensor: torch.Tensor) -> int:
@@ -631,8 +646,13 @@ def copied_here(tensor: torch.Tensor) -> bool:
 
 
 def accelerator_in_use() -> bool:
-    """Whether this process runs on an accelerator (CUDA started): then where a tensor is tells a copy, not a line."""
-    return bool(torch.cuda.is_initialized())
+    """Whether this process runs on an accelerator (CUDA started): then where a tensor is tells a copy, not a line.
+    `torch.cuda.is_initialized()` as torch writes it, a Python call shorter: most watched calls ask."""
+    return bool(_CUDA._initialized and not _CUDA_IN_BAD_FORK())
+
+
+_CUDA = torch.cuda
+_CUDA_IN_BAD_FORK = torch.cuda._is_in_bad_fork
 
 
 def default_device() -> torch.device | None:
@@ -731,16 +751,19 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         # on a CPU run, not into a buffer the line names as the host's, nor for torch's own code
         named_host = not accelerator_in_use() and (spelling("copy_").target_is_host or not made_by_user(3))
         return None if named_host else number_copy_kind(destination, non_blocking)
-    if not isinstance(source, torch.Tensor) or source.device.type == "meta":
+    if not isinstance(source, torch.Tensor):
         return None
-    if destination.device.type not in ("cpu", "meta"):
-        return kinds.COPY_TO_DEVICE if source.device.type == "cpu" and upload_waits(source, non_blocking) else None
-    if destination.device.type != "cpu":
+    from_place, to_place = type_of(source.device), type_of(destination.device)
+    if from_place == "meta":
         return None
-    if source.device.type == "cpu" and accelerator_in_use():  # host to host
+    if to_place not in ("cpu", "meta"):
+        return kinds.COPY_TO_DEVICE if from_place == "cpu" and upload_waits(source, non_blocking) else None
+    if to_place != "cpu":
+        return None
+    if from_place == "cpu" and accelerator_in_use():  # host to host
         return None
     host_bound = kinds.COPY_TO_CPU_NONBLOCKING if non_blocking else kinds.COPY_TO_CPU
-    if source.device.type != "cpu":
+    if from_place != "cpu":
         return host_bound
     if host_born(destination) or spelling("copy_").target_is_host:  # into host memory: from the device, or not
         # torch's own copy into a tensor it was handed copies what it computed beside it (`nn.init.orthogonal_` of a
@@ -768,7 +791,7 @@ def indexed_copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | No
         number = isinstance(source, NUMBERS) and type(destination) in PLAIN  # `torch.Tensor.copy_(t, 2.5)`
         return number_copy_kind(destination, non_blocking) if number else None
     if accelerator_in_use():  # the tensors say where they are
-        to_place, from_place = destination.device.type, source.device.type
+        to_place, from_place = type_of(destination.device), type_of(source.device)
         if to_place == from_place or "meta" in (to_place, from_place):
             return None
         if to_place != "cpu":

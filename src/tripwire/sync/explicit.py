@@ -66,6 +66,7 @@ from tripwire.sync.copies import (
     note_host_copy,
     tensor_kind,
     to_kind,
+    type_of,
     unseen,
 )
 from tripwire.sync.installation import (
@@ -91,6 +92,7 @@ __all__ = [
     "ExplicitSyncMode",
     "install_stand_ins",
     "mark_host_memory",
+    "read_settings",
     "routed_dunders",
     "use_patches",
     "watched_call",
@@ -321,12 +323,10 @@ def copied_to_host(source: object, result: object) -> object:
     What is given back is the copy: on a CPU run whose copy the user's line made and torch gave back as `source`
     itself, a tensor of its own where `source` allows one (`host_alias`), marked as host memory, as on a GPU run;
     the rules above are for a copy that cannot be one."""
-    if not isinstance(result, torch.Tensor) or type(result) not in PLAIN:
-        note_host_copy(result)
+    if not isinstance(result, torch.Tensor) or type(result) not in PLAIN:  # a subclass is never read
         return result
     if accelerator_in_use():  # a GPU run's copy is a tensor of its own in CPU memory, whatever name holds it
-        note_host_copy(result)
-        if unseen(PLACE, result).type == "cpu":
+        if type_of(unseen(PLACE, result)) == "cpu":
             mark_host_memory(result)
         return result
     frame = sync.user_call_frame(sys._getframe(1))
@@ -335,13 +335,13 @@ def copied_to_host(source: object, result: object) -> object:
         return result
     copy = host_alias(source) if result is source else result if _on_host(result) else None
     if copy is not None:  # a tensor of its own: host memory wherever the loop takes it, as a GPU run's copy
-        note_host_copy(copy)
+        note_host_copy(copy, frame)
         if sync.read_straight_after(frame):  # `x.cpu().numpy()`: read at once, nothing computed of it to follow
             mark_host_born(copy)
         else:
             mark_host_memory(copy)
         return copy
-    note_host_copy(result)
+    note_host_copy(result, frame)
     if rebinds(frame):
         mark_host_memory(result)
     elif (lines := passes_on(frame)) is not None:
@@ -356,6 +356,15 @@ def copied_to_host(source: object, result: object) -> object:
 
 
 HOST_COPIES_VARIABLE = "TRIPWIRE_HOST_COPIES"  # `same`: a CPU run's copy is the tensor torch gives back (`host_alias`)
+_same_copies = False  # whether it said `same` as the first counter started (`read_settings`), not read at every copy
+
+
+def read_settings() -> None:
+    """Read what the environment asks of the watching, as the first counter starts (`HOST_COPIES_VARIABLE`)."""
+    global _same_copies
+    _same_copies = os.environ.get(HOST_COPIES_VARIABLE) == "same"
+
+
 _DETACH: Any = vars(torch._C.TensorBase)["detach"]
 _IS_INFERENCE: Any = vars(torch._C.TensorBase)["is_inference"]
 _DISPATCH_MODES = torch._C._len_torch_dispatch_stack
@@ -370,11 +379,10 @@ def host_alias(tensor: object) -> torch.Tensor | None:
     or holds one (its autograd history and `.grad` are its own), one with Python attributes, a sparse or other
     non-strided, nested or quantized tensor, a `torch.func` transform's tensor, an inference tensor or a call inside
     `torch.inference_mode` (an in-place write to the new tensor outside it would raise), or while a dispatch mode
-    would see the extra op. `TRIPWIRE_HOST_COPIES=same` in the environment turns it off: every copy is the tensor
-    torch gives back, followed by the names the loop's lines spell, for a loop that needs `x.cpu() is x`."""
-    if type(tensor) is not torch.Tensor or tensor.__dict__ or _DISPATCH_MODES():
-        return None
-    if os.environ.get(HOST_COPIES_VARIABLE) == "same":
+    would see the extra op. `TRIPWIRE_HOST_COPIES=same` in the environment when the counter starts turns it off: every
+    copy is the tensor torch gives back, followed by the names the loop's lines spell, for a loop that needs
+    `x.cpu() is x`."""
+    if type(tensor) is not torch.Tensor or tensor.__dict__ or _DISPATCH_MODES() or _same_copies:
         return None
     if not unseen(_aliasable, tensor) or torch.is_inference_mode_enabled():
         return None
@@ -529,7 +537,7 @@ def _kept_on_host(result: object, source: object) -> TypeGuard[torch.Tensor]:
 
 
 def _on_host(result: object) -> TypeGuard[torch.Tensor]:
-    return type(result) in PLAIN and unseen(PLACE, result).type == "cpu"
+    return type(result) in PLAIN and type_of(unseen(PLACE, result)) == "cpu"
 
 
 def _host_built(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> bool:
@@ -651,13 +659,13 @@ def install_stand_ins(installation: Installation) -> None:
             )
         elif owner is torch and key in _COMPUTES:  # `torch.where(...)`: in place at once (a name in `torch`)
             replacement = keeping_stand_in(
-                original, mark_computed, _host_born, _LOCAL, in_counted_backward, handed_over,
+                original, mark_computed, _host_born, _LOCAL, in_counted_backward, handed_over, host_born,
                 warns=name in _WARNING, receiver=True,
             )  # fmt: skip
         elif key in _ONLY_KEEPS_PLACE or key in _COMPUTES:
             mark = _mark_kept if key in _ONLY_KEEPS_PLACE else mark_computed
             keeping = keeping_stand_in(
-                original, mark, _host_born, _LOCAL, in_counted_backward, handed_over, warns=name in _WARNING
+                original, mark, _host_born, _LOCAL, in_counted_backward, handed_over, host_born, warns=name in _WARNING
             )
             installation.keeping.append((name, WatchedMethod(original, keeping)))
             continue

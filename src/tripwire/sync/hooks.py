@@ -60,6 +60,7 @@ def install(*, implicit: bool) -> Installation:
             sync._set_skip_prefixes(sync.skip_prefixes_for(torch.__file__))
             patch_sync_functions(installation)
             watch_packed(installation)  # a packed sequence's batch sizes and lengths: host memory
+            explicit.read_settings()
             if explicit.use_patches:
                 explicit.install_stand_ins(installation)
                 _LOCAL.counting += 1

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType, FunctionType, MethodType
 from typing import Any
 
+import numpy as np
 import torch
 from torch.compiler import is_compiling
 
@@ -106,7 +107,9 @@ def reaches_handler(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether torch hands this call to a `__torch_function__` handler: an argument's (one level into a list or tuple
     too, as `torch.stack` takes its tensors), a keyword argument's, or a function mode's other than torch's own
     device context (`with torch.device(...)`, `torch.set_default_device`), whose handler keys its table by torch's
-    own functions, built before any stand-in (`tripwire.sync.explicit.build_torch_tables`)."""
+    own functions, built before any stand-in (`tripwire.sync.explicit.build_torch_tables`). The stand-ins ask it only
+    when one of its cheap tests could hold (an argument with a handler, keywords, a function mode on, a list or tuple
+    first): the usual op, of plain tensors and no keywords, is a Python call shorter."""
     if _HAS_HANDLER(args):
         return True
     if args and type(args[0]) in _SEQUENCES and _HAS_HANDLER(args[0]):
@@ -114,6 +117,13 @@ def reaches_handler(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     if kwargs and _HAS_HANDLER(tuple(kwargs.values())):
         return True
     return _MODES_ON() and _foreign_mode()
+
+
+# Types no `__torch_function__` handler can come from (torch's own final types, NumPy's own array): asked of one,
+# `torch._C._has_torch_function` looks the attribute up and fails, about 0.5 µs, at `.to(device)`, `.to(dtype)` and
+# `torch.tensor(array)`, which the stand-ins of moves and builders meet at every step of a loop: a last argument of
+# one is not asked
+_QUIET = frozenset({torch.device, torch.dtype, np.ndarray})
 
 
 def _foreign_mode() -> bool:
@@ -149,7 +159,12 @@ def stand_in(
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
             return original(*args, **kwargs)  # pass-through
-        if reaches_handler(args, kwargs):
+        if (
+            _HAS_HANDLER(args[:-1] if args and type(args[-1]) in _QUIET else args)
+            or kwargs
+            or _MODES_ON()
+            or (args and type(args[0]) in _SEQUENCES)
+        ) and reaches_handler(args, kwargs):
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return as_caller(sys._getframe(1))(original, *args, **kwargs)  # pass-through
@@ -158,7 +173,12 @@ def stand_in(
     def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
         if is_compiling():
             return original(*args, **kwargs)  # pass-through
-        if reaches_handler(args, kwargs):
+        if (
+            _HAS_HANDLER(args[:-1] if args and type(args[-1]) in _QUIET else args)
+            or kwargs
+            or _MODES_ON()
+            or (args and type(args[0]) in _SEQUENCES)
+        ) and reaches_handler(args, kwargs):
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return as_caller(sys._getframe(1))(original, *args, **kwargs)  # pass-through
@@ -228,7 +248,9 @@ def counted_stand_in(
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
             return original(*args, **kwargs)  # pass-through
-        if reaches_handler(args, kwargs):
+        if (_HAS_HANDLER(args) or kwargs or _MODES_ON() or (args and type(args[0]) in _SEQUENCES)) and reaches_handler(
+            args, kwargs
+        ):
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
@@ -252,7 +274,9 @@ def counted_stand_in(
     def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
         if is_compiling():
             return original(*args, **kwargs)  # pass-through
-        if reaches_handler(args, kwargs):
+        if (_HAS_HANDLER(args) or kwargs or _MODES_ON() or (args and type(args[0]) in _SEQUENCES)) and reaches_handler(
+            args, kwargs
+        ):
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return original(*args, **kwargs)  # pass-through
@@ -283,6 +307,7 @@ def keeping_stand_in(
     local: Any,
     elsewhere: Callable[[], bool],
     handed_over: HandedOver,
+    host_built: Callable[[object], bool],
     *,
     warns: bool = False,
     receiver: bool = False,
@@ -291,7 +316,10 @@ def keeping_stand_in(
     its tensors are (an operator, a reduction: `i + 1`, `x.sum()`, `torch.where(done, 0.0, ret)`): on a counting
     thread outside suppressed code, the original, then `mark(args, kwargs, result)` (a host-built input's result is
     host-built too), what the counter's handler does for these calls, a frame and a classification shorter.
-    `marked` is the table of host-built tensors: while it is empty no input can be one, and nothing is asked.
+    `marked` is the table of host-built tensors: while it is empty no input can be one, and nothing is asked. Nor is it
+    when the first input is a tensor and not host-built (`host_built`, `copies.host_born`): every `mark` marks only
+    what a host-built first input makes (a place-keeping method's result, or an op's whose tensors are all host-built),
+    and a loop's ops are nearly all of device tensors, so the usual call costs one lookup, not `mark`'s frames.
     `warns`: the original warns from C++ in ordinary use (`x.std()` of one element), so it runs on the caller's line
     (`as_caller`), at about 0.5 µs a call, which the others do not pay. `receiver`: as `stand_in`'s (a function in
     `torch`)."""
@@ -305,31 +333,35 @@ def keeping_stand_in(
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return run(*args, **kwargs)  # pass-through
         result = run(*args, **kwargs)  # pass-through
-        if marked and args:
+        if marked and args and (not isinstance(args[0], torch.Tensor) or host_built(args[0])):
             mark(args, kwargs, result)
         return result
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():
             return original(*args, **kwargs)  # pass-through
-        if reaches_handler(args, kwargs):
+        if (_HAS_HANDLER(args) or kwargs or _MODES_ON() or (args and type(args[0]) in _SEQUENCES)) and reaches_handler(
+            args, kwargs
+        ):
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return run(*args, **kwargs)  # pass-through
         result = run(*args, **kwargs)  # pass-through
-        if marked and args:
+        if marked and args and (not isinstance(args[0], torch.Tensor) or host_built(args[0])):
             mark(args, kwargs, result)
         return result
 
     def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
         if is_compiling():
             return original(*args, **kwargs)  # pass-through
-        if reaches_handler(args, kwargs):
+        if (_HAS_HANDLER(args) or kwargs or _MODES_ON() or (args and type(args[0]) in _SEQUENCES)) and reaches_handler(
+            args, kwargs
+        ):
             return handed_over(body, args, kwargs)  # pass-through
         if local.suppress or (local.counting <= 0 and not elsewhere()):
             return run(*args, **kwargs)  # pass-through
         result = run(*args, **kwargs)  # pass-through
-        if marked and args:
+        if marked and args and (not isinstance(args[0], torch.Tensor) or host_built(args[0])):
             mark(args, kwargs, result)
         return result
 
