@@ -47,6 +47,7 @@ from tripwire.common.quiet import ignoring
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
 from tripwire.sync.copies import (
+    _IS_INFERENCE,
     PLACE,
     PLAIN,
     _device_type,
@@ -366,7 +367,6 @@ def read_settings() -> None:
 
 
 _DETACH: Any = vars(torch._C.TensorBase)["detach"]
-_IS_INFERENCE: Any = vars(torch._C.TensorBase)["is_inference"]
 _DISPATCH_MODES = torch._C._len_torch_dispatch_stack
 _FUNCTORCH_WRAPPED: Callable[[torch.Tensor], bool] = torch._C._functorch.is_functorch_wrapped_tensor
 

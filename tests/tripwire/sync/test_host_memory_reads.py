@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 from loop_modules import load
-from sync_counts import counted
+from sync_counts import counted, cpu_run
 
 from tripwire.sync import explicit, hot_path, state
 from tripwire.sync.budget import SyncBudget, check_budget
@@ -858,14 +858,6 @@ def test_a_followed_operator_raises_no_audit_event() -> None:
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
-def _cpu_run() -> None:
-    """Skip where this process initialized CUDA: there a copy to the host is a CPU tensor of its own, copied for real,
-    and a CPU run's copy of its own (`explicit.host_alias`) is never made. A GPU machine that has not initialized
-    CUDA in this process runs the test as a CPU run."""
-    if torch.cuda.is_initialized():
-        pytest.skip("CUDA is initialized in this process: `.cpu()` copies for real, no CPU run's copy to check")
-
-
 class _Bag:
     pass
 
@@ -918,7 +910,7 @@ def test_a_cpu_runs_copy_of_its_own_shares_the_tensors_memory_and_nothing_else_c
     `.grad` are its own), a parameter, a subclass, one with Python attributes, an inference tensor, a call inside
     `torch.inference_mode`; and a copy torch's own code makes (`Module.cpu()` of a module's buffers keeps them).
     Outside a counter nothing is replaced."""
-    _cpu_run()
+    cpu_run()
     x = torch.arange(4.0)
     graded = torch.arange(4.0, requires_grad=True)
     parameter = torch.nn.Parameter(torch.arange(4.0), requires_grad=False)
@@ -956,7 +948,7 @@ def test_a_cpu_runs_copy_of_its_own_shares_the_tensors_memory_and_nothing_else_c
 def test_a_loop_that_needs_the_tensor_itself_can_have_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """`TRIPWIRE_HOST_COPIES=same`: every copy is the tensor torch gives back, as before the copy of its own, and
     the rules that read the loop's lines decide (a copy held in an attribute is the device tensor to its reads)."""
-    _cpu_run()
+    cpu_run()
     x = torch.arange(4.0)
     holder = _Bag()
     copies: list[bool] = []

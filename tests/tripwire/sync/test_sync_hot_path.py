@@ -6,6 +6,7 @@ import threading
 
 import pytest
 import torch
+from sync_counts import cpu_run
 from torch.utils._python_dispatch import _len_torch_dispatch_stack
 
 from tripwire.bitwise.trajectory import TrajectoryRecorder
@@ -74,8 +75,7 @@ def test_a_copy_read_at_once_puts_no_place_keeping_stand_in_in_place() -> None:
     in the expression that made it (`action.cpu().numpy()`, each env step of SB3 and CleanRL) leaves nothing to
     compute with, so it puts no place-keeping stand-in in place: a loop of device tensors keeps paying nothing per
     op for them. A copy kept for later (`host = x.cpu()`) does."""
-    if torch.cuda.is_initialized():
-        pytest.skip("CUDA is initialized in this process: `.cpu()` copies for real, no CPU run's copy to check")
+    cpu_run()
     value = torch.ones(2)
     earlier = dict(_host_born)
     _host_born.clear()
