@@ -753,9 +753,10 @@ def copy_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         return None if named_host else number_copy_kind(destination, non_blocking)
     if not isinstance(source, torch.Tensor):
         return None
-    from_place, to_place = type_of(source.device), type_of(destination.device)
+    from_place = type_of(source.device)
     if from_place == "meta":
         return None
+    to_place = type_of(destination.device)
     if to_place not in ("cpu", "meta"):
         return kinds.COPY_TO_DEVICE if from_place == "cpu" and upload_waits(source, non_blocking) else None
     if to_place != "cpu":
