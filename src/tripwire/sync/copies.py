@@ -606,14 +606,15 @@ def _statement(frame: FrameType | None = None) -> tuple[int, int, int]:
     return (0, 0, 0) if frame is None else (_key(frame), _key(frame.f_code), frame.f_lineno)
 
 
-def note_host_copy(tensor: object, statement: FrameType | None = None) -> None:
+def note_host_copy(tensor: object, frame: FrameType | None = None) -> None:
     """Remember that `tensor` is a counted copy to the host, as it is now and where the user's statement made it (a
-    CPU run; a subclass is never read). `statement`: the user's frame running it, when the caller has found it."""
+    CPU run; a subclass is never read). `frame`: the user's frame running that statement, when the caller has found
+    it (`_statement`)."""
     if type(tensor) in PLAIN and not accelerator_in_use():
         assert isinstance(tensor, torch.Tensor)
         key = _key(tensor)
         ref = weakref.ref(tensor, functools.partial(_forget_copy, key))
-        _host_copies[key] = (ref, _version(tensor), _statement(statement))
+        _host_copies[key] = (ref, _version(tensor), _statement(frame))
 
 
 def _version(tensor: torch.Tensor) -> int:
