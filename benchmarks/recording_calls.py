@@ -22,7 +22,6 @@ import collections
 import dataclasses
 import gc
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -30,12 +29,15 @@ from types import FrameType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recording_parts import LOOPS, _plain, _recorded  # first: it pins the CPU and threads before torch is imported
+from recording_parts import (  # first: it pins the CPU and threads before torch is imported
+    LOOPS,
+    _plain,
+    _recorded,
+    prepare,
+)
 
 # isort: split
 import tripwire
-from tripwire.scenario import load_scenario
-from tripwire.sync import state as sync_state
 
 _TRIPWIRE = str(Path(tripwire.__file__).resolve().parent)
 
@@ -92,23 +94,17 @@ def _counted(run: Any, script: Path) -> Calls:
 
 
 def measure(loop: str, work: Path) -> tuple[Calls, Calls]:
-    script, scenario_file, argv = LOOPS[loop]
-    tree = work / "tree"
-    tree.mkdir()
-    shutil.copy(script, tree / script.name)
-    scenario = dataclasses.replace(load_scenario(scenario_file), argv=list(argv))
-    # This file's frames run the loop here, as the launcher's do under `tripwire run`: not the project's callers.
-    sync_state._LIBRARY_DIRS = (*sync_state._LIBRARY_DIRS, str(Path(__file__).resolve()))
+    script, argv, scenario = prepare(loop, work, __file__)
 
     def plain() -> None:
-        _plain(tree / script.name, argv, work)
+        _plain(script, argv, work)
 
     def recorded() -> None:
-        _recorded(scenario, tree, work)
+        _recorded(scenario, script.parent, work)
 
     plain()  # untimed: imports, caches
     recorded()
-    return _counted(plain, tree / script.name), _counted(recorded, tree / script.name)
+    return _counted(plain, script), _counted(recorded, script)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,15 +143,23 @@ def _recorded(scenario: Scenario, tree: Path, work: Path) -> tuple[int, dict[str
     return _rate(buffer.getvalue()), held
 
 
-def measure(loop: str, rounds: int, work: Path) -> list[dict[str, object]]:
+def prepare(loop: str, work: Path, runner: str) -> tuple[Path, tuple[str, ...], Scenario]:
+    """`loop`'s script copied into `work/tree` (the copy's path), its arguments, and its test scenario given them;
+    SB3's logger pointed into `work`; and the frames of `runner` (the benchmark file running the loop in this
+    process) taken for the launcher's, as under `tripwire run`, not the project's callers."""
     script, scenario_file, argv = LOOPS[loop]
     tree = work / "tree"
     tree.mkdir()
     shutil.copy(script, tree / script.name)
-    base = dataclasses.replace(load_scenario(scenario_file), argv=list(argv))
+    scenario = dataclasses.replace(load_scenario(scenario_file), argv=list(argv))
     os.environ["SB3_LOGDIR"] = str(work / "sb3-logs")  # SB3 would leave a logger folder in /tmp each run
-    # This file's frames run the loop here, as the launcher's do under `tripwire run`: not the project's callers.
-    sync_state._LIBRARY_DIRS = (*sync_state._LIBRARY_DIRS, str(Path(__file__).resolve()))
+    sync_state._LIBRARY_DIRS = (*sync_state._LIBRARY_DIRS, str(Path(runner).resolve()))
+    return tree / script.name, argv, scenario
+
+
+def measure(loop: str, rounds: int, work: Path) -> list[dict[str, object]]:
+    script, argv, base = prepare(loop, work, __file__)
+    tree = script.parent
     torch.set_num_threads(1)
 
     held: dict[str, dict[str, int]] = {}
@@ -164,7 +172,7 @@ def measure(loop: str, rounds: int, work: Path) -> list[dict[str, object]]:
         gc.freeze()
         try:
             if variant is None:
-                return _plain(tree / script.name, argv, work)
+                return _plain(script, argv, work)
             with variant.change():
                 rate, held[variant.name] = _recorded(variant.scenario(base), tree, work)
             return rate
