@@ -146,14 +146,17 @@ def _recorded(scenario: Scenario, tree: Path, work: Path) -> tuple[int, dict[str
 def prepare(loop: str, work: Path, runner: str) -> tuple[Path, tuple[str, ...], Scenario]:
     """`loop`'s script copied into `work/tree` (the copy's path), its arguments, and its test scenario given them;
     SB3's logger pointed into `work`; and the frames of `runner` (the benchmark file running the loop in this
-    process) taken for the launcher's, as under `tripwire run`, not the project's callers."""
+    process) and of this file (whose `_recorded` and `_plain` run it) taken for the launcher's, as under `tripwire
+    run`, not the project's callers: taken for the project's, each sync's callers walk would go on past the loop's
+    module to them, five frames more than `tripwire run` walks."""
     script, scenario_file, argv = LOOPS[loop]
     tree = work / "tree"
     tree.mkdir()
     shutil.copy(script, tree / script.name)
     scenario = dataclasses.replace(load_scenario(scenario_file), argv=list(argv))
     os.environ["SB3_LOGDIR"] = str(work / "sb3-logs")  # SB3 would leave a logger folder in /tmp each run
-    sync_state._LIBRARY_DIRS = (*sync_state._LIBRARY_DIRS, str(Path(runner).resolve()))
+    launcher = {str(Path(runner).resolve()), str(Path(__file__).resolve())}
+    sync_state._LIBRARY_DIRS = (*sync_state._LIBRARY_DIRS, *sorted(launcher - set(sync_state._LIBRARY_DIRS)))
     return tree / script.name, argv, scenario
 
 
