@@ -13,9 +13,9 @@ runs with torch's own functions in `torch` (`handed_over`, given by the counter)
 without tripwire, never a stand-in.
 
 Dynamo traces through the stand-ins (this file is on its inline-when-called list) and, as it traces,
-`is_compiling()` is true, so what it puts in the graph is the original call: watching a compiled loop adds no graph
-break. This module is kept small, importing nothing of tripwire but the inline list (and the mark of its runners'
-code), for that reason.
+`is_dynamo_compiling()` is true, so what it puts in the graph is the original call: watching a compiled loop adds
+no graph break. This module is kept small, importing nothing of tripwire but the inline list (and the mark of its
+runners' code), for that reason.
 
 A stand-in runs the original on the caller's line (`as_caller`) where torch's C++ may warn: a warning is the loop's,
 at its line and under its filters, as without tripwire.
@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.compiler import is_compiling
 
 from tripwire.sync.dynamo import inline_when_called, never_compiled
 from tripwire.sync.state import RUNNER_MARK
@@ -42,6 +41,12 @@ inline_when_called(__file__)
 Handler = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
 # runs a call with torch's own functions in `torch` (`tripwire.sync.explicit.with_own_functions`)
 HandedOver = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+
+# What every stand-in asks first, as `torch.compiler.is_compiling()` answers it, a Python call shorter (that asks
+# `torch.jit.is_scripting()` too, never true here): dynamo folds `is_dynamo_compiling()` to True as it traces, and
+# runs it as False; torch.export's non-strict tracing, which runs the code, sets the flag
+_DYNAMO_TRACING = torch.compiler.is_dynamo_compiling
+_COMPILER: Any = torch.compiler
 
 # What a stand-in runs its original through on the caller's behalf (`as_caller`): a call spelled at column 0 of the
 # line after its `return`, padded past any line's length (a traceback through it underlines nothing), its code marked
@@ -157,7 +162,7 @@ def stand_in(
         return handle(key, original, args, kwargs)  # pass-through
 
     def watched(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
+        if _DYNAMO_TRACING() or _COMPILER._is_compiling_flag:
             return original(*args, **kwargs)  # pass-through
         if (
             _HAS_HANDLER(args[:-1] if args and type(args[-1]) in _QUIET else args)
@@ -171,7 +176,7 @@ def stand_in(
         return handle(key, original, args, kwargs)  # pass-through
 
     def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
+        if _DYNAMO_TRACING() or _COMPILER._is_compiling_flag:
             return original(*args, **kwargs)  # pass-through
         if (
             _HAS_HANDLER(args[:-1] if args and type(args[-1]) in _QUIET else args)
@@ -246,7 +251,7 @@ def counted_stand_in(
         return result
 
     def watched(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
+        if _DYNAMO_TRACING() or _COMPILER._is_compiling_flag:
             return original(*args, **kwargs)  # pass-through
         if (_HAS_HANDLER(args) or kwargs or _MODES_ON() or (args and type(args[0]) in _SEQUENCES)) and reaches_handler(
             args, kwargs
@@ -272,7 +277,7 @@ def counted_stand_in(
         return result
 
     def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
+        if _DYNAMO_TRACING() or _COMPILER._is_compiling_flag:
             return original(*args, **kwargs)  # pass-through
         if (_HAS_HANDLER(args) or kwargs or _MODES_ON() or (args and type(args[0]) in _SEQUENCES)) and reaches_handler(
             args, kwargs
@@ -338,7 +343,7 @@ def keeping_stand_in(
         return result
 
     def watched(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
+        if _DYNAMO_TRACING() or _COMPILER._is_compiling_flag:
             return original(*args, **kwargs)  # pass-through
         if (_HAS_HANDLER(args) or kwargs or _MODES_ON() or (args and type(args[0]) in _SEQUENCES)) and reaches_handler(
             args, kwargs
@@ -352,7 +357,7 @@ def keeping_stand_in(
         return result
 
     def called(_function: Any, *args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
+        if _DYNAMO_TRACING() or _COMPILER._is_compiling_flag:
             return original(*args, **kwargs)  # pass-through
         if (_HAS_HANDLER(args) or kwargs or _MODES_ON() or (args and type(args[0]) in _SEQUENCES)) and reaches_handler(
             args, kwargs
