@@ -160,7 +160,9 @@ def _storage_of(tensor: torch.Tensor) -> Any:
 def _inference_storage(tensor: object) -> Any:
     """The storage of a plain inference tensor (built inside `torch.inference_mode`, its views keeping only that),
     or None for any other."""
-    if type(tensor) not in PLAIN or not unseen(_IS_INFERENCE, tensor):
+    if type(tensor) not in PLAIN:
+        return None
+    if not (_IS_INFERENCE(tensor) if not _MODES_ON() else unseen(_IS_INFERENCE, tensor)):  # a call shorter: each mark
         return None
     assert isinstance(tensor, torch.Tensor)
     return _storage_of(tensor)
@@ -178,7 +180,7 @@ def mark_host_born(tensor: torch.Tensor) -> None:
         storage = _inference_storage(tensor)
         if storage is not None and (at := _key(storage)) not in _host_born_storages:
             _host_born_storages[at] = weakref.ref(storage, functools.partial(_forget, at, table=_host_born_storages))
-        base = unseen(_BASE, tensor) if type(tensor) in PLAIN else None
+        base = None if type(tensor) not in PLAIN else _BASE(tensor) if not _MODES_ON() else unseen(_BASE, tensor)
         if base is not None and not ((ref := _host_born.get(_key(base))) is not None and ref() is base):
             views = _host_views.setdefault(_key(base), [])  # a view of memory not marked as a whole
             views.append(weakref.ref(tensor, functools.partial(_forget_view, _key(base))))
@@ -392,7 +394,7 @@ def made_by_user(depth: int) -> bool:
     return not sys._getframe(depth + 1).f_code.co_filename.startswith(sync.skip_prefixes())
 
 
-def host_born(tensor: object) -> bool:
+def host_born(tensor: Any) -> bool:
     """Whether `tensor` was marked by `mark_host_born` (the same object, still alive), or is a view of one (`t[i]`,
     `t.split(...)`: a view's `_base` is the tensor it views)."""
     ref = _host_born.get(_key(tensor))
@@ -400,11 +402,12 @@ def host_born(tensor: object) -> bool:
         return True
     if not (_host_born and type(tensor) in PLAIN):  # a subclass's `_base` would reach its `__torch_function__`
         return False
-    assert isinstance(tensor, torch.Tensor)
-    base = _BASE(tensor) if not _MODES_ON() else unseen(_BASE, tensor)  # `unseen`, a call shorter: every op asks
+    # every op asks: `unseen` and `_resident` written out, a call shorter each (`tensor` is a plain tensor here)
+    base = _BASE(tensor) if not _MODES_ON() else unseen(_BASE, tensor)
     if base is None:  # not a view, or an inference tensor's view, which keeps only the storage it shares
         return bool(_host_born_storages) and _inference_view_of_host_memory(tensor)
-    if _resident(tensor):  # a view the run moved to the device (the same object on CPU)
+    ref = _device_resident.get(_key(tensor))
+    if ref is not None and ref() is tensor:  # a view the run moved to the device (the same object on CPU)
         return False
     ref = _host_born.get(_key(base))
     if ref is not None and ref() is base:
@@ -621,7 +624,9 @@ def _version(tensor: torch.Tensor) -> int:
     """`tensor`'s version counter, or -1 for an inference tensor, which keeps none (reading it raises): a copy made
     inside `torch.inference_mode` (the original esper-lite's `values_tensor.cpu().tolist()`) is taken as unchanged
     while it lives, since a write to it cannot be seen."""
-    return -1 if unseen(_IS_INFERENCE, tensor) else unseen(_VERSION, tensor)
+    if _MODES_ON():
+        return -1 if unseen(_IS_INFERENCE, tensor) else unseen(_VERSION, tensor)
+    return -1 if _IS_INFERENCE(tensor) else _VERSION(tensor)  # `unseen`'s reads written out: every host copy asks
 
 
 def _forget_copy(key: int, _ref: object, table: dict[int, Any] = _host_copies) -> None:

@@ -368,6 +368,7 @@ def read_settings() -> None:
 
 _DETACH: Any = vars(torch._C.TensorBase)["detach"]
 _DISPATCH_MODES = torch._C._len_torch_dispatch_stack
+_MODES_ON = torch._C._is_torch_function_mode_enabled
 _FUNCTORCH_WRAPPED: Callable[[torch.Tensor], bool] = torch._C._functorch.is_functorch_wrapped_tensor
 
 
@@ -384,10 +385,14 @@ def host_alias(tensor: object) -> torch.Tensor | None:
     `x.cpu() is x`."""
     if type(tensor) is not torch.Tensor or tensor.__dict__ or _DISPATCH_MODES() or _same_copies:
         return None
-    if not unseen(_aliasable, tensor) or torch.is_inference_mode_enabled():
+    if _MODES_ON():  # a loop's function mode sees none of these reads
+        if not unseen(_aliasable, tensor) or torch.is_inference_mode_enabled():
+            return None
+        alias: torch.Tensor = unseen(_DETACH, tensor)
+        return alias
+    if not _aliasable(tensor) or torch.is_inference_mode_enabled():  # `unseen` written out: every host copy asks
         return None
-    alias: torch.Tensor = unseen(_DETACH, tensor)
-    return alias
+    return _DETACH(tensor)  # type: ignore[no-any-return]
 
 
 def _aliasable(tensor: torch.Tensor) -> bool:
