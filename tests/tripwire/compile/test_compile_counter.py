@@ -327,3 +327,19 @@ def test_the_trace_logger_is_left_as_found_even_with_a_handler_of_the_loop_s_own
     finally:
         logger.removeHandler(own)
         logger.setLevel(level)
+
+
+@pytest.mark.parametrize("compiling", [False, True], ids=["eager", "compiling"])
+def test_a_stand_in_counts_nothing_while_torch_compiles_or_exports_a_frame(compiling: bool) -> None:
+    """torch sets `torch.compiler._is_compiling_flag` while dynamo compiles a frame and while torch.export traces
+    one non-strict (running its code): a stand-in then runs torch's own call and counts nothing, as
+    `torch.compiler.is_compiling()` would say; run eagerly, the same read is a sync."""
+    x = torch.arange(4.0)
+    with SyncCounter() as counter:
+        torch.compiler._is_compiling_flag = compiling
+        try:
+            value = x.sum().item()
+        finally:
+            torch.compiler._is_compiling_flag = False
+    assert value == 6.0
+    assert [event.kind for event in counter.events] == ([] if compiling else ["item"])
