@@ -73,7 +73,10 @@ _MASK_DTYPES = (torch.bool, torch.uint8)
 _NO_IMPLICIT = "-"
 # `t[mask] = values` and its spellings: untagged ops that read a boolean mask's positions (`_put_by_mask`)
 _PUTS = frozenset({"index_put", "index_put_", "_index_put_impl_"})
-_implicit_cache: dict[Any, str] = {}
+# op object's address -> (the op, its static kind); the address as `object.__hash__` gives it, not through `id`, whose
+# audit event a loop's own audit hook would see at every op
+_implicit_cache: dict[int, tuple[Any, str]] = {}
+_OP_KEY: Callable[[object], int] = object.__hash__
 # torch.linalg's checked routines, untagged: on a device each reads its result's error codes to the host (torch's docs
 # say each "synchronizes that device with the CPU"), counted as `implicit:linalg_check`: `cholesky`, `inv`, `solve`,
 # `lu_factor` and `ldl_factor` through `_linalg_check_errors`, a top-level op; `eigh`/`eigvalsh`, `eig`/`eigvals`,
@@ -153,12 +156,13 @@ def _static_kind(namespace: str, name: str, tags: Any) -> str:
     return kinds.IMPLICIT.of(name)
 
 
-def _implicit_kind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """Kind of an aten call that must read device data to size or produce its output, else None."""
-    static = _implicit_cache.get(func)
-    if static is None:
-        static = _implicit_cache[func] = _static_implicit_kind(func)
-    return _call_kind(static, args, kwargs)
+def _op_static_kind(func: Any) -> str:
+    """`_static_implicit_kind(func)`, looked up by the op object's address: `OpOverload.__hash__` is written in Python,
+    and the dispatch mode asks at every op. The entry holds the op, so its address is not reused while cached."""
+    entry = _implicit_cache.get(_OP_KEY(func))
+    if entry is None:
+        entry = _implicit_cache[_OP_KEY(func)] = (func, _static_implicit_kind(func))
+    return entry[1]
 
 
 def _first(args: tuple[Any, ...], kwargs: dict[str, Any], name: str = "self") -> Any:
@@ -439,13 +443,17 @@ class ImplicitSyncMode(TorchDispatchMode):
             kwargs = {}
         if _LOCAL.nested:  # inside an op counted whole by its kernel (`_COUNTED_WHOLE`): its decomposition's reads
             return func(*args, **kwargs)  # pass-through
-        kind = _implicit_kind(func, args, kwargs)
+        entry = _implicit_cache.get(_OP_KEY(func))  # `_op_static_kind` written out: every op of the loop asks
+        static = entry[1] if entry is not None else _op_static_kind(func)
+        if static == _NO_IMPLICIT:  # nearly every op: nothing to count, nothing to follow (`_IN_PLACE`)
+            return func(*args, **kwargs)  # pass-through
+        kind = _call_kind(static, args, kwargs)
         if kind is not None and not _reads_host(kind, args):
             for _ in range(_waits(kind, args, kwargs)):
                 sync.deliver(_delivered(kind), implicit=not kinds.COLLECTIVE.holds(kind))
         result = func(*args, **kwargs)  # pass-through
         if _host_born:
-            _follow(_implicit_cache[func], args, kwargs, result)
+            _follow(static, args, kwargs, result)
         return result
 
 
