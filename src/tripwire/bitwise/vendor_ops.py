@@ -45,6 +45,8 @@ import torch
 
 from tripwire.common.folders import folder_prefixes
 from tripwire.common.kernels import cpu_overloads, override_kernels, restore_kernels
+from tripwire.common.lines import forget as forget_lines
+from tripwire.common.lines import line_of
 
 _FLOATS = (torch.float32, torch.float64)
 
@@ -142,6 +144,7 @@ class _Watch:
             if not self.active:
                 _tell_spawned_children(False)
                 restore_kernels(self.libraries)  # every op's own CPU kernel is back
+                forget_lines()  # the lines of the loop's code looked up for its notes
 
     def _register(self) -> list[torch.library.Library]:
         return override_kernels(
@@ -378,9 +381,9 @@ def caller_line(root: str) -> str:
         if filename.startswith(_OPTIM):
             via = via or f" via {_shown(filename, _TORCH_PARENT)}"  # the innermost: adam.py, not optimizer.py
         elif filename == _CLOUDPICKLED:
-            return f"{frame.f_code.co_qualname} (cloudpickled):{frame.f_lineno}{via}"
+            return f"{frame.f_code.co_qualname} (cloudpickled):{line_of(frame)}{via}"
         elif not filename.startswith((*_OWN, *_TORCH, "<")):
-            return f"{_shown(filename, root)}:{frame.f_lineno}{via}"
+            return f"{_shown(filename, root)}:{line_of(frame)}{via}"
         frame = frame.f_back  # type: ignore[assignment]
     return "<unknown>"
 

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tripwire.common.lines import line_of
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
 from tripwire.sync.spelling import Keeping, device_of, forget_sources, module_move, spelled_names, spelling
@@ -603,10 +604,10 @@ _host_copies: dict[int, tuple[weakref.ref[torch.Tensor], int, tuple[int, int, in
 
 def _statement(frame: FrameType | None = None) -> tuple[int, int, int]:
     """Where the user's code runs now: its frame (`frame`, when the caller has found it already), its code and its
-    line, by id (no reference kept)."""
+    line, by id (no reference kept; the line looked up, not decoded: every host copy asks)."""
     if frame is None:
         frame = sync.user_frame(2)
-    return (0, 0, 0) if frame is None else (_key(frame), _key(frame.f_code), frame.f_lineno)
+    return (0, 0, 0) if frame is None else (_key(frame), _key(frame.f_code), line_of(frame) or 0)
 
 
 def note_host_copy(tensor: object, frame: FrameType | None = None) -> None:

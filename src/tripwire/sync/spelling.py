@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from types import BuiltinFunctionType, CodeType, FrameType, FunctionType, ModuleType
 
+from tripwire.common.lines import line_of
 from tripwire.sync import state as sync
 
 __all__ = [
@@ -574,7 +575,7 @@ def _function_node(frame: FrameType) -> ast.AST | None:
     if not sync.code_matches_source(code):  # its file edited since the loop imported it
         return None
     tree = _module_tree(code.co_filename)
-    line = frame.f_lineno
+    line = line_of(frame) or 0
     best: ast.AST | None = None
     for child in ast.walk(tree):
         if (

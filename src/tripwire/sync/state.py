@@ -21,6 +21,8 @@ from types import CodeType, FrameType
 from typing import Any
 
 from tripwire.common.folders import folder_prefixes
+from tripwire.common.lines import forget as forget_lines
+from tripwire.common.lines import line_of
 from tripwire.sync import kinds
 
 OUTSIDE = "<outside>"
@@ -586,7 +588,7 @@ def inside_call_of(caller: int, code: int, first: int, last: int) -> bool | None
     called is the user's; False when that is torch's or tripwire's (the caller's own line reading, through a stand-in);
     None when the caller is on this thread's stack no more, or has moved past those lines (its call is over)."""
     found = calling(caller, code)
-    if found is None or not first <= found[0].f_lineno <= last:
+    if found is None or not first <= (line_of(found[0]) or 0) <= last:
         return None
     return bool(found[1])
 
@@ -819,3 +821,4 @@ def clear_caches() -> None:
     _STATE.consumed = {}
     _STATE.subscripts = {}
     _STATE.matched = {}
+    forget_lines()
