@@ -5,6 +5,7 @@
 - `context`: the settings a bitwise golden depends on, captured, keyed and compared;
 - `files`: paths tripwire reads and writes, checked before use (inputs are regular files, outputs can be written);
 - `folders`: folders as file name prefixes, as imported and with links resolved (whose a frame is);
+- `lines`: the line a frame runs, looked up by its code and instruction instead of decoded at every read;
 - `git`: every git command tripwire runs, built so that no argument from outside reaches git as an option;
 - `kernels`: kernels registered over ops' own (`torch.library`) and put back, for the watches that see an op on every
   thread at the cost of that op alone;
