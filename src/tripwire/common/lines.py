@@ -9,12 +9,15 @@ tracer follows (`f_trace` set: a debugger, which may move the line itself) is re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import CodeType, FrameType
 
-# (the code's id, the instruction) -> (the code, the line): the entry holds the code, so its id is not reused while
-# the entry stands; emptied when full, and when a recording's watchers stop (`forget`)
+# (the code's address, the instruction) -> (the code, the line): the entry holds the code, so its address is not
+# reused while the entry stands; emptied when full, and when a recording's watchers stop (`forget`). The address as
+# `object.__hash__` gives it, not through `id`, whose audit event a loop's own audit hook would see at every lookup
 _LINES: dict[tuple[int, int], tuple[CodeType, int | None]] = {}
 _MOST = 65536
+_KEY: Callable[[object], int] = object.__hash__
 
 
 def line_of(frame: FrameType) -> int | None:
@@ -22,7 +25,7 @@ def line_of(frame: FrameType) -> int | None:
     if frame.f_trace is not None:
         return frame.f_lineno
     code = frame.f_code
-    key = (id(code), frame.f_lasti)
+    key = (_KEY(code), frame.f_lasti)
     entry = _LINES.get(key)
     if entry is None:
         if len(_LINES) >= _MOST:
