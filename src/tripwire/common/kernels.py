@@ -22,6 +22,10 @@ from tripwire.common.quiet import ignoring
 
 __all__ = ["cpu_overloads", "override_kernels", "restore_kernels"]
 
+# every dispatch key by name, read once: `get_kernel` given a key's name builds this table again (about 8 µs: torch's
+# 145 keys as a Python dict) at each call, and a counter's start asks for about 800 kernels
+_KEYS: dict[str, Any] = dict(torch._C.DispatchKey.__members__)
+
 
 def cpu_overloads(selected: Callable[[str], bool]) -> tuple[str, ...]:
     """Every registered op (`namespace::name.overload`) that `selected` takes and that has a CPU kernel of its own,
@@ -49,7 +53,7 @@ def override_kernels(
                 library = libraries.get(namespace)
                 if library is None:
                     library = libraries[namespace] = torch.library.Library(namespace, "IMPL")
-                original = torch.library.get_kernel(full, key)
+                original = torch.library.get_kernel(full, _KEYS[key])
                 library.impl(name, make(full, key, original), key, with_keyset=True)
     except BaseException:
         restore_kernels(list(libraries.values()))
