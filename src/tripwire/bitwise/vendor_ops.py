@@ -388,6 +388,25 @@ def caller_line(root: str) -> str:
     return "<unknown>"
 
 
+def loop_line(root: str) -> str:
+    """The innermost frame inside the tree at `root` (and not tripwire's), as `path:line` relative to it, with the
+    file of the library it called where that is not the tree's (`skrl/utils/spaces/torch/spaces.py:398 via
+    gymnasium/vector/utils/space_utils.py`): the loop's line that led a library to do what is noted.
+    `caller_line(root)` where no frame is the tree's (the loop called from outside it)."""
+    inside = folder_prefixes(root)
+    frame = sys._getframe(1)
+    via = ""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith((*_OWN, "<")):
+            if filename.startswith(inside) and not filename.startswith(_INSTALLED):  # not a library in the tree's venv
+                return f"{_shown(filename, root)}:{line_of(frame)}{via}"
+            if not via or not filename.startswith(_STDLIB):  # the outermost library frame below the tree's, the
+                via = f" via {_shown(filename, root)}"  # standard library's (`functools`' dispatch) only if alone
+        frame = frame.f_back  # type: ignore[assignment]
+    return caller_line(root)
+
+
 @functools.lru_cache(maxsize=1024)
 def _shown(filename: str, root: str) -> str:
     """An installed library's `filename` relative to the packages' folder (`stable_baselines3/ppo/ppo.py`: the same
@@ -402,3 +421,5 @@ def _shown(filename: str, root: str) -> str:
 _PACKAGES = tuple(
     dict.fromkeys(Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib"))
 )  # where pip installs: a library's frames are shown from its package's name
+_INSTALLED = folder_prefixes(*map(str, _PACKAGES))
+_STDLIB = folder_prefixes(sysconfig.get_paths()["stdlib"])

@@ -7,7 +7,8 @@
 | run | both ran to the end, as far, with the same child processes | `b crashed: ValueError: bad shape (model.py:42)` |
 | context | the determinism contexts match (a note, not a failure) | `torch_build: 'cpu' -> 'cuda 13.0' (...)` |
 | trajectory | every checkpoint is bitwise equal (a difference between runs that did not seed torch, seeded it
-differently or drew from it on several threads says so: `Result.unseeded`, `seed`, `draw_threads`) |
+differently, drew from it on several threads or made NumPy generators from OS entropy says so: `Result.unseeded`,
+`seed`, `draw_threads`, `entropy`) |
 `low-bit drift at #5 'Adam.step#1': max |Δ| 2.4e-09 = 3 ULP` |
 | syncs | every region and call site syncs as often | `NEW update ppo.py:264 in main ×3 [item] `v.item()`` |
 | compile | torch.compile breaks, recompiles, compiles as often, at the same lines | `NEW 'update' ppo.py:88 ...` |
@@ -281,8 +282,9 @@ def compare_trajectory(a: Result, b: Result) -> Verdict:
 def chance(a: Result, b: Result) -> tuple[str, list[str]]:
     """What alone can make two runs of one seeded loop draw other numbers, as a tag for a differing verdict's summary
     and the lines that explain it: a side drew from torch's default generator on several threads, or from a generator
-    it never seeded (`Result.unseeded`), the two ended with torch seeded differently, or the same events came in
-    another order while a side hashed strings at random. ("", []) when none is known."""
+    it never seeded (`Result.unseeded`), made NumPy generators from OS entropy (`Result.entropy`, between two runs of
+    one tree), the two ended with torch seeded differently, or the same events came in another order while a side
+    hashed strings at random. ("", []) when none is known."""
     tags: list[str] = []
     lines: list[str] = []
     for side, drew in (("A", a.draw_threads), ("B", b.draw_threads)):
@@ -304,6 +306,18 @@ def chance(a: Result, b: Result) -> tuple[str, list[str]]:
             "unless something seeded it the same way before each run, each run draws other random numbers, which "
             "alone can explain the difference; seed it in the loop or in an adapter"
         )
+    # named only between two runs of one tree: gymnasium makes such a generator for every space it batches, mostly
+    # never drawn from, and between two trees their difference is the change's to explain
+    entropy = [(side, made) for side, made in (("A", a.entropy), ("B", b.entropy)) if made] if _one_tree(a, b) else []
+    for side, made in entropy:
+        shown = ", ".join(f"{line} ({count:,})" for line, count in made[:3])
+        lines.append(
+            f"{side} made NumPy generators from OS entropy ({shown}{', ...' if len(made) > 3 else ''}): each run draws "
+            "other numbers from them, which alone can explain the difference where their draws reach the loop; seed "
+            "them (`space.seed(n)`, `env.reset(seed=n)`, `np.random.default_rng(n)`)"
+        )
+    if entropy:
+        tags.append("NumPy generators from OS entropy")
     hashing = _hashing_can_reorder(a, b)
     if hashing:
         tags.append("string hashing not fixed")
@@ -322,6 +336,11 @@ def chance(a: Result, b: Result) -> tuple[str, list[str]]:
                 "can explain the difference; seed it with a fixed value"
             )
     return "; ".join(tags), lines
+
+
+def _one_tree(a: Result, b: Result) -> bool:
+    """Whether the two results are runs of one tree: the same source folder at the same commit."""
+    return a.source.get("root") == b.source.get("root") and a.source.get("commit") == b.source.get("commit")
 
 
 def _drew_nothing(result: Result) -> bool:

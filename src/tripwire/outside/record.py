@@ -8,7 +8,8 @@ with a one-line cause (its exception and the innermost line of the tree it came 
 imported from the tree are unloaded afterwards, and everything patched is restored. While the entry runs, the objects
 that existed before it are frozen out of the garbage collector's full passes (`_frozen_heap`). What makes two runs of
 a seeded loop draw other numbers is noted: a generator the loop drew from and never seeded (`Result.unseeded`,
-`tripwire.outside.seeds`), and torch's drawn from on several threads (`Result.draw_threads`).
+`tripwire.outside.seeds`), torch's drawn from on several threads (`Result.draw_threads`), and NumPy generators made
+from OS entropy (`Result.entropy`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import torch
 from tripwire.bitwise.draws import DrawThreads
 from tripwire.bitwise.settings import SettingsWatch, determinism_settings, restore_settings
 from tripwire.bitwise.trajectory import TrajectoryRecorder
-from tripwire.bitwise.vendor_ops import VendorBoundOps, caller_line
+from tripwire.bitwise.vendor_ops import VendorBoundOps, caller_line, loop_line
 from tripwire.common import closure
 from tripwire.common.context import capture_context, imported_distributions
 from tripwire.common.errors import TripwireError
@@ -275,6 +276,7 @@ def record(
         exits: list[tuple[int, str]] = []  # bound by `_exit_caught`, unless an instrument fails before it
         seeded: set[str] = set()  # bound by `seeds.seeding_watched`, unless an instrument fails before it
         draws: DrawThreads | None = None  # bound by `DrawThreads`, unless an instrument fails before it
+        entropy = seeds.OsEntropy(functools.partial(loop_line, str(tree.root)))
         seeds_before, hashing = seeds.mark(), seeds.hash_seed()
         start = time.perf_counter()
         with _tree_on_path(tree.root, scenario.paths), _working_folder(scenario, tree.root, workdir) as folder:
@@ -290,6 +292,7 @@ def record(
                     _frozen_heap(),
                     seeds.seeding_watched() as seeded,
                     DrawThreads(functools.partial(caller_line, str(tree.root))) as draws,
+                    entropy,
                     census if census is not None else contextlib.nullcontext(),
                 ):
                     _run_in_this_process(scenario, tree, argv, instrumentation)
@@ -350,6 +353,18 @@ def record(
                 )
             )
     result.notes.extend(seeds.notes(result.unseeded, seeds_after))
+    if entropy.watched:
+        # kept, not noted: gymnasium makes such generators for every space it batches, mostly never drawn from;
+        # `compare` names them where two runs of one tree differ
+        result.entropy = entropy.made()
+        if entropy.faults:
+            result.notes.append(
+                _watch_fault(
+                    "watch of NumPy's generators made from OS entropy failed:",
+                    entropy.faults,
+                    "the generators were made as the loop asked",
+                )
+            )
     if swallowed:
         result.notes.append(swallowed)
     if census is not None and census.calls:

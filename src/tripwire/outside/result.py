@@ -151,6 +151,9 @@ class Result:
     # whether CUDA was initialized by the end of the run (its generators' draws go unwatched); None: recorded before
     # it was kept
     cuda_used: bool | None = None
+    # (line, generators made there) per line where the loop made a NumPy generator from OS entropy
+    # (`tripwire.outside.seeds.OsEntropy`); None: not watched (recorded before it was, or a NumPy it cannot watch)
+    entropy: list[tuple[str, int]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -205,6 +208,7 @@ class Result:
             "draw_threads": None if self.draw_threads is None else [list(entry) for entry in self.draw_threads],
             "hash_seed": self.hash_seed,
             "cuda_used": self.cuda_used,
+            "entropy": None if self.entropy is None else [list(entry) for entry in self.entropy],
             "notes": list(self.notes) + (["traceback.txt holds the full traceback"] if self.traceback else []),
         }
         # written last, and whole (a temporary file renamed): a folder with a result.json holds a complete result
@@ -260,6 +264,11 @@ class Result:
                 ),
                 hash_seed=None if data.get("hash_seed") is None else _text(data["hash_seed"], "hash_seed"),
                 cuda_used=None if data.get("cuda_used") is None else bool(data["cuda_used"]),
+                entropy=(
+                    None
+                    if data.get("entropy") is None
+                    else [(_text(line, "entropy"), int(count)) for line, count in data["entropy"]]
+                ),
                 folder=root,
             )
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:

@@ -1,4 +1,5 @@
-"""What makes two runs of one loop draw other numbers, found while it is recorded: torch's generator never seeded.
+"""What makes two runs of one loop draw other numbers, found while it is recorded: torch's generator never seeded, and
+NumPy generators made from OS entropy.
 
 torch seeds its default generator from the OS when it is imported, so a loop that draws from it without seeding it
 draws other numbers in every process (TorchRL's own MuJoCo PPO and CartPole DQN seed nothing: two recordings
@@ -12,6 +13,15 @@ Python's `random` and NumPy's global generator are not followed: libraries draw 
 (rich takes an id from `random.getrandbits` at import), which a recording cannot tell from the loop's own draws, and
 NumPy's `seed` is compiled code that cannot be watched without replacing it.
 
+A NumPy generator made from OS entropy while the loop runs is followed (`OsEntropy`): `np.random.default_rng()`,
+`np.random.seed()`, or a gymnasium space or env never seeded, whose generator is made so at its first draw. skrl's
+CartPole DQN explores through its action space's `sample()`, and the space is never seeded: three recordings of
+eleven took other random actions from the first checkpoint on. NumPy asks one function for that entropy,
+`numpy.random.bit_generator.randbits`, looked up by name at each call; while the loop runs it is a stand-in that
+notes the loop's line, then returns what the original returns. Noted only where the generator keeps the entropy
+(`_from_entropy`): a copy, an unpickled generator or a `RandomState(seed)` is made unseeded and given its state
+right after. What the loop's child processes make is not seen.
+
 Python's string hashing is kept too (`hash_seed()`): a process started without `PYTHONHASHSEED` hashes strings with
 a seed of its own, so a loop that iterates a set of strings (rsl_rl's logger writes its episode scalars in the order
 of a set of their names) writes the same events in another order in each process. `compare` names it when the same
@@ -21,17 +31,32 @@ events came in another order and a side hashed at random (`tripwire.outside.comp
 from __future__ import annotations
 
 import contextlib
+import dis
+import functools
 import os
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import torch
 
 from tripwire.sync.swaps import swap_code
 
-__all__ = ["RANDOM_HASHING", "TORCH", "Marks", "described", "hash_seed", "mark", "notes", "seeding_watched", "unseeded"]
+__all__ = [
+    "RANDOM_HASHING",
+    "TORCH",
+    "Marks",
+    "OsEntropy",
+    "described",
+    "hash_seed",
+    "mark",
+    "notes",
+    "seeding_watched",
+    "unseeded",
+]
 
 TORCH = "torch"  # the generator followed, by the name a result keeps
 
@@ -102,3 +127,113 @@ def notes(generators: tuple[str, ...], after: Marks) -> list[str]:
 def described(generator: str) -> str:
     """How `compare` names a generator."""
     return {TORCH: "torch's default generator"}.get(generator, generator)
+
+
+def _numpy_entropy() -> Any:
+    """NumPy's module that asks the OS for a generator's entropy (`randbits`), or None where this NumPy does not ask
+    through it: a stand-in put there is seen (`_stand_in_seen`), or nothing is watched."""
+    try:
+        import numpy.random.bit_generator as module
+    except ImportError:  # pragma: no cover - numpy is a dependency of tripwire
+        return None
+    return module if callable(getattr(module, "randbits", None)) and _stand_in_seen(module) else None
+
+
+@functools.cache
+def _stand_in_seen(module: Any) -> bool:
+    """Whether NumPy's compiled code looks `randbits` up by name at each call (so a stand-in is seen), tried once a
+    process: a `SeedSequence()` made with a counting stand-in in place. It asks the OS for 128 bits, which moves no
+    generator of the process."""
+    import numpy as np
+
+    asked: list[int] = []
+    original = module.randbits
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        asked.append(1)
+        return original(*args, **kwargs)
+
+    module.randbits = counting
+    try:
+        np.random.SeedSequence()
+    finally:
+        module.randbits = original
+    return bool(asked)
+
+
+_COPIES = os.path.join("numpy", "random", "_pickle.py")  # NumPy's helpers that rebuild a copied or unpickled generator
+
+
+def _from_entropy(frame: Any) -> bool:
+    """Whether the generator `frame` is asking NumPy for keeps the OS entropy NumPy draws for it. NumPy draws it for
+    every generator made without a seed, and some are given their state right after: a copy or an unpickled one
+    (`copy.deepcopy(rng)`, rebuilt by NumPy's `_pickle` helpers), a `RandomState(seed)` (made unseeded, then seeded the
+    legacy way). Taken as kept only where that cannot be: `frame` made the call with no arguments at all
+    (`np.random.default_rng()`, `np.random.seed()`), or its own `seed` is None (gymnasium's `np_random(seed=None)`,
+    through which every space and env never seeded makes its generator). A `default_rng(seed)` given a None from
+    elsewhere is not taken, nor said (the note names only what is certain)."""
+    code = frame.f_code
+    if code.co_filename.endswith(_COPIES):
+        return False
+    if "seed" in code.co_varnames and frame.f_locals.get("seed", 0) is None:
+        return True
+    lasti = frame.f_lasti
+    for instruction in dis.get_instructions(code):
+        if instruction.offset == lasti:
+            return instruction.opname in ("CALL", "CALL_KW") and instruction.arg == 0
+    return False
+
+
+class OsEntropy:
+    """`with OsEntropy(site) as made:` notes each NumPy generator made from OS entropy on any thread while active:
+    `made.sites` is `{line: generators made there}` (`site()` names the line, the loop's where it can), `made.faults`
+    what went wrong in tripwire's own noting (the generator was made all the same), `made.watched` whether this NumPy
+    could be watched at all. The stand-in is taken out on leaving, unless the loop put its own in its place."""
+
+    def __init__(self, site: Callable[[], str]) -> None:
+        self.site = site
+        self.sites: dict[str, int] = {}
+        self.faults: list[str] = []
+        self.watched = False
+        self._lock = threading.Lock()
+        self._module: Any = None
+        self._original: Any = None
+        self._stand_in: Any = None
+
+    def __enter__(self) -> OsEntropy:
+        module = _numpy_entropy()
+        if module is None:
+            return self
+        original = module.randbits
+        watch = self
+
+        def randbits(*args: Any, **kwargs: Any) -> Any:
+            watch._note()
+            return original(*args, **kwargs)  # pass-through
+
+        self._module, self._original, self._stand_in = module, original, randbits
+        module.randbits = randbits
+        self.watched = True
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._module is not None and getattr(self._module, "randbits", None) is self._stand_in:
+            self._module.randbits = self._original
+        self._module = self._original = self._stand_in = None
+
+    def made(self) -> list[tuple[str, int]]:
+        """`(line, generators made there)`, most first."""
+        with self._lock:
+            return sorted(self.sites.items(), key=lambda entry: (-entry[1], entry[0]))
+
+    def _note(self) -> None:
+        try:
+            if not _from_entropy(sys._getframe(2)):  # the frame that asked NumPy for the generator
+                return
+            line = self.site()
+            with self._lock:
+                self.sites[line] = self.sites.get(line, 0) + 1
+        except Exception as error:  # tripwire's fault, never the loop's: the generator is made, and the fault kept
+            self.faults.append(f"{type(error).__name__}: {error}")
