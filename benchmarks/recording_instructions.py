@@ -90,15 +90,11 @@ def _child(loop: str) -> None:
         torch.set_num_threads(1)
 
         def run(recorded: bool, argv: tuple[str, ...]) -> None:
-            gc.collect()
-            gc.freeze()
-            try:
+            with parts.frozen_heap():
                 if recorded:
                     parts._recorded(dataclasses.replace(scenario, argv=list(argv)), script.parent, work)
                 else:
                     parts._plain(script, argv, work)
-            finally:
-                gc.unfreeze()
 
         def control(*arguments: str) -> None:
             subprocess.run(["callgrind_control", *arguments, str(os.getpid())], check=True, stdout=subprocess.DEVNULL)

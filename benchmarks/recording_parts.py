@@ -160,6 +160,19 @@ def prepare(loop: str, work: Path, runner: str) -> tuple[Path, tuple[str, ...], 
     return tree / script.name, argv, scenario
 
 
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """One side of a measurement, after a full collection with the heap frozen, as a recording freezes it for its own
+    loop (which then leaves the freeze alone): the heap grows with every recording kept in this process, and a full
+    pass landing in one side's loop (about 150 ms) would decide the ratio."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def measure(loop: str, rounds: int, work: Path) -> list[dict[str, object]]:
     script, argv, base = prepare(loop, work, __file__)
     tree = script.parent
@@ -168,19 +181,12 @@ def measure(loop: str, rounds: int, work: Path) -> list[dict[str, object]]:
     held: dict[str, dict[str, int]] = {}
 
     def run(variant: Variant | None) -> int:
-        # Every side starts after a full collection with the heap frozen, as a recording freezes it for its own loop
-        # (which then leaves the freeze alone): the heap grows with every recording kept in this process, and a full
-        # pass landing in one side's loop (about 150 ms) would decide the ratio.
-        gc.collect()
-        gc.freeze()
-        try:
+        with frozen_heap():
             if variant is None:
                 return _plain(script, argv, work)
             with variant.change():
                 rate, held[variant.name] = _recorded(variant.scenario(base), tree, work)
             return rate
-        finally:
-            gc.unfreeze()
 
     sides: list[Variant | None] = [None, *VARIANTS]
     rates: dict[str, list[int]] = {("plain" if side is None else side.name): [] for side in sides}
