@@ -432,12 +432,14 @@ def warm() -> None:
     """Import and compute, once, what every `record` imports and computes whatever the tree: a history fork server
     calls it before it forks a child per commit, so no child pays for it again. That is the sync hooks, the map of
     installed distributions a result names (about 0.5 s), torch's serialization config and the schemas of the ops an
-    implicit sync can come from (0.04 s; a child reads only those its tree registers), and torch's tables of its own
-    functions (`tripwire.sync.explicit.build_torch_tables`). Nothing of a tree is imported and no setting changes: a
-    child does exactly what it would do without it, sooner."""
+    implicit sync can come from (0.04 s; a child reads only those its tree registers), torch's tables of its own
+    functions (`tripwire.sync.explicit.build_torch_tables`), and NumPy's random package with the test of whether its
+    entropy can be watched (`tripwire.outside.seeds.numpy_entropy`). Nothing of a tree is imported and no setting
+    changes: a child does exactly what it would do without it, sooner."""
     import torch.utils.serialization.config  # noqa: F401 - imported when a result's values are saved
 
     from tripwire.common.context import _owners
+    from tripwire.outside.seeds import numpy_entropy
     from tripwire.sync import hooks  # noqa: F401 - imported when the counter starts
     from tripwire.sync.explicit import build_torch_tables
     from tripwire.sync.implicit import read_op_schemas
@@ -445,6 +447,7 @@ def warm() -> None:
     _owners()
     read_op_schemas()
     build_torch_tables()
+    numpy_entropy()
 
 
 def _crash(error: Exception, root: Path) -> tuple[str, str, str, str]:

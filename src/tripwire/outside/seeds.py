@@ -54,6 +54,7 @@ __all__ = [
     "hash_seed",
     "mark",
     "notes",
+    "numpy_entropy",
     "seeding_watched",
     "unseeded",
 ]
@@ -129,7 +130,7 @@ def described(generator: str) -> str:
     return {TORCH: "torch's default generator"}.get(generator, generator)
 
 
-def _numpy_entropy() -> Any:
+def numpy_entropy() -> Any:
     """NumPy's module that asks the OS for a generator's entropy (`randbits`), or None where this NumPy does not ask
     through it: a stand-in put there is seen (`_stand_in_seen`), or nothing is watched."""
     try:
@@ -201,7 +202,7 @@ class OsEntropy:
         self._stand_in: Any = None
 
     def __enter__(self) -> OsEntropy:
-        module = _numpy_entropy()
+        module = numpy_entropy()
         if module is None:
             return self
         original = module.randbits

@@ -194,7 +194,7 @@ def test_generators_made_on_another_thread_are_seen() -> None:
 
 
 def test_a_numpy_that_cannot_be_watched_is_said_unwatched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(seeds, "_numpy_entropy", lambda: None)
+    monkeypatch.setattr(seeds, "numpy_entropy", lambda: None)
     result = _record(tmp_path, "entropy")
     assert result.entropy is None and not _noted(result)  # not watched: not "none made"
 
