@@ -39,6 +39,7 @@ from tripwire.outside import seeds
 from tripwire.outside.result import Result, SyncSummary
 from tripwire.sync import kinds
 from tripwire.sync.sites import CallerChange, SiteRecord, caller_changes, match_lines, merge_callers, via_label
+from tripwire.telemetry.clock import wall_clock_named
 from tripwire.telemetry.counts import diff_counts
 from tripwire.telemetry.payloads import format_payload_report, payload_magnitude
 
@@ -276,7 +277,31 @@ def compare_trajectory(a: Result, b: Result) -> Verdict:
     context = mismatches(a.context, b.context)
     if context:
         details.append(f"the contexts differ ({'; '.join(context)}): that alone can explain a bitwise difference")
+    clock = _clock_named_only(report)
+    if clock:
+        summary = f"{summary}; only wall-clock-named values differ"
+        details.append(clock)
     return _with_chance(Verdict("trajectory", DIFFERS, summary, tuple(details), report.kind), *chance(a, b))
+
+
+def _clock_named_only(report: TrajectoryReport) -> str:
+    """The line saying so when every value that differs at the first diverging checkpoint has a wall-clock name
+    (`tripwire.telemetry.clock.wall_clock_named`: SB3's `Monitor` keeps each episode's seconds as `episode.t`, which
+    two runs of one seeded loop differ in by their timing alone), with the exclusion that leaves them out; "" when
+    anything else differs there, or its structure does."""
+    if report.structure or (report.changes is not None and report.changes.structural):
+        return ""
+    changed = report.changes.changed if report.changes is not None else report.differing_tensors
+    names = sorted({*changed, *(name for name, _a, _b in report.plain)})
+    if not names or not all(wall_clock_named(name) for name in names):
+        return ""
+    patterns = sorted({".".join("*" if part.isdigit() else part for part in name.split(".")) for name in names})
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    return (
+        f"every value that differs there has a wall-clock name ({shown}): two runs of one loop differ in such values "
+        "by their timing alone; if they are clock readings, leave them out of the checkpoint "
+        f"(`exclude=({', '.join(repr(pattern) for pattern in patterns[:4])},)`) and record again"
+    )
 
 
 def chance(a: Result, b: Result) -> tuple[str, list[str]]:

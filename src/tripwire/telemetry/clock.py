@@ -17,11 +17,15 @@ Fields are chosen by the same patterns as a payload's exclusions (`tripwire.tele
 `LABEL::PATH`), and named `LABEL::PATH` (`BATCH_EPOCH_COMPLETED::data.train_time_s`); only numbers count (a bool, a
 string or a list is not a clock reading). A failure (`ClockUnitChanged`) names the field, how far it moved and its
 median in a run of so many seconds.
+
+`wall_clock_named(path)` tells a clock reading by its name alone (`episode.t`, `start_time`, `update_time_ms`):
+`compare` says so when nothing else differs in a trajectory.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -75,6 +79,28 @@ class ClockField:
         """Rounded for reading in a diff: a scale to 0.001 (0.2 %), a median to 4 significant digits."""
         scale = None if self.scale is None else round(self.scale, 3)
         return {"kind": self.kind, "count": self.count, "median": float(f"{self.median:.4g}"), "scale": scale}
+
+
+# A name that says its value is a wall-clock reading, whatever its unit: a time, times, a timestamp, an elapsed or a
+# duration as a word of it (`start_time`, `episode_times`, `Inference time (ms)`; not `timesteps`), a unit of time at
+# its end (`train_s`, `step_ms`; not `_min`, which is a minimum as often), a rate (`RATE_NAMES`), or the seconds since
+# an episode began as gymnasium's and SB3's episode statistics keep them (`episode.t`, SB3's `ep_info_buffer.3.t`,
+# and the Monitor's `t_start`)
+_TIME_WORD = re.compile(r"(?:^|[^a-z])(?:time|times|timestamp|elapsed|duration)(?:[^a-z]|$)")
+_TIME_UNIT = re.compile(r"_(?:s|ms|us|ns|sec|secs|seconds)$")
+_EPISODE_WORDS = ("episode", "ep_info", "monitor")  # where a bare `t` is an episode's seconds
+
+
+def wall_clock_named(path: str) -> bool:
+    """Whether a dotted field name (`self.env.buf_infos.0.episode.t`) names a wall-clock reading by its last part:
+    what two runs of one loop differ in by their timing alone, and a checkpoint or payload leaves out."""
+    parts = path.lower().split(".")
+    name = parts[-1]
+    if name == "t_start" or (name == "t" and any(word in part for part in parts[:-1] for word in _EPISODE_WORDS)):
+        return True
+    return bool(_TIME_WORD.search(name) or _TIME_UNIT.search(name)) or any(
+        fnmatchcase(name, pattern) for pattern in RATE_NAMES
+    )
 
 
 def kind_of(path: str, label: str = "") -> str:

@@ -19,6 +19,7 @@ from tripwire.telemetry.clock import (
     kind_of,
     outlasting,
     seconds_per_unit,
+    wall_clock_named,
 )
 
 FIELDS = ("data.step_time_ms", "data.train_time_s", "data.fps", "STATS::data.elapsed")
@@ -93,3 +94,27 @@ def test_the_golden_store_records_checks_and_refuses(tmp_path: Path) -> None:
     (tmp_path / "clock" / "bad.json").write_text("[]", encoding="utf-8")
     with pytest.raises(GoldenFileError, match="not a clock golden"):
         GoldenStore(tmp_path).check_clock("bad", run(), 1.0, FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("path", "clock"),
+    [
+        ("self.env.buf_infos.0.episode.t", True),  # SB3's Monitor, through the vector env's infos
+        ("self.ep_info_buffer.3.t", True),  # SB3's episode statistics
+        ("self.env.envs.0.t_start", True),
+        ("self.start_time", True),
+        ("self.env.envs.0.episode_times", True),
+        ("tracking_data.Stats / Inference time (ms)", True),
+        ("data.update_time_ms", True),
+        ("data.train_s", True),
+        ("charts/sps", True),
+        ("self.t", False),  # a bare `t` outside an episode's statistics: a step counter as often
+        ("self.num_timesteps", False),
+        ("self.timestep", False),
+        ("stats.reward_min", False),  # a minimum, not minutes
+        ("self.lifetime", False),
+        ("self.policy.weight", False),
+    ],
+)
+def test_a_wall_clock_name_is_told_by_its_last_part(path: str, clock: bool) -> None:
+    assert wall_clock_named(path) is clock
