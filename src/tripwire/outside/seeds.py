@@ -169,20 +169,33 @@ def _from_entropy(frame: Any) -> bool:
     """Whether the generator `frame` is asking NumPy for keeps the OS entropy NumPy draws for it. NumPy draws it for
     every generator made without a seed, and some are given their state right after: a copy or an unpickled one
     (`copy.deepcopy(rng)`, rebuilt by NumPy's `_pickle` helpers), a `RandomState(seed)` (made unseeded, then seeded the
-    legacy way). Taken as kept only where that cannot be: `frame` made the call with no arguments at all
-    (`np.random.default_rng()`, `np.random.seed()`), or its own `seed` is None (gymnasium's `np_random(seed=None)`,
-    through which every space and env never seeded makes its generator). A `default_rng(seed)` given a None from
-    elsewhere is not taken, nor said (the note names only what is certain)."""
+    legacy way), a `bit_generator.jumped()`. Taken as kept only where that cannot be: `frame` made the call with no
+    arguments at all (`np.random.default_rng()`, `np.random.seed()`; not `jumped()`), or its own `seed` is None
+    (gymnasium's `np_random(seed=None)`, through which every space and env never seeded makes its generator). A
+    `default_rng(seed)` given a None from elsewhere is not taken (a result keeps only what is certain)."""
     code = frame.f_code
     if code.co_filename.endswith(_COPIES):
         return False
     if "seed" in code.co_varnames and frame.f_locals.get("seed", 0) is None:
         return True
     lasti = frame.f_lasti
-    for instruction in dis.get_instructions(code):
+    instructions = list(dis.get_instructions(code))
+    for index, instruction in enumerate(instructions):
         if instruction.offset == lasti:
-            return instruction.opname in ("CALL", "CALL_KW") and instruction.arg == 0
+            if instruction.opname not in ("CALL", "CALL_KW") or instruction.arg != 0:
+                return False
+            # what loaded the callable: the instruction before the call's own preparation
+            loader = next(
+                (item for item in reversed(instructions[:index]) if item.opname not in _CALL_PREPARATION), None
+            )
+            return loader is None or loader.argval not in _GIVEN_STATE
     return False
+
+
+_CALL_PREPARATION = frozenset({"PRECALL", "PUSH_NULL", "KW_NAMES", "CACHE"})
+# called with no arguments, and still given a state: `bit_generator.jumped()` makes its result unseeded, then copies
+# its own state into it
+_GIVEN_STATE = frozenset({"jumped"})
 
 
 class OsEntropy:
