@@ -119,6 +119,52 @@ def test_a_mutated_result_loads_and_compares_or_is_refused_in_one_line(
     loaded.summary()
 
 
+@pytest.mark.parametrize(
+    "telemetry",
+    [
+        {"schema": "0"},
+        {"schema": 1.5},
+        {"schema": {"STEP": ["f"]}},
+        {"schema": {"STEP": {"data.x": 3}}},
+        {"by_type": {"STEP": "1"}},
+        {"by_type": [1]},
+        {"by_round": {"0": 3}},
+        {"by_env": {"run": {"STEP": 1.5}}},
+        {"sequence_round_0": "STEP"},
+        {"sequence_round_0": [1]},
+        {"total": "3"},
+        "counts",
+    ],
+)
+def test_a_result_whose_telemetry_has_another_shape_is_refused_in_one_line(
+    seeds: tuple[Result, dict[str, Any], dict[str, Any]], tmp_path: Path, telemetry: Any
+) -> None:
+    """Found by this fuzzer (2026-12-07): `"telemetry": {"schema": "0"}` loaded, and comparing it raised a `TypeError`
+    in the schema's diff. Every part `compare` reads is checked as the result loads."""
+    _, document, _ = seeds
+    (tmp_path / "result.json").write_text(json.dumps({**document, "telemetry": telemetry}))
+    assert _loaded_or_refused(Result.load, tmp_path) is None
+
+
+def test_telemetry_of_the_shape_a_run_writes_loads_and_compares(
+    seeds: tuple[Result, dict[str, Any], dict[str, Any]], tmp_path: Path
+) -> None:
+    base, document, _ = seeds
+    telemetry = {
+        "total": 2,
+        "by_type": {"STEP": 2},
+        "by_round": {"0": {"STEP": 2}},
+        "by_env": {"run": {"STEP": 2}},
+        "sequence_round_0": ["STEP", "STEP"],
+        "schema": {"STEP": {"data.x": "float"}},
+    }
+    (tmp_path / "result.json").write_text(json.dumps({**document, "telemetry": telemetry}))
+    loaded = Result.load(tmp_path)
+    assert loaded.telemetry == telemetry
+    assert compare_results(loaded, loaded).verdict("telemetry").status == "same"
+    compare_results(base, loaded).format()
+
+
 @pytest.mark.parametrize("commit", [float("inf"), 5, ["abc"], {"sha": "abc"}])
 def test_a_result_whose_source_holds_no_text_is_refused_in_one_line(
     seeds: tuple[Result, dict[str, Any], dict[str, Any]], tmp_path: Path, commit: Any

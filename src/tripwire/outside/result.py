@@ -244,7 +244,7 @@ class Result:
                 seconds=float(data.get("seconds", 0.0)),
                 syncs=SyncSummary.from_json(data.get("syncs", {})),
                 compile=SyncSummary.from_json(data["compile"]) if isinstance(data.get("compile"), Mapping) else None,
-                telemetry=data.get("telemetry"),
+                telemetry=_telemetry(data.get("telemetry")),
                 clock=dict(data["clock"]) if isinstance(data.get("clock"), Mapping) else None,
                 notes=[str(note) for note in data.get("notes", [])],
                 calls={str(target): int(count) for target, count in dict(data.get("calls", {})).items()},
@@ -276,8 +276,6 @@ class Result:
                 f"{root / 'result.json'}: a field has the wrong type or shape ({type(error).__name__}: {error}): "
                 "record the result again"
             ) from None
-        if result.telemetry is not None and not isinstance(result.telemetry, Mapping):
-            raise GoldenFileError(f"{root / 'result.json'}: 'telemetry' is not an object: record the result again")
         result.trajectory = Trajectory.load(trajectory_file) if trajectory_file.exists() else Trajectory()
         result.payloads = Trajectory.load(payloads_file) if payloads_file.exists() else None
         result.values = load_values(values_file) if values and values_file.exists() else None
@@ -292,6 +290,38 @@ def describe_sites(records: Sequence[SiteRecord]) -> list[str]:
         + (f"  ({via_label(record.kind)}: {record.via})" if record.via else "")
         for record in records
     ]
+
+
+def _telemetry(value: Any) -> dict[str, Any] | None:
+    """A result's event counts if they have the shape `TelemetryCounts.to_snapshot()` writes, in every part `compare`
+    reads (`total`, counts by type, round and env, each round's order, the payload schema); else a `TypeError` naming
+    the part, which `Result.load` reports in one line (a fuzzed `"schema": "0"` loaded, and `compare` raised)."""
+    if value is None:
+        return None
+    counts = _object(value, "telemetry")
+    if "total" in counts and not isinstance(counts["total"], int):
+        raise TypeError(f"telemetry.total is {type(counts['total']).__name__}, not a count")
+    _counts(counts.get("by_type", {}), "telemetry.by_type")
+    for section in ("by_round", "by_env"):
+        for key, table in _object(counts.get(section, {}), f"telemetry.{section}").items():
+            _counts(table, f"telemetry.{section}[{key!r}]")
+    for key, order in counts.items():
+        if key.startswith("sequence_round_") and not (
+            isinstance(order, list) and all(isinstance(label, str) for label in order)
+        ):
+            raise TypeError(f"telemetry.{key} is not a list of event labels")
+    if "schema" in counts:
+        for label, fields in _object(counts["schema"], "telemetry.schema").items():
+            for path, kind in _object(fields, f"telemetry.schema[{label!r}]").items():
+                _text(kind, f"telemetry.schema[{label!r}][{path!r}]")
+    return counts
+
+
+def _counts(value: Any, name: str) -> None:
+    """A `TypeError` naming `name` unless `value` maps labels to counts."""
+    for label, count in _object(value, name).items():
+        if not isinstance(count, int):
+            raise TypeError(f"{name}[{label!r}] is {type(count).__name__}, not a count")
 
 
 def _object(value: Any, name: str) -> dict[str, Any]:
