@@ -391,7 +391,7 @@ def caller_line(root: str) -> str:
 def loop_line(root: str) -> str:
     """The innermost frame inside the tree at `root` (and not tripwire's), as `path:line` relative to it, with the
     file of the library it called where that is not the tree's (`skrl/utils/spaces/torch/spaces.py:398 via
-    gymnasium/vector/utils/space_utils.py`): the loop's line that led a library to do what is noted.
+    gymnasium/vector/utils/spaces.py`): the loop's line that led a library to do what is noted.
     `caller_line(root)` where no frame is the tree's (the loop called from outside it)."""
     inside = folder_prefixes(root)
     frame = sys._getframe(1)

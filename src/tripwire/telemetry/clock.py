@@ -87,7 +87,7 @@ class ClockField:
 # an episode began as gymnasium's and SB3's episode statistics keep them (`episode.t`, SB3's `ep_info_buffer.3.t`,
 # and the Monitor's `t_start`)
 _TIME_WORD = re.compile(r"(?:^|[^a-z])(?:time|times|timestamp|elapsed|duration)(?:[^a-z]|$)")
-_TIME_UNIT = re.compile(r"_(?:s|ms|us|ns|sec|secs|seconds)$")
+_TIME_UNIT = re.compile(f"(?:{'|'.join(re.escape(suffix) for suffix, seconds in UNITS.items() if seconds < 60)})$")
 _EPISODE_WORDS = ("episode", "ep_info", "monitor")  # where a bare `t` is an episode's seconds
 
 
