@@ -13,6 +13,11 @@ Dynamo meets a stand-in in two ways, and `tripwire.sync.dynamo` tells it what to
   so the graph is the one the loop has without tripwire. An instrument cannot act inside a graph: such calls are
   not counted, regioned or checkpointed (`calls` says how often the instrument ran).
 
+`torch.compile(f)` marks `f`'s code to be compiled whatever its frame holds; the loop that compiles a function an
+instrument stands in front of marks the stand-in's, and without the mark dynamo skips a frame whose arguments show
+it no tensor (a batch object of the loop's: LeanRL's TensorDicts), running it eagerly and compiling what it calls as
+frames of their own. The stand-in passes the mark on to the original, as the loop alone would have it.
+
 """
 
 from __future__ import annotations
@@ -21,27 +26,38 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch.compiler import is_compiling
 
-from tripwire.sync.dynamo import inline_when_called
+from tripwire.sync.dynamo import inline_when_called, marked_as_compiled
 from tripwire.sync.state import compiler_at_work
 
 __all__ = ["stand_in"]
 
 Call = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
+# Dynamo's frame callback on this thread (None when no compiled function runs): set by the compiled wrapper before it
+# calls the stand-in the loop compiled, so a stand-in called from eager code asks no more than this
+_callback_set = torch._C._dynamo.eval_frame.get_eval_frame_callback
 
 
 def stand_in(original: Any, call: Call) -> Callable[..., Any]:
     """A function standing in for `original` that runs `call(original, args, kwargs)`; inside a graph dynamo traces,
     and while torch.compile runs it for itself (on torch 2.11 AOT Autograd calls a compiled method again as it
-    compiles), `original` itself. (A closure: only a real function binds and compiles like the function it replaces.)"""
+    compiles), `original` itself. (A closure: only a real function binds and compiles like the function it replaces.)
+
+    Each stand-in has a code object of its own, so `torch.compile`'s mark on the code of what it compiles names this
+    one: the first call after the loop compiled it passes the mark on to the original (`marked_as_compiled`)."""
+    unmarked = [hasattr(original, "__code__")]  # until the mark is passed on (read then: a swap may change it)
 
     def stand(*args: Any, **kwargs: Any) -> Any:
         if is_compiling() or compiler_at_work():  # traced into a graph, or run by the compiler for itself
             return original(*args, **kwargs)  # pass-through
+        if unmarked[0] and _callback_set() is not None and marked_as_compiled(stand.__code__, original.__code__):
+            unmarked[0] = False
         return call(original, args, kwargs)  # pass-through
 
     functools.update_wrapper(stand, original)
+    stand.__code__ = stand.__code__.replace()  # its own: the closure's code is shared by every stand-in
     return stand
 
 

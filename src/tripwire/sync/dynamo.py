@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from types import CodeType
 from typing import Any
 
-__all__ = ["dynamo_skips_tripwire", "inline_when_called", "never_compiled", "outside_compile"]
+__all__ = ["dynamo_skips_tripwire", "inline_when_called", "marked_as_compiled", "never_compiled", "outside_compile"]
 
 _INLINED: set[str] = set()
 # Code of tripwire's that wears another file's name, made before dynamo was imported: skipped as it is imported
@@ -51,6 +51,18 @@ def inline_when_called(path: str) -> None:
 
 
 _DYNAMO = "torch._dynamo"
+
+
+def marked_as_compiled(stand: CodeType, original: CodeType) -> bool:
+    """Whether `torch.compile` marked `stand`, a stand-in's code, to be compiled whatever its frame holds (dynamo's
+    `always_optimize_code_objects`, set as the loop compiles the stand-in); if so `original`, the code of the
+    function it stands in front of, is marked too, as the loop alone compiling it would have it. Without the mark
+    dynamo skips a frame whose arguments show it no tensor. False while dynamo is not imported or the mark not set."""
+    marks = getattr(sys.modules.get(f"{_DYNAMO}.eval_frame"), "always_optimize_code_objects", None)
+    if marks is None or stand not in marks:
+        return False
+    marks[original] = True
+    return True
 
 
 class outside_compile:  # lower case: used as a `with` statement, as `contextlib`'s are

@@ -216,3 +216,89 @@ def test_a_checkpoint_on_a_fullgraph_function_compiles_nothing_of_its_own(tmp_pa
         seen.append((counters["stats"]["unique_graphs"], counters["stats"]["calls_captured"], result.compile.total))
     assert seen[0] == seen[1] and seen[0][0] == 1
     assert len(result.trajectory.checkpoints) == 3
+
+
+# The update reads its tensors through an object of the loop's own (LeanRL's TensorDict batches): dynamo's quick look
+# at a frame's arguments finds no tensor in it, so only `torch.compile`'s mark on the function's code has the frame
+# compiled rather than skipped.
+BATCHED_LOOP = """
+import torch
+
+
+class Batch:
+    def __init__(self, x):
+        self.x = x
+
+
+class Policy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.layer(x)
+
+
+policy = Policy()
+optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+
+
+def update(batch):
+    optimizer.zero_grad()
+    loss = policy(batch.x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+
+
+update = torch.compile(update, backend="eager")
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    for _ in range(3):
+        update(Batch(torch.randn(8, 4)))
+"""
+
+
+def test_a_region_on_a_compiled_function_with_no_tensor_in_its_arguments_compiles_it(tmp_path: Path) -> None:
+    """`torch.compile(update)` marks `update`'s code to be compiled whatever its frame holds; with a region on it the
+    loop compiles the stand-in, and the mark was the stand-in's: dynamo then looked at `update`'s frame, found no
+    tensor in its arguments (a batch object of the loop's) and ran it eagerly, compiling the policy's `forward` as a
+    frame of its own. LeanRL's TD3 `update_pol` (a TensorDict batch) lost its graph break and its frame so. The
+    stand-in passes the mark on to the original: the same graphs, breaks and frames as the loop alone."""
+    from torch._dynamo.utils import counters
+
+    from tripwire.scenario import Region, Scenario
+
+    (tmp_path / "batched.py").write_text(BATCHED_LOOP, encoding="utf-8")
+
+    def counts() -> tuple[int, int, int]:
+        return (
+            counters["stats"]["unique_graphs"],
+            counters["stats"]["calls_captured"],
+            sum(counters["graph_break"].values()),
+        )
+
+    torch._dynamo.reset()
+    counters.clear()
+    saved_argv = sys.argv
+    sys.argv = [str(tmp_path / "batched.py")]
+    try:
+        with CompileCounter(root=tmp_path) as alone:
+            runpy.run_path(str(tmp_path / "batched.py"), run_name="__main__")
+    finally:
+        sys.argv = saved_argv
+    alone_counts = counts()
+    assert alone_counts[2] >= 1  # the loop alone compiles `update` and breaks at `zero_grad`
+    torch._dynamo.reset()
+    counters.clear()
+    result = record(
+        Scenario(name="batched", script="batched.py", regions=[Region("__main__:update", "update")]), tmp_path
+    )
+    assert result.status == "ok", result.cause
+    assert counts() == alone_counts
+    assert result.compile is not None
+
+    def lines(records: list) -> Counter:  # type: ignore[type-arg]
+        return Counter((r.kind, r.line, r.function) for r in records for _ in range(r.count))
+
+    assert lines(result.compile.records) == lines(alone.site_records())
