@@ -18,9 +18,11 @@ Seen on 2026-12-03 (torch 2.14.1, 2-core Xeon): `ok in 1.3 s: 14 checkpoints, 97
 compares `identical`; an `.item()` added to `GPT.forward` is `NEW 'forward' model.py:183 in GPT.forward x46 [item]`
 with the trajectory identical; `beta2` 0.99 -> 0.98 in the config is a value change from the first AdamW step, its
 report naming `plain values that differ: self.state_dict.param_groups.0.betas [0.9, 0.99] -> [0.9, 0.98], ...`.
-With `--compile=True` drop the `forward` region: the compiled module runs `GPT.forward` inside its graph, where no
-instrument acts, and the run says so (`instrument never fired: model:GPT.forward`); the rest records (5 compilation
-events: a frame and a graph in the evaluation, then a recompile on grad mode in training) and compares identical.
+With `--compile=True` (2026-12-07, torch 2.14.1) the run records with every region: the compiled module runs
+`GPT.forward` as a frame of its own, so the region runs at each of its 46 calls and holds the 5 compilation events (a
+frame and a graph in the evaluation, then a recompile on grad mode in training), the graphs, ops and breaks torch
+counts without tripwire. (Before, the region made dynamo compile the module through a wrapper frame that ran the
+forward inside its graph, and the run failed with `instrument never fired: model:GPT.forward`.)
 
 Of the 976 syncs then, 752 were in `data` and 165 were AdamW reading its step counters. Since 2026-12-04 a read of
 host memory is not counted (on a GPU it waits for nothing): AdamW's counters live in host memory, so its reads are

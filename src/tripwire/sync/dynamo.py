@@ -5,7 +5,9 @@ for compilation: a counter's `__torch_function__` called for an op in eager code
 `__enter__`, an instrument's stand-in. Compiled, they would add frames, graphs, breaks and recompiles that the loop
 does not have without tripwire. `dynamo_skips_tripwire()` puts tripwire's folder on dynamo's skip list, so its
 frames run as they are, and the files registered with `inline_when_called` (the instruments' stand-ins) on its
-inline-when-called list, so that code dynamo traces goes through them to the loop's own function.
+inline-when-called list, so that code dynamo traces goes through them to the loop's own function. Asked whether a
+stand-in (a function object, not a frame's code) is skipped, as `torch.compile(module)` asks of `module.forward`,
+dynamo answers for the original the stand-in stands in front of.
 
 The lists are set once the loop has imported dynamo, not before (an import hook while a counter or instrument is
 active): importing dynamo costs about a second, which a loop that never compiles should not pay. Once set, they stay
@@ -18,6 +20,7 @@ import contextlib
 import importlib.abc
 import importlib.machinery
 import sys
+import types
 import weakref
 from collections.abc import Iterator
 from types import CodeType
@@ -104,6 +107,8 @@ def _skip_tripwire() -> None:
     if rules is None or getattr(rules, "_tripwire_skipped", False):
         return
     _register_inlined(rules)
+    if not hasattr(rules.check, "_tripwire_originals"):
+        rules.check = _originals_checked(rules.check)  # type: ignore[attr-defined]  # asked of a stand-in: the original
     rules.add("tripwire")  # also recompiles the skip list's pattern
     rules._tripwire_skipped = True  # type: ignore[attr-defined]  # our mark on dynamo's module
     _build_dynamo_tables()
@@ -140,6 +145,28 @@ def _register_inlined(rules: Any) -> None:
     unwrapped = getattr(sys.modules.get(f"{_DYNAMO}.eval_frame"), "DONT_WRAP_FILES", None)
     if isinstance(unwrapped, set):
         unwrapped.update(_INLINED)
+
+
+def _originals_checked(check: Any) -> Any:
+    """Dynamo's `trace_rules.check` asked of a stand-in (a function or a bound method whose function wears a
+    registered stand-in file and `__wrapped__`) answers for the original it stands in front of; a code object (a frame
+    dynamo meets) and everything else as dynamo decides. `torch.compile(module)` asks it of `module.forward` to pick
+    how to compile the module: of a stand-in it said "skipped" (tripwire's file), and dynamo compiled the module
+    through a wrapper frame of its own, which traced the forward, broke at its first break and then compiled the
+    forward again as a frame: one break and one frame more than the loop alone, and the region never ran its body."""
+
+    def checked(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        function = getattr(obj, "__func__", obj)
+        code = getattr(function, "__code__", None)
+        if isinstance(code, CodeType) and code.co_filename.replace("\\", "/") in _INLINED:
+            original = getattr(function, "__wrapped__", None)
+            if original is not None:
+                owner = getattr(obj, "__self__", None)
+                obj = types.MethodType(original, owner) if function is not obj and owner is not None else original
+        return check(obj, *args, **kwargs)
+
+    checked._tripwire_originals = True  # type: ignore[attr-defined]  # our mark: wrapped once
+    return checked
 
 
 def _inlining_check(check_file: Any, skip_result: Any) -> Any:

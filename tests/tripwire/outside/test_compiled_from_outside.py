@@ -259,17 +259,56 @@ if __name__ == "__main__":
 """
 
 
-def test_a_region_on_a_compiled_function_with_no_tensor_in_its_arguments_compiles_it(tmp_path: Path) -> None:
-    """`torch.compile(update)` marks `update`'s code to be compiled whatever its frame holds; with a region on it the
-    loop compiles the stand-in, and the mark was the stand-in's: dynamo then looked at `update`'s frame, found no
-    tensor in its arguments (a batch object of the loop's) and ran it eagerly, compiling the policy's `forward` as a
-    frame of its own. LeanRL's TD3 `update_pol` (a TensorDict batch) lost its graph break and its frame so. The
-    stand-in passes the mark on to the original: the same graphs, breaks and frames as the loop alone."""
+# The loop compiles a module whose forward breaks its graph (a print); a region stands in front of that forward.
+MODULE_LOOP = """
+import torch
+
+
+class Policy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 8)
+        self.b = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        print("step")
+        return self.b(h)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    policy = torch.compile(Policy(), backend="eager")
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+    for _ in range(3):
+        loss = policy(torch.randn(8, 4)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("loop", "target"),
+    [(BATCHED_LOOP, "__main__:update"), (MODULE_LOOP, "__main__:Policy.forward")],
+    ids=["function-of-a-batch-object", "compiled-module"],
+)
+def test_a_region_on_what_the_loop_compiles_compiles_what_the_loop_alone_compiles(
+    loop: str, target: str, tmp_path: Path
+) -> None:
+    """A region on a function the loop compiles, or on the forward of a module it compiles, is a stand-in the loop
+    compiles in the original's place, and dynamo judged it by tripwire's file. `torch.compile(update)` marked the
+    stand-in's code, not `update`'s, to be compiled whatever its frame holds: dynamo looked at `update`'s frame,
+    found no tensor in its arguments (a batch object of the loop's) and ran it eagerly (LeanRL TD3's `update_pol`, a
+    TensorDict, lost its graph break and its frame so). `torch.compile(module)` asked whether `forward` is a skipped
+    file, was told yes and compiled the module through a wrapper frame: one break and one frame more than the loop
+    alone. Compiled as without tripwire now: the same graphs, ops, breaks and lines, and the region runs at each
+    call."""
     from torch._dynamo.utils import counters
 
     from tripwire.scenario import Region, Scenario
 
-    (tmp_path / "batched.py").write_text(BATCHED_LOOP, encoding="utf-8")
+    (tmp_path / "loop.py").write_text(loop, encoding="utf-8")
 
     def counts() -> tuple[int, int, int]:
         return (
@@ -281,22 +320,21 @@ def test_a_region_on_a_compiled_function_with_no_tensor_in_its_arguments_compile
     torch._dynamo.reset()
     counters.clear()
     saved_argv = sys.argv
-    sys.argv = [str(tmp_path / "batched.py")]
+    sys.argv = [str(tmp_path / "loop.py")]
     try:
-        with CompileCounter(root=tmp_path) as alone:
-            runpy.run_path(str(tmp_path / "batched.py"), run_name="__main__")
+        with CompileCounter(root=tmp_path) as alone, contextlib.redirect_stdout(None):
+            runpy.run_path(str(tmp_path / "loop.py"), run_name="__main__")
     finally:
         sys.argv = saved_argv
     alone_counts = counts()
-    assert alone_counts[2] >= 1  # the loop alone compiles `update` and breaks at `zero_grad`
+    assert alone_counts[2] >= 1  # the loop alone breaks its compiled graph
     torch._dynamo.reset()
     counters.clear()
-    result = record(
-        Scenario(name="batched", script="batched.py", regions=[Region("__main__:update", "update")]), tmp_path
-    )
+    with contextlib.redirect_stdout(None):
+        result = record(Scenario(name="compiled", script="loop.py", regions=[Region(target, "region")]), tmp_path)
     assert result.status == "ok", result.cause
     assert counts() == alone_counts
-    assert result.compile is not None
+    assert result.compile is not None and result.calls[target] == 3
 
     def lines(records: list) -> Counter:  # type: ignore[type-arg]
         return Counter((r.kind, r.line, r.function) for r in records for _ in range(r.count))
