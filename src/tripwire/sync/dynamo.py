@@ -156,17 +156,26 @@ def _originals_checked(check: Any) -> Any:
     forward again as a frame: one break and one frame more than the loop alone, and the region never ran its body."""
 
     def checked(obj: Any, *args: Any, **kwargs: Any) -> Any:
-        function = getattr(obj, "__func__", obj)
-        code = getattr(function, "__code__", None)
-        if isinstance(code, CodeType) and code.co_filename.replace("\\", "/") in _INLINED:
-            original = getattr(function, "__wrapped__", None)
-            if original is not None:
-                owner = getattr(obj, "__self__", None)
-                obj = types.MethodType(original, owner) if function is not obj and owner is not None else original
-        return check(obj, *args, **kwargs)
+        try:
+            asked = _original_of(obj)
+        except Exception:  # an object whose attributes raise: dynamo decides on what it was given
+            asked = obj
+        return check(asked, *args, **kwargs)
 
     checked._tripwire_originals = True  # type: ignore[attr-defined]  # our mark: wrapped once
     return checked
+
+
+def _original_of(obj: Any) -> Any:
+    """The original a stand-in stands in front of (bound to the same object for a bound method), else `obj`."""
+    function = getattr(obj, "__func__", obj)
+    code = getattr(function, "__code__", None)
+    if isinstance(code, CodeType) and code.co_filename.replace("\\", "/") in _INLINED:
+        original = getattr(function, "__wrapped__", None)
+        if original is not None:
+            owner = getattr(obj, "__self__", None)
+            return types.MethodType(original, owner) if function is not obj and owner is not None else original
+    return obj
 
 
 def _inlining_check(check_file: Any, skip_result: Any) -> Any:

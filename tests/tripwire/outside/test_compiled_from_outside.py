@@ -340,3 +340,31 @@ def test_a_region_on_what_the_loop_compiles_compiles_what_the_loop_alone_compile
         return Counter((r.kind, r.line, r.function) for r in records for _ in range(r.count))
 
     assert lines(result.compile.records) == lines(alone.site_records())
+
+
+def test_dynamo_asked_of_a_stand_in_answers_for_the_original_and_of_anything_else_as_it_is() -> None:
+    """`trace_rules.check` as tripwire leaves it: a stand-in (function or bound method) is asked as its original, a
+    code object (a frame dynamo meets, the stand-in's own included) and any other object as given, and an object
+    whose attributes raise is handed to dynamo untouched rather than raising tripwire's fault into the compile."""
+    from tripwire.outside.stand import stand_in
+    from tripwire.sync.dynamo import _originals_checked
+
+    class Policy:
+        def forward(self, x: int) -> int:
+            return x
+
+    class Hostile:
+        def __getattr__(self, name: str) -> object:
+            raise RuntimeError(f"no {name}")
+
+    asked: list[object] = []
+    check = _originals_checked(lambda obj, *args, **kwargs: asked.append(obj) or False)
+    stand = stand_in(Policy.forward, lambda original, args, kwargs: original(*args, **kwargs))
+    policy, hostile = Policy(), Hostile()
+    check(stand)
+    check(stand.__get__(policy))
+    check(stand.__code__)
+    check(hostile)
+    assert asked[0] is Policy.forward
+    assert asked[1] == policy.forward and asked[1].__self__ is policy
+    assert asked[2] is stand.__code__ and asked[3] is hostile
