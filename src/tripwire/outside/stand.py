@@ -36,8 +36,9 @@ __all__ = ["stand_in"]
 
 Call = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 # Dynamo's frame callback on this thread (None when no compiled function runs): set by the compiled wrapper before it
-# calls the stand-in the loop compiled, so a stand-in called from eager code asks no more than this
-_callback_set = torch._C._dynamo.eval_frame.get_eval_frame_callback
+# calls the stand-in the loop compiled, so a stand-in called from eager code asks no more than this (a torch without
+# the getter: always asked)
+_callback_set = getattr(torch._C._dynamo.eval_frame, "get_eval_frame_callback", lambda: True)
 
 
 def stand_in(original: Any, call: Call) -> Callable[..., Any]:
