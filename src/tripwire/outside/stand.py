@@ -48,13 +48,14 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
 
     Each stand-in has a code object of its own, so `torch.compile`'s mark on the code of what it compiles names this
     one: the first call after the loop compiled it passes the mark on to the original (`marked_as_compiled`)."""
-    unmarked = [hasattr(original, "__code__")]  # until the mark is passed on (read then: a swap may change it)
+    unmarked = hasattr(original, "__code__")  # until the mark is passed on (its code read then: a swap may change it)
 
     def stand(*args: Any, **kwargs: Any) -> Any:
+        nonlocal unmarked
         if is_compiling() or compiler_at_work():  # traced into a graph, or run by the compiler for itself
             return original(*args, **kwargs)  # pass-through
-        if unmarked[0] and _callback_set() is not None and marked_as_compiled(stand.__code__, original.__code__):
-            unmarked[0] = False
+        if unmarked and _callback_set() is not None and marked_as_compiled(stand.__code__, original.__code__):
+            unmarked = False
         return call(original, args, kwargs)  # pass-through
 
     functools.update_wrapper(stand, original)
