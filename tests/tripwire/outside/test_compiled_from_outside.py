@@ -12,6 +12,7 @@ import contextlib
 import runpy
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from tripwire.outside.compare import compare_results
 from tripwire.outside.record import record
 from tripwire.outside.result import Result
 from tripwire.scenario import load_scenario
+from tripwire.sync.sites import SiteRecord
 
 LOOPS = Path(__file__).parents[1] / "loops"
 SCRIPT = LOOPS / "compiled_script.py"
@@ -59,6 +61,39 @@ def line_of(folder: Path, text: str) -> int:
     return next(number for number, line in enumerate(lines, 1) if text in line)
 
 
+def torch_counts() -> dict[str, int]:
+    """Torch's own counters since the last `counters.clear()`: not "frames", which also counts the frames dynamo
+    looks at and skips."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "ops in graphs": counters["stats"]["calls_captured"],
+        "graphs": counters["stats"]["unique_graphs"],
+        "breaks": sum(counters["graph_break"].values()),
+    }
+
+
+def alone(folder: Path, script: str, argv: Sequence[str]) -> tuple[CompileCounter, dict[str, int]]:
+    """The loop run alone as `__main__` (dynamo reset first): what a `CompileCounter` saw, and torch's counters."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    saved_argv = sys.argv
+    sys.argv = [str(folder / script), *argv]
+    try:
+        with CompileCounter(root=folder) as seen, contextlib.redirect_stdout(None):
+            runpy.run_path(str(folder / script), run_name="__main__")
+    finally:
+        sys.argv = saved_argv
+    return seen, torch_counts()
+
+
+def lines(records: Sequence[SiteRecord]) -> Counter[tuple[str, int, str, str]]:
+    """Each compilation event by kind, line, function and reason, as often as it happened."""
+    return Counter((r.kind, r.line, r.function, r.via) for r in records for _ in range(r.count))
+
+
 @pytest.fixture(scope="module")
 def base_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return checkout(tmp_path_factory.mktemp("base") / "checkout")
@@ -89,33 +124,13 @@ def test_watching_from_outside_compiles_what_the_loop_compiles_alone(base: Resul
     functions and the sync counter's modes change nothing."""
     from torch._dynamo.utils import counters
 
-    def torch_counts() -> dict[str, int]:  # not "frames": it also counts the frames dynamo looks at and skips
-        return {
-            "ops in graphs": counters["stats"]["calls_captured"],
-            "graphs": counters["stats"]["unique_graphs"],
-            "breaks": sum(counters["graph_break"].values()),
-        }
-
-    torch._dynamo.reset()
-    counters.clear()
-    saved_argv = sys.argv
-    sys.argv = [str(base_folder / SCRIPT.name), *SCENARIO.argv]
-    try:
-        with CompileCounter(root=base_folder) as alone, contextlib.redirect_stdout(None):
-            runpy.run_path(str(base_folder / SCRIPT.name), run_name="__main__")
-    finally:
-        sys.argv = saved_argv
-    alone_counts = torch_counts()
+    seen_alone, alone_counts = alone(base_folder, SCRIPT.name, SCENARIO.argv)
     torch._dynamo.reset()
     counters.clear()
     watched = run(base_folder)
     assert torch_counts() == alone_counts and alone_counts["breaks"] >= 2
     assert watched.compile is not None
-
-    def lines(records: list) -> Counter:  # type: ignore[type-arg]
-        return Counter((r.kind, r.line, r.function, r.via) for r in records for _ in range(r.count))
-
-    assert lines(watched.compile.records) == lines(alone.site_records())
+    assert lines(watched.compile.records) == lines(seen_alone.site_records())
 
 
 def test_an_unchanged_loop_compares_identical(base: Result, tmp_path: Path) -> None:
@@ -309,37 +324,16 @@ def test_a_region_on_what_the_loop_compiles_compiles_what_the_loop_alone_compile
     from tripwire.scenario import Region, Scenario
 
     (tmp_path / "loop.py").write_text(loop, encoding="utf-8")
-
-    def counts() -> tuple[int, int, int]:
-        return (
-            counters["stats"]["unique_graphs"],
-            counters["stats"]["calls_captured"],
-            sum(counters["graph_break"].values()),
-        )
-
-    torch._dynamo.reset()
-    counters.clear()
-    saved_argv = sys.argv
-    sys.argv = [str(tmp_path / "loop.py")]
-    try:
-        with CompileCounter(root=tmp_path) as alone, contextlib.redirect_stdout(None):
-            runpy.run_path(str(tmp_path / "loop.py"), run_name="__main__")
-    finally:
-        sys.argv = saved_argv
-    alone_counts = counts()
-    assert alone_counts[2] >= 1  # the loop alone breaks its compiled graph
+    seen_alone, alone_counts = alone(tmp_path, "loop.py", [])
+    assert alone_counts["breaks"] >= 1  # the loop alone breaks its compiled graph
     torch._dynamo.reset()
     counters.clear()
     with contextlib.redirect_stdout(None):
         result = record(Scenario(name="compiled", script="loop.py", regions=[Region(target, "region")]), tmp_path)
     assert result.status == "ok", result.cause
-    assert counts() == alone_counts
+    assert torch_counts() == alone_counts
     assert result.compile is not None and result.calls[target] == 3
-
-    def lines(records: list) -> Counter:  # type: ignore[type-arg]
-        return Counter((r.kind, r.line, r.function) for r in records for _ in range(r.count))
-
-    assert lines(result.compile.records) == lines(alone.site_records())
+    assert lines(result.compile.records) == lines(seen_alone.site_records())
 
 
 def test_dynamo_asked_of_a_stand_in_answers_for_the_original_and_of_anything_else_as_it_is() -> None:
