@@ -18,18 +18,29 @@ instrument stands in front of marks the stand-in's, and without the mark dynamo 
 it no tensor (a batch object of the loop's: LeanRL's TensorDicts), running it eagerly and compiling what it calls as
 frames of their own. The stand-in passes the mark on to the original, as the loop alone would have it.
 
+`torch.compiler.disable(f, recursive=False)` of a stand-in returns a wrapper that dynamo recognises in the frame
+that calls `f`: that frame alone runs eagerly, what it calls is compiled. The stand-in comes between the wrapper and
+the original, which dynamo then compiled (its graph breaks included). Called from that wrapper while a compiled
+function runs, the stand-in calls the original through one of dynamo's own, and the original's frame is skipped.
+
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.compiler import is_compiling
 
-from tripwire.sync.dynamo import inline_when_called, marked_as_compiled
+from tripwire.sync.dynamo import (
+    called_nonrecursively_disabled,
+    inline_when_called,
+    marked_as_compiled,
+    nonrecursively_disabled,
+)
 from tripwire.sync.state import compiler_at_work
 
 __all__ = ["stand_in"]
@@ -49,13 +60,19 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
     Each stand-in has a code object of its own, so `torch.compile`'s mark on the code of what it compiles names this
     one: the first call after the loop compiled it passes the mark on to the original (`marked_as_compiled`)."""
     unmarked = hasattr(original, "__code__")  # until the mark is passed on (its code read then: a swap may change it)
+    skipped_alone: Any = None  # the original behind dynamo's non-recursive disable wrapper, made on first need
 
     def stand(*args: Any, **kwargs: Any) -> Any:
-        nonlocal unmarked
+        nonlocal unmarked, skipped_alone
         if is_compiling() or compiler_at_work():  # traced into a graph, or run by the compiler for itself
             return original(*args, **kwargs)  # pass-through
-        if unmarked and _callback_set() is not None and marked_as_compiled(stand.__code__, original.__code__):
-            unmarked = False
+        if _callback_set() is not None:  # a compiled function runs: dynamo is to see the original as it would alone
+            if unmarked and marked_as_compiled(stand.__code__, original.__code__):
+                unmarked = False
+            if called_nonrecursively_disabled(sys._getframe(1).f_code):
+                if skipped_alone is None:
+                    skipped_alone = nonrecursively_disabled(original)
+                return call(skipped_alone, args, kwargs)  # pass-through
         return call(original, args, kwargs)  # pass-through
 
     functools.update_wrapper(stand, original)

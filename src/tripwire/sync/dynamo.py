@@ -26,7 +26,15 @@ from collections.abc import Iterator
 from types import CodeType
 from typing import Any
 
-__all__ = ["dynamo_skips_tripwire", "inline_when_called", "marked_as_compiled", "never_compiled", "outside_compile"]
+__all__ = [
+    "called_nonrecursively_disabled",
+    "dynamo_skips_tripwire",
+    "inline_when_called",
+    "marked_as_compiled",
+    "never_compiled",
+    "nonrecursively_disabled",
+    "outside_compile",
+]
 
 _INLINED: set[str] = set()
 # Code of tripwire's that wears another file's name, made before dynamo was imported: skipped as it is imported
@@ -66,6 +74,23 @@ def marked_as_compiled(stand: CodeType, original: CodeType) -> bool:
         return False
     marks[original] = True
     return True
+
+
+def called_nonrecursively_disabled(caller: CodeType) -> bool:
+    """Whether `caller`, the code of the frame that called a stand-in, is the wrapper of
+    `torch.compiler.disable(f, recursive=False)`: dynamo skips the frame such a wrapper calls (and only that one, the
+    frames it calls are compiled), by looking at the frame's caller. False while dynamo is not imported."""
+    decorators = sys.modules.get(f"{_DYNAMO}.decorators")
+    return caller is getattr(decorators, "_nonrecursive_disable_wrapper_code", None)
+
+
+def nonrecursively_disabled(function: Any) -> Any:
+    """`function` called through dynamo's own non-recursive disable wrapper (the one `torch.compiler.disable(f,
+    recursive=False)` returns), so that dynamo skips `function`'s frame and compiles what it calls, as it would with
+    no stand-in between; `function` itself on a torch without one."""
+    utils = sys.modules.get(f"{_DYNAMO}.external_utils")
+    wrap = getattr(utils, "get_nonrecursive_disable_wrapper", None)
+    return wrap(function) if callable(wrap) else function
 
 
 class outside_compile:  # lower case: used as a `with` statement, as `contextlib`'s are

@@ -303,10 +303,66 @@ if __name__ == "__main__":
 """
 
 
+# The loop disables compiling a helper's own frame, not what it calls (`torch.compiler.disable(f, recursive=False)`),
+# of a function and of a module's bound method: the helper's print breaks no graph, and what it calls compiles as a
+# frame of its own.
+NONRECURSIVE_LOOP = """
+import torch
+
+
+def inner(y):
+    return y.sin() + 1
+
+
+def helper(x):
+    print("helper")
+    return inner(x * 2)
+
+
+helper = torch.compiler.disable(helper, recursive=False)
+
+
+class Policy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+
+    def post(self, h):
+        print("post")
+        return self.inner(h)
+
+    def inner(self, h):
+        return h.tanh() * 2
+
+    def forward(self, x):
+        return self.post(self.a(x))
+
+
+def step(x):
+    return helper(x + 1) * 3
+
+
+step = torch.compile(step, backend="eager")
+
+if __name__ == "__main__":
+    policy = Policy()
+    policy.post = torch.compiler.disable(policy.post, recursive=False)
+    policy = torch.compile(policy, backend="eager")
+    for _ in range(3):
+        step(torch.randn(4))
+        policy(torch.randn(2, 4))
+"""
+
+
 @pytest.mark.parametrize(
     ("loop", "target"),
-    [(BATCHED_LOOP, "__main__:update"), (MODULE_LOOP, "__main__:Policy.forward")],
-    ids=["function-of-a-batch-object", "compiled-module"],
+    [
+        (BATCHED_LOOP, "__main__:update"),
+        (MODULE_LOOP, "__main__:Policy.forward"),
+        (NONRECURSIVE_LOOP, "__main__:helper"),
+        (NONRECURSIVE_LOOP, "__main__:Policy.post"),
+    ],
+    ids=["function-of-a-batch-object", "compiled-module", "disabled-function", "disabled-method"],
 )
 def test_a_region_on_what_the_loop_compiles_compiles_what_the_loop_alone_compiles(
     loop: str, target: str, tmp_path: Path
@@ -317,8 +373,9 @@ def test_a_region_on_what_the_loop_compiles_compiles_what_the_loop_alone_compile
     found no tensor in its arguments (a batch object of the loop's) and ran it eagerly (LeanRL TD3's `update_pol`, a
     TensorDict, lost its graph break and its frame so). `torch.compile(module)` asked whether `forward` is a skipped
     file, was told yes and compiled the module through a wrapper frame: one break and one frame more than the loop
-    alone. Compiled as without tripwire now: the same graphs, ops, breaks and lines, and the region runs at each
-    call."""
+    alone. `torch.compiler.disable(helper, recursive=False)` wrapped the stand-in, and dynamo, which skips the frame
+    its wrapper calls, compiled the original behind it, breaks and all. Compiled as without tripwire now: the same
+    graphs, ops, breaks and lines, and the region runs at each call."""
     from torch._dynamo.utils import counters
 
     from tripwire.scenario import Region, Scenario
