@@ -37,8 +37,8 @@ def put_back(owner: Any, name: str, had_own: bool, original: Any, ours: Any) -> 
 
 
 def unhook(holder: Any, ours: Any, original: Any) -> bool:
-    """Replace `ours` by `original` wherever `holder`, a function the loop made, reaches it: a closure cell or
-    `__wrapped__`, followed through nested wrappers, bound methods and `staticmethod`/`classmethod`. A descriptor
+    """Replace `ours` by `original` wherever `holder`, a function the loop made, reaches it: a closure cell or an
+    attribute (`__wrapped__`), followed through nested wrappers, bound methods and `staticmethod`/`classmethod`. A descriptor
     stand-in (`staticmethod(stand_in)`) is matched by the function it holds. Whether one was found."""
     if original is None:
         return False
@@ -58,13 +58,15 @@ def unhook(holder: Any, ours: Any, original: Any) -> bool:
             continue
         if not isinstance(item, types.FunctionType):
             continue
-        wrapped = item.__dict__.get("__wrapped__")
-        for stand, own in pairs:
-            if wrapped is stand:
-                item.__wrapped__ = own  # type: ignore[attr-defined]
+        # its attributes: `__wrapped__`, and what a library keeps of what it wrapped beside it (dynamo's
+        # `torch.compiler.disable` keeps `_torchdynamo_orig_callable`, which it unwraps to when the loop compiles it)
+        for attribute, value in list(item.__dict__.items()):
+            replacement = next((own for stand, own in pairs if value is stand), None)
+            if replacement is not None:
+                item.__dict__[attribute] = replacement
                 found = True
-        if wrapped is not None:
-            stack.append((wrapped, depth + 1))
+            elif isinstance(value, (types.FunctionType, types.MethodType, staticmethod, classmethod)):
+                stack.append((value, depth + 1))
         for cell in item.__closure__ or ():
             try:
                 value = cell.cell_contents

@@ -32,6 +32,21 @@ def test_a_wrapper_of_a_wrapper_of_the_stand_in_ends_on_the_original() -> None:
     assert outer(1) == 20 and inner.__wrapped__ is original  # type: ignore[attr-defined]
 
 
+def test_a_wrapper_dynamo_made_of_the_stand_in_calls_and_unwraps_to_the_original() -> None:
+    """`torch.compiler.disable(f, recursive=False)` of a stand-in holds it in its closure, in `__wrapped__` and in
+    `_torchdynamo_orig_callable`, which dynamo unwraps to when the loop compiles the wrapper: all three end on the
+    original, so no stand-in outlives the recording inside the loop's wrapper."""
+    import torch
+    from torch._dynamo.eval_frame import innermost_fn
+
+    wrapper = torch.compiler.disable(stand_in, recursive=False)
+    assert wrapper(1) == -1 and innermost_fn(wrapper) is stand_in
+    assert unhook(wrapper, stand_in, original)
+    assert wrapper(1) == 2
+    assert innermost_fn(wrapper) is original and wrapper.__wrapped__ is original
+    assert not [value for value in vars(wrapper).values() if value is stand_in]
+
+
 def test_an_object_that_does_not_hold_the_stand_in_is_left_alone() -> None:
     def independent(value: int) -> int:
         return original(value) * 2
