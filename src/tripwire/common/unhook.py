@@ -38,8 +38,8 @@ def put_back(owner: Any, name: str, had_own: bool, original: Any, ours: Any) -> 
 
 def unhook(holder: Any, ours: Any, original: Any) -> bool:
     """Replace `ours` by `original` wherever `holder`, a function the loop made, reaches it: a closure cell or an
-    attribute (`__wrapped__`), followed through nested wrappers, bound methods and `staticmethod`/`classmethod`. A descriptor
-    stand-in (`staticmethod(stand_in)`) is matched by the function it holds. Whether one was found."""
+    attribute (`__wrapped__`), followed through nested wrappers, bound methods and `staticmethod`/`classmethod`. A
+    descriptor stand-in (`staticmethod(stand_in)`) is matched by the function it holds. Whether one was found."""
     if original is None:
         return False
     pairs = [(ours, original)]
