@@ -27,7 +27,13 @@ from typing import Any
 
 import torch
 
-from tripwire.common.kernels import cpu_overloads, override_kernels, restore_kernels
+from tripwire.common.kernels import (
+    cpu_overloads,
+    numbers_as_tensors,
+    override_kernels,
+    restore_kernels,
+    tensor_positions,
+)
 
 __all__ = ["DrawThreads"]
 
@@ -105,8 +111,10 @@ class DrawThreads:
     def _kernel(self, full: str, _key: str, original: Any) -> Callable[..., Any]:
         call = original.call_boxed
         local = self._local
+        positions = tensor_positions(full)
 
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            args = numbers_as_tensors(args, positions)  # a wrapped number a C++ caller gave (`common.kernels`)
             if not self._active or getattr(local, "inside", False):
                 return call(keyset, *args, **kwargs)  # pass-through
             local.inside = True

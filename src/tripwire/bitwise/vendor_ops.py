@@ -44,7 +44,13 @@ from typing import Any
 import torch
 
 from tripwire.common.folders import folder_prefixes
-from tripwire.common.kernels import cpu_overloads, override_kernels, restore_kernels
+from tripwire.common.kernels import (
+    cpu_overloads,
+    numbers_as_tensors,
+    override_kernels,
+    restore_kernels,
+    tensor_positions,
+)
 from tripwire.common.lines import forget as forget_lines
 from tripwire.common.lines import line_of
 
@@ -153,6 +159,7 @@ class _Watch:
 
     def _kernel(self, full: str, original: Any) -> Callable[..., Any]:
         call = original.call_boxed
+        positions = tensor_positions(full)
         name, _, overload = full.split("::", 1)[1].partition(".")
         shown = f"aten.{name}.{overload or 'default'}"  # as torch prints the op (`str(torch.ops.aten.sqrt.default)`)
         base = _base_name(name)
@@ -160,6 +167,7 @@ class _Watch:
         local = self.local
 
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            args = numbers_as_tensors(args, positions)  # a wrapped number a C++ caller gave (`common.kernels`)
             first = args[0] if args else None
             dtype = first.dtype if isinstance(first, torch.Tensor) else None
             if dtype is None or getattr(local, "inside", False) or not self.active:

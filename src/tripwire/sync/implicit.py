@@ -36,12 +36,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from torch.compiler import is_compiling
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tripwire.common.kernels import override_kernels, restore_kernels
+from tripwire.common.kernels import (
+    NUMBERS,
+    numbers_as_tensors,
+    override_kernels,
+    restore_kernels,
+    tensor_positions,
+    wrapped,
+)
 from tripwire.sync import kinds
 from tripwire.sync import state as sync
 from tripwire.sync.copies import (
@@ -565,7 +571,7 @@ def counting_here() -> bool:
     return any(isinstance(torch._C._get_function_stack_at(index), ExplicitSyncMode) for index in range(stack))
 
 
-def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[..., Any]:
+def _counting_kernel(static: str, original: Any, autograd: bool, positions: tuple[int, ...]) -> Callable[..., Any]:
     """A kernel for one op and key: counts the call where this thread counts, then runs the op's own kernel. At a
     backend key it counts only an inference tensor's op outside inference mode (any other top-level call was counted
     at its autograd key; inside inference mode the dispatch mode counts, see `_InferenceWatch`); nothing run inside a
@@ -573,6 +579,7 @@ def _counting_kernel(static: str, original: Any, autograd: bool) -> Callable[...
     call = original.call_boxed
 
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        args = numbers_as_tensors(args, positions)  # a wrapped number a C++ caller gave (a traced graph's constant)
         local = _LOCAL
         if local.suppress or local.nested or local.by_mode or is_compiling() or not counting_here():
             return call(keyset, *args, **kwargs)  # pass-through
@@ -605,19 +612,7 @@ def _nested(call: Callable[..., Any], keyset: Any, args: tuple[Any, ...], kwargs
 # `t.copy_(2.5)`: torch takes a Python number for `src` as a 0-d host tensor marked a wrapped number, which reaches a
 # Python kernel as the number again, and the op's own kernel refuses a number (LeanRL's
 # `optimizer.param_groups[0]["lr"].copy_(lrnow)` failed at the kernel's pass-through). It is handed on as the tensor
-# torch made: the number's own dtype, in host memory, built without an op a dispatch mode would see (`from_numpy`
-# wraps NumPy's memory); copied into `t` it casts to `t`'s dtype as the wrapped number does.
-_FROM_NUMPY = torch.from_numpy  # torch's own, taken before any stand-in stands there
-_WRAPPED: dict[type, type] = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}
-_NUMBERS = frozenset(_WRAPPED)
-
-
-def _wrapped(number: Any) -> Any:
-    """A number given for a tensor, as the 0-d host tensor torch made of it (see `_WRAPPED`)."""
-    try:
-        return _FROM_NUMPY(np.array(number, dtype=_WRAPPED[type(number)]))
-    except (OverflowError, TypeError):  # past int64: handed on as it came, to fail as the op itself would
-        return number
+# torch made (`tripwire.common.kernels.wrapped`); copied into `t` it casts to `t`'s dtype as the wrapped number does.
 
 
 def _copy_kernel(original: Any) -> Callable[..., Any]:
@@ -628,8 +623,8 @@ def _copy_kernel(original: Any) -> Callable[..., Any]:
 
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         given = args  # a number as given, for the count (`copies.number_copy_kind`)
-        if len(args) > 1 and type(args[1]) in _NUMBERS:  # `t.copy_(2.5)`: see `_WRAPPED`
-            args = (args[0], _wrapped(args[1]), *args[2:])
+        if len(args) > 1 and type(args[1]) in NUMBERS:  # `t.copy_(2.5)`: see above
+            args = (args[0], wrapped(args[1]), *args[2:])
         local = _LOCAL
         if local.suppress or local.nested or local.by_mode or not (local.counting > 0 or counting_here()):
             return call(keyset, *args, **kwargs)  # pass-through
@@ -707,7 +702,7 @@ class ImplicitKernels:
             static = static_of[full][0]
             if static == "copy":
                 return _copy_kernel(original)
-            return _counting_kernel(static, original, key.startswith("Autograd"))
+            return _counting_kernel(static, original, key.startswith("Autograd"), tensor_positions(full))
 
         targets = [(full, key) for full, (_, keys) in static_of.items() for key in keys]
         try:

@@ -79,3 +79,54 @@ def test_a_script_that_scripts_a_torch_function_at_its_top_level_records_as_it_r
         ("tolist", 'print("result", x.tolist())'),
         ("implicit:equal", "x = padded(x)[:3]"),
     }
+
+
+TRACED_LOOP = """
+import os
+
+import torch
+
+
+def step(x):
+    return (x * 2 + 1).tanh() - 0.5
+
+
+# traced with the sanity check: the graph and the function run again on the example, and a second trace is compared
+traced = torch.jit.trace(step, torch.linspace(-1.0, 1.0, 4))
+
+
+def main():
+    x = torch.arange(4.0)
+    for _ in range(3):
+        x = traced(x)
+    torch.save(x, os.path.join(os.path.dirname(__file__), "out.pt"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_loop_that_traces_a_function_runs_its_graph_as_it_does_alone(tmp_path: Path) -> None:
+    """A traced graph holds the Python numbers it met (`x * 2`) as constants marked wrapped numbers, and TorchScript's
+    passes over it compare constants with `aten::equal`, where the sync counter has a kernel. torch hands a Python
+    kernel a wrapped number as the number, and the kernel's pass-through gave it to `aten::equal` as such, which
+    refused it: every loop running a traced graph failed when recorded, with or without an instrument on it
+    ("aten::equal() Expected a value of type 'Tensor'"), a crash at the loop's line. Now the graph runs, and it
+    returns what it returns alone."""
+    import runpy
+
+    import torch
+
+    (tmp_path / "loop.py").write_text(TRACED_LOOP, encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.trace is deprecated, and still in use
+        alone = tmp_path / "alone"
+        alone.mkdir()
+        (alone / "loop.py").write_text(TRACED_LOOP, encoding="utf-8")
+        runpy.run_path(str(alone / "loop.py"), run_name="__main__")
+        for regions in ([], [Region("__main__:step", "step")]):
+            result = record(Scenario(name="jt", script="loop.py", regions=regions), tmp_path)
+            assert result.ok, result.cause
+            assert torch.equal(torch.load(tmp_path / "out.pt"), torch.load(alone / "out.pt"))
+    assert result.calls == {"__main__:step": 3}  # the trace, the check's second trace and its run of the function
