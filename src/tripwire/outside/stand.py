@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -58,26 +59,45 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
     compiles), `original` itself. (A closure: only a real function binds and compiles like the function it replaces.)
 
     Each stand-in has a code object of its own, so `torch.compile`'s mark on the code of what it compiles names this
-    one: the first call after the loop compiled it passes the mark on to the original (`marked_as_compiled`)."""
-    unmarked = hasattr(original, "__code__")  # until the mark is passed on (its code read then: a swap may change it)
-    skipped_alone: Any = None  # the original behind dynamo's non-recursive disable wrapper, made on first need
+    one: the first call after the loop compiled it passes the mark on to the original (`marked_as_compiled`).
+
+    A stand-in reads the original's module namespace as its `__globals__`: TorchScript compiles the original's source
+    (`inspect` unwraps the stand-in) but resolves its names in the `__globals__` and free variables of the function it
+    is given, and `torch.jit.script(model)` with a region on `forward` failed on the forward's first name that
+    tripwire's module lacks ("undefined value F"). So the stand-in's body reads no global name: what it calls is
+    bound here, under names of tripwire's own, which the original's source cannot mean."""
+    _tripwire_original, _tripwire_call = original, call
+    _tripwire_unmarked = hasattr(original, "__code__")  # until the mark is passed on (its code read then)
+    _tripwire_skipped_alone: Any = None  # the original behind dynamo's non-recursive disable wrapper, made on need
+    _tripwire_stand: Any = None  # this stand-in, once made
+    _tripwire_compiling, _tripwire_at_work, _tripwire_callback = is_compiling, compiler_at_work, _callback_set
+    _tripwire_marked, _tripwire_frame = marked_as_compiled, sys._getframe
+    _tripwire_from_disabled, _tripwire_disabled = called_nonrecursively_disabled, nonrecursively_disabled
 
     def stand(*args: Any, **kwargs: Any) -> Any:
-        nonlocal unmarked, skipped_alone
-        if is_compiling() or compiler_at_work():  # traced into a graph, or run by the compiler for itself
-            return original(*args, **kwargs)  # pass-through
-        if _callback_set() is not None:  # a compiled function runs: dynamo is to see the original as it would alone
-            if unmarked and marked_as_compiled(stand.__code__, original.__code__):
-                unmarked = False
-            if called_nonrecursively_disabled(sys._getframe(1).f_code):
-                if skipped_alone is None:
-                    skipped_alone = nonrecursively_disabled(original)
-                return call(skipped_alone, args, kwargs)  # pass-through
-        return call(original, args, kwargs)  # pass-through
+        nonlocal _tripwire_unmarked, _tripwire_skipped_alone
+        if _tripwire_compiling() or _tripwire_at_work():  # traced into a graph, or run by the compiler for itself
+            return _tripwire_original(*args, **kwargs)  # pass-through
+        if _tripwire_callback() is not None:  # a compiled function runs: dynamo is to see the original as alone
+            if _tripwire_unmarked and _tripwire_marked(_tripwire_stand.__code__, _tripwire_original.__code__):
+                _tripwire_unmarked = False
+            if _tripwire_from_disabled(_tripwire_frame(1).f_code):
+                if _tripwire_skipped_alone is None:
+                    _tripwire_skipped_alone = _tripwire_disabled(_tripwire_original)
+                return _tripwire_call(_tripwire_skipped_alone, args, kwargs)  # pass-through
+        return _tripwire_call(_tripwire_original, args, kwargs)  # pass-through
 
-    functools.update_wrapper(stand, original)
-    stand.__code__ = stand.__code__.replace()  # its own: the closure's code is shared by every stand-in
-    return stand
+    namespace = getattr(original, "__globals__", None)
+    made = types.FunctionType(
+        stand.__code__.replace(),  # its own: the closure's code is shared by every stand-in
+        namespace if isinstance(namespace, dict) else stand.__globals__,
+        stand.__name__,
+        None,
+        stand.__closure__,
+    )
+    functools.update_wrapper(made, original)
+    _tripwire_stand = made
+    return made
 
 
 inline_when_called(__file__)

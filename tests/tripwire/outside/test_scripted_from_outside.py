@@ -130,3 +130,63 @@ def test_a_loop_that_traces_a_function_runs_its_graph_as_it_does_alone(tmp_path:
             assert result.ok, result.cause
             assert torch.equal(torch.load(tmp_path / "out.pt"), torch.load(alone / "out.pt"))
     assert result.calls == {"__main__:step": 3}  # the trace, the check's second trace and its run of the function
+
+
+SCRIPTED_MODULE_LOOP = """
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def scaled(h: torch.Tensor) -> torch.Tensor:
+    return h * 0.5 + 1
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 8)
+        self.b = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(scaled(F.relu(self.a(x)))).tanh()
+
+
+def main():
+    torch.manual_seed(0)
+    policy = Policy()
+    x = torch.randn(3, 4)
+    eager = policy(x)
+    scripted = torch.jit.script(policy)  # as a loop exports its policy
+    torch.save(torch.stack([eager, scripted(x)]), os.path.join(os.path.dirname(__file__), "out.pt"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_module_the_loop_scripts_with_a_region_on_its_forward_scripts_as_it_does_alone(tmp_path: Path) -> None:
+    """TorchScript compiles the forward's source (`inspect` unwraps the region's stand-in) but looks its names up in
+    the namespace of the function it is given: the stand-in's, tripwire's module, where `F` and `scaled` are not.
+    `torch.jit.script(policy)` with a region on `Policy.forward` failed there ("undefined value F"), a crash at the
+    loop's line. A stand-in reads the original's namespace now: the module scripts, and eager and scripted policies
+    return what they return alone."""
+    import runpy
+
+    import torch
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "loop.py").write_text(SCRIPTED_MODULE_LOOP, encoding="utf-8")
+    (tmp_path / "loop.py").write_text(SCRIPTED_MODULE_LOOP, encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script is deprecated, and still in use
+        runpy.run_path(str(alone / "loop.py"), run_name="__main__")
+        scenario = Scenario(name="js", script="loop.py", regions=[Region("__main__:Policy.forward", "policy")])
+        result = record(scenario, tmp_path)
+    assert result.ok, result.cause
+    assert result.calls == {"__main__:Policy.forward": 1}  # the eager call; the scripted one runs the JIT's graph
+    assert torch.equal(torch.load(tmp_path / "out.pt"), torch.load(alone / "out.pt"))
