@@ -94,22 +94,31 @@ def nonrecursively_disabled(function: Any) -> Any:
 
 
 class outside_compile:  # lower case: used as a `with` statement, as `contextlib`'s are
-    """Dynamo's frame callback off on this thread while tripwire's bookkeeping runs, and back after.
+    """Dynamo's frame callback and the JIT tracer off on this thread while tripwire's bookkeeping runs, and back after.
 
     The skip list keeps tripwire's own frames from being compiled, not the frames they call: an instrument's
     checkpoint digests what a compiled call returned inside the stand-in, while the callback is still set, so a
     `state_dict()` of the loop's object (a TensorDict's) would be compiled there, a compile the loop does not have,
     and a generator frame (a genexpr of `inspect`'s) raised "Attempt to trace generator" under `fullgraph=True` on
-    torch 2.12. With the callback off, everything the bookkeeping calls runs as it is. A class, not a generator
-    (`contextlib.contextmanager`'s frame is one); nothing is done while dynamo is not imported."""
+    torch 2.12. With the callback off, everything the bookkeeping calls runs as it is. In the same way a function the
+    loop hands `torch.jit.trace` runs while the tracer records: a checkpoint's digest read the traced tensors there,
+    and the tracer warned the loop four times (`TracerWarning`: converting a tensor to a NumPy array, a Python number,
+    a boolean, iterating over it) of reads that were tripwire's. A class, not a generator
+    (`contextlib.contextmanager`'s frame is one); nothing is done while dynamo is not imported, or no trace runs."""
 
-    __slots__ = ("_frames", "_prior")
+    __slots__ = ("_frames", "_prior", "_trace")
 
     def __init__(self) -> None:
         self._frames: Any = None
         self._prior: Any = None
+        self._trace: Any = None
 
     def __enter__(self) -> None:
+        torch = sys.modules.get("torch")
+        trace = getattr(getattr(torch, "_C", None), "_get_tracing_state", None)
+        if trace is not None and (state := trace()) is not None:
+            torch._C._set_tracing_state(None)  # type: ignore[union-attr]
+            self._trace = state
         if _DYNAMO not in sys.modules:  # never imported: no callback can be set
             return
         frames = sys.modules["torch"]._C._dynamo.eval_frame
@@ -123,6 +132,9 @@ class outside_compile:  # lower case: used as a `with` statement, as `contextlib
         if frames is not None:
             frames.set_eval_frame(self._prior)
             self._prior = None
+        state, self._trace = self._trace, None
+        if state is not None:
+            sys.modules["torch"]._C._set_tracing_state(state)
 
 
 def _skip_tripwire() -> None:

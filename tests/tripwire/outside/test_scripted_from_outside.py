@@ -190,3 +190,55 @@ def test_a_module_the_loop_scripts_with_a_region_on_its_forward_scripts_as_it_do
     assert result.ok, result.cause
     assert result.calls == {"__main__:Policy.forward": 1}  # the eager call; the scripted one runs the JIT's graph
     assert torch.equal(torch.load(tmp_path / "out.pt"), torch.load(alone / "out.pt"))
+
+
+CHECKPOINTED_TRACE_LOOP = """
+import json
+import os
+import warnings
+
+import torch
+
+
+def step(x, w):
+    return (x @ w).relu() * 2 + 1
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    w = torch.randn(4, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = torch.jit.trace(step, (torch.randn(2, 4), w))
+    shown = sorted({str(c.message) for c in caught if issubclass(c.category, torch.jit.TracerWarning)})
+    with open(os.path.join(os.path.dirname(__file__), "warnings.json"), "w") as file:
+        json.dump(shown, file)
+    torch.save(traced(torch.ones(2, 4), w), os.path.join(os.path.dirname(__file__), "out.pt"))
+"""
+
+
+def test_a_checkpoint_on_a_traced_function_reads_its_tensors_unseen_by_the_tracer(tmp_path: Path) -> None:
+    """`torch.jit.trace` runs the function while its tracer records every tensor op and warns of every read that
+    makes a trace data-dependent. A checkpoint's digest reads the call's tensors inside the stand-in, while the tracer
+    records, and the loop was warned four times (`TracerWarning`s of a NumPy array, a Python number, a boolean and
+    an iteration) of reads that were tripwire's. The bookkeeping runs with the tracer off now: the loop is warned of
+    what it is warned of alone (nothing), its graph returns the same, and each of the 3 calls is checkpointed."""
+    import json
+    import runpy
+
+    import torch
+
+    from tripwire.scenario import Checkpoint
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "loop.py").write_text(CHECKPOINTED_TRACE_LOOP, encoding="utf-8")
+    (tmp_path / "loop.py").write_text(CHECKPOINTED_TRACE_LOOP, encoding="utf-8")
+    runpy.run_path(str(alone / "loop.py"), run_name="__main__")
+    checkpoint = Checkpoint("__main__:step", capture=("arg:x", "return"))
+    result = record(Scenario(name="jt", script="loop.py", checkpoints=[checkpoint]), tmp_path)
+    assert result.ok, result.cause
+    assert len(result.trajectory.checkpoints) == 3  # the trace, the check's second trace and its run of the function
+    seen = json.loads((tmp_path / "warnings.json").read_text(encoding="utf-8"))
+    assert seen == json.loads((alone / "warnings.json").read_text(encoding="utf-8")) == []
+    assert torch.equal(torch.load(tmp_path / "out.pt"), torch.load(alone / "out.pt"))
