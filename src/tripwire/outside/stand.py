@@ -44,7 +44,7 @@ from tripwire.sync.dynamo import (
 )
 from tripwire.sync.state import compiler_at_work
 
-__all__ = ["stand_in"]
+__all__ = ["stand_in", "stands_as_object"]
 
 Call = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 # Dynamo's frame callback on this thread (None when no compiled function runs): set by the compiled wrapper before it
@@ -98,6 +98,78 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
     functools.update_wrapper(made, original)
     _tripwire_stand = made
     return made
+
+
+def stands_as_object(original: Any) -> bool:
+    """Whether `original` is a callable that is not a function (an object of a class with `__call__`: a
+    `torch.library.custom_op`, a `functools.partial`, a scripted function), which a function standing in its place
+    could only call: the loop's `@op.register_fake` then failed with "'function' object has no attribute". A
+    descriptor (a C method of a class, `Tensor.add`) binds like a function, which is what stands in for it."""
+    kind = type(original)
+    return callable(original) and not isinstance(original, _ROUTINES) and not hasattr(kind, "__get__")
+
+
+_ROUTINES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType)
+
+
+class StandInObject:
+    """A stand-in for a callable that is not a function: a call runs `call(original, args, kwargs)` (the original
+    itself inside a graph dynamo traces, and while torch.compile runs it for itself), and everything else is the
+    original's: its attributes and methods (read, set, deleted), `isinstance`, equality, hashing, `repr`, pickling.
+    Only `type()` and `is` tell it apart. (A class is not stood in for: an instance pickles by its class's name.)"""
+
+    __slots__ = ("__dict__", "__weakref__", "_tripwire_call", "_tripwire_original")
+    _tripwire_original: Any
+    _tripwire_call: Call
+
+    def __init__(self, original: Any, call: Call) -> None:
+        object.__setattr__(self, "_tripwire_original", original)
+        object.__setattr__(self, "_tripwire_call", call)
+        attributes = getattr(original, "__dict__", None)
+        if isinstance(attributes, dict):  # the original's own, shared: `vars()`, and dynamo's guards on the object
+            object.__setattr__(self, "__dict__", attributes)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        original = self._tripwire_original
+        if is_compiling() or compiler_at_work():  # traced into a graph, or run by the compiler for itself
+            return original(*args, **kwargs)  # pass-through
+        return self._tripwire_call(original, args, kwargs)  # pass-through
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tripwire_original, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._tripwire_original, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._tripwire_original, name)
+
+    @property  # type: ignore[misc]  # the original's class, so `isinstance(stand, CustomOpDef)` holds as for it
+    def __class__(self) -> type:
+        return type(self._tripwire_original)
+
+    @property
+    def __wrapped__(self) -> Any:  # what `inspect.unwrap` and `inspect.signature` follow
+        return self._tripwire_original
+
+    def __repr__(self) -> str:
+        return repr(self._tripwire_original)
+
+    def __str__(self) -> str:
+        return str(self._tripwire_original)
+
+    def __dir__(self) -> list[str]:
+        return dir(self._tripwire_original)
+
+    def __eq__(self, other: object) -> bool:
+        original = self._tripwire_original
+        return bool(original == (other._tripwire_original if isinstance(other, StandInObject) else other))
+
+    def __hash__(self) -> int:
+        return hash(self._tripwire_original)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # pickled as the original
+        return self._tripwire_original.__reduce_ex__(protocol)
 
 
 inline_when_called(__file__)
