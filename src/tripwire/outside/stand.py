@@ -44,7 +44,7 @@ from tripwire.sync.dynamo import (
 )
 from tripwire.sync.state import compiler_at_work
 
-__all__ = ["stand_in", "stands_as_object"]
+__all__ = ["StandInObject", "stand_in", "stands_as_object"]
 
 Call = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 # Dynamo's frame callback on this thread (None when no compiled function runs): set by the compiled wrapper before it
