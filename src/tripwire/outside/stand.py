@@ -28,6 +28,7 @@ function runs, the stand-in calls the original through one of dynamo's own, and 
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import types
 from collections.abc import Callable
@@ -87,17 +88,30 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
                 return _tripwire_call(_tripwire_skipped_alone, args, kwargs)  # pass-through
         return _tripwire_call(_tripwire_original, args, kwargs)  # pass-through
 
+    async def stand_awaited(*args: Any, **kwargs: Any) -> Any:  # an `async def` original's: see `_awaited_stand`
+        return await _tripwire_call(_tripwire_original, args, kwargs)  # pass-through
+
+    body = stand_awaited if _awaited_stand(original) else stand
     namespace = getattr(original, "__globals__", None)
     made = types.FunctionType(
-        stand.__code__.replace(),  # its own: the closure's code is shared by every stand-in
-        namespace if isinstance(namespace, dict) else stand.__globals__,
-        stand.__name__,
+        body.__code__.replace(),  # its own: the closure's code is shared by every stand-in
+        namespace if isinstance(namespace, dict) else body.__globals__,
+        body.__name__,
         None,
-        stand.__closure__,
+        body.__closure__,
     )
     functools.update_wrapper(made, original)
     _tripwire_stand = made
     return made
+
+
+def _awaited_stand(original: Any) -> bool:
+    """Whether `original` is an `async def` function, whose stand-in is one too: a loop, or the framework it runs on,
+    asks `inspect.iscoroutinefunction` (or asyncio's) of what it is handed to choose between awaiting it and calling
+    it on a thread (Ray makes an actor async when one of its methods is; an ASGI server runs a plain endpoint on its
+    thread pool), and Python 3.11 answers from the function's code flags alone. The stand-in runs the instrument when
+    awaited, where the original's body starts (dynamo compiles no coroutine, so nothing else of `stand` applies)."""
+    return isinstance(original, types.FunctionType) and inspect.iscoroutinefunction(original)
 
 
 def stands_as_object(original: Any) -> bool:
