@@ -45,7 +45,7 @@ from tripwire.sync.dynamo import (
 )
 from tripwire.sync.state import compiler_at_work
 
-__all__ = ["StandInObject", "stand_in", "stands_as_object"]
+__all__ = ["BindingStandInObject", "StandInObject", "object_stand_in", "stand_in", "stands_as_object"]
 
 Call = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 # Dynamo's frame callback on this thread (None when no compiled function runs): set by the compiled wrapper before it
@@ -116,14 +116,32 @@ def _awaited_stand(original: Any) -> bool:
 
 def stands_as_object(original: Any) -> bool:
     """Whether `original` is a callable that is not a function (an object of a class with `__call__`: a
-    `torch.library.custom_op`, a `functools.partial`, a scripted function), which a function standing in its place
-    could only call: the loop's `@op.register_fake` then failed with "'function' object has no attribute". A
-    descriptor (a C method of a class, `Tensor.add`) binds like a function, which is what stands in for it."""
-    kind = type(original)
-    return callable(original) and not isinstance(original, _ROUTINES) and not hasattr(kind, "__get__")
+    `torch.library.custom_op`, a `functools.partial`, a scripted function, an `lru_cache` wrapper), which a function
+    standing in its place could only call: the loop's `@op.register_fake` then failed with "'function' object has no
+    attribute". A C method of a class (`Tensor.add`, `str.upper`) binds like a function, which is what stands in for
+    it. (Not "any descriptor": Python 3.13 gave `functools.partial` a `__get__`, and a partial target then lost its
+    `.func`; `object_stand_in` keeps such an object's own binding.)"""
+    return callable(original) and not isinstance(original, _ROUTINES)
 
 
-_ROUTINES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType)
+_ROUTINES = (
+    types.FunctionType,
+    types.MethodType,
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.ClassMethodDescriptorType,
+    types.MethodWrapperType,
+)
+
+
+def object_stand_in(original: Any, call: Call) -> StandInObject:
+    """The stand-in object for a callable that `stands_as_object`: one that binds as the original binds when read
+    from a class if the original's type has a `__get__` (an `lru_cache`d method, a Cython function, a partial from
+    Python 3.13 on), a plain one otherwise."""
+    kind = BindingStandInObject if hasattr(type(original), "__get__") else StandInObject
+    return kind(original, call)
 
 
 class StandInObject:
@@ -184,6 +202,24 @@ class StandInObject:
 
     def __reduce_ex__(self, protocol: Any) -> Any:  # pickled as the original
         return self._tripwire_original.__reduce_ex__(protocol)
+
+
+class BindingStandInObject(StandInObject):
+    """A `StandInObject` for an original that is a descriptor: read from a class or an instance, it binds as the
+    original does. Where the original gives itself, this gives itself (a partial on Python 3.13, with the original's
+    `FutureWarning`); where it gives a method of itself, a method of this stand-in (an `lru_cache`d method, a Cython
+    function), so a call through the instance still runs the instrument; anything else as the original gives it."""
+
+    __slots__ = ()
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        original = self._tripwire_original
+        bound = type(original).__get__(original, instance, owner)
+        if bound is original:
+            return self
+        if isinstance(bound, types.MethodType) and bound.__func__ is original:
+            return types.MethodType(self, bound.__self__)
+        return bound
 
 
 inline_when_called(__file__)

@@ -59,13 +59,25 @@ def shift(x, by):
 
 shifted = functools.partial(shift, by=1.0)
 
+
+class Table:
+    @functools.lru_cache(maxsize=None)
+    def row(self, i):
+        return torch.full((1,), float(i))
+
+
+class Ops:
+    half = functools.partial(torch.mul, other=0.5)  # a class attribute: binds from Python 3.14 on, not before
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     policy = Policy()
+    table = Table()
     x = torch.ones(2, 3, requires_grad=True)
     for _ in range(3):
-        scale(shifted(policy(x)), 2.0).sum().backward()
+        scale(Ops.half(shifted(policy(x))) + table.row(1), 2.0).sum().backward()
     facts = [shifted.func.__name__, shifted.keywords, isinstance(policy, Policy)]
+    facts += [Table.row.cache_info().hits, table.row.cache_info().currsize, Ops.half.keywords]
     torch.save((x.grad, facts), os.path.join(os.path.dirname(__file__), "out.pt"))
 """
 
@@ -76,13 +88,19 @@ def test_a_custom_op_and_a_partial_with_regions_run_as_alone(tmp_path: Path) -> 
     (alone / "loop.py").write_text(LOOP.replace("tripwire_test::", "tripwire_test_alone::"), encoding="utf-8")
     (tmp_path / "loop.py").write_text(LOOP, encoding="utf-8")
     runpy.run_path(str(alone / "loop.py"), run_name="__main__")
-    regions = [Region("__main__:scale", "op"), Region("__main__:shifted", "shift")]
+    regions = [
+        Region("__main__:scale", "op"),
+        Region("__main__:shifted", "shift"),
+        Region("__main__:Table.row", "table"),  # an `lru_cache`d method: `cache_info` was lost
+        Region("__main__:Ops.half", "half"),  # Python 3.13 gave a partial a `__get__`: its `.func` was lost
+    ]
     result = record(Scenario(name="objects", script="loop.py", regions=regions), tmp_path)
     assert result.ok, result.cause
-    assert result.calls == {"__main__:scale": 3, "__main__:shifted": 3}
+    assert result.calls == {f"__main__:{name}": 3 for name in ("scale", "shifted", "Table.row", "Ops.half")}
     grad, facts = torch.load(tmp_path / "out.pt")
     grad_alone, facts_alone = torch.load(alone / "out.pt")
-    assert torch.equal(grad, grad_alone) and facts == facts_alone == ["shift", {"by": 1.0}, True]
+    assert torch.equal(grad, grad_alone)
+    assert facts == facts_alone == ["shift", {"by": 1.0}, True, 2, 1, {"other": 0.5}]
 
 
 def test_a_class_as_a_target_is_refused_in_one_line_naming_the_method_to_use(tmp_path: Path) -> None:
