@@ -34,7 +34,7 @@ from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.common.unhook import put_back
 from tripwire.compile.counter import CompileCounter
 from tripwire.outside.capture import left_out, no_value, not_excluded, object_state
-from tripwire.outside.stand import object_stand_in, stand_in, stands_as_object
+from tripwire.outside.stand import StandInObject, stand_in, stands_as_object
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Scenario, ScenarioError, parse_target
 from tripwire.sync import hot_path, ignore_syncs
 from tripwire.sync.counter import SyncCounter
@@ -496,7 +496,7 @@ class Instrumentation:
                 f"the stand-in): place the instrument on a method, {target}.__init__ for its construction"
             )
         if stands_as_object(raw):  # a custom op, a partial, a scripted function: the loop uses more than its calls
-            return object_stand_in(raw, hooks.call)
+            return StandInObject(raw, hooks.call)
         return stand_in(raw, hooks.call)
 
     def restore(self) -> None:

@@ -45,7 +45,7 @@ from tripwire.sync.dynamo import (
 )
 from tripwire.sync.state import compiler_at_work
 
-__all__ = ["BindingStandInObject", "StandInObject", "object_stand_in", "stand_in", "stands_as_object"]
+__all__ = ["StandInObject", "stand_in", "stands_as_object"]
 
 Call = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 # Dynamo's frame callback on this thread (None when no compiled function runs): set by the compiled wrapper before it
@@ -101,6 +101,7 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
         body.__closure__,
     )
     functools.update_wrapper(made, original)
+    _with_methods_of(made, original)
     _tripwire_stand = made
     return made
 
@@ -116,32 +117,37 @@ def _awaited_stand(original: Any) -> bool:
 
 def stands_as_object(original: Any) -> bool:
     """Whether `original` is a callable that is not a function (an object of a class with `__call__`: a
-    `torch.library.custom_op`, a `functools.partial`, a scripted function, an `lru_cache` wrapper), which a function
-    standing in its place could only call: the loop's `@op.register_fake` then failed with "'function' object has no
-    attribute". A C method of a class (`Tensor.add`, `str.upper`) binds like a function, which is what stands in for
-    it. (Not "any descriptor": Python 3.13 gave `functools.partial` a `__get__`, and a partial target then lost its
-    `.func`; `object_stand_in` keeps such an object's own binding.)"""
-    return callable(original) and not isinstance(original, _ROUTINES)
+    `torch.library.custom_op`, a `functools.partial`, a scripted function), which a function standing in its place
+    could only call: the loop's `@op.register_fake` then failed with "'function' object has no attribute". A
+    descriptor that binds when read from a class (a C method, `Tensor.add`; an `lru_cache`d method; a Cython
+    function) binds like a function, which is what stands in for it, with the original's methods (`stand_in`): an
+    object with a `__get__` of its own is a frame dynamo cannot trace. A partial is no such descriptor before Python
+    3.14, whatever its `__get__` (3.13 gave it one that only warns): a class attribute of it is not bound."""
+    if not callable(original) or isinstance(original, _ROUTINES):
+        return False
+    return not hasattr(type(original), "__get__") or (isinstance(original, functools.partial) and not _PARTIAL_BINDS)
 
 
-_ROUTINES = (
-    types.FunctionType,
-    types.MethodType,
-    types.BuiltinFunctionType,
-    types.BuiltinMethodType,
-    types.MethodDescriptorType,
-    types.WrapperDescriptorType,
-    types.ClassMethodDescriptorType,
-    types.MethodWrapperType,
-)
+_ROUTINES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType)
+_PARTIAL_BINDS = sys.version_info >= (3, 14)  # `functools.partial` a method descriptor
 
 
-def object_stand_in(original: Any, call: Call) -> StandInObject:
-    """The stand-in object for a callable that `stands_as_object`: one that binds as the original binds when read
-    from a class if the original's type has a `__get__` (an `lru_cache`d method, a Cython function, a partial from
-    Python 3.13 on), a plain one otherwise."""
-    kind = BindingStandInObject if hasattr(type(original), "__get__") else StandInObject
-    return kind(original, call)
+def _with_methods_of(made: Any, original: Any) -> None:
+    """Give a function standing in for a callable object that binds like a function (an `lru_cache` wrapper, a
+    Cython function) that object's methods and callable attributes, bound to it, which the loop may call through
+    the stand-in (`Table.row.cache_info()`, `cache_clear()`); a value that is not callable may change, and is left
+    to the original."""
+    if isinstance(original, _ROUTINES) or not hasattr(type(original), "__get__"):
+        return
+    for name in dir(original):
+        if name.startswith("__") or hasattr(made, name):
+            continue
+        try:
+            value = getattr(original, name)
+        except Exception:  # an attribute the object computes and refuses: left to the original
+            continue
+        if callable(value):
+            made.__dict__[name] = value
 
 
 class StandInObject:
@@ -202,24 +208,6 @@ class StandInObject:
 
     def __reduce_ex__(self, protocol: Any) -> Any:  # pickled as the original
         return self._tripwire_original.__reduce_ex__(protocol)
-
-
-class BindingStandInObject(StandInObject):
-    """A `StandInObject` for an original that is a descriptor: read from a class or an instance, it binds as the
-    original does. Where the original gives itself, this gives itself (a partial on Python 3.13, with the original's
-    `FutureWarning`); where it gives a method of itself, a method of this stand-in (an `lru_cache`d method, a Cython
-    function), so a call through the instance still runs the instrument; anything else as the original gives it."""
-
-    __slots__ = ()
-
-    def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        original = self._tripwire_original
-        bound = type(original).__get__(original, instance, owner)
-        if bound is original:
-            return self
-        if isinstance(bound, types.MethodType) and bound.__func__ is original:
-            return types.MethodType(self, bound.__self__)
-        return bound
 
 
 inline_when_called(__file__)

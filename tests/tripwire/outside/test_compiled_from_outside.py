@@ -354,6 +354,39 @@ if __name__ == "__main__":
 """
 
 
+# A method the loop caches (`functools.lru_cache`, whose wrapper binds like a function) called in compiled code and
+# out of it: its stand-in binds as it does and has its `cache_info`, and is no object with a `__get__` of its own,
+# which dynamo cannot trace (it broke the graph there: "unsupported function.__get__ call").
+CACHED_LOOP = """
+import functools
+
+import torch
+
+
+class Table:
+    @functools.lru_cache(maxsize=None)
+    def scale(self, k):
+        return float(k) * 0.5
+
+
+table = Table()
+
+
+def step(x):
+    y = x * table.scale(3)
+    print("step")
+    return y.sin()
+
+
+step = torch.compile(step, backend="eager")
+
+if __name__ == "__main__":
+    for _ in range(3):
+        step(torch.randn(4)) * table.scale(2)
+    print(Table.scale.cache_info(), table.scale.cache_info())
+"""
+
+
 @pytest.mark.parametrize(
     ("loop", "target"),
     [
@@ -361,8 +394,9 @@ if __name__ == "__main__":
         (MODULE_LOOP, "__main__:Policy.forward"),
         (NONRECURSIVE_LOOP, "__main__:helper"),
         (NONRECURSIVE_LOOP, "__main__:Policy.post"),
+        (CACHED_LOOP, "__main__:Table.scale"),
     ],
-    ids=["function-of-a-batch-object", "compiled-module", "disabled-function", "disabled-method"],
+    ids=["function-of-a-batch-object", "compiled-module", "disabled-function", "disabled-method", "cached-method"],
 )
 def test_a_region_on_what_the_loop_compiles_compiles_what_the_loop_alone_compiles(
     loop: str, target: str, tmp_path: Path
