@@ -83,7 +83,10 @@ def test_emptying_the_allocators_cache_is_a_wait_on_every_device() -> None:
         del scratch
         torch.cuda.empty_cache()
         EARLY_EMPTY_CACHE()
-        torch.accelerator.empty_cache()
+        try:
+            torch.accelerator.empty_cache()
+        except RuntimeError:  # a CPU-only build of torch has no accelerator to ask; on a GPU the line waits
+            assert not torch.accelerator.is_available()
 
     assert count_in_region(step) == {"cuda_empty_cache": 2, "accelerator_empty_cache": 1}
     assert torch.cuda.empty_cache is EARLY_EMPTY_CACHE and torch.cuda.empty_cache.__code__.co_name == "empty_cache"
