@@ -136,7 +136,7 @@ def _with_methods_of(made: Any, original: Any) -> None:
     """Give a function standing in for a callable object that binds like a function (an `lru_cache` wrapper, a
     Cython function) that object's methods and callable attributes, bound to it, which the loop may call through
     the stand-in (`Table.row.cache_info()`, `cache_clear()`); a value that is not callable may change, and is left
-    to the original."""
+    to the original, but for a partial's (`args`, `keywords`: read-only, from Python 3.14 on where it binds)."""
     if isinstance(original, _ROUTINES) or not hasattr(type(original), "__get__"):
         return
     for name in dir(original):
@@ -146,7 +146,7 @@ def _with_methods_of(made: Any, original: Any) -> None:
             value = getattr(original, name)
         except Exception:  # an attribute the object computes and refuses: left to the original
             continue
-        if callable(value):
+        if callable(value) or isinstance(original, functools.partial):
             made.__dict__[name] = value
 
 
