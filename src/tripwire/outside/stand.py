@@ -111,8 +111,11 @@ def _awaited_stand(original: Any) -> bool:
     asks `inspect.iscoroutinefunction` (or asyncio's) of what it is handed to choose between awaiting it and calling
     it on a thread (Ray makes an actor async when one of its methods is; an ASGI server runs a plain endpoint on its
     thread pool), and Python 3.11 answers from the function's code flags alone. The stand-in runs the instrument when
-    awaited, where the original's body starts (dynamo compiles no coroutine, so nothing else of `stand` applies)."""
-    return isinstance(original, types.FunctionType) and inspect.iscoroutinefunction(original)
+    awaited, where the original's body starts (dynamo compiles no coroutine, so nothing else of `stand` applies).
+    Read from the code's flags, not `inspect.iscoroutinefunction`, which from Python 3.12 also says True of a plain
+    function marked as one (`inspect.markcoroutinefunction`): that stand-in stays plain, returning what the original
+    returns, and carries the mark (`functools.update_wrapper`)."""
+    return isinstance(original, types.FunctionType) and bool(original.__code__.co_flags & inspect.CO_COROUTINE)
 
 
 def stands_as_object(original: Any) -> bool:

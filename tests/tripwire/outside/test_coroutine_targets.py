@@ -84,3 +84,22 @@ def test_an_async_def_target_is_still_one_and_its_body_runs_in_the_region(tmp_pa
         ("act", "return (w * scale).sum().item()", 1),
         ("actor", "return w.min().item()", 1),
     ]
+
+
+def test_a_plain_function_marked_async_keeps_a_plain_stand_in() -> None:
+    """A plain function that returns an awaitable, marked as a coroutine function (`inspect.markcoroutinefunction`,
+    Python 3.12 on), is not an `async def`: its stand-in returns what it returns, and carries its mark."""
+    import inspect
+
+    from tripwire.outside.stand import stand_in
+
+    job = object()
+
+    def submit() -> object:
+        return job
+
+    if hasattr(inspect, "markcoroutinefunction"):
+        inspect.markcoroutinefunction(submit)
+    stand = stand_in(submit, lambda original, args, kwargs: original(*args, **kwargs))
+    assert stand() is job
+    assert inspect.iscoroutinefunction(stand) == inspect.iscoroutinefunction(submit)
