@@ -9,6 +9,11 @@ millisecond) changed no digest, no count and no schema, and passed. Such a field
   `fps`, `sps`, `_hz`: `RATE_NAMES`). A slower or faster machine moves a field and the wall clock together, a unit
   error moves the field alone, by 60 (minutes), 1,000 (milli) or more. A later run passes when every field is within
   a factor `band` (default 30) of its golden scale, either way.
+- **A whole-number field is read to within one unit.** A timer kept in whole seconds (SB3's `time/time_elapsed`)
+  reads 0 or 1 in a run of 3 s by its timing alone, so its median moves between 0, 0.5 and 1 with nothing changed.
+  Where every reading of a field is a whole number (`whole` in its golden), its median stands for anything within
+  one unit either way, and it fails only when even the nearest ends of the two ranges are more than the band apart;
+  a median of 0 or 1 cannot have shrunk. (A golden written before `whole` was kept is read as not whole.)
 - **A duration whose name says its unit is never longer than the run** (`_s`, `_ms`, `_us`, `_ns`, `_seconds`,
   `_min`: `UNITS`), with or without a golden: seconds written into a `_ms` field pass it, milliseconds into a `_s`
   field do not.
@@ -68,17 +73,21 @@ class ClockField:
     median: float
     scale: float | None  # log10; None when no reading was positive
     longest_s: float | None  # the longest reading in seconds, for a duration whose name says its unit
+    whole: bool = False  # every reading a whole number: the median is known to within one unit
 
     @classmethod
     def from_json(cls, key: str, row: Mapping[str, Any]) -> ClockField:
         """A field as `to_json` wrote it (a result's `clock`); the longest reading is not kept."""
         scale = row.get("scale")
-        return cls(key, str(row.get("kind")), int(row.get("count", 0)), float(row.get("median", 0.0)), scale, None)
+        median = float(row.get("median", 0.0))
+        count = int(row.get("count", 0))
+        return cls(key, str(row.get("kind")), count, median, scale, None, row.get("whole") is True)
 
     def to_json(self) -> dict[str, Any]:
         """Rounded for reading in a diff: a scale to 0.001 (0.2 %), a median to 4 significant digits."""
         scale = None if self.scale is None else round(self.scale, 3)
-        return {"kind": self.kind, "count": self.count, "median": float(f"{self.median:.4g}"), "scale": scale}
+        median = float(f"{self.median:.4g}")
+        return {"kind": self.kind, "count": self.count, "median": median, "scale": scale, "whole": self.whole}
 
 
 # A name that says its value is a wall-clock reading, whatever its unit: a time, times, a timestamp, an elapsed or a
@@ -148,7 +157,8 @@ def clock_fields(
             scale = math.log10(median / wall_s if kind == "duration" else median * wall_s)
         unit = seconds_per_unit(path) if kind == "duration" else None
         longest = max(values) * unit if unit is not None else None
-        found[key] = ClockField(key, kind, len(values), median, scale, longest)
+        whole = all(value.is_integer() for value in values)
+        found[key] = ClockField(key, kind, len(values), median, scale, longest, whole)
     return found
 
 
@@ -168,26 +178,57 @@ def clock_golden(found: Mapping[str, ClockField], wall_s: float, band: float = D
     return {"wall_s": round(wall_s, 2), "band": band, "fields": fields}
 
 
+def _against_run(median: float, kind: str, wall_s: float) -> float:
+    """A reading against its run's wall clock, the quantity a scale is the log10 of."""
+    return median / wall_s if kind == "duration" else median * wall_s
+
+
+def _whole_gap(recorded: Mapping[str, Any], golden_wall_s: float, field: ClockField, wall_s: float) -> float:
+    """log10 of how far apart two medians are when one or both are whole numbers, each standing for anything within
+    one unit of it (not below 0): 0 where the ranges meet, positive where the run's is larger, negative smaller."""
+    ranges = []
+    for median, whole, seconds in (
+        (float(recorded.get("median", 0.0)), recorded.get("whole") is True, golden_wall_s),
+        (field.median, field.whole, wall_s),
+    ):
+        low, high = (max(median - 1.0, 0.0), median + 1.0) if whole else (median, median)
+        ranges.append((_against_run(low, field.kind, seconds), _against_run(high, field.kind, seconds)))
+    (golden_low, golden_high), (low, high) = ranges
+    if golden_high > 0 and low > golden_high:
+        return math.log10(low / golden_high)
+    if high > 0 and golden_low > high:
+        return -math.log10(golden_low / high)
+    return 0.0
+
+
 def clock_differences(golden: Mapping[str, Any], found: Mapping[str, ClockField], wall_s: float) -> list[str]:
     """One line per field whose scale moved by more than the golden's band (module docstring); a field the golden
     lacks or that is gone is left to the schema golden, which names it."""
     band = float(golden.get("band", DEFAULT_BAND))
+    golden_wall_s = float(golden.get("wall_s", wall_s))
     lines = []
     for key, recorded in dict(golden.get("fields", {})).items():
         field = found.get(key)
         if field is None:
             continue
         before = recorded.get("scale")
-        if (before is None) != (field.scale is None):
+        whole = field.whole or recorded.get("whole") is True
+        if whole and golden_wall_s > 0:
+            gap = _whole_gap(recorded, golden_wall_s, field, wall_s)
+            if abs(gap) <= math.log10(band):
+                continue
+            moved, within = abs(gap), "at least "
+        elif (before is None) != (field.scale is None):
             was = "never positive" if before is None else "positive"
             lines.append(f"{key}: was {was} in its golden, now its median is {field.median:.4g}")
             continue
-        if before is None or field.scale is None or abs(field.scale - before) <= math.log10(band):
+        elif before is None or field.scale is None or abs(field.scale - before) <= math.log10(band):
             continue
-        factor = 10 ** abs(field.scale - before)
-        way = "larger" if field.scale > before else "smaller"
+        else:
+            gap, moved, within = field.scale - before, abs(field.scale - before), ""
+        way = "larger" if gap > 0 else "smaller"
         lines.append(
-            f"{key}: {factor:.3g}x {way} against the run's wall clock than its golden ({field.kind}, median "
+            f"{key}: {within}{10**moved:.3g}x {way} against the run's wall clock than its golden ({field.kind}, median "
             f"{field.median:.4g} in a run of {wall_s:.3g} s; golden median {recorded.get('median', float('nan')):.4g} "
             f"in {golden.get('wall_s', float('nan')):.3g} s; band x/{band:g}): was its unit changed?"
         )

@@ -59,14 +59,58 @@ def test_a_slower_machine_passes_and_a_unit_changed_either_way_fails() -> None:
     assert clock_differences(golden, slower, 2.0) == []
     milliseconds = clock_fields(run(train_s=250.0), 1.0, FIELDS)
     (line,) = clock_differences(golden, milliseconds, 1.0)
-    assert line.startswith("ROUND::data.train_time_s: 1e+03x larger") and "was its unit changed?" in line
+    assert line.startswith("ROUND::data.train_time_s: at least 996x larger") and "was its unit changed?" in line
     seconds = clock_fields(run(step_ms=0.05), 1.0, FIELDS)
     (line,) = clock_differences(golden, seconds, 1.0)
-    assert line.startswith("EPOCH::data.step_time_ms: 1e+03x smaller")
+    assert line.startswith("EPOCH::data.step_time_ms: at least 980x smaller")
     per_ms = clock_fields(run(fps=0.02), 1.0, FIELDS)
     assert [line.split(": ")[0] for line in clock_differences(golden, per_ms, 1.0)] == ["EPOCH::data.fps"]
-    zero = clock_fields(run(fps=0.0), 1.0, FIELDS)
-    assert clock_differences(golden, zero, 1.0) == ["EPOCH::data.fps: was positive in its golden, now its median is 0"]
+    fractions = [{"event_type": "EPOCH", "data": {"fps": fps}} for fps in (0.0, 0.0, 0.0, 0.5, 0.5)]
+    zero = clock_fields([*run(fps=0.0), *fractions], 1.0, FIELDS)  # not whole numbers: a median of 0 is 0
+    assert zero["EPOCH::data.fps"].median == 0 and not zero["EPOCH::data.fps"].whole
+    fractional = clock_golden(clock_fields(run(fps=20.4), 1.0, FIELDS), 1.0)  # neither whole: 0 is no reading
+    assert clock_differences(fractional, zero, 1.0) == [
+        "EPOCH::data.fps: was positive in its golden, now its median is 0"
+    ]
+
+
+def timer(*readings: float) -> list[dict[str, Any]]:
+    """A loop's elapsed-time field as SB3 logs `time/time_elapsed`: the whole seconds since the run began."""
+    return [{"event_type": "TIMER", "data": {"time_elapsed": reading}} for reading in readings]
+
+
+def test_a_whole_number_timer_moved_by_its_timing_passes_and_its_unit_changed_fails() -> None:
+    golden = clock_golden(clock_fields(timer(0, 0, 1, 1), 2.9, ["data.time_elapsed"]), 2.9)
+    assert golden["fields"]["TIMER::data.time_elapsed"] == {
+        "kind": "duration",
+        "count": 4,
+        "median": 0.5,
+        "scale": -0.763,
+        "whole": True,
+    }
+    for readings, wall_s in (((0, 0, 0, 1), 3.1), ((0, 1, 1, 2), 2.7), ((0, 0, 0, 0), 2.2)):
+        assert clock_differences(golden, clock_fields(timer(*readings), wall_s, ["data.time_elapsed"]), wall_s) == []
+    zero = clock_golden(clock_fields(timer(0, 0, 0, 1), 3.1, ["data.time_elapsed"]), 3.1)  # median 0: no scale
+    assert clock_differences(zero, clock_fields(timer(0, 0, 1, 1), 2.9, ["data.time_elapsed"]), 2.9) == []
+    milliseconds = clock_fields(timer(350, 1100, 1800, 2600), 2.9, ["data.time_elapsed"])
+    (line,) = clock_differences(zero, milliseconds, 2.9)
+    assert line.startswith("TIMER::data.time_elapsed: at least 1.55e+03x larger") and "unit changed?" in line
+    minutes = timer(1, 2, 3, 4)  # 250 s in whole minutes where the golden had whole seconds
+    long = clock_golden(clock_fields(timer(60, 120, 180, 240), 250.0, ["data.time_elapsed"]), 250.0)
+    (line,) = clock_differences(long, clock_fields(minutes, 250.0, ["data.time_elapsed"]), 250.0)
+    assert line.startswith("TIMER::data.time_elapsed: at least 42.6x smaller")
+    fractional = clock_fields(timer(0.4, 0.9, 1.6, 2.1), 2.9, ["data.time_elapsed"])  # not whole: read as it is
+    assert clock_differences(clock_golden(fractional, 2.9), fractional, 2.9) == []
+
+
+def test_a_golden_written_before_whole_was_kept_is_read_as_not_whole() -> None:
+    older = {"wall_s": 2.9, "band": 30.0, "fields": {"TIMER::data.time_elapsed": {"kind": "duration", "count": 4}}}
+    older["fields"]["TIMER::data.time_elapsed"].update(median=0.5, scale=-0.763)
+    assert clock_differences(older, clock_fields(timer(0, 0, 0, 1), 3.1, ["data.time_elapsed"]), 3.1) == []
+    fractions = clock_fields(timer(0.0, 0.0, 0.0, 0.4), 3.1, ["data.time_elapsed"])  # neither side whole: as before
+    assert clock_differences(older, fractions, 3.1) == [
+        "TIMER::data.time_elapsed: was positive in its golden, now its median is 0"
+    ]
 
 
 def test_a_duration_longer_than_the_run_fails_without_a_golden() -> None:
@@ -83,7 +127,7 @@ def test_the_golden_store_records_checks_and_refuses(tmp_path: Path) -> None:
     assert written["band"] == 30.0 and written["fields"]["EPOCH::data.step_time_ms"]["scale"] == 1.699
     outcome = GoldenStore(tmp_path).check_clock("s", run(step_ms=80.0), 1.3, FIELDS)
     assert outcome.status == "passed" and outcome.detail == "4 wall-clock fields within x/30 of their scale"
-    with pytest.raises(ClockUnitChanged, match=r"clock/s.json\): EPOCH::data.step_time_ms: 1e\+03x smaller"):
+    with pytest.raises(ClockUnitChanged, match=r"clock/s.json\): EPOCH::data.step_time_ms: at least 980x smaller"):
         GoldenStore(tmp_path).check_clock("s", run(step_ms=0.05), 1.0, FIELDS)
     with pytest.raises(ClockUnitChanged, match="cannot outlast the run"):  # never written into a golden either
         GoldenStore(tmp_path, update=True).check_clock("s", run(train_s=250.0), 1.0, FIELDS)
