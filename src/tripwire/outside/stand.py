@@ -88,13 +88,38 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
                 return _tripwire_call(_tripwire_skipped_alone, args, kwargs)  # pass-through
         return _tripwire_call(_tripwire_original, args, kwargs)  # pass-through
 
-    async def stand_awaited(*args: Any, **kwargs: Any) -> Any:  # an `async def` original's: see `_awaited_stand`
+    async def stand_awaited(*args: Any, **kwargs: Any) -> Any:  # an `async def` original's: see `_body_like`
         return await _tripwire_call(_tripwire_original, args, kwargs)  # pass-through
 
-    body = stand_awaited if _awaited_stand(original) else stand
+    def stand_iterated(*args: Any, **kwargs: Any) -> Any:  # a generator function's: see `_body_like`
+        if _tripwire_compiling() or _tripwire_at_work():  # traced into a graph: the original alone
+            return (yield from _tripwire_original(*args, **kwargs))  # pass-through
+        return (yield from _tripwire_call(_tripwire_original, args, kwargs))  # pass-through
+
+    async def stand_async_iterated(*args: Any, **kwargs: Any) -> Any:  # an async generator function's
+        steps = _tripwire_call(_tripwire_original, args, kwargs)
+        value: Any = None
+        error: BaseException | None = None
+        while True:  # `yield from` for an async generator: what is sent or thrown in goes through, as is closing
+            try:
+                item = await (steps.asend(value) if error is None else steps.athrow(error))
+            except StopAsyncIteration:
+                return
+            value, error = None, None
+            try:
+                value = yield item
+            except GeneratorExit:
+                await steps.aclose()
+                raise
+            except BaseException as raised:  # thrown in by the consumer: into the inner generator
+                error = raised
+
+    bodies = {"awaited": stand_awaited, "iterated": stand_iterated, "async iterated": stand_async_iterated}
+    body = bodies.get(_body_like(original), stand)
+    flags = body.__code__.co_flags | (getattr(original, "__code__", body.__code__).co_flags & _KEPT_FLAGS)
     namespace = getattr(original, "__globals__", None)
     made = types.FunctionType(
-        body.__code__.replace(),  # its own: the closure's code is shared by every stand-in
+        body.__code__.replace(co_flags=flags),  # its own: the closure's code is shared by every stand-in
         namespace if isinstance(namespace, dict) else body.__globals__,
         body.__name__,
         None,
@@ -106,16 +131,29 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
     return made
 
 
-def _awaited_stand(original: Any) -> bool:
-    """Whether `original` is an `async def` function, whose stand-in is one too: a loop, or the framework it runs on,
-    asks `inspect.iscoroutinefunction` (or asyncio's) of what it is handed to choose between awaiting it and calling
-    it on a thread (Ray makes an actor async when one of its methods is; an ASGI server runs a plain endpoint on its
-    thread pool), and Python 3.11 answers from the function's code flags alone. The stand-in runs the instrument when
-    awaited, where the original's body starts (dynamo compiles no coroutine, so nothing else of `stand` applies).
-    Read from the code's flags, not `inspect.iscoroutinefunction`, which from Python 3.12 also says True of a plain
-    function marked as one (`inspect.markcoroutinefunction`): that stand-in stays plain, returning what the original
-    returns, and carries the mark (`functools.update_wrapper`)."""
-    return isinstance(original, types.FunctionType) and bool(original.__code__.co_flags & inspect.CO_COROUTINE)
+# A flag of the original's code the stand-in's keeps: `types.coroutine` marks a generator awaitable by it
+_KEPT_FLAGS = inspect.CO_ITERABLE_COROUTINE
+
+
+def _body_like(original: Any) -> str:
+    """What kind of function `original` is by its code's flags, for a stand-in of the same kind: "awaited" (an
+    `async def`), "iterated" (a generator function), "async iterated" (an async generator function), or "" (plain).
+    A loop, or the framework it runs on, asks `inspect.iscoroutinefunction` or `isgeneratorfunction` (or asyncio's)
+    of what it is handed to choose how to run it (Ray makes an actor async when one of its methods is, and streams
+    what a generator task yields; an ASGI server runs a plain endpoint on its thread pool; pytest drives a generator
+    fixture), and Python 3.11 answers from the function's code flags alone. Such a stand-in runs the instrument when
+    first awaited or iterated, where the original's body starts, so one never run is not counted as a call. Read from
+    the flags, not `inspect.iscoroutinefunction`, which from Python 3.12 also says True of a plain function marked as
+    one (`inspect.markcoroutinefunction`): that stand-in stays plain, returning what the original returns, and
+    carries the mark (`functools.update_wrapper`)."""
+    if not isinstance(original, types.FunctionType):
+        return ""
+    flags = original.__code__.co_flags
+    if flags & inspect.CO_COROUTINE:
+        return "awaited"
+    if flags & inspect.CO_ASYNC_GENERATOR:
+        return "async iterated"
+    return "iterated" if flags & inspect.CO_GENERATOR else ""
 
 
 def stands_as_object(original: Any) -> bool:

@@ -387,16 +387,49 @@ if __name__ == "__main__":
 """
 
 
+# A generator function the compiled code iterates (dynamo traces generators into the graph) and eager code too: its
+# stand-in is a generator function, which the trace passes through to the original as a plain stand-in does.
+GENERATOR_LOOP = """
+import torch
+
+
+def pieces(x):
+    yield x * 2
+    yield x + 1
+
+
+def step(x):
+    y = sum(pieces(x))
+    print("step")
+    return y.sin()
+
+
+step = torch.compile(step, backend="eager")
+
+if __name__ == "__main__":
+    for _ in range(3):
+        step(torch.randn(4)) * sum(pieces(torch.ones(4)))
+"""
+
+
 @pytest.mark.parametrize(
     ("loop", "target"),
     [
+        (GENERATOR_LOOP, "__main__:pieces"),
         (BATCHED_LOOP, "__main__:update"),
         (MODULE_LOOP, "__main__:Policy.forward"),
         (NONRECURSIVE_LOOP, "__main__:helper"),
         (NONRECURSIVE_LOOP, "__main__:Policy.post"),
         (CACHED_LOOP, "__main__:Table.scale"),
     ],
-    ids=["function-of-a-batch-object", "compiled-module", "disabled-function", "disabled-method", "cached-method"],
+    ids=[
+        "generator",
+        "function-of-a-batch-object",
+        "compiled-module",
+        "disabled-function",
+        "disabled-method",
+        "cached-method",
+    ],
 )
 def test_a_region_on_what_the_loop_compiles_compiles_what_the_loop_alone_compiles(
     loop: str, target: str, tmp_path: Path
