@@ -191,22 +191,12 @@ def _with_methods_of(made: Any, original: Any) -> None:
             made.__dict__[name] = value
 
 
-class StandInObject:
-    """A stand-in for a callable that is not a function: a call runs `call(original, args, kwargs)` (the original
-    itself inside a graph dynamo traces, and while torch.compile runs it for itself), and everything else is the
-    original's: its attributes and methods (read, set, deleted), `isinstance`, equality, hashing, `repr`, pickling.
-    Only `type()` and `is` tell it apart. (A class is not stood in for: an instance pickles by its class's name.)"""
+class _StandIn:
+    """What `StandInObject` does; its two kinds differ in having a `__dict__` (the original's) or none."""
 
-    __slots__ = ("__dict__", "__weakref__", "_tripwire_call", "_tripwire_original")
+    __slots__ = ()
     _tripwire_original: Any
     _tripwire_call: Call
-
-    def __init__(self, original: Any, call: Call) -> None:
-        object.__setattr__(self, "_tripwire_original", original)
-        object.__setattr__(self, "_tripwire_call", call)
-        attributes = getattr(original, "__dict__", None)
-        if isinstance(attributes, dict):  # the original's own, shared: `vars()`, and dynamo's guards on the object
-            object.__setattr__(self, "__dict__", attributes)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         original = self._tripwire_original
@@ -242,13 +232,39 @@ class StandInObject:
 
     def __eq__(self, other: object) -> bool:
         original = self._tripwire_original
-        return bool(original == (other._tripwire_original if isinstance(other, StandInObject) else other))
+        return bool(original == (other._tripwire_original if isinstance(other, _StandIn) else other))
 
     def __hash__(self) -> int:
         return hash(self._tripwire_original)
 
     def __reduce_ex__(self, protocol: Any) -> Any:  # pickled as the original
         return self._tripwire_original.__reduce_ex__(protocol)
+
+
+class StandInObject(_StandIn):
+    """A stand-in for a callable that is not a function: a call runs `call(original, args, kwargs)` (the original
+    itself inside a graph dynamo traces, and while torch.compile runs it for itself), and everything else is the
+    original's: its attributes and methods (read, set, deleted), `isinstance`, equality, hashing, `repr`, pickling,
+    `vars()`. Only `type()` and `is` tell it apart. (A class is not stood in for: an instance pickles by its class's
+    name.) An original without a `__dict__` (a class with `__slots__`) gets a stand-in without one, so `vars()` of
+    it raises as of the original instead of answering an empty dict of the stand-in's own."""
+
+    __slots__ = ("__dict__", "__weakref__", "_tripwire_call", "_tripwire_original")
+
+    def __new__(cls, original: Any, call: Call) -> Any:
+        attributes = getattr(original, "__dict__", None)
+        made = object.__new__(cls if isinstance(attributes, dict) else _StandInWithoutDict)
+        object.__setattr__(made, "_tripwire_original", original)
+        object.__setattr__(made, "_tripwire_call", call)
+        if isinstance(attributes, dict):  # the original's own, shared: `vars()`, and dynamo's guards on the object
+            object.__setattr__(made, "__dict__", attributes)
+        return made
+
+
+class _StandInWithoutDict(_StandIn):
+    """`StandInObject`'s for an original without a `__dict__`."""
+
+    __slots__ = ("__weakref__", "_tripwire_call", "_tripwire_original")
 
 
 inline_when_called(__file__)

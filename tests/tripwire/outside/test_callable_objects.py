@@ -10,6 +10,7 @@ import pickle
 import runpy
 from pathlib import Path
 
+import pytest
 import torch
 
 from tripwire.outside.record import record
@@ -145,3 +146,29 @@ def test_the_object_stand_in_is_the_original_but_for_type_and_identity() -> None
     partial = functools.partial(pow, 2)
     assert type(pickle.loads(pickle.dumps(StandInObject(partial, call)))) is functools.partial
     assert type(stand) is StandInObject and stand is not original
+
+
+class Slotted:
+    """A callable object without a `__dict__`."""
+
+    __slots__ = ("scale",)
+
+    def __init__(self) -> None:
+        self.scale = 2
+
+    def __call__(self, value: int) -> int:
+        return value * self.scale
+
+
+def test_an_original_without_a_dict_has_a_stand_in_without_one() -> None:
+    original = Slotted()
+    stand = StandInObject(original, lambda target, args, kwargs: target(*args, **kwargs))
+    assert stand(3) == 6
+    with pytest.raises(TypeError, match="__dict__"):
+        vars(original)
+    with pytest.raises(TypeError, match="__dict__"):  # as of the original, not an empty dict of the stand-in's
+        vars(stand)
+    assert not hasattr(stand, "__dict__")
+    stand.scale = 5
+    assert original.scale == 5 and stand(1) == 5 and isinstance(stand, Slotted) and stand == original
+    assert type(pickle.loads(pickle.dumps(stand))) is Slotted and pickle.loads(pickle.dumps(stand)).scale == 5
