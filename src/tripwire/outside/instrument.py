@@ -34,7 +34,7 @@ from tripwire.bitwise.trajectory import TrajectoryRecorder
 from tripwire.common.unhook import put_back
 from tripwire.compile.counter import CompileCounter
 from tripwire.outside.capture import left_out, no_value, not_excluded, object_state
-from tripwire.outside.stand import StandInObject, stand_in, stands_as_object
+from tripwire.outside.stand import StandInObject, sources_name_originals, stand_in, stands_as_object
 from tripwire.scenario import Checkpoint, EventCall, Iteration, Scenario, ScenarioError, parse_target
 from tripwire.sync import hot_path, ignore_syncs
 from tripwire.sync.counter import SyncCounter
@@ -438,6 +438,10 @@ class Instrumentation:
         self._skipping = dynamo_skips_tripwire()
         self._skipping.__enter__()
         try:
+            sources = torch._sources  # TorchScript's source reader: to name the original's file for a stand-in
+            own = sources.get_source_lines_and_file
+            self._patches.append(_Patch(sources, "get_source_lines_and_file", True, own, sources_name_originals(own)))
+            sources.get_source_lines_and_file = self._patches[-1].ours
             for target in self.hooks:
                 if parse_target(target)[0] != "__main__":
                     self._bind(target, None)

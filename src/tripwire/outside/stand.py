@@ -45,7 +45,7 @@ from tripwire.sync.dynamo import (
 )
 from tripwire.sync.state import compiler_at_work
 
-__all__ = ["StandInObject", "stand_in", "stands_as_object"]
+__all__ = ["StandInObject", "sources_name_originals", "stand_in", "stands_as_object"]
 
 Call = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 # Dynamo's frame callback on this thread (None when no compiled function runs): set by the compiled wrapper before it
@@ -129,6 +129,23 @@ def stand_in(original: Any, call: Call) -> Callable[..., Any]:
     _with_methods_of(made, original)
     _tripwire_stand = made
     return made
+
+
+def sources_name_originals(get: Callable[..., Any]) -> Callable[..., Any]:
+    """`torch._sources.get_source_lines_and_file` naming the original's file for a stand-in. TorchScript compiles a
+    function's source from `inspect.getsourcelines`, which unwraps the stand-in, and names its file from
+    `inspect.getsourcefile`, which does not: a scripted module's graph, and the traceback of an error raised in its
+    scripted `forward`, named tripwire's stand.py at the loop's own line numbers."""
+
+    @functools.wraps(get)
+    def lines_and_file(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        lines, first, filename = get(obj, *args, **kwargs)
+        code = getattr(obj, "__code__", None)
+        if isinstance(code, types.CodeType) and code.co_filename == _STAND_FILE:
+            filename = inspect.getsourcefile(inspect.unwrap(obj)) or filename
+        return lines, first, filename
+
+    return lines_and_file
 
 
 # A flag of the original's code the stand-in's keeps: `types.coroutine` marks a generator awaitable by it
@@ -267,4 +284,5 @@ class _StandInWithoutDict(_StandIn):
     __slots__ = ("__weakref__", "_tripwire_call", "_tripwire_original")
 
 
+_STAND_FILE = stand_in.__code__.co_filename
 inline_when_called(__file__)

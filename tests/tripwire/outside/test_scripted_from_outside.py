@@ -4,6 +4,7 @@ at the line that calls the scripted function and in its regions. docs/guardrails
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -133,7 +134,9 @@ def test_a_loop_that_traces_a_function_runs_its_graph_as_it_does_alone(tmp_path:
 
 
 SCRIPTED_MODULE_LOOP = """
+import json
 import os
+import re
 
 import torch
 import torch.nn.functional as F
@@ -161,6 +164,10 @@ def main():
     eager = policy(x)
     scripted = torch.jit.script(policy)  # as a loop exports its policy
     torch.save(torch.stack([eager, scripted(x)]), os.path.join(os.path.dirname(__file__), "out.pt"))
+    # the files its graph's source ranges name, as an error raised in it names them
+    files = sorted({os.path.basename(path) for path in re.findall(r"# (\\S+?):\\d+:\\d+", str(scripted.forward.graph))})
+    with open(os.path.join(os.path.dirname(__file__), "files.json"), "w") as file:
+        json.dump(files, file)
 
 
 if __name__ == "__main__":
@@ -186,10 +193,15 @@ def test_a_module_the_loop_scripts_with_a_region_on_its_forward_scripts_as_it_do
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script is deprecated, and still in use
         runpy.run_path(str(alone / "loop.py"), run_name="__main__")
         scenario = Scenario(name="js", script="loop.py", regions=[Region("__main__:Policy.forward", "policy")])
+        reader = torch._sources.get_source_lines_and_file
         result = record(scenario, tmp_path)
+        assert torch._sources.get_source_lines_and_file is reader  # TorchScript's source reader put back
     assert result.ok, result.cause
     assert result.calls == {"__main__:Policy.forward": 1}  # the eager call; the scripted one runs the JIT's graph
     assert torch.equal(torch.load(tmp_path / "out.pt"), torch.load(alone / "out.pt"))
+    # TorchScript names the file of the source it compiled, the loop's, not tripwire's stand.py
+    files = json.loads((tmp_path / "files.json").read_text(encoding="utf-8"))
+    assert "loop.py" in files and files == json.loads((alone / "files.json").read_text(encoding="utf-8"))
 
 
 CHECKPOINTED_TRACE_LOOP = """
