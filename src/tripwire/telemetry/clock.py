@@ -128,6 +128,11 @@ def seconds_per_unit(path: str) -> float | None:
     return UNITS[max(found, key=len)] if found else None
 
 
+def _against_run(median: float, kind: str, wall_s: float) -> float:
+    """A reading against its run's wall clock, the quantity a scale is the log10 of."""
+    return median / wall_s if kind == "duration" else median * wall_s
+
+
 def clock_fields(
     events: Iterable[Mapping[str, Any]],
     wall_s: float,
@@ -154,7 +159,7 @@ def clock_fields(
         median = statistics.median(values)
         scale = None
         if median > 0:
-            scale = math.log10(median / wall_s if kind == "duration" else median * wall_s)
+            scale = math.log10(_against_run(median, kind, wall_s))
         unit = seconds_per_unit(path) if kind == "duration" else None
         longest = max(values) * unit if unit is not None else None
         whole = all(value.is_integer() for value in values)
@@ -176,11 +181,6 @@ def clock_golden(found: Mapping[str, ClockField], wall_s: float, band: float = D
     """The golden form: the run's wall time, the band and each field's kind, count, median and scale."""
     fields = {key: field.to_json() for key, field in found.items()}
     return {"wall_s": round(wall_s, 2), "band": band, "fields": fields}
-
-
-def _against_run(median: float, kind: str, wall_s: float) -> float:
-    """A reading against its run's wall clock, the quantity a scale is the log10 of."""
-    return median / wall_s if kind == "duration" else median * wall_s
 
 
 def _whole_gap(recorded: Mapping[str, Any], golden_wall_s: float, field: ClockField, wall_s: float) -> float:
