@@ -1,18 +1,20 @@
 """Implicit host syncs: aten ops that must read device data to size or produce their output, by kernel or mode.
 
 They are the ops tagged `data_dependent_output` or `dynamic_output_shape` (`nonzero`, `unique`, `masked_select`,
-`bincount`, `equal`, `_local_scalar_dense` reached from inside torch, boolean-mask `index`, `repeat_interleave`
-without `output_size`, `one_hot` without `num_classes`), and `index_put_` with a boolean mask (`t[mask] = values`:
-untagged, its kernel turns the mask into indices with `nonzero`, a wait on a GPU, unless torch makes it a
-`masked_fill_`: one mask, one value held in host memory, no accumulation; through tensor indices a 0-d value in
-host memory is uploaded first, `to_device`, a number's too: `buf[idx] = 0.5`), and torch.linalg's checked routines
-(`cholesky`, `inv`, `solve`, `eigh`, `svd`, `pinv`, ...: untagged, each reads its error codes to the host on a device;
-`_LINALG_READS`), and `histc` over its input's own range (untagged: on a device it reads the minimum and maximum;
-`bincount` reads both too), and the copies torch's C++ makes at the top of the dispatcher (`dst[i] = src` copies
-`src` into the view `dst[i]` with `aten::copy_`: an upload that blocks, or a download, on a GPU, as
+`bincount`, `equal`, `_local_scalar_dense` reached from inside torch, boolean-mask `index`, `repeat_interleave` without
+`output_size`, `one_hot` without `num_classes`), and `index_put_` with a boolean mask (`t[mask] = values`: untagged, its
+kernel turns the mask into indices with `nonzero`, a wait on a GPU, unless torch makes it a `masked_fill_`: one mask,
+one value held in host memory, no accumulation; through tensor indices a 0-d value in host memory is uploaded first,
+`to_device`, a number's too: `buf[idx] = 0.5`), and torch.linalg's checked routines (`cholesky`, `inv`, `solve`, `eigh`,
+`svd`, `pinv`, ...: untagged, each reads its error codes to the host on a device; `_LINALG_READS`), and `histc` over its
+input's own range (untagged: on a device it reads the minimum and maximum; `bincount` reads both too), and a padding
+mask made a nested tensor (`_nested_tensor_from_mask` and its `_left_aligned` check, untagged: a `TransformerEncoder`'s
+fast path outside autograd, on a CPU as on a GPU; on a device each reads its mask's lengths to the host), and a fill by
+a 0-d tensor (`masked_fill`, `index_fill` given a tensor value, untagged: each kernel reads the value with `.item()`, a
+wait where the value is on a device), and the copies torch's C++ makes at the top of the dispatcher (`dst[i] = src`
+copies `src` into the view `dst[i]` with `aten::copy_`: an upload that blocks, or a download, on a GPU, as
 `copies.indexed_copy_kind` says, a number into one element of a device tensor an upload too; a Python `.copy_` is
-classified by its stand-in, from its line), counted as a
-dispatch mode sees them, each wait once (`_waits`):
+classified by its stand-in, from its line), counted as a dispatch mode sees them, each wait once (`_waits`):
 called from Python, from autograd or from an op that decomposes above autograd, never an op another op's kernel runs
 inside itself (a CPU `var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel
 over each such op at its autograd keys (and at its backend keys for inference tensors), so only those ops pay; inside
@@ -97,6 +99,20 @@ _LINALG_READS |= {"linalg_matrix_rank", "linalg_cond", "inverse", "pinverse", "l
 _LINALG_EX = frozenset({"linalg_cholesky_ex", "linalg_inv_ex", "_linalg_solve_ex", "linalg_solve_ex"})
 _LINALG_EX |= {"linalg_lu_factor_ex", "linalg_ldl_factor_ex"}
 _SINGULAR_ORDERS = (2, -2, "nuc")
+# A padding mask made a nested tensor, untagged: `nn.TransformerEncoder` outside autograd (eval under `no_grad` or
+# `inference_mode`, a `src_key_padding_mask` given) first checks the mask is left-aligned (`sizes.equal(nums)`, one
+# read), then converts (`_nested_tensor_from_mask(..., mask_check=False)`: the lengths `.to(kCPU)`, one read; with
+# `mask_check`, the default, the check's read besides). The same path runs on a CPU, where nothing waits.
+_NESTED_MASK = {"_nested_tensor_from_mask_left_aligned": "nestedcheck", "_nested_tensor_from_mask": "nested"}
+# A fill by a 0-d tensor, untagged: `masked_fill(mask, value)` and `index_fill(dim, index, value)` with a tensor value
+# read it with `value.item()` on every device (`t.masked_fill(~legal, self.min_logit)`, a buffer); their overloads
+# taking a number read nothing, and get no counting kernel
+_FILL_BY_TENSOR = {
+    "masked_fill": "Tensor",
+    "masked_fill_": "Tensor",
+    "index_fill": "int_Tensor",
+    "index_fill_": "int_Tensor",
+}
 
 # c10d's ops as the dispatcher sees them -> the `torch.distributed` name a collective is counted under
 _C10D_NAMES = {
@@ -130,11 +146,12 @@ def _static_implicit_kind(func: Any) -> str:
     `torch.distributed` call is not counted again."""
     schema = getattr(func, "_schema", None)
     name = schema.name.split("::", 1)[-1] if schema is not None else ""
-    return _static_kind(getattr(func, "namespace", ""), name, getattr(func, "tags", ()))
+    overload = schema.overload_name if schema is not None else ""
+    return _static_kind(getattr(func, "namespace", ""), name, getattr(func, "tags", ()), overload)
 
 
-def _static_kind(namespace: str, name: str, tags: Any) -> str:
-    """`_static_implicit_kind` from an op's namespace, name (no overload) and tags."""
+def _static_kind(namespace: str, name: str, tags: Any, overload: str = "") -> str:
+    """`_static_implicit_kind` from an op's namespace, name (no overload), tags and overload."""
     if namespace == "c10d":
         return kinds.COLLECTIVE.of(_C10D_NAMES.get(name, name.strip("_")))
     if namespace == "aten" and name in _PUTS:
@@ -151,6 +168,10 @@ def _static_kind(namespace: str, name: str, tags: Any) -> str:
         return "histc"
     if namespace == "aten" and name in _HOST_ONLY_READS:
         return "hostonly"
+    if namespace == "aten" and name in _NESTED_MASK:
+        return _NESTED_MASK[name]
+    if namespace == "aten" and name in _FILL_BY_TENSOR:
+        return "fill" if overload == _FILL_BY_TENSOR[name] else _NO_IMPLICIT
     if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
         return _NO_IMPLICIT
     if name == "index":
@@ -210,6 +231,11 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         return None if empty or _host_input_beside_accelerator(source) else kinds.BINCOUNT
     if static == "hostonly":
         return None
+    if static == "fill":  # `(self, mask, value)`, `(self, dim, index, value)`
+        return kinds.FILL_VALUE if _reads_a_device_scalar(kwargs.get("value", args[-1] if args else None)) else None
+    if static in ("nested", "nestedcheck"):  # `(t, mask, mask_check=True)`: a mask on the host reads in place
+        host = _host_input_beside_accelerator(args[1] if len(args) > 1 else kwargs.get("mask"))
+        return None if host else kinds.NESTED_FROM_MASK if static == "nested" else kinds.NESTED_MASK_CHECK
     if static == "rep":  # `repeat_interleave(repeats, *, output_size)`: an empty `repeats` returns before reading
         repeats = _first(args, kwargs, "repeats")
         empty = isinstance(repeats, torch.Tensor) and repeats.numel() == 0
@@ -245,13 +271,26 @@ def _waits(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     """How many times one call of an op of `kind` waits for the device: `histc` reads its input's minimum, then its
     maximum; `bincount` the minimum with `.cpu()` (skipped for uint8, which cannot be negative), then the maximum with
     `.item()` to size its bins; `repeat_interleave` its total (`cumsum[-1].item()`), then whether every repeat is
-    non-negative (`.all().item()`); an `index_put_` uploading its value and its indices both; every other op once."""
+    non-negative (`.all().item()`); an `index_put_` uploading its value and its indices both; a padding mask made a
+    nested tensor its lengths, and with `mask_check` its check besides; every other op once."""
     if kind in (kinds.HISTC, kinds.REPEAT_INTERLEAVE, _INDICES_AND_VALUE):
         return 2
+    if kind == kinds.NESTED_FROM_MASK:
+        return 2 if (args[2] if len(args) > 2 else kwargs.get("mask_check", True)) else 1
     if kind == kinds.BINCOUNT:
         source = _first(args, kwargs)
         return 1 if isinstance(source, torch.Tensor) and source.dtype == torch.uint8 else 2
     return 1
+
+
+def _reads_a_device_scalar(value: object) -> bool:
+    """Whether a 0-d tensor read with `.item()` waits for a device: one on a device, on a run with an accelerator; on a
+    CPU run, one not in host memory on a GPU run too (`copies.copied_here`)."""
+    if not isinstance(value, torch.Tensor) or value.dim() != 0:
+        return False
+    if accelerator_in_use():
+        return value.device.type not in ("cpu", "meta")
+    return not value.is_meta and not (_host_born and copied_here(value))
 
 
 def _histc_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -557,7 +596,7 @@ def _read_static(full: str) -> str | None:
         tags = torch._C._get_operation_overload(qualified, overload)[2]
     except RuntimeError:
         return None
-    static = _static_of[full] = _static_kind(namespace, name, tags)
+    static = _static_of[full] = _static_kind(namespace, name, tags, overload)
     return static
 
 

@@ -147,7 +147,9 @@ COMPILE_KINDS = (GRAPH_BREAK, DISABLE, RECOMPILE, FRAME, GRAPH, EAGER)
 # implicit kinds whose name says more than the op's (`index` with a boolean mask, an op missing its size argument;
 # `index_put_` with a boolean mask: `t[mask] = values` turns the mask into indices, unless it is a fill; a torch.linalg
 # routine reading its result's error codes, whichever op of it the counter met; `histc` reading its input's range,
-# `bincount` its input's minimum and maximum)
+# `bincount` its input's minimum and maximum; a padding mask's check and conversion to a nested tensor, a
+# `TransformerEncoder`'s fast path outside autograd; a 0-d tensor value `masked_fill` or `index_fill` reads with
+# `.item()`)
 MASK_INDEX, MASK_PUT, REPEAT_INTERLEAVE, ONE_HOT, LINALG_CHECK = (
     IMPLICIT.of("index(mask)"),
     IMPLICIT.of("index_put(mask)"),
@@ -156,6 +158,8 @@ MASK_INDEX, MASK_PUT, REPEAT_INTERLEAVE, ONE_HOT, LINALG_CHECK = (
     IMPLICIT.of("linalg_check"),
 )
 HISTC, BINCOUNT = IMPLICIT.of("histc"), IMPLICIT.of("bincount")
+NESTED_MASK_CHECK, NESTED_FROM_MASK = IMPLICIT.of("nested_mask_check"), IMPLICIT.of("nested_from_mask")
+FILL_VALUE = IMPLICIT.of("fill_value")
 
 
 def _family(kind: str) -> Prefix | None:

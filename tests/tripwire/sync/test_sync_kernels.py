@@ -88,6 +88,77 @@ def test_histc_over_its_inputs_own_range_is_counted_by_both(both: Callable[..., 
     assert both(body) == [("implicit:histc", lines["default"])] * 6 + [("implicit:histc", lines["inference"])] * 2
 
 
+def _encoder() -> torch.nn.TransformerEncoder:
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True)
+
+
+def test_a_padding_mask_made_a_nested_tensor_counts_the_reads_a_gpu_makes(
+    both: Callable[..., list[tuple[str, str]]],
+) -> None:
+    """A `TransformerEncoder` run outside autograd with a padding mask takes torch's fast path, on a CPU as on a GPU:
+    it checks the mask is left-aligned (`_nested_tensor_from_mask_left_aligned`: one read of its lengths on a device),
+    then converts the input to a nested tensor (`_nested_tensor_from_mask(..., mask_check=False)`: the lengths copied
+    to the host, one read). Untagged, both were counted nowhere: a CPU run of a transformer policy's rollout reported
+    none of the two waits a GPU makes at every forward. Called directly, the conversion checks the mask too (two
+    reads); in training, with autograd on, the encoder takes the padded path and reads nothing."""
+    encoder = _encoder().eval()
+    inputs = torch.randn(3, 5, 8)
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 4 + [True]])
+    lines: dict[str, str] = {}
+
+    def body() -> None:
+        with torch.no_grad():
+            lines["eval"] = _line()
+            encoder(inputs, src_key_padding_mask=mask)
+            lines["direct"] = _line()
+            torch._nested_tensor_from_mask(inputs, mask.logical_not())
+            encoder(inputs)  # no mask: nothing to read
+        with torch.inference_mode():
+            lines["inference"] = _line()
+            encoder(inputs, src_key_padding_mask=mask)
+        encoder.train()
+        encoder(inputs, src_key_padding_mask=mask)  # autograd on: the padded path
+        encoder.eval()
+
+    once = [("implicit:nested_mask_check", "{}"), ("implicit:nested_from_mask", "{}")]
+    events = both(body, threads=False)
+    assert events == [
+        *[(kind, line.format(lines["eval"])) for kind, line in once],
+        ("implicit:nested_from_mask", lines["direct"]),  # its lengths, then its own check
+        ("implicit:nested_from_mask", lines["direct"]),
+        *[(kind, line.format(lines["inference"])) for kind, line in once],
+    ]
+
+
+def test_a_fill_by_a_device_scalar_counts_its_read(both: Callable[..., list[tuple[str, str]]]) -> None:
+    """`masked_fill` and `index_fill` given a 0-d tensor value read it with `value.item()` inside their kernels (on
+    CUDA too: `masked_fill__cuda` calls itself with `value.item()`), a wait where the value is on a device: a logit
+    mask filled with a buffer (`logits.masked_fill(~legal, self.floor)`), or with a reduction (`x.max()`). Untagged,
+    the read was counted nowhere. A number reads nothing, nor does a value built in host memory."""
+    x = torch.randn(6)
+    floor = x.min()  # built before the recording: where the run's tensors are
+    legal, rows = x > 0, torch.tensor([0, 2])
+    lines: dict[str, str] = {}
+
+    def body() -> None:
+        lines["fills"] = _line()
+        x.masked_fill(~legal, floor), x.clone().masked_fill_(legal, x.max()), x.index_fill(0, rows, floor)
+        lines["in place"] = _line()
+        x.clone().index_fill_(0, rows, floor)
+        x.masked_fill(legal, 0.0), x.index_fill(0, rows, -1.0)  # numbers
+        x.masked_fill(legal, torch.tensor(-1e8))  # host memory on a GPU run too
+        with torch.inference_mode():
+            lines["inference"] = _line()
+            x.masked_fill(~legal, floor)
+
+    events = both(body)
+    assert events == [("implicit:fill_value", lines["fills"])] * 3 + [
+        ("implicit:fill_value", lines["in place"]),
+        ("implicit:fill_value", lines["inference"]),
+    ]
+
+
 def test_bincount_and_repeat_interleave_count_each_read_a_gpu_makes(
     both: Callable[..., list[tuple[str, str]]],
 ) -> None:
