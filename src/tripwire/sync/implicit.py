@@ -9,20 +9,21 @@ one value held in host memory, no accumulation; through tensor indices a 0-d val
 `svd`, `pinv`, ...: untagged, each reads its error codes to the host on a device; `_LINALG_READS`), and `histc` over its
 input's own range (untagged: on a device it reads the minimum and maximum; `bincount` reads both too), and a padding
 mask made a nested tensor (`_nested_tensor_from_mask` and its `_left_aligned` check, untagged: a `TransformerEncoder`'s
-fast path outside autograd, on a CPU as on a GPU; on a device each reads its mask's lengths to the host), and a fill by
-a 0-d tensor (`masked_fill`, `index_fill` given a tensor value, untagged: each kernel reads the value with `.item()`, a
-wait where the value is on a device), and the copies torch's C++ makes at the top of the dispatcher (`dst[i] = src`
-copies `src` into the view `dst[i]` with `aten::copy_`: an upload that blocks, or a download, on a GPU, as
-`copies.indexed_copy_kind` says, a number into one element of a device tensor an upload too; a Python `.copy_` is
-classified by its stand-in, from its line), counted as a dispatch mode sees them, each wait once (`_waits`):
-called from Python, from autograd or from an op that decomposes above autograd, never an op another op's kernel runs
-inside itself (a CPU `var` reading its mean). On torch 2.9 and later `ImplicitKernels` registers a counting kernel
-over each such op at its autograd keys (and at its backend keys for inference tensors), so only those ops pay; inside
-`torch.inference_mode`, where autograd is off, in a process with a running process group, and on older torch,
-`ImplicitSyncMode` (a `TorchDispatchMode`) counts, costing every op a trip through Python; beside it the kernels of
-the ops counted whole (`one_hot`, which the mode meets decomposed into its CPU kernel's range checks) still count.
-A read of host memory on a GPU run too is not a wait: `quantile`'s range check of `q`, which torch makes on a CPU
-only (`equal`), and `tensor_split`'s read of a 0-d count of sections, which torch requires in host memory.
+fast path outside autograd, on a CPU as on a GPU; on a device each reads its mask's lengths to the host), and a 0-d
+tensor argument its kernel reads (`masked_fill`, `index_fill` given a tensor value, `linspace`, `logspace` given tensor
+endpoints, untagged: each kernel reads it with `.item()`, a wait where it is on a device), and the copies torch's C++
+makes at the top of the dispatcher (`dst[i] = src` copies `src` into the view `dst[i]` with `aten::copy_`: an upload
+that blocks, or a download, on a GPU, as `copies.indexed_copy_kind` says, a number into one element of a device tensor
+an upload too; a Python `.copy_` is classified by its stand-in, from its line), counted as a dispatch mode sees them,
+each wait once (`_waits`): called from Python, from autograd or from an op that decomposes above autograd, never an op
+another op's kernel runs inside itself (a CPU `var` reading its mean). On torch 2.9 and later `ImplicitKernels`
+registers a counting kernel over each such op at its autograd keys (and at its backend keys for inference tensors and
+factories), so only those ops pay; inside `torch.inference_mode`, where autograd is off, in a process with a running
+process group, and on older torch, `ImplicitSyncMode` (a `TorchDispatchMode`) counts, costing every op a trip through
+Python; beside it the kernels of the ops counted whole (`one_hot`, which the mode meets decomposed into its CPU kernel's
+range checks) still count. A read of host memory on a GPU run too is not a wait: `quantile`'s range check of `q`, which
+torch makes on a CPU only (`equal`), and `tensor_split`'s read of a 0-d count of sections, which torch requires in host
+memory.
 The two are compared call by call in tests/tripwire/sync/test_sync_kernels.py. Syncs already counted explicitly are
 not counted twice: the explicit hook suppresses recording while the call it counted runs.
 
@@ -104,14 +105,24 @@ _SINGULAR_ORDERS = (2, -2, "nuc")
 # read), then converts (`_nested_tensor_from_mask(..., mask_check=False)`: the lengths `.to(kCPU)`, one read; with
 # `mask_check`, the default, the check's read besides). The same path runs on a CPU, where nothing waits.
 _NESTED_MASK = {"_nested_tensor_from_mask_left_aligned": "nestedcheck", "_nested_tensor_from_mask": "nested"}
-# A fill by a 0-d tensor, untagged: `masked_fill(mask, value)` and `index_fill(dim, index, value)` with a tensor value
-# read it with `value.item()` on every device (`t.masked_fill(~legal, self.min_logit)`, a buffer); their overloads
-# taking a number read nothing, and get no counting kernel
-_FILL_BY_TENSOR = {
-    "masked_fill": "Tensor",
-    "masked_fill_": "Tensor",
-    "index_fill": "int_Tensor",
-    "index_fill_": "int_Tensor",
+_SCALARS = "scalars:"  # a static kind: the positions read follow
+# `linspace(start, end, steps)`'s endpoints. A factory: `BackendSelect` sends it to the backend key alone, past the
+# autograd keys, so its counting kernel counts there (`_FACTORY`)
+_FACTORY = _SCALARS + "@"
+_ENDPOINTS = {"Tensor_Tensor": "@01", "Tensor_Scalar": "@0", "Scalar_Tensor": "@1"}
+# A 0-d tensor argument an op's kernel reads with `.item()`, below autograd, on every device, untagged: the value of
+# `masked_fill(mask, value)` and `index_fill(dim, index, value)` (`t.masked_fill(~legal, self.min_logit)`, a buffer),
+# the endpoints of `linspace` and `logspace` given tensors. Overload -> the positions read (the dispatcher passes them
+# by position); the overloads taking numbers read nothing, and get no counting kernel.
+_SCALAR_ARGUMENTS = {
+    "masked_fill": {"Tensor": "2"},
+    "masked_fill_": {"Tensor": "2"},
+    "index_fill": {"int_Tensor": "3"},
+    "index_fill_": {"int_Tensor": "3"},
+    **{
+        name: {f"{overload}{out}": positions for overload, positions in _ENDPOINTS.items() for out in ("", "_out")}
+        for name in ("linspace", "logspace")
+    },
 }
 
 # c10d's ops as the dispatcher sees them -> the `torch.distributed` name a collective is counted under
@@ -170,8 +181,9 @@ def _static_kind(namespace: str, name: str, tags: Any, overload: str = "") -> st
         return "hostonly"
     if namespace == "aten" and name in _NESTED_MASK:
         return _NESTED_MASK[name]
-    if namespace == "aten" and name in _FILL_BY_TENSOR:
-        return "fill" if overload == _FILL_BY_TENSOR[name] else _NO_IMPLICIT
+    if namespace == "aten" and name in _SCALAR_ARGUMENTS:
+        positions = _SCALAR_ARGUMENTS[name].get(overload)
+        return _SCALARS + positions if positions else _NO_IMPLICIT
     if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
         return _NO_IMPLICIT
     if name == "index":
@@ -206,12 +218,12 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         target, indices = _first(args, kwargs), args[1] if len(args) > 1 else kwargs.get("indices", ())
         if _uploads_its_indices(target, indices) or _indexed_by_host_data(target, indices):
             # an `index_put_`'s value is uploaded first (`value.to(self.device())`), then its indices (`make_info`)
-            uploads_value = static == "put" and not _put_by_mask(indices, args, kwargs)
+            uploads_value = static == "put" and not _put_by_mask(indices, args, kwargs, number)
             if uploads_value and _uploads_its_value(target, indices, args, kwargs, number):
                 return _INDICES_AND_VALUE
             return kinds.TO_DEVICE
         if static == "put":
-            if _put_by_mask(indices, args, kwargs):
+            if _put_by_mask(indices, args, kwargs, number):
                 return kinds.MASK_PUT
             return kinds.TO_DEVICE if _uploads_its_value(target, indices, args, kwargs, number) else None
         masked = any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices)
@@ -231,8 +243,10 @@ def _call_kind(static: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> st
         return None if empty or _host_input_beside_accelerator(source) else kinds.BINCOUNT
     if static == "hostonly":
         return None
-    if static == "fill":  # `(self, mask, value)`, `(self, dim, index, value)`
-        return kinds.FILL_VALUE if _reads_a_device_scalar(kwargs.get("value", args[-1] if args else None)) else None
+    if static.startswith(_SCALARS):  # the positions of the 0-d tensors read, after the prefix
+        positions = static[len(_SCALARS) :].lstrip("@")
+        reads = sum(_reads_a_device_scalar(args[int(at)]) for at in positions if int(at) < len(args))
+        return (None, kinds.SCALAR_ARGUMENT, _TWO_SCALARS)[reads]
     if static in ("nested", "nestedcheck"):  # `(t, mask, mask_check=True)`: a mask on the host reads in place
         host = _host_input_beside_accelerator(args[1] if len(args) > 1 else kwargs.get("mask"))
         return None if host else kinds.NESTED_FROM_MASK if static == "nested" else kinds.NESTED_MASK_CHECK
@@ -260,20 +274,25 @@ _HOST_ONLY_READS = frozenset({"quantile", "nanquantile", "tensor_split"})
 # `_call_kind`'s answer for an `index_put_` that uploads its 0-d value and then its indices (`dev[[0, 2]] = 0.5`,
 # `dev[host_ids] = torch.tensor(1.0)`): two `to_device` waits (`_waits`, `_delivered`), where either alone is one
 _INDICES_AND_VALUE = "to_device (indices and value)"
+# `_call_kind`'s answer for a `linspace` or `logspace` reading both its endpoints from the device: two waits
+_TWO_SCALARS = "scalar_argument (two)"
 
 
 def _delivered(kind: str) -> str:
     """The kind an event of `kind` is counted as."""
-    return kinds.TO_DEVICE if kind == _INDICES_AND_VALUE else kind
+    if kind == _INDICES_AND_VALUE:
+        return kinds.TO_DEVICE
+    return kinds.SCALAR_ARGUMENT if kind == _TWO_SCALARS else kind
 
 
 def _waits(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     """How many times one call of an op of `kind` waits for the device: `histc` reads its input's minimum, then its
     maximum; `bincount` the minimum with `.cpu()` (skipped for uint8, which cannot be negative), then the maximum with
     `.item()` to size its bins; `repeat_interleave` its total (`cumsum[-1].item()`), then whether every repeat is
-    non-negative (`.all().item()`); an `index_put_` uploading its value and its indices both; a padding mask made a
+    non-negative (`.all().item()`); an `index_put_` uploading its value and its indices both, a `linspace` reading
+    both its endpoints; a padding mask made a
     nested tensor its lengths, and with `mask_check` its check besides; every other op once."""
-    if kind in (kinds.HISTC, kinds.REPEAT_INTERLEAVE, _INDICES_AND_VALUE):
+    if kind in (kinds.HISTC, kinds.REPEAT_INTERLEAVE, _INDICES_AND_VALUE, _TWO_SCALARS):
         return 2
     if kind == kinds.NESTED_FROM_MASK:
         return 2 if (args[2] if len(args) > 2 else kwargs.get("mask_check", True)) else 1
@@ -283,14 +302,20 @@ def _waits(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     return 1
 
 
+def _host_value(value: torch.Tensor, number: bool = False) -> bool:
+    """Whether a value an op reads is host memory on a GPU run: where it is, on a run with an accelerator; on a CPU
+    run, a tensor torch made of a Python number (`number`) or one built in host memory (`copies.copied_here`). A
+    tensor built before the recording is taken as the run's device's, as every such tensor is."""
+    if accelerator_in_use():
+        return value.device.type == "cpu"
+    return number or bool(_host_born and copied_here(value))
+
+
 def _reads_a_device_scalar(value: object) -> bool:
-    """Whether a 0-d tensor read with `.item()` waits for a device: one on a device, on a run with an accelerator; on a
-    CPU run, one not in host memory on a GPU run too (`copies.copied_here`)."""
+    """Whether a 0-d tensor read with `.item()` waits for a device: one not host memory on a GPU run (`_host_value`)."""
     if not isinstance(value, torch.Tensor) or value.dim() != 0:
         return False
-    if accelerator_in_use():
-        return value.device.type not in ("cpu", "meta")
-    return not value.is_meta and not (_host_born and copied_here(value))
+    return not value.is_meta and not _host_value(value)
 
 
 def _histc_kind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -410,12 +435,12 @@ def _value_of_a_number(args: tuple[Any, ...]) -> bool:
     )
 
 
-def _put_by_mask(indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _put_by_mask(indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any], number: bool = False) -> bool:
     """Whether an `index_put_` (`self, indices, values, accumulate`) reads its boolean mask's positions: a mask among
     its indices, and not the case torch runs as `masked_fill_` instead (`canDispatchToMaskedFill`: no accumulation,
-    one index, a value of one element in host memory: `t[mask] = 0.0`, `t[mask] = -inf`). On a CPU run every value is
-    in host memory, so a one-element value is taken as the fill it is on a GPU when written as a number; a 0-d device
-    tensor there (`t[mask] = x.mean()`) is counted on a GPU only."""
+    one index, a value of one element in host memory: `t[mask] = 0.0`, `t[mask] = -inf`, for which torch makes the
+    number's tensor in host memory on a GPU too). A value of one element on the device (`t[mask] = x.mean()`) is not
+    a fill: on a CPU run, one not host memory on a GPU run too (`_host_value`; `number`: `_value_of_a_number`)."""
     defined = [index for index in indices if index is not None]
     if not any(isinstance(index, torch.Tensor) and index.dtype in _MASK_DTYPES for index in defined):
         return False
@@ -426,7 +451,7 @@ def _put_by_mask(indices: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         and len(defined) == 1
         and isinstance(values, torch.Tensor)
         and values.numel() == 1
-        and values.device.type == "cpu"
+        and _host_value(values, number)
     )
     return not fill
 
@@ -613,8 +638,8 @@ def counting_here() -> bool:
 def _counting_kernel(static: str, original: Any, autograd: bool, positions: tuple[int, ...]) -> Callable[..., Any]:
     """A kernel for one op and key: counts the call where this thread counts, then runs the op's own kernel. At a
     backend key it counts only an inference tensor's op outside inference mode (any other top-level call was counted
-    at its autograd key; inside inference mode the dispatch mode counts, see `_InferenceWatch`); nothing run inside a
-    counted op's kernel is counted."""
+    at its autograd key; inside inference mode the dispatch mode counts, see `_InferenceWatch`), and a factory's,
+    which reaches its backend key alone (`_FACTORY`); nothing run inside a counted op's kernel is counted."""
     call = original.call_boxed
 
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
@@ -622,7 +647,7 @@ def _counting_kernel(static: str, original: Any, autograd: bool, positions: tupl
         local = _LOCAL
         if local.suppress or local.nested or local.by_mode or is_compiling() or not counting_here():
             return call(keyset, *args, **kwargs)  # pass-through
-        if not autograd:
+        if not autograd and not static.startswith(_FACTORY):
             first = args[0] if args else None
             if not isinstance(first, torch.Tensor) or not first.is_inference() or torch.is_inference_mode_enabled():
                 return call(keyset, *args, **kwargs)  # pass-through

@@ -148,8 +148,8 @@ COMPILE_KINDS = (GRAPH_BREAK, DISABLE, RECOMPILE, FRAME, GRAPH, EAGER)
 # `index_put_` with a boolean mask: `t[mask] = values` turns the mask into indices, unless it is a fill; a torch.linalg
 # routine reading its result's error codes, whichever op of it the counter met; `histc` reading its input's range,
 # `bincount` its input's minimum and maximum; a padding mask's check and conversion to a nested tensor, a
-# `TransformerEncoder`'s fast path outside autograd; a 0-d tensor value `masked_fill` or `index_fill` reads with
-# `.item()`)
+# `TransformerEncoder`'s fast path outside autograd; a 0-d tensor argument an op's kernel reads with `.item()`:
+# `masked_fill`'s value, `linspace`'s endpoints)
 MASK_INDEX, MASK_PUT, REPEAT_INTERLEAVE, ONE_HOT, LINALG_CHECK = (
     IMPLICIT.of("index(mask)"),
     IMPLICIT.of("index_put(mask)"),
@@ -159,7 +159,7 @@ MASK_INDEX, MASK_PUT, REPEAT_INTERLEAVE, ONE_HOT, LINALG_CHECK = (
 )
 HISTC, BINCOUNT = IMPLICIT.of("histc"), IMPLICIT.of("bincount")
 NESTED_MASK_CHECK, NESTED_FROM_MASK = IMPLICIT.of("nested_mask_check"), IMPLICIT.of("nested_from_mask")
-FILL_VALUE = IMPLICIT.of("fill_value")
+SCALAR_ARGUMENT = IMPLICIT.of("scalar_argument")
 
 
 def _family(kind: str) -> Prefix | None:

@@ -115,8 +115,13 @@ def test_histc_over_its_inputs_own_range_is_the_two_reads_torch_flags() -> None:
         ("repeat_interleave sized", lambda x: torch.repeat_interleave(x, output_size=5), {}),
         ("quantile", lambda x: torch.quantile(x.float(), 0.5), {}),  # its range check runs on a CPU only
         ("multinomial", lambda x: torch.multinomial(x.float(), 1), {}),  # its checks are asynchronous asserts
-        ("masked_fill by a device scalar", lambda x: x.masked_fill(x > 1, x.max()), {"implicit:fill_value": 1}),
+        ("masked_fill by a device scalar", lambda x: x.masked_fill(x > 1, x.max()), {"implicit:scalar_argument": 1}),
         ("masked_fill by a number", lambda x: x.masked_fill(x > 1, 0), {}),
+        (
+            "linspace of device endpoints",
+            lambda x: torch.linspace(x.min(), x.max(), 4),
+            {"implicit:scalar_argument": 2},
+        ),
         (
             "nested tensor from a padding mask",  # its lengths to the host, then its check that the mask is aligned
             lambda x: torch._nested_tensor_from_mask(

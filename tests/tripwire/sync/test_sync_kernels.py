@@ -131,11 +131,12 @@ def test_a_padding_mask_made_a_nested_tensor_counts_the_reads_a_gpu_makes(
     ]
 
 
-def test_a_fill_by_a_device_scalar_counts_its_read(both: Callable[..., list[tuple[str, str]]]) -> None:
+def test_a_device_scalar_an_ops_kernel_reads_is_counted(both: Callable[..., list[tuple[str, str]]]) -> None:
     """`masked_fill` and `index_fill` given a 0-d tensor value read it with `value.item()` inside their kernels (on
     CUDA too: `masked_fill__cuda` calls itself with `value.item()`), a wait where the value is on a device: a logit
-    mask filled with a buffer (`logits.masked_fill(~legal, self.floor)`), or with a reduction (`x.max()`). Untagged,
-    the read was counted nowhere. A number reads nothing, nor does a value built in host memory."""
+    mask filled with a buffer (`logits.masked_fill(~legal, self.floor)`), or with a reduction (`x.max()`); so do
+    `linspace` and `logspace` of their tensor endpoints, factories that reach their backend kernel alone. Untagged,
+    the reads were counted nowhere. A number reads nothing, nor does a value built in host memory."""
     x = torch.randn(6)
     floor = x.min()  # built before the recording: where the run's tensors are
     legal, rows = x > 0, torch.tensor([0, 2])
@@ -148,14 +149,18 @@ def test_a_fill_by_a_device_scalar_counts_its_read(both: Callable[..., list[tupl
         x.clone().index_fill_(0, rows, floor)
         x.masked_fill(legal, 0.0), x.index_fill(0, rows, -1.0)  # numbers
         x.masked_fill(legal, torch.tensor(-1e8))  # host memory on a GPU run too
+        lines["endpoints"] = _line()
+        torch.linspace(floor, x.max(), 5), torch.logspace(0.0, floor, 3)  # both endpoints, then one
+        torch.linspace(0.0, 1.0, 5), torch.linspace(torch.tensor(0.0), torch.tensor(1.0), 5)  # numbers; host memory
         with torch.inference_mode():
             lines["inference"] = _line()
             x.masked_fill(~legal, floor)
 
     events = both(body)
-    assert events == [("implicit:fill_value", lines["fills"])] * 3 + [
-        ("implicit:fill_value", lines["in place"]),
-        ("implicit:fill_value", lines["inference"]),
+    assert events == [("implicit:scalar_argument", lines["fills"])] * 3 + [
+        ("implicit:scalar_argument", lines["in place"]),
+        *[("implicit:scalar_argument", lines["endpoints"])] * 3,
+        ("implicit:scalar_argument", lines["inference"]),
     ]
 
 
@@ -250,7 +255,8 @@ def test_an_assignment_through_a_boolean_mask_counts_unless_torch_fills(
     """`t[mask] = values` is `index_put_`, untagged: on a GPU its kernel turns the mask into indices with `nonzero`
     and waits, unless torch runs it as `masked_fill_` (one mask, one value in host memory, no accumulation:
     `t[mask] = 0.0`, the logits masked with `-inf`). Counted at its line, kernels and mode alike, including inside
-    inference mode and out of place."""
+    inference mode and out of place. A value of one element on the device (`t[mask] = x.mean()`) is not a fill: a CPU
+    run took every such value for the host memory it is there, and counted it on a GPU only."""
     x = torch.tensor([0.0, 1.0, 2.0])
     values = torch.tensor([3.0, 4.0, 5.0])
     lines: dict[str, str] = {}
@@ -261,6 +267,9 @@ def test_an_assignment_through_a_boolean_mask_counts_unless_torch_fills(
         y[x >= 0] = values
         y[x > 0] = 0.0  # a fill
         y[x > 0] = float("-inf")  # a fill
+        y[x > 0] = torch.tensor(-1.0)  # a fill: built in host memory, where it is on a GPU run too
+        lines["device value"] = _line()
+        y[x > 0] = x.mean()  # one element on the device: not a fill
         y[torch.tensor([0, 2])] = values[:2]  # integer indices: nothing data-dependent
         lines["accumulate"] = _line()
         y.index_put_((x > 0,), torch.tensor(1.0), accumulate=True)
@@ -272,6 +281,7 @@ def test_an_assignment_through_a_boolean_mask_counts_unless_torch_fills(
 
     assert both(body) == [
         ("implicit:index_put(mask)", lines["put"]),
+        ("implicit:index_put(mask)", lines["device value"]),
         ("implicit:index_put(mask)", lines["accumulate"]),
         ("implicit:index_put(mask)", lines["out_of_place"]),
         ("implicit:index_put(mask)", lines["inference"]),
