@@ -290,8 +290,8 @@ def _waits(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     maximum; `bincount` the minimum with `.cpu()` (skipped for uint8, which cannot be negative), then the maximum with
     `.item()` to size its bins; `repeat_interleave` its total (`cumsum[-1].item()`), then whether every repeat is
     non-negative (`.all().item()`); an `index_put_` uploading its value and its indices both, a `linspace` reading
-    both its endpoints; a padding mask made a
-    nested tensor its lengths, and with `mask_check` its check besides; every other op once."""
+    both its endpoints; a padding mask made a nested tensor its lengths, and with `mask_check` its check besides;
+    every other op once."""
     if kind in (kinds.HISTC, kinds.REPEAT_INTERLEAVE, _INDICES_AND_VALUE, _TWO_SCALARS):
         return 2
     if kind == kinds.NESTED_FROM_MASK:
